@@ -1,0 +1,122 @@
+package dev.thaw.runtime.gpu;
+
+import java.nio.ByteBuffer;
+
+/**
+ * A context on one device: the owner of device memory, streams, events, pinned host memory and modules.
+ *
+ * <h2>Threads</h2>
+ * A context may be used from any thread; the CUDA driver makes it current on the calling thread when needed
+ * (tracked per thread, so that costs nothing on the hot path). {@link #makeCurrent()} makes it explicit.
+ *
+ * <h2>Device memory</h2>
+ * Device memory is virtual-memory-managed, never {@code cuMemAlloc}: reserve an address range
+ * ({@link #reserve}), create physical memory ({@link #createMemory}), map it into the range
+ * ({@link VirtualRange#map}) and grant access ({@link Mapping#setAccess}). {@link #allocate} and
+ * {@link #allocateAt} do all four at once. Sizes are rounded up to {@link #granularity()}.
+ *
+ * <h2>Copies</h2>
+ * The synchronous copies here read or fill {@code remaining()} bytes from the host buffer's
+ * {@code position()}, and leave its position and limit unchanged. A heap buffer is copied through a
+ * temporary native buffer; a direct buffer is copied in place. Asynchronous copies need pinned memory and
+ * live on {@link GpuStream}.
+ *
+ * <h2>Errors</h2>
+ * An illegal memory access inside a kernel poisons the context, as on a GPU: every later call on it throws
+ * a {@link CudaException} with {@code CUDA_ERROR_ILLEGAL_ADDRESS}. Close it and create another.
+ */
+public interface GpuContext extends AutoCloseable {
+
+  GpuDriver driver();
+
+  DeviceInfo device();
+
+  /** Makes this context current on the calling thread. */
+  void makeCurrent();
+
+  /** Blocks until all work in this context is done; reports the first asynchronous error. */
+  void synchronize();
+
+  // ---- virtual memory management ----
+
+  /** The allocation granularity, in bytes (2 MiB on an H100/H200 and on the sim device). */
+  long granularity();
+
+  /**
+   * Reserves a device virtual address range, preferring {@code addressHint} when it is free; 0 means anywhere.
+   * The driver may return a different address; use {@link #reserveExact} when only the hint will do.
+   */
+  VirtualRange reserve(long size, long addressHint);
+
+  /**
+   * Reserves exactly {@code [address, address + size)}.
+   *
+   * @throws AddressUnavailableException if the range, or part of it, is taken
+   * @throws IllegalArgumentException if {@code address} is not a multiple of the granularity
+   */
+  VirtualRange reserveExact(long address, long size);
+
+  /** Creates physical device memory of {@code size} bytes (rounded up to the granularity), not yet mapped. */
+  PhysicalMemory createMemory(long size);
+
+  /** Reserves, creates, maps and grants read-write access: a buffer anywhere in the address space. */
+  default DeviceBuffer allocate(long size) {
+    return DeviceBuffer.allocate(this, size, 0L, false);
+  }
+
+  /**
+   * Like {@link #allocate}, at exactly {@code address}.
+   *
+   * @throws AddressUnavailableException if the range is taken
+   */
+  default DeviceBuffer allocateAt(long address, long size) {
+    return DeviceBuffer.allocate(this, size, address, true);
+  }
+
+  // ---- host memory ----
+
+  /** Page-locked host memory that the device can copy to and from asynchronously. */
+  PinnedBuffer allocatePinned(long size);
+
+  // ---- synchronous copies and memset ----
+
+  void copyHostToDevice(long dstDevice, ByteBuffer src);
+
+  void copyDeviceToHost(ByteBuffer dst, long srcDevice);
+
+  void copyDeviceToDevice(long dstDevice, long srcDevice, long bytes);
+
+  void memsetD8(long dstDevice, byte value, long bytes);
+
+  void memsetD32(long dstDevice, int value, long count);
+
+  // ---- streams, events ----
+
+  /** A non-blocking stream: it does not synchronize with other streams unless told to by an event. */
+  GpuStream createStream();
+
+  /** An event that records timing. */
+  default GpuEvent createEvent() {
+    return createEvent(true);
+  }
+
+  /** An event; without timing it is cheaper to record and wait on. */
+  GpuEvent createEvent(boolean timing);
+
+  // ---- modules ----
+
+  /**
+   * JIT-compiles PTX for this device through {@code cuLink*} and loads the result; the cubin is kept and
+   * available from {@link GpuModule#cubin()} so it can be stored.
+   *
+   * @throws PtxCompileException with the JIT error log when the PTX does not compile
+   */
+  GpuModule loadPtx(String ptx);
+
+  /** Loads a cubin (or fatbin) built for this device's architecture, e.g. one from {@link GpuModule#cubin()}. */
+  GpuModule loadCubin(byte[] image);
+
+  /** Destroys the context. Objects created from it become unusable. Idempotent. */
+  @Override
+  void close();
+}

@@ -1,0 +1,145 @@
+package dev.thaw.runtime.gpu.sim;
+
+import com.fasterxml.jackson.annotation.JsonAutoDetect;
+import com.fasterxml.jackson.annotation.JsonProperty;
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.util.Locale;
+import java.util.Map;
+
+/**
+ * Settings of the simulated device. Defaults suit tests and laptops; the environment can change them
+ * ({@code THAW_SIM_MEMORY}, e.g. {@code 16g}; {@code THAW_SIM_COPY_GBPS}, e.g. {@code 55}).
+ *
+ * <p>The copy-bandwidth model, off by default, makes every host↔device copy take {@code bytes / GB/s}, so
+ * restore strategies can be compared without a GPU. Whatever is measured with it is simulated, not GPU, time.
+ */
+@JsonAutoDetect(fieldVisibility = JsonAutoDetect.Visibility.ANY, getterVisibility = JsonAutoDetect.Visibility.NONE,
+    isGetterVisibility = JsonAutoDetect.Visibility.NONE, setterVisibility = JsonAutoDetect.Visibility.NONE)
+public final class SimOptions {
+
+  public static final long DEFAULT_MEMORY_BYTES = 16L << 30;
+  public static final double DEFAULT_COPY_GBPS = 0;
+  public static final String DEFAULT_DEVICE_NAME = "Thaw simulated device";
+  public static final int DEFAULT_COMPUTE_CAPABILITY_MAJOR = 9;
+  public static final int DEFAULT_COMPUTE_CAPABILITY_MINOR = 0;
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  @JsonProperty private long memoryBytes = DEFAULT_MEMORY_BYTES;
+  @JsonProperty private double copyGBps = DEFAULT_COPY_GBPS;
+  @JsonProperty private String deviceName = DEFAULT_DEVICE_NAME;
+  @JsonProperty private int computeCapabilityMajor = DEFAULT_COMPUTE_CAPABILITY_MAJOR;
+  @JsonProperty private int computeCapabilityMinor = DEFAULT_COMPUTE_CAPABILITY_MINOR;
+
+  /** Device memory the simulated device offers; creating more fails with out-of-memory. */
+  public long memoryBytes() {
+    return memoryBytes;
+  }
+
+  public SimOptions memoryBytes(long bytes) {
+    if (bytes <= 0) {
+      throw new IllegalArgumentException("simulated memory must be positive: " + bytes);
+    }
+    this.memoryBytes = bytes;
+    return this;
+  }
+
+  /** Host↔device copy bandwidth in GB/s (10^9 bytes a second); 0 copies as fast as the host can. */
+  public double copyGBps() {
+    return copyGBps;
+  }
+
+  public SimOptions copyGBps(double gbps) {
+    if (!(gbps >= 0) || Double.isInfinite(gbps)) {
+      throw new IllegalArgumentException("copy bandwidth must be a finite number of GB/s, 0 for none: " + gbps);
+    }
+    this.copyGBps = gbps;
+    return this;
+  }
+
+  public String deviceName() {
+    return deviceName;
+  }
+
+  public SimOptions deviceName(String name) {
+    this.deviceName = name;
+    return this;
+  }
+
+  public int computeCapabilityMajor() {
+    return computeCapabilityMajor;
+  }
+
+  public int computeCapabilityMinor() {
+    return computeCapabilityMinor;
+  }
+
+  public SimOptions computeCapability(int major, int minor) {
+    this.computeCapabilityMajor = major;
+    this.computeCapabilityMinor = minor;
+    return this;
+  }
+
+  /** Defaults, changed by {@code THAW_SIM_MEMORY} and {@code THAW_SIM_COPY_GBPS} where set. */
+  public static SimOptions fromEnvironment() {
+    return fromEnvironment(System.getenv());
+  }
+
+  static SimOptions fromEnvironment(Map<String, String> env) {
+    SimOptions options = new SimOptions();
+    String memory = env.get("THAW_SIM_MEMORY");
+    if (memory != null && !memory.isBlank()) {
+      options.memoryBytes(parseBytes("THAW_SIM_MEMORY", memory));
+    }
+    String gbps = env.get("THAW_SIM_COPY_GBPS");
+    if (gbps != null && !gbps.isBlank()) {
+      try {
+        options.copyGBps(Double.parseDouble(gbps.strip()));
+      } catch (NumberFormatException e) {
+        throw new IllegalArgumentException("THAW_SIM_COPY_GBPS=" + gbps + " is not a number of GB/s");
+      }
+    }
+    return options;
+  }
+
+  /** {@code 1073741824}, {@code 512m}, {@code 16g} or {@code 16GiB}. */
+  static long parseBytes(String name, String value) {
+    String v = value.strip().toLowerCase(Locale.ROOT).replace("ib", "").replace("b", "");
+    long unit = 1;
+    char last = v.isEmpty() ? ' ' : v.charAt(v.length() - 1);
+    if (last == 'k' || last == 'm' || last == 'g' || last == 't') {
+      unit = switch (last) {
+        case 'k' -> 1L << 10;
+        case 'm' -> 1L << 20;
+        case 'g' -> 1L << 30;
+        default -> 1L << 40;
+      };
+      v = v.substring(0, v.length() - 1);
+    }
+    try {
+      return Math.multiplyExact(Long.parseLong(v.strip()), unit);
+    } catch (NumberFormatException | ArithmeticException e) {
+      throw new IllegalArgumentException(name + "=" + value + " is not a size (e.g. 16g, 512m, 1073741824)");
+    }
+  }
+
+  public String toJson() {
+    try {
+      return JSON.writeValueAsString(this);
+    } catch (JsonProcessingException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  public static SimOptions fromJson(String json) {
+    try {
+      SimOptions o = JSON.readValue(json, SimOptions.class);
+      // Re-validate through the setters: JSON is input.
+      return new SimOptions().memoryBytes(o.memoryBytes).copyGBps(o.copyGBps).deviceName(o.deviceName)
+          .computeCapability(o.computeCapabilityMajor, o.computeCapabilityMinor);
+    } catch (JsonProcessingException e) {
+      throw new IllegalArgumentException("not a SimOptions JSON object: " + e.getOriginalMessage());
+    }
+  }
+}

@@ -1,0 +1,202 @@
+package dev.thaw.runtime.ptx;
+
+import dev.thaw.runtime.gpu.ParamLayout;
+import dev.thaw.runtime.gpu.ParamType;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * Reads a PTX module's header and the parameter list of every {@code .entry}, laid out as the PTX ABI lays
+ * them out in the parameter buffer (each parameter at the next offset aligned to its alignment), which is
+ * what {@code cuFuncGetParamInfo} reports for the compiled kernel.
+ *
+ * <p>It reads declarations only; instruction bodies are skipped with their braces balanced.
+ */
+public final class PtxEntries {
+
+  private static final Pattern VERSION = Pattern.compile("^\\s*\\.version\\s+(\\d+\\.\\d+)\\s*$");
+  private static final Pattern TARGET = Pattern.compile("^\\s*\\.target\\s+([\\w, ]+?)\\s*$");
+  private static final Pattern ADDRESS_SIZE = Pattern.compile("^\\s*\\.address_size\\s+(\\d+)\\s*$");
+  private static final Pattern ENTRY = Pattern.compile("\\.entry\\s+([A-Za-z_$%][\\w$%]*)\\s*\\(");
+  /** {@code .param [.attrs] .type [.ptr .space] [.align N] name[ [N] ]}. */
+  private static final Pattern PARAM = Pattern.compile(
+      "^\\.param\\s+(?:\\.align\\s+(\\d+)\\s+)?\\.(u8|s8|b8|u16|s16|b16|f16|bf16|u32|s32|b32|f32|u64|s64|b64|f64)"
+          + "(?:\\s+\\.ptr(?:\\s+\\.(?:global|shared|const|local))?)?(?:\\s+\\.align\\s+(\\d+))?"
+          + "\\s+([A-Za-z_$%][\\w$%]*)\\s*(?:\\[\\s*(\\d+)\\s*\\])?$");
+
+  private PtxEntries() {}
+
+  /**
+   * Parses {@code ptx}.
+   *
+   * @throws PtxSyntaxException if a {@code .version} or {@code .target} directive is missing, braces do not
+   *     balance, or a parameter declaration is not understood
+   */
+  public static PtxModuleInfo parse(String ptx) {
+    String text = stripComments(ptx);
+    String[] lines = text.split("\n", -1);
+    String version = null;
+    String target = null;
+    int addressSize = 64;
+    for (int i = 0; i < lines.length && (version == null || target == null); i++) {
+      String line = lines[i];
+      if (line.isBlank()) {
+        continue;
+      }
+      Matcher m;
+      if ((m = VERSION.matcher(line)).matches()) {
+        version = m.group(1);
+      } else if ((m = TARGET.matcher(line)).matches()) {
+        target = m.group(1);
+      } else if ((m = ADDRESS_SIZE.matcher(line)).matches()) {
+        addressSize = Integer.parseInt(m.group(1));
+      } else if (version == null) {
+        throw new PtxSyntaxException(i + 1, "expected the .version directive, found '" + abbreviate(line) + "'");
+      }
+    }
+    if (version == null) {
+      throw new PtxSyntaxException(1, "missing .version directive");
+    }
+    if (target == null) {
+      throw new PtxSyntaxException(1, "missing .target directive");
+    }
+    checkBraces(text);
+
+    Map<String, ParamLayout> entries = new LinkedHashMap<>();
+    Matcher entry = ENTRY.matcher(text);
+    while (entry.find()) {
+      String name = entry.group(1);
+      int open = entry.end() - 1;
+      int close = text.indexOf(')', open);
+      if (close < 0) {
+        throw new PtxSyntaxException(lineOf(text, open), "unterminated parameter list of .entry " + name);
+      }
+      entries.put(name, parseParams(name, text.substring(open + 1, close), lineOf(text, open)));
+    }
+    return new PtxModuleInfo(version, target, addressSize, entries);
+  }
+
+  private static ParamLayout parseParams(String entry, String list, int line) {
+    List<String> names = new ArrayList<>();
+    List<ParamType> types = new ArrayList<>();
+    List<Integer> sizes = new ArrayList<>();
+    List<Integer> aligns = new ArrayList<>();
+    if (!list.isBlank()) {
+      for (String raw : list.split(",")) {
+        String decl = raw.strip().replaceAll("\\s+", " ");
+        Matcher m = PARAM.matcher(decl);
+        if (!m.matches()) {
+          throw new PtxSyntaxException(line, "cannot read parameter '" + abbreviate(decl) + "' of .entry " + entry);
+        }
+        String scalar = m.group(2);
+        int width = widthOf(scalar);
+        String align = m.group(1) != null ? m.group(1) : m.group(3);
+        String count = m.group(5);
+        names.add(m.group(4));
+        if (count != null) {
+          int n = Integer.parseInt(count);
+          sizes.add(n * width);
+          types.add(ParamType.BYTES);
+          aligns.add(align != null ? Integer.parseInt(align) : width);
+        } else {
+          sizes.add(width);
+          types.add(typeOf(scalar));
+          // A .ptr attribute's .align names the pointee's alignment, not the parameter's.
+          aligns.add(m.group(1) != null ? Integer.parseInt(m.group(1)) : width);
+        }
+      }
+    }
+    return ParamLayout.ofAligned(names, types, sizes, aligns);
+  }
+
+  private static int widthOf(String scalar) {
+    return switch (scalar) {
+      case "u8", "s8", "b8" -> 1;
+      case "u16", "s16", "b16", "f16", "bf16" -> 2;
+      case "u32", "s32", "b32", "f32" -> 4;
+      default -> 8;
+    };
+  }
+
+  private static ParamType typeOf(String scalar) {
+    return switch (scalar) {
+      case "u8", "s8", "b8" -> ParamType.INT8;
+      case "u16", "s16", "b16", "f16", "bf16" -> ParamType.INT16;
+      case "u32", "s32", "b32" -> ParamType.INT32;
+      case "f32" -> ParamType.FLOAT32;
+      case "f64" -> ParamType.FLOAT64;
+      default -> ParamType.INT64;
+    };
+  }
+
+  /** Replaces comments with spaces, keeping newlines so that line numbers stay right. */
+  static String stripComments(String ptx) {
+    StringBuilder out = new StringBuilder(ptx.length());
+    int i = 0;
+    int n = ptx.length();
+    while (i < n) {
+      char c = ptx.charAt(i);
+      if (c == '/' && i + 1 < n && ptx.charAt(i + 1) == '/') {
+        while (i < n && ptx.charAt(i) != '\n') {
+          i++;
+        }
+      } else if (c == '/' && i + 1 < n && ptx.charAt(i + 1) == '*') {
+        int end = ptx.indexOf("*/", i + 2);
+        int stop = end < 0 ? n : end + 2;
+        for (; i < stop; i++) {
+          out.append(ptx.charAt(i) == '\n' ? '\n' : ' ');
+        }
+      } else if (c == '"') {
+        int end = i + 1;
+        while (end < n && ptx.charAt(end) != '"' && ptx.charAt(end) != '\n') {
+          end++;
+        }
+        out.append(ptx, i, Math.min(end + 1, n));
+        i = Math.min(end + 1, n);
+      } else {
+        out.append(c);
+        i++;
+      }
+    }
+    return out.toString();
+  }
+
+  private static void checkBraces(String text) {
+    int depth = 0;
+    int line = 1;
+    for (int i = 0; i < text.length(); i++) {
+      char c = text.charAt(i);
+      if (c == '\n') {
+        line++;
+      } else if (c == '{') {
+        depth++;
+      } else if (c == '}') {
+        if (--depth < 0) {
+          throw new PtxSyntaxException(line, "unexpected '}'");
+        }
+      }
+    }
+    if (depth != 0) {
+      throw new PtxSyntaxException(line, "unexpected end of file: " + depth + " unclosed '{'");
+    }
+  }
+
+  private static int lineOf(String text, int index) {
+    int line = 1;
+    for (int i = 0; i < index; i++) {
+      if (text.charAt(i) == '\n') {
+        line++;
+      }
+    }
+    return line;
+  }
+
+  private static String abbreviate(String s) {
+    String t = s.strip();
+    return t.length() > 60 ? t.substring(0, 57) + "..." : t;
+  }
+}
