@@ -1,0 +1,213 @@
+package dev.thaw.image.cli;
+
+import dev.thaw.runtime.gpu.CudaException;
+import dev.thaw.runtime.gpu.DeviceChoice;
+import dev.thaw.runtime.gpu.DriverAvailability;
+import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.runtime.gpu.GpuDrivers;
+import dev.thaw.runtime.gpu.GpuUnavailableException;
+import dev.thaw.runtime.gpu.cuda.CudaDriver;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.PrintWriter;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.Callable;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.ParameterException;
+import picocli.CommandLine.Spec;
+
+/**
+ * The {@code thaw} command line. A thin shell: each subcommand opens a driver, calls a library and prints.
+ *
+ * <p>Exit codes are part of the interface, for scripts: {@link #EXIT_OK}, {@link #EXIT_CHECK_FAILED},
+ * {@link #EXIT_USAGE}, {@link #EXIT_NO_DEVICE}. Errors are one line on stderr, never a stack trace.
+ */
+@Command(
+    name = "thaw",
+    mixinStandardHelpOptions = true,
+    versionProvider = ThawCli.Version.class,
+    subcommands = {DevicesCommand.class, CheckCommand.class, CommandLine.HelpCommand.class},
+    synopsisSubcommandLabel = "COMMAND",
+    description = {
+        "Thaw makes serverless GPU inference functions start in milliseconds: their",
+        "expensive start-up runs once, when a checkpoint image is built, and is",
+        "restored on demand at invoke time.",
+        "",
+        "Without a GPU, Thaw uses a simulated device so that everything still runs;",
+        "its timings are never GPU timings.",
+        ""},
+    commandListHeading = "Commands:%n",
+    exitCodeListHeading = "%nExit codes:%n",
+    exitCodeList = {
+        "0:success",
+        "1:the check failed (a wrong result, or a driver error during it); any other error",
+        "2:usage error: an unknown option, a bad value, a bad THAW_DEVICE",
+        "3:no usable device: cuda forced without a usable GPU, a driver that cannot be opened, or no such device"},
+    footerHeading = "%nEnvironment:%n",
+    footer = {
+        "  THAW_DEVICE         cuda, sim or auto (the default: a GPU when one is",
+        "                      usable, else the simulated device); --device overrides it",
+        "  THAW_SIM_MEMORY     memory of the simulated device, e.g. 16g",
+        "  THAW_SIM_COPY_GBPS  simulated host<->device copy bandwidth in GB/s;",
+        "                      0 (the default) copies as fast as the host can",
+        "",
+        "Examples:",
+        "  thaw devices                  list the devices Thaw would use",
+        "  thaw check                    prove device 0 works end to end, with timings",
+        "  thaw check --device sim       the same on the simulated device (no GPU needed)",
+        "  thaw check --device cuda      insist on a GPU: exit 3 if there is none",
+        "  thaw check --json             the result as JSON, for scripts",
+        "  thaw help check               the options of one command"})
+public final class ThawCli implements Callable<Integer> {
+
+  public static final int EXIT_OK = 0;
+  public static final int EXIT_CHECK_FAILED = 1;
+  public static final int EXIT_USAGE = 2;
+  public static final int EXIT_NO_DEVICE = 3;
+
+  /** How a command gets its driver: {@link GpuDrivers#open(DeviceChoice, SimOptions)}, or a stand-in in tests. */
+  @FunctionalInterface
+  interface DriverOpener {
+    GpuDriver open(DeviceChoice choice, SimOptions simOptions);
+  }
+
+  @Spec
+  CommandSpec spec;
+
+  private final Map<String, String> environment;
+  private final DriverOpener opener;
+
+  public ThawCli() {
+    this(System.getenv(), GpuDrivers::open);
+  }
+
+  ThawCli(Map<String, String> environment, DriverOpener opener) {
+    this.environment = Map.copyOf(environment);
+    this.opener = opener;
+  }
+
+  public static void main(String[] args) {
+    // The CLI speaks for itself (including "SIMULATED device"); library INFO logs would only repeat it on stderr.
+    if (System.getProperty("org.slf4j.simpleLogger.defaultLogLevel") == null) {
+      System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+    }
+    System.exit(commandLine(new ThawCli()).execute(args));
+  }
+
+  /** The configured command line: its error handlers turn exceptions into one stderr line and an exit code. */
+  static CommandLine commandLine(ThawCli cli) {
+    CommandLine cmd = new CommandLine(cli);
+    cmd.setParameterExceptionHandler(ThawCli::usageError);
+    cmd.setExecutionExceptionHandler(ThawCli::executionError);
+    return cmd;
+  }
+
+  @Override
+  public Integer call() {
+    throw new ParameterException(spec.commandLine(), "no command given; try 'thaw devices' or 'thaw check'");
+  }
+
+  /**
+   * Opens the driver {@code override} names, else the one {@code THAW_DEVICE} names, else picks one.
+   *
+   * @throws ParameterException if {@code THAW_DEVICE} or a simulated-device variable is malformed
+   * @throws NoDeviceException if the driver cannot be opened
+   */
+  GpuDriver openDriver(DeviceChoice override, CommandSpec caller) {
+    DeviceChoice choice;
+    SimOptions simOptions;
+    try {
+      choice = override != null ? override : DeviceChoice.parse(environment.get(DeviceChoice.ENV));
+      simOptions = SimOptions.fromEnvironment();
+    } catch (IllegalArgumentException e) {
+      throw new ParameterException(caller.commandLine(), e.getMessage(), e);
+    }
+    if (choice == DeviceChoice.CUDA) {
+      // Checked here, not left to GpuDrivers, so the message names what forced cuda: the option or the variable.
+      DriverAvailability cuda = CudaDriver.availability();
+      if (!cuda.available()) {
+        String forcedBy = override != null ? "--device cuda" : DeviceChoice.ENV + "=cuda";
+        throw new NoDeviceException(forcedBy + " but no GPU is usable: " + cuda.unavailabilityCause());
+      }
+    }
+    try {
+      return opener.open(choice, simOptions);
+    } catch (GpuUnavailableException | CudaException e) {
+      throw new NoDeviceException(e.getMessage());
+    } catch (RuntimeException | LinkageError e) {
+      // A driver that cannot even start (a missing native library, a placeholder build) is no usable device.
+      throw new NoDeviceException("cannot open " + name(choice) + ": " + describe(e));
+    }
+  }
+
+  private static String name(DeviceChoice choice) {
+    return choice == DeviceChoice.AUTO ? "a device driver" : "the " + choice.name().toLowerCase(Locale.ROOT) + " driver";
+  }
+
+  static String describe(Throwable e) {
+    return e.getMessage() == null || e.getMessage().isBlank()
+        ? e.getClass().getSimpleName()
+        : e.getMessage();
+  }
+
+  /** {@code 13.0} for 13000. */
+  static String cudaVersion(int driverVersion) {
+    return (driverVersion / 1000) + "." + (driverVersion % 1000) / 10;
+  }
+
+  private static int usageError(ParameterException e, String[] args) {
+    CommandLine cmd = e.getCommandLine();
+    PrintWriter err = cmd.getErr();
+    err.println("thaw: " + e.getMessage());
+    CommandLine.UnmatchedArgumentException.printSuggestions(e, err);
+    err.println("Try '" + cmd.getCommandSpec().qualifiedName() + " --help' for more information.");
+    err.flush();
+    return EXIT_USAGE;
+  }
+
+  private static int executionError(Exception e, CommandLine cmd, CommandLine.ParseResult parsed) {
+    PrintWriter err = cmd.getErr();
+    if (e instanceof NoDeviceException || e instanceof GpuUnavailableException || e instanceof CudaException) {
+      err.println("thaw: " + describe(e));
+      err.flush();
+      return EXIT_NO_DEVICE;
+    }
+    err.println("thaw: error: " + e.getClass().getSimpleName() + ": " + describe(e));
+    err.flush();
+    return EXIT_CHECK_FAILED;
+  }
+
+  /** No device can be used: the driver would not open, or the device asked for does not exist. */
+  static final class NoDeviceException extends RuntimeException {
+    NoDeviceException(String message) {
+      super(message, null, false, false);
+    }
+  }
+
+  /** {@code thaw 0.1.0} from the jar's Maven metadata, and the Java it runs on. */
+  static final class Version implements CommandLine.IVersionProvider {
+    private static final String POM_PROPERTIES = "/META-INF/maven/dev.thaw/thaw-image-builder/pom.properties";
+
+    @Override
+    public String[] getVersion() {
+      String version = "(development build)";
+      try (InputStream in = ThawCli.class.getResourceAsStream(POM_PROPERTIES)) {
+        if (in != null) {
+          Properties p = new Properties();
+          p.load(in);
+          version = p.getProperty("version", version);
+        }
+      } catch (IOException e) {
+        // The version line is informative only; keep the placeholder.
+      }
+      return new String[] {
+          "thaw " + version,
+          "Java " + System.getProperty("java.version") + " (" + System.getProperty("java.vm.name") + ")"};
+    }
+  }
+}
