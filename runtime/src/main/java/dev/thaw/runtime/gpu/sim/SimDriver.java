@@ -1,10 +1,225 @@
 package dev.thaw.runtime.gpu.sim;
 
+import dev.thaw.runtime.gpu.CudaError;
+import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
+import java.nio.ByteOrder;
+import java.util.List;
+import java.util.Map;
+import java.util.ServiceLoader;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
 
-/** Placeholder until the simulated device lands; replaced on the sim branch. */
-public abstract class SimDriver implements GpuDriver {
+/**
+ * The simulated device: a {@link GpuDriver} for machines without a GPU, with CUDA's semantics for everything
+ * the SPI offers and the same error codes. Nothing it measures is GPU performance.
+ *
+ * <ul>
+ *   <li>One device (ordinal 0) described by {@link SimOptions}, with 132 SMs, a fixed UUID, and
+ *       {@link #driverVersion()} 13000 (the CUDA version it mimics).
+ *   <li>Device memory is host memory, counted against {@link SimOptions#memoryBytes()}; asking for more is
+ *       {@code CUDA_ERROR_OUT_OF_MEMORY} and the context stays usable. The virtual address space (2 MiB
+ *       granularity) starts at {@code 0x7f0000000000} and is handed out first fit, so every driver opened
+ *       with the same calls hands out the same addresses: a second process gets the address it asks for.
+ *       All contexts of one driver share that space and that memory, as the contexts of a process do.
+ *   <li>Kernels are Java: a {@link SimKernel} per PTX {@code .entry} name, discovered once when the driver
+ *       opens. They see device memory through a checked, recording {@link DeviceMemory}; an illegal access
+ *       poisons the context with {@code CUDA_ERROR_ILLEGAL_ADDRESS}.
+ *   <li>Streams are worker threads; with {@link SimOptions#copyGBps()} set, host↔device copies take the
+ *       time that bandwidth implies (simulated time, not a GPU measurement).
+ * </ul>
+ */
+public final class SimDriver implements GpuDriver {
+
+  /** The CUDA version the simulated device reports. */
+  public static final int DRIVER_VERSION = 13000;
+  public static final int MULTIPROCESSOR_COUNT = 132;
+  public static final String DEVICE_UUID = "GPU-5a1e0000-0000-4000-8000-000000000000";
+
+  private final SimOptions options;
+  private final DeviceInfo device;
+  private final SimAddressSpace space = new SimAddressSpace();
+  private final Map<String, SimKernel> kernels = new ConcurrentHashMap<>();
+  private final AtomicLong memoryInUse = new AtomicLong();
+  private final AtomicInteger contextIds = new AtomicInteger();
+  private final Set<SimContext> contexts = ConcurrentHashMap.newKeySet();
+  private volatile boolean closed;
+
+  private SimDriver(SimOptions options) {
+    this.options = options;
+    this.device = new DeviceInfo(0, options.deviceName(), options.computeCapabilityMajor(),
+        options.computeCapabilityMinor(), options.memoryBytes(), DEVICE_UUID, MULTIPROCESSOR_COUNT);
+  }
+
+  /**
+   * Opens a simulated device and registers the {@link SimKernel}s that {@link ServiceLoader} finds through the
+   * thread's context class loader (or this class's).
+   *
+   * @throws IllegalStateException if two kernels claim one entry name
+   * @throws UnsupportedOperationException on a big-endian host, whose memory cannot stand in for a GPU's
+   */
   public static SimDriver open(SimOptions options) {
-    throw new IllegalStateException("the simulated device is not built yet");
+    if (ByteOrder.nativeOrder() != ByteOrder.LITTLE_ENDIAN) {
+      throw new UnsupportedOperationException("the simulated device needs a little-endian host");
+    }
+    SimDriver driver = new SimDriver(options);
+    ClassLoader loader = Thread.currentThread().getContextClassLoader();
+    if (loader == null) {
+      loader = SimKernel.class.getClassLoader();
+    }
+    for (SimKernel k : ServiceLoader.load(SimKernel.class, loader)) {
+      driver.registerKernel(k);
+    }
+    return driver;
+  }
+
+  /**
+   * Registers a Java kernel for its {@link SimKernel#entry() entry} name, for modules loaded from now on.
+   *
+   * @throws IllegalStateException if another kernel has that name
+   */
+  public void registerKernel(SimKernel kernel) {
+    String entry = kernel.entry();
+    SimKernel before = kernels.putIfAbsent(entry, kernel);
+    if (before != null && before != kernel) {
+      throw new IllegalStateException("two simulated kernels for .entry " + entry + ": "
+          + before.getClass().getName() + " and " + kernel.getClass().getName());
+    }
+  }
+
+  /** The entry names that have a Java kernel. */
+  public Set<String> registeredKernels() {
+    return new TreeSet<>(kernels.keySet());
+  }
+
+  public SimOptions options() {
+    return options;
+  }
+
+  /** Device memory created and not yet freed, in bytes, over all contexts. */
+  public long memoryInUse() {
+    return memoryInUse.get();
+  }
+
+  @Override
+  public String name() {
+    return "sim";
+  }
+
+  @Override
+  public boolean isSimulated() {
+    return true;
+  }
+
+  @Override
+  public int driverVersion() {
+    return DRIVER_VERSION;
+  }
+
+  @Override
+  public List<DeviceInfo> devices() {
+    return List.of(device);
+  }
+
+  DeviceInfo device() {
+    return device;
+  }
+
+  @Override
+  public GpuContext createContext(int deviceOrdinal) {
+    checkOpen();
+    if (deviceOrdinal != 0) {
+      throw new IllegalArgumentException("no device " + deviceOrdinal + "; the simulated device is 0");
+    }
+    SimContext context = new SimContext(this, contextIds.incrementAndGet());
+    contexts.add(context);
+    return context;
+  }
+
+  void contextClosed(SimContext context) {
+    contexts.remove(context);
+  }
+
+  private void checkOpen() {
+    if (closed) {
+      throw new IllegalStateException("driver is closed");
+    }
+  }
+
+  @Override
+  public void close() {
+    closed = true;
+  }
+
+  // ---- for contexts ----
+
+  SimAddressSpace space() {
+    return space;
+  }
+
+  SimKernel kernel(String entry) {
+    return kernels.get(entry);
+  }
+
+  /** Zeroed host memory standing in for {@code bytes} of device memory. */
+  long allocate(long bytes) {
+    String call = "cuMemCreate";
+    long limit = options.memoryBytes();
+    for (;;) {
+      long used = memoryInUse.get();
+      if (bytes > limit - used) {
+        throw CudaError.exception(call, CudaError.CUDA_ERROR_OUT_OF_MEMORY, String.format(
+            "%d bytes asked for, %d of %d in use", bytes, used, limit));
+      }
+      if (memoryInUse.compareAndSet(used, used + bytes)) {
+        break;
+      }
+    }
+    long host = SimNative.allocateZeroed(bytes);
+    if (host == 0) {
+      memoryInUse.addAndGet(-bytes);
+      throw CudaError.exception(call, CudaError.CUDA_ERROR_OUT_OF_MEMORY,
+          "the host could not provide " + bytes + " bytes of simulated device memory");
+    }
+    return host;
+  }
+
+  void free(long host, long bytes) {
+    SimNative.free(host);
+    memoryInUse.addAndGet(-bytes);
+  }
+
+  /**
+   * Makes a host↔device copy of {@code bytes} that started at {@code startNanos} last as long as the modelled
+   * bandwidth says: parks until close, then spins, so ~1 ms copies stay accurate. Returns early when the
+   * thread is interrupted (a stream being destroyed).
+   */
+  void modelCopy(long bytes, long startNanos) {
+    double gbps = options.copyGBps();
+    if (gbps <= 0) {
+      return;
+    }
+    long deadline = startNanos + (long) (bytes / gbps);
+    for (;;) {
+      long left = deadline - System.nanoTime();
+      if (left <= 0 || Thread.currentThread().isInterrupted()) {
+        return;
+      }
+      if (left > 200_000) {
+        LockSupport.parkNanos(left - 100_000);
+      } else {
+        Thread.onSpinWait();
+      }
+    }
+  }
+
+  @Override
+  public String toString() {
+    return "SimDriver[" + device.describe() + "]";
   }
 }

@@ -1,0 +1,80 @@
+package dev.thaw.runtime.gpu.sim;
+
+import dev.thaw.runtime.gpu.Mapping;
+import dev.thaw.runtime.gpu.MemoryAccess;
+import java.util.concurrent.locks.Lock;
+
+/** Physical memory mapped into a {@link SimVirtualRange}. */
+final class SimMapping implements Mapping {
+
+  private final SimVirtualRange range;
+  private final SimPhysicalMemory memory;
+  private final long address;
+  private volatile MemoryAccess access;
+  private volatile boolean closed;
+
+  SimMapping(SimVirtualRange range, SimPhysicalMemory memory, long address) {
+    this.range = range;
+    this.memory = memory;
+    this.address = address;
+  }
+
+  @Override
+  public long address() {
+    return address;
+  }
+
+  @Override
+  public long size() {
+    return memory.size();
+  }
+
+  @Override
+  public void setAccess(MemoryAccess access) {
+    if (access == null) {
+      throw new IllegalArgumentException("access must not be null");
+    }
+    range.context().checkUsable("cuMemSetAccess");
+    synchronized (this) {
+      if (closed) {
+        throw new IllegalStateException("mapping is closed");
+      }
+      this.access = access;
+    }
+    range.space().republish();
+  }
+
+  @Override
+  public MemoryAccess access() {
+    return access;
+  }
+
+  synchronized SimAddressSpace.Segment segment() {
+    return new SimAddressSpace.Segment(address, address + memory.size(), memory.hostAddress(), access);
+  }
+
+  @Override
+  public void close() {
+    Lock write = range.space().writeLock();
+    // Waits for running kernels and copies: they may hold addresses inside this mapping.
+    write.lock();
+    try {
+      synchronized (this) {
+        if (closed) {
+          return;
+        }
+        closed = true;
+      }
+      range.removeMapping(this);
+      range.space().republish();
+      memory.releaseMapping();
+    } finally {
+      write.unlock();
+    }
+  }
+
+  @Override
+  public String toString() {
+    return String.format("SimMapping[0x%x, %d bytes, %s]", address, memory.size(), access);
+  }
+}

@@ -1,0 +1,124 @@
+package dev.thaw.runtime.gpu.sim;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.thaw.runtime.gpu.CudaError;
+import dev.thaw.runtime.gpu.CudaException;
+import dev.thaw.runtime.gpu.DeviceBuffer;
+import dev.thaw.runtime.gpu.Dim3;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuModule;
+import dev.thaw.runtime.gpu.GpuStream;
+import java.nio.ByteBuffer;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.function.Executable;
+
+/** Pins GPU-like sticky errors: a fault is reported at the next synchronization and then by every call. */
+class SimContextPoisonTest {
+
+  private SimDriver driver;
+
+  @BeforeEach
+  void open() {
+    driver = SimDriver.open(new SimOptions().memoryBytes(64L << 20));
+  }
+
+  @AfterEach
+  void close() {
+    driver.close();
+  }
+
+  @Test
+  void outOfBoundsReadPoisonsOnlyItsContext() {
+    SimContext ctx = (SimContext) driver.createContext(0);
+    GpuContext other = driver.createContext(0);
+    List<SimLaunchRecord> records = new CopyOnWriteArrayList<>();
+    ctx.addLaunchListener(records::add);
+    GpuModule module = ctx.loadPtx(TestKernels.PTX);
+    GpuStream stream = ctx.createStream();
+    GpuEvent event = ctx.createEvent();
+    DeviceBuffer buf = ctx.allocate(1);
+    DeviceBuffer otherBuf = other.allocate(1);
+
+    // Reserved but never mapped: unmapped on a GPU too. (One past buf would be otherBuf: contexts of one
+    // driver share the address space, as contexts of one process do.)
+    long past = ctx.reserve(1, 0).address();
+    module.kernel("sim_test_read_at").launch(Dim3.of(1), Dim3.of(1), stream, past, buf.address());
+    // The launch returned normally; the error comes with the next synchronization.
+    CudaException e = assertThrows(CudaException.class, stream::synchronize);
+    assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, e.code());
+    assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", e.errorName());
+
+    SimLaunchRecord r = records.get(0);
+    assertTrue(r.reads().isEmpty() && r.writes().isEmpty(), r.toString());
+    assertTrue(r.fault().orElseThrow().getMessage().contains(String.format("0x%x", past)), r.toString());
+
+    List<Executable> later = List.of(
+        ctx::synchronize,
+        () -> ctx.allocate(1),
+        () -> ctx.createStream(),
+        () -> ctx.loadPtx(TestKernels.PTX),
+        () -> ctx.copyHostToDevice(buf.address(), ByteBuffer.allocate(4)),
+        () -> ctx.memsetD8(buf.address(), (byte) 1, 4),
+        () -> stream.isIdle(),
+        () -> stream.memsetD8Async(buf.address(), (byte) 1, 4),
+        () -> event.record(stream),
+        () -> event.isComplete(),
+        () -> module.kernel("sim_test_scale"),
+        () -> buf.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ));
+    for (Executable call : later) {
+      CudaException again = assertThrows(CudaException.class, call);
+      assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, again.code(), again.getMessage());
+    }
+
+    // The other context, and a new one, work.
+    other.memsetD8(otherBuf.address(), (byte) 3, 16);
+    other.synchronize();
+    try (GpuContext fresh = driver.createContext(0)) {
+      DeviceBuffer b = fresh.allocate(64);
+      fresh.memsetD32(b.address(), 0x01020304, 16);
+      ByteBuffer host = ByteBuffer.allocate(64);
+      b.copyToHost(host);
+      assertEquals(0x04, host.get(0));
+    }
+
+    ctx.close();
+    ctx.close();
+    assertThrows(IllegalStateException.class, ctx::synchronize);
+    other.close();
+  }
+
+  @Test
+  void aKernelThatThrowsFailsTheLaunchWithLaunchFailed() {
+    try (SimContext ctx = (SimContext) driver.createContext(0)) {
+      GpuStream stream = ctx.createStream();
+      ctx.loadPtx(TestKernels.PTX).kernel("sim_test_throws").launch(Dim3.of(1), Dim3.of(1), stream);
+      CudaException e = assertThrows(CudaException.class, ctx::synchronize);
+      assertEquals(CudaError.CUDA_ERROR_LAUNCH_FAILED, e.code());
+      assertTrue(ctx.poisonedBy().orElseThrow().getCause() instanceof ArithmeticException);
+    }
+  }
+
+  @Test
+  void queuedWorkSkippedAfterAFaultAndEventsStillComplete() {
+    try (SimContext ctx = (SimContext) driver.createContext(0)) {
+      GpuStream stream = ctx.createStream();
+      GpuModule module = ctx.loadPtx(TestKernels.PTX);
+      DeviceBuffer buf = ctx.allocate(64);
+      GpuEvent done = ctx.createEvent();
+      module.kernel("sim_test_increment").launch(Dim3.of(1), Dim3.of(1), stream, buf, 1, 50);
+      module.kernel("sim_test_read_at").launch(Dim3.of(1), Dim3.of(1), stream, 8L, buf.address());
+      stream.memsetD8Async(buf.address(), (byte) 9, 4);
+      done.record(stream);
+      assertThrows(CudaException.class, done::synchronize);
+      assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, ctx.poisonedBy().orElseThrow().code());
+    }
+  }
+}
