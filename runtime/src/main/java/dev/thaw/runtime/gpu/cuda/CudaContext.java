@@ -62,10 +62,19 @@ final class CudaContext extends CudaResource implements GpuContext {
     this.handle = handle;
   }
 
-  /** {@code cuCtxCreate_v4} with no create params; the new context is current on the calling thread. */
+  /**
+   * {@code cuCtxCreate_v4} with no create params (NULL); the new context is current on the calling thread.
+   * {@code cuda.h} does not say in words that NULL is accepted, so a driver that answers
+   * {@code CUDA_ERROR_INVALID_VALUE} is asked again with an all-zero {@code CUctxCreateParams}, which means
+   * the same: no execution affinity, no CIG.
+   */
   static CudaContext create(CudaDriver driver, DeviceInfo device, int deviceHandle) {
-    CudaNative.Scratch s = CudaNative.Scratch.get().clear(8);
-    check(CudaNative.cuCtxCreate_v4(s.address, 0L, CudaNative.CU_CTX_SCHED_AUTO, deviceHandle), "cuCtxCreate_v4");
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(8 + CudaNative.CTX_CREATE_PARAMS_SIZE);
+    int r = CudaNative.cuCtxCreate_v4(s.address, 0L, CudaNative.CU_CTX_SCHED_AUTO, deviceHandle);
+    if (r == CudaNative.CUDA_ERROR_INVALID_VALUE) {
+      r = CudaNative.cuCtxCreate_v4(s.address, s.address + 8, CudaNative.CU_CTX_SCHED_AUTO, deviceHandle);
+    }
+    check(r, "cuCtxCreate_v4");
     CudaContext ctx = new CudaContext(driver, device, deviceHandle, s.memory.getLong(0));
     CURRENT.get()[0] = ctx.id;
     try {

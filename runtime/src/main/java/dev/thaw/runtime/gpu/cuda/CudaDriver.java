@@ -58,7 +58,7 @@ public final class CudaDriver implements GpuDriver {
       try {
         NativeLibrary.getInstance(CudaNative.LIBRARY);
       } catch (LinkageError e) {
-        return unavailable(CudaNative.LIBRARY + " not found: " + e.getMessage(), e);
+        return unavailable(CudaNative.LIBRARY + " not found: " + loaderReason(e.getMessage()), e);
       }
       try {
         CudaNative.load();
@@ -83,6 +83,18 @@ public final class CudaDriver implements GpuDriver {
     } catch (RuntimeException | LinkageError e) {
       return unavailable("CUDA probe failed: " + e, e);
     }
+  }
+
+  /**
+   * JNA's message lists every place it looked, the class path included; the dynamic loader's own reason
+   * (its second line) is what a person needs. The whole error stays the cause of {@link #open()}'s exception.
+   */
+  private static String loaderReason(String message) {
+    if (message == null) {
+      return "(no reason given)";
+    }
+    String[] lines = message.split("\n");
+    return lines.length > 1 && !lines[1].isBlank() ? lines[1].strip() : lines[0].strip();
   }
 
   private static DriverAvailability unavailable(String cause, Throwable error) {

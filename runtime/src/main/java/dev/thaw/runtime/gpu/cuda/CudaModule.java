@@ -4,6 +4,7 @@ import static dev.thaw.runtime.gpu.cuda.CudaNative.check;
 
 import com.sun.jna.Memory;
 import com.sun.jna.Pointer;
+import dev.thaw.runtime.gpu.CudaError;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.Kernel;
 import dev.thaw.runtime.gpu.KernelParam;
@@ -95,12 +96,18 @@ final class CudaModule extends CudaResource implements GpuModule {
       try {
         int r = CudaNative.cuLinkAddData_v2(state, CudaNative.CU_JIT_INPUT_PTX, Pointer.nativeValue(data),
             source.length + 1L, base + JIT_NAME, 0, 0L, 0L);
+        if (r == CudaError.CUDA_ERROR_OUT_OF_MEMORY) {
+          throw CudaNative.error("cuLinkAddData_v2", r);
+        }
         if (r != CudaNative.CUDA_SUCCESS) {
           throw new PtxCompileException("cuLinkAddData_v2", r, CudaNative.errorName(r),
               slab.getString(JIT_ERROR_LOG, "UTF-8"));
         }
         s.clear(16);
         r = CudaNative.cuLinkComplete(state, s.address, s.address + 8);
+        if (r == CudaError.CUDA_ERROR_OUT_OF_MEMORY) {
+          throw CudaNative.error("cuLinkComplete", r);
+        }
         if (r != CudaNative.CUDA_SUCCESS) {
           throw new PtxCompileException("cuLinkComplete", r, CudaNative.errorName(r),
               slab.getString(JIT_ERROR_LOG, "UTF-8"));

@@ -72,6 +72,12 @@ final class CudaNative {
   static final int MEM_ACCESS_DESC_LOCATION_ID = 4;
   static final int MEM_ACCESS_DESC_FLAGS = 8;
 
+  /**
+   * {@code CUctxCreateParams} (24 bytes): {@code CUexecAffinityParam *execAffinityParams @0;
+   * int numExecAffinityParams @8; CUctxCigParam *cigParams @16}.
+   */
+  static final int CTX_CREATE_PARAMS_SIZE = 24;
+
   /** {@code CUuuid}: {@code char bytes[16]}. */
   static final int UUID_SIZE = 16;
 

@@ -96,10 +96,16 @@ final class CudaStream extends CudaResource implements GpuStream {
     check(CudaNative.cuMemsetD32Async(dstDevice, value, count, handle), "cuMemsetD32Async");
   }
 
+  /** The event may belong to another context of this driver: {@code cuStreamWaitEvent} allows that. */
   @Override
   public void waitFor(GpuEvent event) {
     checkOpen();
-    CudaEvent e = context.own(event, CudaEvent.class, "event");
+    Objects.requireNonNull(event, "event");
+    if (!(event instanceof CudaEvent)) {
+      throw new IllegalArgumentException(event + " is not an event of the CUDA driver");
+    }
+    CudaEvent e = (CudaEvent) event;
+    e.checkOpen();
     context.ensureCurrent();
     check(CudaNative.cuStreamWaitEvent(handle, e.handle, CudaNative.CU_EVENT_WAIT_DEFAULT), "cuStreamWaitEvent");
   }
