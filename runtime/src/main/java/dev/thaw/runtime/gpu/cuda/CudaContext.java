@@ -1,0 +1,470 @@
+package dev.thaw.runtime.gpu.cuda;
+
+import static dev.thaw.runtime.gpu.cuda.CudaNative.check;
+
+import com.sun.jna.Memory;
+import com.sun.jna.Native;
+import com.sun.jna.Pointer;
+import dev.thaw.runtime.gpu.AddressUnavailableException;
+import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuModule;
+import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.PhysicalMemory;
+import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.gpu.VirtualRange;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Objects;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.function.Supplier;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A {@code CUcontext} made with {@code cuCtxCreate_v4}, and the owner of everything created from it.
+ *
+ * <p>Invariants: a thread's {@link #CURRENT} holds the {@link #id} of the context this class last made
+ * current on it, so an operation calls {@code cuCtxSetCurrent} only when the thread switches contexts. Ids
+ * are never reused, unlike {@code CUcontext} values, which the driver may hand out again after a destroy.
+ * Creating a handle and destroying the context exclude each other ({@link #lock}): everything registered
+ * is freed before {@code cuCtxDestroy_v2}, and nothing is freed after it.
+ */
+final class CudaContext extends CudaResource implements GpuContext {
+
+  private static final Logger LOG = LoggerFactory.getLogger(CudaContext.class);
+  private static final AtomicLong IDS = new AtomicLong();
+  private static final ThreadLocal<long[]> CURRENT = ThreadLocal.withInitial(() -> new long[1]);
+
+  private final CudaDriver driver;
+  private final DeviceInfo device;
+  private final int deviceHandle;
+  final long handle;
+  private final long id = IDS.incrementAndGet();
+  private final Set<CudaResource> owned = ConcurrentHashMap.newKeySet();
+  private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
+  /** Set, under the write lock, just before {@code cuCtxDestroy_v2}. */
+  private boolean destroyed;
+  private long granularity;
+
+  private CudaContext(CudaDriver driver, DeviceInfo device, int deviceHandle, long handle) {
+    super(null, String.format("CUDA context 0x%x on device %d", handle, device.ordinal()));
+    this.driver = driver;
+    this.device = device;
+    this.deviceHandle = deviceHandle;
+    this.handle = handle;
+  }
+
+  /**
+   * {@code cuCtxCreate_v4} with no create params (NULL); the new context is current on the calling thread.
+   * {@code cuda.h} does not say in words that NULL is accepted, so a driver that answers
+   * {@code CUDA_ERROR_INVALID_VALUE} is asked again with an all-zero {@code CUctxCreateParams}, which means
+   * the same: no execution affinity, no CIG.
+   */
+  static CudaContext create(CudaDriver driver, DeviceInfo device, int deviceHandle) {
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(8 + CudaNative.CTX_CREATE_PARAMS_SIZE);
+    int r = CudaNative.cuCtxCreate_v4(s.address, 0L, CudaNative.CU_CTX_SCHED_AUTO, deviceHandle);
+    if (r == CudaNative.CUDA_ERROR_INVALID_VALUE) {
+      r = CudaNative.cuCtxCreate_v4(s.address, s.address + 8, CudaNative.CU_CTX_SCHED_AUTO, deviceHandle);
+    }
+    check(r, "cuCtxCreate_v4");
+    CudaContext ctx = new CudaContext(driver, device, deviceHandle, s.memory.getLong(0));
+    CURRENT.get()[0] = ctx.id;
+    try {
+      ctx.granularity = ctx.queryGranularity();
+    } catch (RuntimeException e) {
+      ctx.close();
+      throw e;
+    }
+    return ctx;
+  }
+
+  private long queryGranularity() {
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(64 + 8);
+    writeAllocationProp(s.memory, 0);
+    check(CudaNative.cuMemGetAllocationGranularity(s.address + 64, s.address,
+        CudaNative.CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity");
+    long g = s.memory.getLong(64);
+    if (g <= 0 || Long.bitCount(g) != 1) {
+      throw new IllegalStateException("cuMemGetAllocationGranularity returned " + g);
+    }
+    return g;
+  }
+
+  /** A {@code CUmemAllocationProp} for pinned memory on this device, at {@code offset} of zeroed memory. */
+  private void writeAllocationProp(Memory m, int offset) {
+    m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_TYPE, CudaNative.CU_MEM_ALLOCATION_TYPE_PINNED);
+    m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_REQUESTED_HANDLE_TYPES, CudaNative.CU_MEM_HANDLE_TYPE_NONE);
+    m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_LOCATION_TYPE, CudaNative.CU_MEM_LOCATION_TYPE_DEVICE);
+    m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_LOCATION_ID, device.ordinal());
+    m.setLong(offset + CudaNative.MEM_ALLOCATION_PROP_WIN32_META, 0L);
+    m.setLong(offset + CudaNative.MEM_ALLOCATION_PROP_ALLOC_FLAGS, 0L);
+  }
+
+  /** The {@code CUmemLocation.id} of this device: its ordinal, as {@code cuda.h} says. */
+  int locationId() {
+    return device.ordinal();
+  }
+
+  // ---- current-context tracking ----
+
+  /** Makes this context current on the calling thread unless this class already did. */
+  void ensureCurrent() {
+    long[] current = CURRENT.get();
+    if (current[0] != id) {
+      check(CudaNative.cuCtxSetCurrent(handle), "cuCtxSetCurrent");
+      current[0] = id;
+    }
+  }
+
+  @Override
+  public void makeCurrent() {
+    checkOpen();
+    check(CudaNative.cuCtxSetCurrent(handle), "cuCtxSetCurrent");
+    CURRENT.get()[0] = id;
+  }
+
+  // ---- ownership ----
+
+  /** Runs {@code create} with this context current and registers what it returns; excludes teardown. */
+  <T extends CudaResource> T create(Supplier<T> create) {
+    lock.readLock().lock();
+    try {
+      checkOpen();
+      ensureCurrent();
+      T resource = create.get();
+      owned.add(resource);
+      return resource;
+    } finally {
+      lock.readLock().unlock();
+    }
+  }
+
+  void forget(CudaResource resource) {
+    owned.remove(resource);
+  }
+
+  /** Frees {@code resource} with this context current, unless the context is already destroyed. */
+  void release(CudaResource resource) {
+    lock.readLock().lock();
+    try {
+      if (destroyed) {
+        return;
+      }
+      ensureCurrent();
+      resource.free();
+    } finally {
+      lock.readLock().unlock();
+    }
+  }
+
+  /** Casts a handle given to this context, checking that it is a CUDA one of this context and open. */
+  <T extends CudaResource> T own(Object given, Class<T> type, String what) {
+    Objects.requireNonNull(given, what);
+    if (!type.isInstance(given)) {
+      throw new IllegalArgumentException(what + " " + given + " does not belong to the CUDA driver");
+    }
+    T t = type.cast(given);
+    if (t.context != this) {
+      throw new IllegalArgumentException(what + " " + given + " belongs to another context than " + describe());
+    }
+    t.checkOpen();
+    return t;
+  }
+
+  // ---- GpuContext ----
+
+  @Override
+  public GpuDriver driver() {
+    return driver;
+  }
+
+  @Override
+  public DeviceInfo device() {
+    return device;
+  }
+
+  @Override
+  public void synchronize() {
+    checkOpen();
+    ensureCurrent();
+    check(CudaNative.cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+
+  @Override
+  public long granularity() {
+    checkOpen();
+    return granularity;
+  }
+
+  @Override
+  public VirtualRange reserve(long size, long addressHint) {
+    long rounded = roundUp(size);
+    checkAligned(addressHint, "address hint");
+    return create(() -> new CudaVirtualRange(this, reserveRaw(rounded, addressHint), rounded));
+  }
+
+  @Override
+  public VirtualRange reserveExact(long address, long size) {
+    if (address == 0) {
+      throw new IllegalArgumentException("an exact reservation needs an address, not 0");
+    }
+    checkAligned(address, "address");
+    long rounded = roundUp(size);
+    return create(() -> {
+      long got = reserveRaw(rounded, address);
+      if (got != address) {
+        check(CudaNative.cuMemAddressFree(got, rounded), "cuMemAddressFree");
+        throw new AddressUnavailableException(address, rounded,
+            String.format("cuMemAddressReserve offered 0x%x instead", got));
+      }
+      return new CudaVirtualRange(this, got, rounded);
+    });
+  }
+
+  private long reserveRaw(long size, long hint) {
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(8);
+    check(CudaNative.cuMemAddressReserve(s.address, size, 0L, hint, 0L), "cuMemAddressReserve");
+    return s.memory.getLong(0);
+  }
+
+  @Override
+  public PhysicalMemory createMemory(long size) {
+    long rounded = roundUp(size);
+    return create(() -> {
+      CudaNative.Scratch s = CudaNative.Scratch.get().clear(64 + 8);
+      writeAllocationProp(s.memory, 0);
+      check(CudaNative.cuMemCreate(s.address + 64, rounded, s.address, 0L), "cuMemCreate");
+      return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded);
+    });
+  }
+
+  @Override
+  public PinnedBuffer allocatePinned(long size) {
+    if (size <= 0) {
+      throw new IllegalArgumentException("size must be positive: " + size);
+    }
+    return create(() -> {
+      CudaNative.Scratch s = CudaNative.Scratch.get().clear(8);
+      // Portable: pinned for every context, so a staging cache can serve all contexts of a pool.
+      check(CudaNative.cuMemHostAlloc(s.address, size, CudaNative.CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+      return new CudaPinnedBuffer(this, s.memory.getLong(0), size);
+    });
+  }
+
+  private long roundUp(long size) {
+    checkOpen();
+    if (size <= 0) {
+      throw new IllegalArgumentException("size must be positive: " + size);
+    }
+    if (size > Long.MAX_VALUE - granularity) {
+      throw new IllegalArgumentException("size is too large: " + size);
+    }
+    return (size + granularity - 1) & -granularity;
+  }
+
+  private void checkAligned(long address, String what) {
+    checkOpen();
+    if ((address & (granularity - 1)) != 0) {
+      throw new IllegalArgumentException(String.format("%s 0x%x is not a multiple of the granularity 0x%x",
+          what, address, granularity));
+    }
+  }
+
+  // ---- synchronous copies ----
+
+  @Override
+  public void copyHostToDevice(long dstDevice, ByteBuffer src) {
+    checkOpen();
+    Objects.requireNonNull(src, "src");
+    int n = src.remaining();
+    if (n == 0) {
+      return;
+    }
+    ensureCurrent();
+    if (src.isDirect()) {
+      check(CudaNative.cuMemcpyHtoD_v2(dstDevice, addressOf(src) + src.position(), n), "cuMemcpyHtoD_v2");
+      return;
+    }
+    try (Memory staging = new Memory(n)) {
+      staging.getByteBuffer(0, n).put(src.duplicate());
+      check(CudaNative.cuMemcpyHtoD_v2(dstDevice, Pointer.nativeValue(staging), n), "cuMemcpyHtoD_v2");
+    }
+  }
+
+  @Override
+  public void copyDeviceToHost(ByteBuffer dst, long srcDevice) {
+    checkOpen();
+    Objects.requireNonNull(dst, "dst");
+    if (dst.isReadOnly()) {
+      throw new IllegalArgumentException("cannot copy into a read-only buffer");
+    }
+    int n = dst.remaining();
+    if (n == 0) {
+      return;
+    }
+    ensureCurrent();
+    if (dst.isDirect()) {
+      check(CudaNative.cuMemcpyDtoH_v2(addressOf(dst) + dst.position(), srcDevice, n), "cuMemcpyDtoH_v2");
+      return;
+    }
+    try (Memory staging = new Memory(n)) {
+      check(CudaNative.cuMemcpyDtoH_v2(Pointer.nativeValue(staging), srcDevice, n), "cuMemcpyDtoH_v2");
+      dst.duplicate().put(staging.getByteBuffer(0, n));
+    }
+  }
+
+  private static long addressOf(ByteBuffer direct) {
+    return Pointer.nativeValue(Native.getDirectBufferPointer(direct));
+  }
+
+  @Override
+  public void copyDeviceToDevice(long dstDevice, long srcDevice, long bytes) {
+    checkOpen();
+    checkCount(bytes, "bytes");
+    if (bytes == 0) {
+      return;
+    }
+    ensureCurrent();
+    check(CudaNative.cuMemcpyDtoD_v2(dstDevice, srcDevice, bytes), "cuMemcpyDtoD_v2");
+  }
+
+  @Override
+  public void memsetD8(long dstDevice, byte value, long bytes) {
+    checkOpen();
+    checkCount(bytes, "bytes");
+    if (bytes == 0) {
+      return;
+    }
+    ensureCurrent();
+    check(CudaNative.cuMemsetD8_v2(dstDevice, value & 0xff, bytes), "cuMemsetD8_v2");
+  }
+
+  @Override
+  public void memsetD32(long dstDevice, int value, long count) {
+    checkOpen();
+    checkCount(count, "count");
+    checkWordAligned(dstDevice);
+    if (count == 0) {
+      return;
+    }
+    ensureCurrent();
+    check(CudaNative.cuMemsetD32_v2(dstDevice, value, count), "cuMemsetD32_v2");
+  }
+
+  static void checkCount(long n, String what) {
+    if (n < 0) {
+      throw new IllegalArgumentException(what + " must not be negative: " + n);
+    }
+  }
+
+  /** {@code cuMemsetD32} needs a 4-byte-aligned destination. */
+  static void checkWordAligned(long dstDevice) {
+    if ((dstDevice & 3) != 0) {
+      throw new IllegalArgumentException(String.format("device address 0x%x is not 4-byte aligned", dstDevice));
+    }
+  }
+
+  // ---- streams, events, modules ----
+
+  @Override
+  public GpuStream createStream() {
+    return create(() -> {
+      CudaNative.Scratch s = CudaNative.Scratch.get().clear(8);
+      check(CudaNative.cuStreamCreate(s.address, CudaNative.CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      return new CudaStream(this, s.memory.getLong(0));
+    });
+  }
+
+  @Override
+  public GpuEvent createEvent(boolean timing) {
+    return create(() -> {
+      CudaNative.Scratch s = CudaNative.Scratch.get().clear(8);
+      int flags = timing ? CudaNative.CU_EVENT_DEFAULT : CudaNative.CU_EVENT_DISABLE_TIMING;
+      check(CudaNative.cuEventCreate(s.address, flags), "cuEventCreate");
+      return new CudaEvent(this, s.memory.getLong(0), timing);
+    });
+  }
+
+  @Override
+  public GpuModule loadPtx(String ptx) {
+    Objects.requireNonNull(ptx, "ptx");
+    if (ptx.isBlank()) {
+      throw new IllegalArgumentException("PTX is empty");
+    }
+    return create(() -> CudaModule.jit(this, ptx));
+  }
+
+  @Override
+  public GpuModule loadCubin(byte[] image) {
+    Objects.requireNonNull(image, "image");
+    if (image.length == 0) {
+      throw new IllegalArgumentException("cubin image is empty");
+    }
+    return create(() -> CudaModule.load(this, image));
+  }
+
+  // ---- teardown ----
+
+  @Override
+  String describe() {
+    return String.format("CUDA context 0x%x on device %d", handle, device.ordinal());
+  }
+
+  @Override
+  int rank() {
+    return Integer.MAX_VALUE;
+  }
+
+  @Override
+  void free() {
+    throw new AssertionError("a context is torn down by dispose()");
+  }
+
+  /**
+   * Frees what is still open, in {@link CudaResource#rank()} order, then destroys the context. A child that
+   * fails to free (after a sticky error, say) is logged and skipped: {@code cuCtxDestroy_v2} still runs.
+   */
+  @Override
+  void dispose() {
+    lock.writeLock().lock();
+    try {
+      try {
+        ensureCurrent();
+        int r = CudaNative.cuCtxSynchronize();
+        if (r != CudaNative.CUDA_SUCCESS) {
+          LOG.debug("{}: cuCtxSynchronize before destroy returned {}", describe(), CudaNative.errorName(r));
+        }
+      } catch (RuntimeException e) {
+        LOG.debug("{}: cannot make it current before destroy: {}", describe(), e.getMessage());
+      }
+      List<CudaResource> children = new ArrayList<>(owned);
+      children.sort(Comparator.comparingInt(CudaResource::rank));
+      for (CudaResource child : children) {
+        try {
+          child.close();
+        } catch (RuntimeException e) {
+          LOG.warn("{}: freeing {} failed while closing the context: {}", describe(), child.describe(),
+              e.getMessage());
+        }
+      }
+      owned.clear();
+      destroyed = true;
+      int r = CudaNative.cuCtxDestroy_v2(handle);
+      long[] current = CURRENT.get();
+      if (current[0] == id) {
+        current[0] = 0;
+      }
+      check(r, "cuCtxDestroy_v2");
+    } finally {
+      lock.writeLock().unlock();
+    }
+  }
+}

@@ -1,0 +1,76 @@
+package dev.thaw.runtime.gpu.cuda;
+
+import static dev.thaw.runtime.gpu.cuda.CudaNative.check;
+
+import com.sun.jna.Pointer;
+import dev.thaw.runtime.gpu.PinnedBuffer;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+
+/** Page-locked, portable host memory from {@code cuMemHostAlloc}. */
+final class CudaPinnedBuffer extends CudaResource implements PinnedBuffer {
+
+  private final long address;
+  private final long size;
+
+  CudaPinnedBuffer(CudaContext context, long address, long size) {
+    super(context, String.format("CUDA pinned buffer 0x%x (%d bytes)", address, size));
+    this.address = address;
+    this.size = size;
+  }
+
+  @Override
+  public long address() {
+    checkOpen();
+    return address;
+  }
+
+  @Override
+  public long size() {
+    return size;
+  }
+
+  @Override
+  public ByteBuffer asByteBuffer() {
+    checkOpen();
+    if (size > Integer.MAX_VALUE) {
+      throw new IllegalStateException(describe() + " is larger than a ByteBuffer can be; use slice()");
+    }
+    return new Pointer(address).getByteBuffer(0, size).order(ByteOrder.LITTLE_ENDIAN);
+  }
+
+  @Override
+  public ByteBuffer slice(long offset, int length) {
+    checkOpen();
+    checkRange(offset, length);
+    return new Pointer(address).getByteBuffer(offset, length).order(ByteOrder.LITTLE_ENDIAN);
+  }
+
+  /** Throws unless {@code [offset, offset + length)} lies inside this buffer. */
+  void checkRange(long offset, long length) {
+    if (offset < 0 || length < 0 || offset > size || length > size - offset) {
+      throw new IllegalArgumentException(String.format("[%d, %d) is outside %s", offset, offset + length,
+          describe()));
+    }
+  }
+
+  /** The address for a native call; the caller has checked the range. */
+  long rawAddress() {
+    return address;
+  }
+
+  @Override
+  String describe() {
+    return String.format("CUDA pinned buffer 0x%x (%d bytes)", address, size);
+  }
+
+  @Override
+  int rank() {
+    return RANK_PINNED;
+  }
+
+  @Override
+  void free() {
+    check(CudaNative.cuMemFreeHost(address), "cuMemFreeHost");
+  }
+}
