@@ -1,6 +1,7 @@
 package dev.thaw.runtime.gpu;
 
 import java.nio.ByteBuffer;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * Device memory that owns its address range, its physical memory and their mapping: what
@@ -13,7 +14,7 @@ public final class DeviceBuffer implements AutoCloseable {
   private final VirtualRange range;
   private final PhysicalMemory memory;
   private final Mapping mapping;
-  private volatile boolean closed;
+  private final AtomicBoolean closed = new AtomicBoolean();
 
   private DeviceBuffer(GpuContext context, long size, VirtualRange range, PhysicalMemory memory, Mapping mapping) {
     this.context = context;
@@ -89,17 +90,16 @@ public final class DeviceBuffer implements AutoCloseable {
   }
 
   private void checkOpen() {
-    if (closed) {
+    if (closed.get()) {
       throw new IllegalStateException("device buffer is closed");
     }
   }
 
   @Override
   public void close() {
-    if (closed) {
+    if (!closed.compareAndSet(false, true)) {
       return;
     }
-    closed = true;
     try {
       mapping.close();
       memory.close();

@@ -6,6 +6,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -14,7 +15,8 @@ import java.util.regex.Pattern;
  * them out in the parameter buffer (each parameter at the next offset aligned to its alignment), which is
  * what {@code cuFuncGetParamInfo} reports for the compiled kernel.
  *
- * <p>It reads declarations only; instruction bodies are skipped with their braces balanced.
+ * <p>Bodies are not interpreted, but every instruction's opcode must be one the PTX ISA (up to 9.0) defines,
+ * so text that no JIT would accept is refused here with the line it stopped at.
  */
 public final class PtxEntries {
 
@@ -65,6 +67,7 @@ public final class PtxEntries {
       throw new PtxSyntaxException(1, "missing .target directive");
     }
     checkBraces(text);
+    checkInstructions(text);
 
     Map<String, ParamLayout> entries = new LinkedHashMap<>();
     Matcher entry = ENTRY.matcher(text);
@@ -182,6 +185,92 @@ public final class PtxEntries {
     }
     if (depth != 0) {
       throw new PtxSyntaxException(line, "unexpected end of file: " + depth + " unclosed '{'");
+    }
+  }
+
+  /** The instruction names of the PTX ISA, without their {@code .modifiers}. */
+  private static final Set<String> OPCODES = Set.of(
+      "abs", "activemask", "add", "addc", "alloca", "and", "applypriority", "atom", "bar", "barrier", "bfe",
+      "bfi", "bfind", "bmsk", "bra", "brev", "brkpt", "brx", "call", "clusterlaunchcontrol", "clz", "cnot",
+      "copysign", "cos", "cp", "createpolicy", "cvt", "cvta", "discard", "div", "dp2a", "dp4a", "elect", "ex2",
+      "exit", "fence", "fma", "fns", "getctarank", "griddepcontrol", "isspacep", "istypeof", "ld", "ldmatrix",
+      "ldu", "lg2", "lop3", "mad", "mad24", "madc", "mapa", "match", "max", "mbarrier", "membar", "min", "mma",
+      "mov", "movmatrix", "mul", "mul24", "multimem", "nanosleep", "neg", "not", "or", "pmevent", "popc",
+      "prefetch", "prefetchu", "prmt", "rcp", "red", "redux", "rem", "ret", "rsqrt", "sad", "selp", "set",
+      "setmaxnreg", "setp", "shf", "shfl", "shl", "shr", "sin", "slct", "sqrt", "st", "stackrestore",
+      "stacksave", "stmatrix", "sub", "subc", "suld", "suq", "sured", "sust", "szext", "tanh", "tcgen05",
+      "tensormap", "testp", "tex", "tld4", "trap", "txq", "vabsdiff", "vabsdiff2", "vabsdiff4", "vadd", "vadd2",
+      "vadd4", "vavrg2", "vavrg4", "vmad", "vmax", "vmax2", "vmax4", "vmin", "vmin2", "vmin4", "vote", "vset",
+      "vset2", "vset4", "vshl", "vshr", "vsub", "vsub2", "vsub4", "wgmma", "wmma", "xor");
+
+  private static final Pattern LABEL = Pattern.compile("^[A-Za-z_$%][\\w$%]*\\s*:\\s*");
+  private static final Pattern PREDICATE = Pattern.compile("^@!?%?[\\w$]+\\s+");
+
+  /**
+   * Checks the opcode of every statement inside a body. A {@code {} after {@code =} opens an initializer,
+   * not a body, and is skipped.
+   */
+  private static void checkInstructions(String text) {
+    int depth = 0;
+    int line = 1;
+    int statementLine = 1;
+    StringBuilder statement = new StringBuilder();
+    for (int i = 0; i < text.length(); i++) {
+      char c = text.charAt(i);
+      if (c == '\n') {
+        line++;
+      }
+      if (c == '{') {
+        if (statement.toString().strip().endsWith("=")) {
+          int close = text.indexOf('}', i);
+          for (int j = i; j < close; j++) {
+            if (text.charAt(j) == '\n') {
+              line++;
+            }
+          }
+          i = close;
+          continue;
+        }
+        if (depth > 0) {
+          checkStatement(statement.toString(), statementLine);
+        }
+        statement.setLength(0);
+        depth++;
+      } else if (c == '}') {
+        checkStatement(statement.toString(), statementLine);
+        statement.setLength(0);
+        depth--;
+      } else if (c == ';') {
+        if (depth > 0) {
+          checkStatement(statement.toString(), statementLine);
+        }
+        statement.setLength(0);
+      } else {
+        if (statement.toString().isBlank() && !Character.isWhitespace(c)) {
+          statementLine = line;
+        }
+        statement.append(c);
+      }
+    }
+  }
+
+  private static void checkStatement(String raw, int line) {
+    String s = raw.strip();
+    Matcher label;
+    while ((label = LABEL.matcher(s)).find()) {
+      s = s.substring(label.end());
+    }
+    if (s.isEmpty() || s.startsWith(".")) {
+      return; // a directive (.reg, .shared, .local, .pragma, .loc, ...)
+    }
+    Matcher predicate = PREDICATE.matcher(s);
+    if (predicate.find()) {
+      s = s.substring(predicate.end());
+    }
+    String opcode = s.split("[\\s(]", 2)[0];
+    String root = opcode.split("\\.", 2)[0];
+    if (!OPCODES.contains(root)) {
+      throw new PtxSyntaxException(line, "unknown instruction '" + abbreviate(opcode) + "'");
     }
   }
 
