@@ -79,6 +79,7 @@ final class CudaContext extends CudaResource implements GpuContext {
     CURRENT.get()[0] = ctx.id;
     try {
       ctx.granularity = ctx.queryGranularity();
+      CudaDriver.addressWindow(ctx::isExactlyReservable);
     } catch (RuntimeException e) {
       ctx.close();
       throw e;
@@ -204,11 +205,19 @@ final class CudaContext extends CudaResource implements GpuContext {
     return granularity;
   }
 
+  /** Used once per process to find the address window: can a 2 MiB range be reserved exactly here? */
+  private boolean isExactlyReservable(long address) {
+    long got = reserveRaw(granularity, address);
+    check(CudaNative.cuMemAddressFree(got, granularity), "cuMemAddressFree");
+    return got == address;
+  }
+
   @Override
   public VirtualRange reserve(long size, long addressHint) {
     long rounded = roundUp(size);
     checkAligned(addressHint, "address hint");
-    return create(() -> new CudaVirtualRange(this, reserveRaw(rounded, addressHint), rounded));
+    long hint = addressHint != 0 ? addressHint : CudaDriver.addressWindow(null).nextHint(rounded, granularity);
+    return create(() -> new CudaVirtualRange(this, reserveRaw(rounded, hint), rounded));
   }
 
   @Override

@@ -28,6 +28,7 @@ public final class CudaDriver implements GpuDriver {
   private final List<DeviceInfo> devices;
   private final int[] deviceHandles;
   private final AtomicBoolean closed = new AtomicBoolean();
+  private static volatile DeviceAddressWindow addressWindow;
 
   private CudaDriver(int driverVersion, List<DeviceInfo> devices, int[] deviceHandles) {
     this.driverVersion = driverVersion;
@@ -193,6 +194,23 @@ public final class CudaDriver implements GpuDriver {
   public List<DeviceInfo> devices() {
     checkOpen();
     return devices;
+  }
+
+  /** The process's device address window, probed by the first context through {@code reservable}. */
+  static DeviceAddressWindow addressWindow(java.util.function.LongPredicate reservable) {
+    DeviceAddressWindow w = addressWindow;
+    if (w == null) {
+      synchronized (CudaDriver.class) {
+        w = addressWindow;
+        if (w == null) {
+          if (reservable == null) {
+            throw new IllegalStateException("the device address window is probed when the first context is created");
+          }
+          w = addressWindow = DeviceAddressWindow.probe(reservable);
+        }
+      }
+    }
+    return w;
   }
 
   @Override

@@ -64,7 +64,14 @@ public final class ContractChild {
     module.kernel(ContractKernels.STORE).launch(Dim3.of(1), Dim3.of(1), stream, unmapped, 42);
     System.out.println("result.launch=returned");
     System.out.println("result.sync=" + codeOf(stream::synchronize));
-    System.out.println("result.after=" + codeOf(() -> ctx.allocate(1 << 20).close()));
+    // What a poisoned context still does: on an H200, VMM calls succeed, work on the device does not.
+    System.out.println("result.contextSync=" + codeOf(ctx::synchronize));
+    System.out.println("result.relaunch=" + codeOf(() -> {
+      module.kernel(ContractKernels.EMPTY).launch(Dim3.of(1), Dim3.of(1), stream);
+      stream.synchronize();
+    }));
+    System.out.println("result.allocate=" + codeOf(() -> ctx.allocate(1 << 20).close()));
+    System.out.println("result.memset=" + codeOf(() -> ctx.memsetD32(0x10L, 1, 1)));
     ctx.close();
     try (GpuContext fresh = driver.createContext(0); DeviceBuffer buf = fresh.allocate(1 << 20)) {
       fresh.memsetD32(buf.address(), 5, 4);

@@ -260,6 +260,7 @@ public abstract class GpuDriverContract {
   void aStoreToReadOnlyMemoryFailsTheLaunch() throws Exception {
     ChildJvm.Result child = ChildJvm.run(deviceChoice(), "write-read-only");
     assertEquals(0, child.exitCode(), child.output());
+    System.out.println("store to read-only memory: " + child.get("sync"));
     assertNotEquals("ok", child.get("sync"), "a store to read-only memory must not succeed");
   }
 
@@ -598,9 +599,12 @@ public abstract class GpuDriverContract {
   void anIllegalAddressPoisonsOnlyItsContext() throws Exception {
     ChildJvm.Result child = ChildJvm.run(deviceChoice(), "illegal-address");
     assertEquals(0, child.exitCode(), child.output());
+    System.out.println("after an illegal address: " + child.values());
     assertEquals("returned", child.get("launch"), "launches are asynchronous: the fault surfaces later");
     assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("sync"));
-    assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("after"), "the context stays poisoned");
+    assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("contextSync"), "the context stays poisoned");
+    assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("relaunch"), "nothing runs on it any more");
+    assertNotEquals("ok", child.get("memset"));
     assertEquals("ok", child.get("fresh"), "a new context works");
   }
 
