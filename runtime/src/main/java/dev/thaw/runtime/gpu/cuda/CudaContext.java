@@ -53,6 +53,7 @@ final class CudaContext extends CudaResource implements GpuContext {
   /** Set, under the write lock, just before {@code cuCtxDestroy_v2}. */
   private boolean destroyed;
   private long granularity;
+  private DeviceAddressArena arena;
 
   private CudaContext(CudaDriver driver, DeviceInfo device, int deviceHandle, long handle) {
     super(null, String.format("CUDA context 0x%x on device %d", handle, device.ordinal()));
@@ -79,7 +80,7 @@ final class CudaContext extends CudaResource implements GpuContext {
     CURRENT.get()[0] = ctx.id;
     try {
       ctx.granularity = ctx.queryGranularity();
-      CudaDriver.addressWindow(ctx::isExactlyReservable);
+      ctx.arena = CudaDriver.arena(deviceHandle);
     } catch (RuntimeException e) {
       ctx.close();
       throw e;
@@ -205,19 +206,26 @@ final class CudaContext extends CudaResource implements GpuContext {
     return granularity;
   }
 
-  /** Used once per process to find the address window: can a 2 MiB range be reserved exactly here? */
-  private boolean isExactlyReservable(long address) {
-    long got = reserveRaw(granularity, address);
-    check(CudaNative.cuMemAddressFree(got, granularity), "cuMemAddressFree");
-    return got == address;
-  }
-
+  /**
+   * A range from the process's arena (see {@link DeviceAddressArena}): at the hint when it is free, else the
+   * first free place. A hint outside the arena goes to the driver.
+   */
   @Override
   public VirtualRange reserve(long size, long addressHint) {
     long rounded = roundUp(size);
     checkAligned(addressHint, "address hint");
-    long hint = addressHint != 0 ? addressHint : CudaDriver.addressWindow(null).nextHint(rounded, granularity);
-    return create(() -> new CudaVirtualRange(this, reserveRaw(rounded, hint), rounded));
+    return create(() -> {
+      if (addressHint == 0 || arena.contains(addressHint, rounded)) {
+        if (addressHint != 0 && arena.allocateAt(addressHint, rounded)) {
+          return new CudaVirtualRange(this, addressHint, rounded, arena);
+        }
+        long at = arena.allocate(rounded, granularity);
+        if (at != 0) {
+          return new CudaVirtualRange(this, at, rounded, arena);
+        }
+      }
+      return new CudaVirtualRange(this, reserveRaw(rounded, addressHint), rounded, null);
+    });
   }
 
   @Override
@@ -228,13 +236,19 @@ final class CudaContext extends CudaResource implements GpuContext {
     checkAligned(address, "address");
     long rounded = roundUp(size);
     return create(() -> {
+      if (arena.contains(address, rounded)) {
+        if (!arena.allocateAt(address, rounded)) {
+          throw new AddressUnavailableException(address, rounded, "part of it is reserved in this process");
+        }
+        return new CudaVirtualRange(this, address, rounded, arena);
+      }
       long got = reserveRaw(rounded, address);
       if (got != address) {
         check(CudaNative.cuMemAddressFree(got, rounded), "cuMemAddressFree");
         throw new AddressUnavailableException(address, rounded,
             String.format("cuMemAddressReserve offered 0x%x instead", got));
       }
-      return new CudaVirtualRange(this, got, rounded);
+      return new CudaVirtualRange(this, got, rounded, null);
     });
   }
 

@@ -11,6 +11,8 @@ import dev.thaw.runtime.gpu.GpuUnavailableException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The CUDA driver: the CUDA Driver API ({@code libcuda.so.1}) through JNA direct mapping.
@@ -20,6 +22,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
  */
 public final class CudaDriver implements GpuDriver {
 
+  private static final Logger LOG = LoggerFactory.getLogger(CudaDriver.class);
+
   private static final Object AVAILABILITY_LOCK = new Object();
   private static volatile DriverAvailability availability;
   private static volatile Throwable unavailabilityError;
@@ -28,7 +32,7 @@ public final class CudaDriver implements GpuDriver {
   private final List<DeviceInfo> devices;
   private final int[] deviceHandles;
   private final AtomicBoolean closed = new AtomicBoolean();
-  private static volatile DeviceAddressWindow addressWindow;
+  private static volatile DeviceAddressArena arena;
 
   private CudaDriver(int driverVersion, List<DeviceInfo> devices, int[] deviceHandles) {
     this.driverVersion = driverVersion;
@@ -196,21 +200,49 @@ public final class CudaDriver implements GpuDriver {
     return devices;
   }
 
-  /** The process's device address window, probed by the first context through {@code reservable}. */
-  static DeviceAddressWindow addressWindow(java.util.function.LongPredicate reservable) {
-    DeviceAddressWindow w = addressWindow;
-    if (w == null) {
+  /**
+   * The process's device address arena, reserved at the first call. The reservation is made with the
+   * device's primary context current, which the process then keeps, so that the arena does not depend on
+   * any context a caller may close; it lives as long as the process.
+   */
+  static DeviceAddressArena arena(int deviceHandle) {
+    DeviceAddressArena a = arena;
+    if (a == null) {
       synchronized (CudaDriver.class) {
-        w = addressWindow;
-        if (w == null) {
-          if (reservable == null) {
-            throw new IllegalStateException("the device address window is probed when the first context is created");
-          }
-          w = addressWindow = DeviceAddressWindow.probe(reservable);
+        a = arena;
+        if (a == null) {
+          a = arena = reserveArena(deviceHandle);
         }
       }
     }
-    return w;
+    return a;
+  }
+
+  private static DeviceAddressArena reserveArena(int deviceHandle) {
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(16);
+    check(CudaNative.cuDevicePrimaryCtxRetain(s.address, deviceHandle), "cuDevicePrimaryCtxRetain");
+    check(CudaNative.cuCtxPushCurrent_v2(s.memory.getLong(0)), "cuCtxPushCurrent_v2");
+    try {
+      long got = 0;
+      for (long base : DeviceAddressArena.CANDIDATE_BASES) {
+        check(CudaNative.cuMemAddressReserve(s.address + 8, DeviceAddressArena.SIZE, 0L, base, 0L),
+            "cuMemAddressReserve");
+        got = s.memory.getLong(8);
+        if (got == base) {
+          LOG.debug("device address arena at 0x{}", Long.toHexString(base));
+          return new DeviceAddressArena(base, DeviceAddressArena.SIZE);
+        }
+        check(CudaNative.cuMemAddressFree(got, DeviceAddressArena.SIZE), "cuMemAddressFree");
+      }
+      check(CudaNative.cuMemAddressReserve(s.address + 8, DeviceAddressArena.SIZE, 0L, 0L, 0L),
+          "cuMemAddressReserve");
+      got = s.memory.getLong(8);
+      LOG.warn("no fixed device address arena base was free; using 0x{}, so other processes cannot map the same"
+          + " addresses", Long.toHexString(got));
+      return new DeviceAddressArena(got, DeviceAddressArena.SIZE);
+    } finally {
+      check(CudaNative.cuCtxPopCurrent_v2(s.address), "cuCtxPopCurrent_v2");
+    }
   }
 
   @Override

@@ -118,6 +118,12 @@ final class CudaNative {
 
   static native int cuCtxSetCurrent(long ctx);
 
+  static native int cuCtxPushCurrent_v2(long ctx);
+
+  static native int cuCtxPopCurrent_v2(long ctxOut);
+
+  static native int cuDevicePrimaryCtxRetain(long ctxOut, int dev);
+
   static native int cuCtxSynchronize();
 
   // ---- virtual memory management ----

@@ -9,7 +9,8 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * A device address range from {@code cuMemAddressReserve}. Invariant: {@link #mappings} holds exactly the
+ * A device address range: a piece of the process's {@link DeviceAddressArena}, or (outside it) its own
+ * {@code cuMemAddressReserve}. Invariant: {@link #mappings} holds exactly the
  * live mappings made through this range, and they do not overlap.
  */
 final class CudaVirtualRange extends CudaResource implements VirtualRange {
@@ -17,11 +18,14 @@ final class CudaVirtualRange extends CudaResource implements VirtualRange {
   private final long address;
   private final long size;
   private final List<CudaMapping> mappings = new ArrayList<>();
+  /** The arena the addresses came from, or null when the driver reserved them for this range alone. */
+  private final DeviceAddressArena arena;
 
-  CudaVirtualRange(CudaContext context, long address, long size) {
+  CudaVirtualRange(CudaContext context, long address, long size, DeviceAddressArena arena) {
     super(context, String.format("CUDA virtual range [0x%x, 0x%x)", address, address + size));
     this.address = address;
     this.size = size;
+    this.arena = arena;
   }
 
   @Override
@@ -94,9 +98,13 @@ final class CudaVirtualRange extends CudaResource implements VirtualRange {
         failure = failure == null ? e : failure;
       }
     }
-    int r = CudaNative.cuMemAddressFree(address, size);
-    if (r != CudaNative.CUDA_SUCCESS && failure == null) {
-      failure = CudaNative.error("cuMemAddressFree", r);
+    if (arena != null) {
+      arena.release(address, size);
+    } else {
+      int r = CudaNative.cuMemAddressFree(address, size);
+      if (r != CudaNative.CUDA_SUCCESS && failure == null) {
+        failure = CudaNative.error("cuMemAddressFree", r);
+      }
     }
     if (failure != null) {
       throw failure;

@@ -48,10 +48,14 @@ import org.slf4j.LoggerFactory;
  * {@link #addLaunchListener}.
  *
  * <p>Synchronous copies and memsets run on the caller's thread; stream work runs on each stream's worker.
- * A fault in a kernel (or in queued work whose device memory was unmapped before it ran) poisons the context:
- * from then on every call on it, and on the streams, events, modules and memory it made, throws a
+ * A fault in a kernel (or in queued work whose device memory was unmapped before it ran) poisons the whole
+ * driver, as a sticky error poisons a whole CUDA process (measured on an H200: after an illegal address even
+ * a context created afterwards cannot run work). From then on device work on any of its contexts —
+ * synchronization, copies, memsets, launches, stream and event calls, module loads — throws a
  * {@link CudaException} with that error ({@code CUDA_ERROR_ILLEGAL_ADDRESS}, 700, or
- * {@code CUDA_ERROR_LAUNCH_FAILED}, 719), except {@code close()}. Other contexts are unaffected.
+ * {@code CUDA_ERROR_LAUNCH_FAILED}, 719). Address-space bookkeeping (reserve, create, map, set access,
+ * unmap, release) still works, as it did on the H200; so does {@code close()}. Only a new driver (on a GPU,
+ * a new process) recovers.
  */
 public final class SimContext implements GpuContext {
 
@@ -62,7 +66,6 @@ public final class SimContext implements GpuContext {
   private final int id;
   private final SimAddressSpace space;
   private final AtomicBoolean closed = new AtomicBoolean();
-  private final AtomicReference<CudaException> poison = new AtomicReference<>();
   private final Set<AutoCloseable> owned = ConcurrentHashMap.newKeySet();
   private final Set<SimStream> streams = ConcurrentHashMap.newKeySet();
   private final AtomicInteger streamCount = new AtomicInteger();
@@ -90,9 +93,9 @@ public final class SimContext implements GpuContext {
     listeners.remove(listener);
   }
 
-  /** The error that poisoned this context, if one did. Never throws. */
+  /** The error that poisoned this context's driver, if one did. Never throws. */
   public java.util.Optional<CudaException> poisonedBy() {
-    return java.util.Optional.ofNullable(poison.get());
+    return java.util.Optional.ofNullable(driver.poison());
   }
 
   // ---- GpuContext ----
@@ -123,25 +126,25 @@ public final class SimContext implements GpuContext {
 
   @Override
   public long granularity() {
-    checkUsable("cuMemGetAllocationGranularity");
+    checkOpen();
     return SimAddressSpace.GRANULARITY;
   }
 
   @Override
   public VirtualRange reserve(long size, long addressHint) {
-    checkUsable("cuMemAddressReserve");
+    checkOpen();
     return own(space.reserve(this, size, addressHint, false));
   }
 
   @Override
   public VirtualRange reserveExact(long address, long size) {
-    checkUsable("cuMemAddressReserve");
+    checkOpen();
     return own(space.reserve(this, size, address, true));
   }
 
   @Override
   public PhysicalMemory createMemory(long size) {
-    checkUsable("cuMemCreate");
+    checkOpen();
     if (size <= 0) {
       throw new IllegalArgumentException("size must be positive: " + size);
     }
@@ -444,7 +447,7 @@ public final class SimContext implements GpuContext {
 
   void runLaunch(String name, SimKernel impl, Dim3 grid, Dim3 block, int sharedMemBytes, ParamLayout params,
       byte[] args) {
-    if (poison.get() != null) {
+    if (driver.poison() != null) {
       return;
     }
     DeviceMemory memory;
@@ -474,9 +477,6 @@ public final class SimContext implements GpuContext {
           "kernel " + name + " threw " + failure);
       error.initCause(failure);
     }
-    if (error != null) {
-      poison(error);
-    }
     if (!listeners.isEmpty()) {
       SimLaunchRecord record = new SimLaunchRecord(name, params, args, grid, block, memory.reads(), memory.writes(),
           error);
@@ -487,6 +487,10 @@ public final class SimContext implements GpuContext {
           LOG.warn("A launch listener failed on {}", record, e);
         }
       }
+    }
+    // After the listeners: whoever sees the error at a synchronize can also see the launch's record.
+    if (error != null) {
+      poison(error);
     }
   }
 
@@ -524,7 +528,7 @@ public final class SimContext implements GpuContext {
    */
   private boolean deviceWork(String call, long address, long bytes, boolean write,
       Consumer<SimAddressSpace.Segment[]> work) {
-    if (poison.get() != null) {
+    if (driver.poison() != null) {
       return false;
     }
     String why;
@@ -552,19 +556,24 @@ public final class SimContext implements GpuContext {
   // ---- state ----
 
   void poison(CudaException error) {
-    if (poison.compareAndSet(null, error)) {
-      LOG.warn("Simulated context {} is poisoned: {}", id, error.getMessage());
+    if (driver.poison(error)) {
+      LOG.warn("Simulated device poisoned by context {}: {}", id, error.getMessage());
     }
   }
 
-  /** Throws if the context is closed or poisoned. */
-  void checkUsable(String call) {
+  /** Throws if the context is closed; what address-space bookkeeping checks. */
+  void checkOpen() {
     if (closed.get()) {
       throw new IllegalStateException("context is closed");
     }
-    CudaException p = poison.get();
+  }
+
+  /** Throws if the context is closed or its driver poisoned; what device work checks. */
+  void checkUsable(String call) {
+    checkOpen();
+    CudaException p = driver.poison();
     if (p != null) {
-      throw CudaError.exception(call, p.code(), "the context is unusable after an earlier error: " + p.getMessage());
+      throw CudaError.exception(call, p.code(), "the device is unusable after an earlier error: " + p.getMessage());
     }
   }
 

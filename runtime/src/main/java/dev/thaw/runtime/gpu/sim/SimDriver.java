@@ -1,6 +1,7 @@
 package dev.thaw.runtime.gpu.sim;
 
 import dev.thaw.runtime.gpu.CudaError;
+import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
@@ -13,6 +14,7 @@ import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.locks.LockSupport;
 
 /**
@@ -29,7 +31,7 @@ import java.util.concurrent.locks.LockSupport;
  *       All contexts of one driver share that space and that memory, as the contexts of a process do.
  *   <li>Kernels are Java: a {@link SimKernel} per PTX {@code .entry} name, discovered once when the driver
  *       opens. They see device memory through a checked, recording {@link DeviceMemory}; an illegal access
- *       poisons the context with {@code CUDA_ERROR_ILLEGAL_ADDRESS}.
+ *       poisons the whole driver with {@code CUDA_ERROR_ILLEGAL_ADDRESS}, as a sticky error poisons a CUDA process.
  *   <li>Streams are worker threads; with {@link SimOptions#copyGBps()} set, host↔device copies take the
  *       time that bandwidth implies (simulated time, not a GPU measurement).
  * </ul>
@@ -48,6 +50,9 @@ public final class SimDriver implements GpuDriver {
   private final AtomicLong memoryInUse = new AtomicLong();
   private final AtomicInteger contextIds = new AtomicInteger();
   private final Set<SimContext> contexts = ConcurrentHashMap.newKeySet();
+  /** The sticky error, once a launch faulted: like a CUDA process, the whole simulated device is then unusable. */
+  private final AtomicReference<CudaException> poison =
+      new AtomicReference<>();
   private volatile boolean closed;
 
   private SimDriver(SimOptions options) {
@@ -143,6 +148,16 @@ public final class SimDriver implements GpuDriver {
 
   void contextClosed(SimContext context) {
     contexts.remove(context);
+  }
+
+  /** The error that poisoned this simulated device, or null. */
+  CudaException poison() {
+    return poison.get();
+  }
+
+  /** Poisons the device with {@code error} unless it already is; true if this call did. */
+  boolean poison(CudaException error) {
+    return poison.compareAndSet(null, error);
   }
 
   private void checkOpen() {

@@ -34,7 +34,7 @@ final class SimMapping implements Mapping {
     if (access == null) {
       throw new IllegalArgumentException("access must not be null");
     }
-    range.context().checkUsable("cuMemSetAccess");
+    range.context().checkOpen();
     synchronized (this) {
       if (closed) {
         throw new IllegalStateException("mapping is closed");

@@ -42,7 +42,7 @@ final class SimVirtualRange implements VirtualRange {
     if (!(memory instanceof SimPhysicalMemory phys) || phys.driver() != context.driver()) {
       throw new IllegalArgumentException("not physical memory of this simulated device: " + memory);
     }
-    context.checkUsable("cuMemMap");
+    context.checkOpen();
     if (offset < 0 || offset % SimAddressSpace.GRANULARITY != 0) {
       throw new IllegalArgumentException("offset " + offset + " is not a non-negative multiple of the granularity ("
           + SimAddressSpace.GRANULARITY + ")");

@@ -596,7 +596,7 @@ public abstract class GpuDriverContract {
   }
 
   @Test
-  void anIllegalAddressPoisonsOnlyItsContext() throws Exception {
+  void anIllegalAddressPoisonsTheWholeProcess() throws Exception {
     ChildJvm.Result child = ChildJvm.run(deviceChoice(), "illegal-address");
     assertEquals(0, child.exitCode(), child.output());
     System.out.println("after an illegal address: " + child.values());
@@ -605,7 +605,8 @@ public abstract class GpuDriverContract {
     assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("contextSync"), "the context stays poisoned");
     assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("relaunch"), "nothing runs on it any more");
     assertNotEquals("ok", child.get("memset"));
-    assertEquals("ok", child.get("fresh"), "a new context works");
+    // Measured on an H200: the error is sticky for the process, not the context. Only a new process recovers.
+    assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("fresh"), "a context created afterwards cannot run work either");
   }
 
   @Test

@@ -20,7 +20,10 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.function.Executable;
 
-/** Pins GPU-like sticky errors: a fault is reported at the next synchronization and then by every call. */
+/**
+ * Pins GPU-like sticky errors, as measured on an H200: a fault is reported at the next synchronization, then
+ * by all device work on every context of the driver (a CUDA process), while address-space bookkeeping works.
+ */
 class SimContextPoisonTest {
 
   private SimDriver driver;
@@ -36,7 +39,7 @@ class SimContextPoisonTest {
   }
 
   @Test
-  void outOfBoundsReadPoisonsOnlyItsContext() {
+  void outOfBoundsReadPoisonsTheWholeDevice() {
     SimContext ctx = (SimContext) driver.createContext(0);
     GpuContext other = driver.createContext(0);
     List<SimLaunchRecord> records = new CopyOnWriteArrayList<>();
@@ -62,7 +65,6 @@ class SimContextPoisonTest {
 
     List<Executable> later = List.of(
         ctx::synchronize,
-        () -> ctx.allocate(1),
         () -> ctx.createStream(),
         () -> ctx.loadPtx(TestKernels.PTX),
         () -> ctx.copyHostToDevice(buf.address(), ByteBuffer.allocate(4)),
@@ -72,17 +74,23 @@ class SimContextPoisonTest {
         () -> event.record(stream),
         () -> event.isComplete(),
         () -> module.kernel("sim_test_scale"),
-        () -> buf.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ));
+        () -> other.memsetD8(otherBuf.address(), (byte) 3, 16),
+        other::synchronize);
     for (Executable call : later) {
       CudaException again = assertThrows(CudaException.class, call);
       assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, again.code(), again.getMessage());
     }
 
-    // The other context, and a new one, work.
-    other.memsetD8(otherBuf.address(), (byte) 3, 16);
-    other.synchronize();
-    try (GpuContext fresh = driver.createContext(0)) {
-      DeviceBuffer b = fresh.allocate(64);
+    // Bookkeeping still works, as on the H200; device work on a context created afterwards does not.
+    ctx.allocate(1).close();
+    buf.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ);
+    try (GpuContext fresh = driver.createContext(0); DeviceBuffer b = fresh.allocate(64)) {
+      CudaException stuck = assertThrows(CudaException.class, () -> fresh.memsetD32(b.address(), 1, 16));
+      assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, stuck.code());
+    }
+    // A new driver, the sim's new process, is unaffected.
+    try (SimDriver next = SimDriver.open(new SimOptions().memoryBytes(64L << 20));
+        GpuContext fresh = next.createContext(0); DeviceBuffer b = fresh.allocate(64)) {
       fresh.memsetD32(b.address(), 0x01020304, 16);
       ByteBuffer host = ByteBuffer.allocate(64);
       b.copyToHost(host);
