@@ -1,0 +1,271 @@
+package dev.thaw.runtime.function;
+
+import dev.thaw.runtime.gpu.DeviceBuffer;
+import dev.thaw.runtime.gpu.Dim3;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuModule;
+import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.Kernel;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Pattern;
+
+/**
+ * The door through which a {@link ThawFunction} uses the device, and the record of what it did there.
+ *
+ * <p>Every allocation is named and kept in order with its device address and size; every module is kept with
+ * its PTX and the cubin the JIT made. {@link #table()} is that record; with the device memory behind it and
+ * the function's host state, it is what an image holds. {@link #rebuild} makes a session from a table in a
+ * fresh context: each allocation mapped again at its recorded address, each module loaded again (from the
+ * cubin when the architecture matches, else from the PTX), so references in the host state resolve as before.
+ *
+ * <p>All device work of the function runs on {@link #stream()}. A session is used by one thread at a time.
+ * Closing it frees its memory and unloads its modules; the context stays open.
+ */
+public final class FunctionSession implements AutoCloseable {
+
+  private static final Pattern NAME = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._:\\-]{0,199}");
+
+  private final GpuContext context;
+  private final GpuStream stream;
+  private final Map<String, Allocation> allocations = new LinkedHashMap<>();
+  private final Map<String, LoadedModule> modules = new LinkedHashMap<>();
+  private boolean closed;
+
+  private record Allocation(DeviceBuffer buffer, long size) {}
+
+  private record LoadedModule(GpuModule module, ModuleRecord record) {}
+
+  private FunctionSession(GpuContext context) {
+    this.context = context;
+    this.stream = context.createStream();
+  }
+
+  /** An empty session on {@code context}, recording from now on: the one {@code init} runs in. */
+  public static FunctionSession record(GpuContext context) {
+    return new FunctionSession(context);
+  }
+
+  /**
+   * A session with {@code table}'s allocations mapped again at their recorded addresses (their contents are
+   * not copied: that is the restore's job) and its modules loaded again.
+   *
+   * @throws dev.thaw.runtime.gpu.AddressUnavailableException if a recorded address is taken in this process
+   */
+  public static FunctionSession rebuild(GpuContext context, SessionTable table) {
+    FunctionSession session = new FunctionSession(context);
+    try {
+      for (AllocationRecord a : table.allocations()) {
+        checkName(a.name(), "buffer");
+        session.allocations.put(a.name(), new Allocation(context.allocateAt(a.address(), a.size()), a.size()));
+      }
+      String arch = context.device().smArch();
+      for (ModuleRecord m : table.modules()) {
+        GpuModule module = arch.equals(m.arch()) ? context.loadCubin(m.cubin()) : context.loadPtx(m.ptx());
+        ModuleRecord kept = arch.equals(m.arch()) ? m : new ModuleRecord(m.name(), m.ptx(), module.cubin(), arch);
+        session.modules.put(m.name(), new LoadedModule(module, kept));
+      }
+      return session;
+    } catch (RuntimeException e) {
+      session.close();
+      throw e;
+    }
+  }
+
+  public GpuContext context() {
+    return context;
+  }
+
+  /** The stream all of the function's device work runs on. */
+  public GpuStream stream() {
+    return stream;
+  }
+
+  // ---- device memory ----
+
+  /**
+   * Allocates {@code size} bytes of device memory under {@code name}.
+   *
+   * @throws IllegalArgumentException if the name is taken or not a name (letters, digits, {@code . _ : -},
+   *     at most 200 characters, starting with a letter or digit), or the size is not positive
+   */
+  public BufferRef allocate(String name, long size) {
+    checkOpen();
+    checkName(name, "buffer");
+    if (allocations.containsKey(name)) {
+      throw new IllegalArgumentException("a buffer named '" + name + "' is already allocated");
+    }
+    if (size <= 0) {
+      throw new IllegalArgumentException("buffer '" + name + "' needs a positive size, not " + size);
+    }
+    allocations.put(name, new Allocation(context.allocate(size), size));
+    return new BufferRef(name);
+  }
+
+  /** Frees a buffer; its name can be used again. */
+  public void free(BufferRef ref) {
+    checkOpen();
+    allocation(ref).buffer().close();
+    allocations.remove(ref.name());
+  }
+
+  /** The device address of the buffer's first byte. */
+  public long address(BufferRef ref) {
+    return allocation(ref).buffer().address();
+  }
+
+  /** The buffer's size as allocated. */
+  public long size(BufferRef ref) {
+    return allocation(ref).size();
+  }
+
+  /** The buffer itself, for copies the session does not wrap. */
+  public DeviceBuffer buffer(BufferRef ref) {
+    return allocation(ref).buffer();
+  }
+
+  /** Copies {@code src.remaining()} bytes to the buffer at {@code offset}, synchronously. */
+  public void upload(BufferRef ref, long offset, ByteBuffer src) {
+    checkRange(ref, offset, src.remaining());
+    context.copyHostToDevice(address(ref) + offset, src);
+  }
+
+  /** Fills {@code dst.remaining()} bytes from the buffer at {@code offset}, after the stream's work is done. */
+  public void download(BufferRef ref, long offset, ByteBuffer dst) {
+    checkRange(ref, offset, dst.remaining());
+    stream.synchronize();
+    context.copyDeviceToHost(dst, address(ref) + offset);
+  }
+
+  private void checkRange(BufferRef ref, long offset, long bytes) {
+    long size = size(ref);
+    if (offset < 0 || bytes < 0 || offset > size - bytes) {
+      throw new IllegalArgumentException(bytes + " bytes at offset " + offset + " do not fit in buffer '"
+          + ref.name() + "' of " + size + " bytes");
+    }
+  }
+
+  private Allocation allocation(BufferRef ref) {
+    checkOpen();
+    Allocation a = allocations.get(ref.name());
+    if (a == null) {
+      throw new IllegalArgumentException("no buffer named '" + ref.name() + "' in this session");
+    }
+    return a;
+  }
+
+  // ---- modules and kernels ----
+
+  /**
+   * JIT-compiles {@code ptx} and keeps it under {@code name}, with the cubin, for the image.
+   *
+   * @throws dev.thaw.runtime.gpu.PtxCompileException with the JIT log if it does not compile
+   */
+  public void loadModule(String name, String ptx) {
+    checkOpen();
+    checkName(name, "module");
+    if (modules.containsKey(name)) {
+      throw new IllegalArgumentException("a module named '" + name + "' is already loaded");
+    }
+    GpuModule module = context.loadPtx(ptx);
+    modules.put(name, new LoadedModule(module, new ModuleRecord(name, ptx, module.cubin(), context.device().smArch())));
+  }
+
+  /** A reference to a kernel of a loaded module, checked to exist. */
+  public KernelRef kernelRef(String module, String entry) {
+    KernelRef ref = new KernelRef(module, entry);
+    kernel(ref);
+    return ref;
+  }
+
+  /** The kernel a reference names. */
+  public Kernel kernel(KernelRef ref) {
+    checkOpen();
+    LoadedModule m = modules.get(ref.module());
+    if (m == null) {
+      throw new IllegalArgumentException("no module named '" + ref.module() + "' in this session");
+    }
+    return m.module().kernel(ref.entry());
+  }
+
+  /**
+   * Launches a kernel on {@link #stream()}. Arguments are typed as for {@link Kernel#launch(Dim3, Dim3,
+   * GpuStream, Object...)}, and a {@link BufferRef} stands for its buffer's address.
+   */
+  public void launch(KernelRef ref, Dim3 grid, Dim3 block, Object... args) {
+    Object[] resolved = args;
+    for (int i = 0; i < args.length; i++) {
+      if (args[i] instanceof BufferRef b) {
+        if (resolved == args) {
+          resolved = args.clone();
+        }
+        resolved[i] = address(b);
+      }
+    }
+    kernel(ref).launch(grid, block, stream, resolved);
+  }
+
+  /** Waits for the stream's work; reports the first asynchronous error. */
+  public void synchronize() {
+    checkOpen();
+    stream.synchronize();
+  }
+
+  // ---- the record ----
+
+  /** What this session has allocated and loaded, in order. */
+  public SessionTable table() {
+    checkOpen();
+    List<AllocationRecord> a = new ArrayList<>(allocations.size());
+    allocations.forEach((name, alloc) -> a.add(new AllocationRecord(name, alloc.buffer().address(), alloc.size())));
+    List<ModuleRecord> m = new ArrayList<>(modules.size());
+    modules.values().forEach(loaded -> m.add(loaded.record()));
+    return new SessionTable(a, m);
+  }
+
+  private void checkOpen() {
+    if (closed) {
+      throw new IllegalStateException("the function session is closed");
+    }
+  }
+
+  static void checkName(String name, String what) {
+    if (name == null || !NAME.matcher(name).matches()) {
+      throw new IllegalArgumentException("'" + name + "' is not a " + what + " name: letters, digits and . _ : -, "
+          + "starting with a letter or digit, at most 200 characters");
+    }
+  }
+
+  /** Frees every buffer, unloads every module and closes the stream. Idempotent; the context stays open. */
+  @Override
+  public void close() {
+    if (closed) {
+      return;
+    }
+    closed = true;
+    RuntimeException failure = null;
+    for (AutoCloseable c : closeables()) {
+      try {
+        c.close();
+      } catch (Exception e) {
+        failure = failure == null ? new IllegalStateException("closing the function session failed", e) : failure;
+      }
+    }
+    allocations.clear();
+    modules.clear();
+    if (failure != null) {
+      throw failure;
+    }
+  }
+
+  private List<AutoCloseable> closeables() {
+    List<AutoCloseable> all = new ArrayList<>();
+    all.add(stream);
+    allocations.values().forEach(a -> all.add(a.buffer()));
+    modules.values().forEach(m -> all.add(m.module()));
+    return all;
+  }
+}

@@ -1,0 +1,66 @@
+package dev.thaw.runtime.function;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+/**
+ * A GPU inference function: the unit Thaw builds into an image and restores on a cold invoke.
+ *
+ * <p>A function has two phases.
+ * <ol>
+ *   <li>{@link #init} runs once, when the image is built. It does the expensive start-up — loads modules,
+ *       allocates device memory, uploads weights, warms up — and returns the <em>host state</em> that
+ *       {@code invoke} needs. Everything it does on the device goes through the {@link FunctionSession} it is
+ *       given, which records it: every allocation (name, device address, size), every module (PTX and the
+ *       cubin the JIT made) and kernel. That table, the device memory behind it and the host state are what
+ *       an image holds.
+ *   <li>{@link #invoke} serves one request from that state. On a cold start it runs in a session that was
+ *       <em>rebuilt</em> from the image — same allocation names at the same device addresses, same modules —
+ *       with the host state read back from JSON, and {@code init} never runs. So {@code invoke} must find
+ *       everything it needs in the state and the session, and nothing in fields of the function object.
+ * </ol>
+ *
+ * <h2>Host state</h2>
+ * The state is a plain value that Jackson serializes: config, small tables, and <em>references</em> to device
+ * resources — {@link BufferRef} for device memory, {@link KernelRef} for kernels — never raw addresses or
+ * driver handles. A record is the natural shape:
+ * <pre>{@code
+ * record MlpState(int inputs, int outputs, List<BufferRef> weights, KernelRef linear) {}
+ * }</pre>
+ * Keep it small (it lives in the image manifest); large data belongs in device memory.
+ *
+ * <h2>Requests</h2>
+ * Requests and responses are JSON ({@link FunctionRequest#json()}), with optional raw bytes beside it for
+ * large binary input or output (an image for a vision model). A request the function cannot serve — a
+ * missing field, a token id outside the vocabulary — is an {@link InvalidRequestException} with a message
+ * naming what is wrong; it must leave device state fit for the next request.
+ *
+ * <h2>Threads</h2>
+ * A function instance serves one request at a time on the session's thread; {@code invoke} may keep per-
+ * request scratch memory in the state as buffers allocated at {@code init}.
+ *
+ * <p>Implementations need a public no-argument constructor: Thaw instantiates them by class name.
+ *
+ * @param <S> the host state's type
+ */
+public interface ThawFunction<S> {
+
+  /** The host state's class, for Jackson. */
+  Class<S> stateType();
+
+  /**
+   * Builds the function's device and host state once.
+   *
+   * @param session records everything done on the device; allocate and load only through it
+   * @param config the function's configuration, as given to the image build ({@code {}} when none)
+   * @return the host state {@link #invoke} needs
+   * @throws InvalidConfigException if the configuration is not usable, naming what is wrong
+   */
+  S init(FunctionSession session, JsonNode config) throws Exception;
+
+  /**
+   * Serves one request.
+   *
+   * @throws InvalidRequestException if the request cannot be served, naming what is wrong
+   */
+  FunctionResponse invoke(FunctionSession session, S state, FunctionRequest request) throws Exception;
+}
