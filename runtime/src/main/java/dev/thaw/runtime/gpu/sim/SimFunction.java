@@ -2,7 +2,6 @@ package dev.thaw.runtime.gpu.sim;
 
 import dev.thaw.runtime.gpu.CudaError;
 import dev.thaw.runtime.gpu.Dim3;
-import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.KernelArgs;
 import dev.thaw.runtime.gpu.ParamLayout;
