@@ -36,7 +36,9 @@
 
 using namespace nvcuda;
 
-namespace {
+// Helpers live in a named namespace, not an anonymous one: nvcc mangles anonymous-namespace names with a
+// hash of the source path, which would make the checked-in PTX differ from checkout to checkout.
+namespace thaw_gpt2 {
 
 constexpr int kWarps = 8;                 // warps per matmul block (split-K factor)
 constexpr int kMatmulThreads = kWarps * 32;
@@ -159,7 +161,9 @@ __device__ __forceinline__ void matmul_conv1d(const half* __restrict__ X, const 
   }
 }
 
-}  // namespace
+}  // namespace thaw_gpt2
+
+using namespace thaw_gpt2;
 
 // x[m,c] = float(wte[tokens[m],c]) + float(wpe[positions[m],c]). The host validates ids and positions.
 extern "C" __global__ void gpt2_embed(const half* __restrict__ wte, const half* __restrict__ wpe,
