@@ -12,7 +12,8 @@
 // only the order of the fp32 sums differs between the tensor core and the twin.
 //
 // Shape contract, which the twin mirrors byte for byte:
-//  - blockDim must be (128, 1, 1); any other block touches nothing.
+//  - blockDim must be (128, 1, 1). A smaller block touches nothing; a larger one is refused at launch
+//    (CUDA_ERROR_INVALID_VALUE, from __launch_bounds__), and the twin, which cannot refuse, touches nothing.
 //  - Any grid covers every output: blocks stride over the 64x64 output tiles by blockIdx.x (blocks with
 //    blockIdx.y/z > 0 repeat the same work and store the same values).
 //  - M <= 0, N <= 0 or K < 0 touch nothing. Otherwise x[0, M*K), w[0, K*N) and b[0, N) are read and

@@ -21,8 +21,9 @@ final class MlpReference {
    * @param outputs the output layer, {@code [row][column]}
    * @param bounds how far a TF32 result may lie from each output
    * @param scales each output's {@code sum_k |a_k w_kn| + |b_n|}: the natural scale of a dot product's error
+   * @param largestTerms each output's {@code max_k |a_k w_kn|}
    */
-  record Result(double[][] outputs, double[][] bounds, double[][] scales) {}
+  record Result(double[][] outputs, double[][] bounds, double[][] scales, double[][] largestTerms) {}
 
   private MlpReference() {}
 
@@ -31,6 +32,7 @@ final class MlpReference {
     double[][] outputs = new double[rows][];
     double[][] bounds = new double[rows][];
     double[][] scales = new double[rows][];
+    double[][] largest = new double[rows][];
     for (int r = 0; r < rows; r++) {
       double[] a = new double[in];
       double[] e = new double[in];
@@ -38,6 +40,7 @@ final class MlpReference {
         a[k] = input[r * in + k];
       }
       double[] scale = null;
+      double[] big = null;
       for (int l = 0; l + 1 < layers.size(); l++) {
         int kk = layers.get(l);
         int n = layers.get(l + 1);
@@ -45,6 +48,7 @@ final class MlpReference {
         double[] z = new double[n];
         double[] ez = new double[n];
         scale = new double[n];
+        big = new double[n];
         for (int j = 0; j < n; j++) {
           double sum = 0;
           double s = 0;
@@ -56,6 +60,7 @@ final class MlpReference {
             s += (Math.abs(a[k]) + e[k]) * Math.abs(wv);
             carried += e[k] * Math.abs(wv);
             plain += Math.abs(a[k] * wv);
+            big[j] = Math.max(big[j], Math.abs(a[k] * wv));
           }
           double b = biases[l][j];
           z[j] = relu ? Math.max(0, sum + b) : sum + b;
@@ -69,8 +74,9 @@ final class MlpReference {
       outputs[r] = a;
       bounds[r] = e;
       scales[r] = scale;
+      largest[r] = big;
     }
-    return new Result(outputs, bounds, scales);
+    return new Result(outputs, bounds, scales, largest);
   }
 
   /** The first index of the row's maximum, as the function reports it. */
