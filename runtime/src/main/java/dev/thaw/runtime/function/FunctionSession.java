@@ -37,7 +37,14 @@ public final class FunctionSession implements AutoCloseable {
 
   private record Allocation(DeviceBuffer buffer, long size) {}
 
-  private record LoadedModule(GpuModule module, ModuleRecord record) {}
+  private record LoadedModule(GpuModule module, ModuleRecord record, Map<String, Kernel> kernels) {
+
+    LoadedModule(GpuModule module, ModuleRecord record) {
+      this(module, record, new java.util.HashMap<>());
+    }
+  }
+
+  private volatile LaunchInterceptor interceptor;
 
   private FunctionSession(GpuContext context) {
     this.context = context;
@@ -181,14 +188,36 @@ public final class FunctionSession implements AutoCloseable {
     return ref;
   }
 
-  /** The kernel a reference names. */
+  /**
+   * The kernel a reference names, as this session launches it: through its {@link LaunchInterceptor}. Use
+   * this object (or {@link #launch}) for every launch, never the module's kernel directly.
+   */
   public Kernel kernel(KernelRef ref) {
     checkOpen();
     LoadedModule m = modules.get(ref.module());
     if (m == null) {
       throw new IllegalArgumentException("no module named '" + ref.module() + "' in this session");
     }
-    return m.module().kernel(ref.entry());
+    return m.kernels().computeIfAbsent(ref.entry(), e -> new InterceptedKernel(this, ref, m.module().kernel(e)));
+  }
+
+  /** Makes every later launch of this session pass {@code interceptor} first; null removes it. */
+  public void setLaunchInterceptor(LaunchInterceptor interceptor) {
+    this.interceptor = interceptor;
+  }
+
+  LaunchInterceptor interceptor() {
+    return interceptor;
+  }
+
+  /** The module loaded under {@code name} and what the session recorded of it. */
+  public ModuleRecord moduleRecord(String name) {
+    checkOpen();
+    LoadedModule m = modules.get(name);
+    if (m == null) {
+      throw new IllegalArgumentException("no module named '" + name + "' in this session");
+    }
+    return m.record();
   }
 
   /**

@@ -208,7 +208,7 @@ public final class PtxEntries {
 
   /**
    * Checks the opcode of every statement inside a body. A {@code {} after {@code =} opens an initializer,
-   * not a body, and is skipped.
+   * not a body, and is skipped; one after the start of a statement inside a body is a vector operand.
    */
   private static void checkInstructions(String text) {
     int depth = 0;
@@ -228,6 +228,22 @@ public final class PtxEntries {
               line++;
             }
           }
+          i = close;
+          continue;
+        }
+        if (depth > 0 && !LABEL.matcher(statement.toString().strip()).replaceAll("").isEmpty()) {
+          // Inside a body a statement that has begun takes '{' as a vector operand, not a block:
+          // ld.global.v4.u32 {%r1, %r2, %r3, %r4}, [%rd1]; wmma.mma.sync ... {%f1, ...}, ...
+          int close = text.indexOf('}', i);
+          if (close < 0) {
+            throw new PtxSyntaxException(line, "unclosed vector operand");
+          }
+          for (int j = i; j < close; j++) {
+            if (text.charAt(j) == '\n') {
+              line++;
+            }
+          }
+          statement.append(text, i, close + 1);
           i = close;
           continue;
         }

@@ -123,6 +123,26 @@ class FunctionSessionTest {
   }
 
   @Test
+  void everyLaunchPassesTheInterceptorWithItsArguments() throws Exception {
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      SaxpyFunction f = new SaxpyFunction();
+      SaxpyFunction.State s = f.init(session, JSON.readTree("{\"n\": 256}"));
+      List<String> seen = new ArrayList<>();
+      session.setLaunchInterceptor((kernel, grid, block, shmem, stream, args) ->
+          seen.add(kernel + " a=" + args.slab().getFloat(0) + " y=" + args.slab().getLong(16)));
+      f.invoke(session, s, FunctionRequest.of(JSON.readTree("{\"a\": 3}")));
+      session.kernel(s.saxpy()).launch(dev.thaw.runtime.gpu.Dim3.of(1), dev.thaw.runtime.gpu.Dim3.of(256),
+          session.stream(), 4f, session.address(s.x()), session.address(s.out()), 256);
+      assertEquals(List.of("contract/thaw_test_saxpy a=3.0 y=" + session.address(s.out()),
+          "contract/thaw_test_saxpy a=4.0 y=" + session.address(s.out())), seen);
+      session.setLaunchInterceptor(null);
+      f.invoke(session, s, FunctionRequest.of(JSON.readTree("{\"a\": 3}")));
+      assertEquals(2, seen.size());
+    }
+  }
+
+  @Test
   void hostStateRoundTripsAndBadStateIsExplained() throws Exception {
     SaxpyFunction.State s = new SaxpyFunction.State(3, new BufferRef("x"), new BufferRef("y"), new BufferRef("o"),
         new KernelRef("m", "k"));

@@ -75,6 +75,16 @@ class PtxEntriesTest {
     assertTrue(opcode.getMessage().contains("unknown instruction 'frobnicate.u32'"), opcode.getMessage());
     PtxEntries.parse(HEADER + ".global .align 4 .b8 table[8] = {1, 2, 3, 4, 5, 6, 7, 8};\n"
         + ".visible .entry k()\n{\n\t{\n\t.reg .b32 temp;\n\t}\n\tret;\n}\n");
+    // Vector operands (16-byte loads, WMMA fragments) are operands, not blocks; a bad opcode after them is found.
+    PtxEntries.parse(HEADER + ".visible .entry k(.param .u64 p)\n{\n .reg .b32 %r<9>;\n .reg .b64 %rd<2>;\n"
+        + " ld.global.nc.v4.u32 \t{%r1, %r2, %r3, %r4}, [%rd1];\n"
+        + " wmma.load.a.sync.aligned.row.m16n16k16.shared.f16 \t{%r1, %r2, %r3, %r4,\n %r5, %r6, %r7, %r8}, [%rd1], %r1;\n"
+        + " { // callseq\n .reg .b32 t;\n }\n ret;\n}\n");
+    PtxSyntaxException afterVector = assertThrows(PtxSyntaxException.class,
+        () -> PtxEntries.parse(HEADER + ".visible .entry k()\n{\n ld.global.v2.u32 {%r1,\n %r2}, [%rd1];\n"
+            + " frobnicate.u32 %r1;\n}\n"));
+    assertTrue(afterVector.getMessage().contains("unknown instruction 'frobnicate.u32'"), afterVector.getMessage());
+    assertEquals(13, afterVector.line());
     PtxSyntaxException param = assertThrows(PtxSyntaxException.class,
         () -> PtxEntries.parse(HEADER + ".visible .entry k(.param .weird x)\n{\n}\n"));
     assertTrue(param.getMessage().contains(".weird"), param.getMessage());
