@@ -7,7 +7,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.AllocationRecord;
 import dev.thaw.runtime.function.BufferRef;
@@ -42,15 +41,7 @@ class Gpt2FunctionTest {
   }
 
   static ObjectNode request(int[][] prompts, int maxNewTokens, boolean logits) {
-    ObjectNode r = JSON.createObjectNode();
-    ArrayNode all = r.putArray("tokens");
-    for (int[] p : prompts) {
-      ArrayNode row = all.addArray();
-      for (int t : p) {
-        row.add(t);
-      }
-    }
-    return r.put("maxNewTokens", maxNewTokens).put("returnLogits", logits);
+    return Gpt2FunctionRequests.of(prompts, maxNewTokens, logits);
   }
 
   static int[][] tokens(JsonNode response) {
