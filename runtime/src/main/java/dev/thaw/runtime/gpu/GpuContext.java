@@ -16,10 +16,12 @@ import java.nio.ByteBuffer;
  * {@link #allocateAt} do all four at once. Sizes are rounded up to {@link #granularity()}.
  *
  * <h2>Copies</h2>
- * The synchronous copies here read or fill {@code remaining()} bytes from the host buffer's
- * {@code position()}, and leave its position and limit unchanged. A heap buffer is copied through a
- * temporary native buffer; a direct buffer is copied in place. Asynchronous copies need pinned memory and
- * live on {@link GpuStream}.
+ * The synchronous copies and memsets here are complete when they return: the bytes are in place for any
+ * later work on any stream. They are not ordered after work already queued on streams: synchronize a stream
+ * before copying what it writes. They read or fill {@code remaining()} bytes from the host buffer's
+ * {@code position()} and leave its position and limit unchanged; a heap buffer is copied through a temporary
+ * native buffer, a direct buffer in place. Asynchronous copies need pinned memory and live on
+ * {@link GpuStream}.
  *
  * <h2>Errors</h2>
  * An illegal memory access inside a kernel poisons the context, as on a GPU: every later call on it throws

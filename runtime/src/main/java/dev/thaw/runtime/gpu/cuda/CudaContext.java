@@ -54,6 +54,12 @@ final class CudaContext extends CudaResource implements GpuContext {
   private boolean destroyed;
   private long granularity;
   private DeviceAddressArena arena;
+  /**
+   * A private stream for the synchronous copies and memsets: each is queued on it and waited for, because
+   * {@code cuMemcpyHtoD} from pageable memory may return before the DMA lands and {@code cuMemset*} is
+   * asynchronous to the host, and neither is ordered with Thaw's non-blocking streams.
+   */
+  private long syncStream;
 
   private CudaContext(CudaDriver driver, DeviceInfo device, int deviceHandle, long handle) {
     super(null, String.format("CUDA context 0x%x on device %d", handle, device.ordinal()));
@@ -81,6 +87,9 @@ final class CudaContext extends CudaResource implements GpuContext {
     try {
       ctx.granularity = ctx.queryGranularity();
       ctx.arena = CudaDriver.arena(deviceHandle);
+      CudaNative.Scratch st = CudaNative.Scratch.get().clear(8);
+      check(CudaNative.cuStreamCreate(st.address, CudaNative.CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      ctx.syncStream = st.memory.getLong(0);
     } catch (RuntimeException e) {
       ctx.close();
       throw e;
@@ -313,12 +322,16 @@ final class CudaContext extends CudaResource implements GpuContext {
     }
     ensureCurrent();
     if (src.isDirect()) {
-      check(CudaNative.cuMemcpyHtoD_v2(dstDevice, addressOf(src) + src.position(), n), "cuMemcpyHtoD_v2");
+      check(CudaNative.cuMemcpyHtoDAsync_v2(dstDevice, addressOf(src) + src.position(), n, syncStream),
+          "cuMemcpyHtoDAsync_v2");
+      awaitSyncStream();
       return;
     }
     try (Memory staging = new Memory(n)) {
       staging.getByteBuffer(0, n).put(src.duplicate());
-      check(CudaNative.cuMemcpyHtoD_v2(dstDevice, Pointer.nativeValue(staging), n), "cuMemcpyHtoD_v2");
+      check(CudaNative.cuMemcpyHtoDAsync_v2(dstDevice, Pointer.nativeValue(staging), n, syncStream),
+          "cuMemcpyHtoDAsync_v2");
+      awaitSyncStream();
     }
   }
 
@@ -335,11 +348,15 @@ final class CudaContext extends CudaResource implements GpuContext {
     }
     ensureCurrent();
     if (dst.isDirect()) {
-      check(CudaNative.cuMemcpyDtoH_v2(addressOf(dst) + dst.position(), srcDevice, n), "cuMemcpyDtoH_v2");
+      check(CudaNative.cuMemcpyDtoHAsync_v2(addressOf(dst) + dst.position(), srcDevice, n, syncStream),
+          "cuMemcpyDtoHAsync_v2");
+      awaitSyncStream();
       return;
     }
     try (Memory staging = new Memory(n)) {
-      check(CudaNative.cuMemcpyDtoH_v2(Pointer.nativeValue(staging), srcDevice, n), "cuMemcpyDtoH_v2");
+      check(CudaNative.cuMemcpyDtoHAsync_v2(Pointer.nativeValue(staging), srcDevice, n, syncStream),
+          "cuMemcpyDtoHAsync_v2");
+      awaitSyncStream();
       dst.duplicate().put(staging.getByteBuffer(0, n));
     }
   }
@@ -356,7 +373,8 @@ final class CudaContext extends CudaResource implements GpuContext {
       return;
     }
     ensureCurrent();
-    check(CudaNative.cuMemcpyDtoD_v2(dstDevice, srcDevice, bytes), "cuMemcpyDtoD_v2");
+    check(CudaNative.cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, bytes, syncStream), "cuMemcpyDtoDAsync_v2");
+    awaitSyncStream();
   }
 
   @Override
@@ -367,7 +385,8 @@ final class CudaContext extends CudaResource implements GpuContext {
       return;
     }
     ensureCurrent();
-    check(CudaNative.cuMemsetD8_v2(dstDevice, value & 0xff, bytes), "cuMemsetD8_v2");
+    check(CudaNative.cuMemsetD8Async(dstDevice, value & 0xff, bytes, syncStream), "cuMemsetD8Async");
+    awaitSyncStream();
   }
 
   @Override
@@ -379,7 +398,12 @@ final class CudaContext extends CudaResource implements GpuContext {
       return;
     }
     ensureCurrent();
-    check(CudaNative.cuMemsetD32_v2(dstDevice, value, count), "cuMemsetD32_v2");
+    check(CudaNative.cuMemsetD32Async(dstDevice, value, count, syncStream), "cuMemsetD32Async");
+    awaitSyncStream();
+  }
+
+  private void awaitSyncStream() {
+    check(CudaNative.cuStreamSynchronize(syncStream), "cuStreamSynchronize");
   }
 
   static void checkCount(long n, String what) {
@@ -479,6 +503,12 @@ final class CudaContext extends CudaResource implements GpuContext {
         }
       }
       owned.clear();
+      if (syncStream != 0) {
+        int rs = CudaNative.cuStreamDestroy_v2(syncStream);
+        if (rs != CudaNative.CUDA_SUCCESS) {
+          LOG.debug("{}: destroying the copy stream returned {}", describe(), CudaNative.errorName(rs));
+        }
+      }
       destroyed = true;
       int r = CudaNative.cuCtxDestroy_v2(handle);
       long[] current = CURRENT.get();

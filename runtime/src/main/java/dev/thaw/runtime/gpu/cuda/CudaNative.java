@@ -149,11 +149,8 @@ final class CudaNative {
   static native int cuMemFreeHost(long p);
 
   // ---- copies and memset ----
-  static native int cuMemcpyHtoD_v2(long dstDevice, long srcHost, long byteCount);
 
-  static native int cuMemcpyDtoH_v2(long dstHost, long srcDevice, long byteCount);
 
-  static native int cuMemcpyDtoD_v2(long dstDevice, long srcDevice, long byteCount);
 
   static native int cuMemcpyHtoDAsync_v2(long dstDevice, long srcHost, long byteCount, long stream);
 
@@ -162,9 +159,7 @@ final class CudaNative {
   static native int cuMemcpyDtoDAsync_v2(long dstDevice, long srcDevice, long byteCount, long stream);
 
   /** {@code uc} is an {@code unsigned char}; only its low 8 bits are read. */
-  static native int cuMemsetD8_v2(long dstDevice, int uc, long n);
 
-  static native int cuMemsetD32_v2(long dstDevice, int ui, long n);
 
   static native int cuMemsetD8Async(long dstDevice, int uc, long n, long stream);
 
