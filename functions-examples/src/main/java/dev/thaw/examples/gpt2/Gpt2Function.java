@@ -1,0 +1,516 @@
+package dev.thaw.examples.gpt2;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.gpt2.kernels.Gpt2Kernels;
+import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.InvalidConfigException;
+import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.ThawFunction;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.PinnedBuffer;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Set;
+
+/**
+ * GPT-2 text generation: greedy decoding with a KV cache on the GPT-2 kernels ({@link Gpt2Kernels}).
+ *
+ * <h2>Config</h2>
+ * <pre>{@code
+ * {"model": "gpt2-large", "seed": 1}          // seeded random weights of a named size (Gpt2Config.names())
+ * {"path": "/dir"}                            // a Hugging Face directory: config.json + model.safetensors
+ *   "maxBatch": 4                             // sequences per request (default 4)
+ *   "maxTokens": 1024                         // KV cache length: prompt + new tokens (default n_positions)
+ * }</pre>
+ * {@code init} loads the module, allocates each weight as a buffer named as in Hugging Face ({@code wte.weight},
+ * {@code h.3.attn.c_attn.weight}, ...) and streams it up through pinned staging, allocates a KV cache of
+ * maxBatch × maxTokens positions per layer ({@code kv.<layer>.k|v}) and activation scratch for maxBatch ×
+ * maxTokens prompt rows ({@code act.*}, {@code io.*}), and runs one request to warm up.
+ *
+ * <h2>Requests</h2>
+ * <pre>{@code
+ * {"tokens": [[464, 2068, 7586], [15496, 11]], "maxNewTokens": 16, "returnLogits": false}
+ * -> {"tokens": [[...16 ids...], [...16 ids...]], "logits": [[...V floats...], ...]}   // logits on request
+ * }</pre>
+ * Prompts may have different lengths: each sequence has its own positions (0..len-1) and cache row, so no
+ * padding is needed. The prompt runs in one pass of M = Σ len rows; then each step runs one row per sequence.
+ * {@code logits} are those of the last step: the one that chose the last token, or the prompt's last position
+ * when {@code maxNewTokens} is 0. Everything about a request is checked before anything is launched, so an
+ * {@link InvalidRequestException} leaves the device as it was.
+ */
+public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
+
+  public static final String MODULE = "gpt2";
+  public static final int DEFAULT_MAX_BATCH = 4;
+  public static final int DEFAULT_MAX_NEW_TOKENS = 16;
+  /** A bound on maxBatch: the KV cache and scratch grow with it, and the request loop is per sequence. */
+  public static final int MAX_BATCH_LIMIT = 64;
+  /** Pinned staging for the weight upload: two halves of this size, filled and copied alternately. */
+  static final int STAGING_BYTES = 8 << 20;
+
+  private static final Set<String> CONFIG_FIELDS = Set.of("model", "seed", "path", "maxBatch", "maxTokens");
+  private static final Set<String> REQUEST_FIELDS = Set.of("tokens", "maxNewTokens", "returnLogits");
+
+  /**
+   * The host state: the model's shape, sizes, and references to every buffer (weights by their tensor names).
+   *
+   * @param weights where the weights came from (a path, or {@code seeded:<model>:<seed>})
+   */
+  public record State(Gpt2Config config, String weights, int maxBatch, int maxTokens, String module,
+      Scratch scratch, List<BufferRef> kCache, List<BufferRef> vCache) {
+
+    public State {
+      kCache = List.copyOf(kCache);
+      vCache = List.copyOf(vCache);
+    }
+
+    BufferRef weight(String name) {
+      return new BufferRef(name);
+    }
+
+    BufferRef layer(int i, String suffix) {
+      return new BufferRef(Gpt2Tensor.layer(i, suffix));
+    }
+  }
+
+  /**
+   * Per-request device memory. {@code tokens} holds the prompt rows and then each step's chosen ids
+   * (step s of sequence b at prompt rows + s × batch + b), so a step reads its input where the previous
+   * step's argmax wrote it and the host waits only once, at the end.
+   */
+  public record Scratch(BufferRef tokens, BufferRef positions, BufferRef cacheRows, BufferRef x, BufferRef ln,
+      BufferRef qkv, BufferRef attn, BufferRef fc, BufferRef last, BufferRef logits) {}
+
+  @Override
+  public Class<State> stateType() {
+    return State.class;
+  }
+
+  // ---- init ----
+
+  @Override
+  public State init(FunctionSession session, JsonNode config) throws IOException {
+    if (config == null || !config.isObject()) {
+      throw new InvalidConfigException("the gpt2 config is a JSON object");
+    }
+    for (Iterator<String> it = config.fieldNames(); it.hasNext(); ) {
+      String f = it.next();
+      if (!CONFIG_FIELDS.contains(f)) {
+        throw new InvalidConfigException("unknown config field '" + f + "'; known: " + CONFIG_FIELDS);
+      }
+    }
+    try (Gpt2Weights weights = openWeights(config)) {
+      Gpt2Config c = weights.config();
+      int maxBatch = intSetting(config, "maxBatch", DEFAULT_MAX_BATCH, 1, MAX_BATCH_LIMIT);
+      int maxTokens = intSetting(config, "maxTokens", c.nPositions(), 1, c.nPositions());
+      session.loadModule(MODULE, Gpt2Kernels.ptx());
+      List<Gpt2Tensor> tensors = Gpt2Tensor.all(c);
+      for (Gpt2Tensor t : tensors) {
+        session.allocate(t.name(), t.halfBytes());
+      }
+      upload(session, weights, tensors);
+
+      long rows = (long) maxBatch * maxTokens;
+      long cap = rows + maxBatch; // prompt rows, then one id per sequence per step (see Scratch)
+      long cc = c.nEmbd();
+      Scratch scratch = new Scratch(
+          session.allocate("io.tokens", 4 * cap),
+          session.allocate("io.positions", 4 * cap),
+          session.allocate("io.cache_rows", 4 * cap),
+          session.allocate("act.x", 4 * rows * cc),
+          session.allocate("act.ln", 2 * rows * cc),
+          session.allocate("act.qkv", 2 * rows * 3 * cc),
+          session.allocate("act.attn", 2 * rows * cc),
+          session.allocate("act.fc", 2 * rows * 4 * cc),
+          session.allocate("act.last", 2L * maxBatch * cc),
+          session.allocate("act.logits", 4L * maxBatch * c.vocabSize()));
+      List<BufferRef> k = new ArrayList<>();
+      List<BufferRef> v = new ArrayList<>();
+      long cacheBytes = 2 * rows * cc; // [maxBatch, H, maxTokens, D] halves
+      for (int i = 0; i < c.nLayer(); i++) {
+        k.add(session.allocate("kv." + i + ".k", cacheBytes));
+        v.add(session.allocate("kv." + i + ".v", cacheBytes));
+      }
+      State state = new State(c, weights.describe(), maxBatch, maxTokens, MODULE, scratch, k, v);
+      warmUp(session, state);
+      return state;
+    }
+  }
+
+  private static Gpt2Weights openWeights(JsonNode config) throws IOException {
+    JsonNode model = config.get("model");
+    JsonNode path = config.get("path");
+    if ((model == null) == (path == null)) {
+      throw new InvalidConfigException("the config needs exactly one of 'model' (one of " + Gpt2Config.names()
+          + ") and 'path' (a Hugging Face directory)");
+    }
+    if (path != null) {
+      if (!path.isTextual() || path.asText().isEmpty()) {
+        throw new InvalidConfigException("'path' must be a directory name, not " + path);
+      }
+      if (config.has("seed")) {
+        throw new InvalidConfigException("'seed' goes with 'model', not with 'path'");
+      }
+      return HfCheckpoint.open(Path.of(path.asText()));
+    }
+    if (!model.isTextual()) {
+      throw new InvalidConfigException("'model' must be a name, one of " + Gpt2Config.names());
+    }
+    JsonNode seed = config.path("seed");
+    if (!seed.isMissingNode() && !(seed.isIntegralNumber() && seed.canConvertToLong())) {
+      throw new InvalidConfigException("'seed' must be an integer, not " + seed);
+    }
+    return new SeededWeights(Gpt2Config.named(model.asText()), seed.asLong(1));
+  }
+
+  private static int intSetting(JsonNode config, String field, int fallback, int min, int max) {
+    JsonNode v = config.get(field);
+    if (v == null) {
+      return fallback;
+    }
+    if (!v.isIntegralNumber() || !v.canConvertToInt() || v.asInt() < min || v.asInt() > max) {
+      throw new InvalidConfigException("'" + field + "' must be an integer in [" + min + ", " + max + "], not " + v);
+    }
+    return v.asInt();
+  }
+
+  /**
+   * Streams every tensor to its buffer through two pinned halves: while one half is copied, the next part
+   * is read into the other. Refuses weights with an Inf or NaN: greedy decoding would turn one into an id
+   * of -1, and the embedding kernel would read outside wte.
+   */
+  static void upload(FunctionSession session, Gpt2Weights weights, List<Gpt2Tensor> tensors) throws IOException {
+    GpuContext ctx = session.context();
+    GpuStream stream = session.stream();
+    try (PinnedBuffer pinned = ctx.allocatePinned(2L * STAGING_BYTES);
+        GpuEvent free0 = ctx.createEvent(false);
+        GpuEvent free1 = ctx.createEvent(false)) {
+      GpuEvent[] free = {free0, free1};
+      boolean[] inFlight = new boolean[2];
+      int slot = 0;
+      try {
+        for (Gpt2Tensor t : tensors) {
+          long device = session.address(new BufferRef(t.name()));
+          for (long at = 0; at < t.halfBytes(); at += STAGING_BYTES) {
+            int len = (int) Math.min(STAGING_BYTES, t.halfBytes() - at);
+            if (inFlight[slot]) {
+              free[slot].synchronize();
+            }
+            ByteBuffer view = pinned.slice((long) slot * STAGING_BYTES, len);
+            weights.read(t, at, view);
+            checkFinite(t, view, at);
+            stream.copyHostToDeviceAsync(device + at, pinned, (long) slot * STAGING_BYTES, len);
+            free[slot].record(stream);
+            inFlight[slot] = true;
+            slot ^= 1;
+          }
+        }
+      } finally {
+        // Never free the staging while a copy may still read it.
+        stream.synchronize();
+      }
+    }
+  }
+
+  private static void checkFinite(Gpt2Tensor t, ByteBuffer halves, long offset) {
+    ByteBuffer b = halves.duplicate().order(ByteOrder.LITTLE_ENDIAN);
+    int n = halves.capacity() / 2;
+    for (int i = 0; i < n; i++) {
+      if ((b.getShort(2 * i) & 0x7C00) == 0x7C00) {
+        throw new InvalidConfigException("tensor '" + t.name() + "' has an Inf or NaN at element "
+            + (offset / 2 + i));
+      }
+    }
+  }
+
+  private void warmUp(FunctionSession session, State state) {
+    ObjectNode json = JsonNodeFactory.instance.objectNode();
+    json.putArray("tokens").addArray().add(0);
+    json.put("maxNewTokens", Math.min(2, state.maxTokens() - 1));
+    invoke(session, state, FunctionRequest.of(json));
+  }
+
+  // ---- invoke ----
+
+  /** A checked request. */
+  record Request(int[][] prompts, int maxNewTokens, boolean returnLogits) {}
+
+  /**
+   * Checks the request against the state's limits.
+   *
+   * @throws InvalidRequestException naming the first thing that is wrong
+   */
+  static Request parse(State s, JsonNode json) {
+    if (json == null || !json.isObject()) {
+      throw new InvalidRequestException("the request is a JSON object with 'tokens'");
+    }
+    for (Iterator<String> it = json.fieldNames(); it.hasNext(); ) {
+      String f = it.next();
+      if (!REQUEST_FIELDS.contains(f)) {
+        throw new InvalidRequestException("unknown field '" + f + "'; known: " + REQUEST_FIELDS);
+      }
+    }
+    int maxNew = DEFAULT_MAX_NEW_TOKENS;
+    JsonNode n = json.get("maxNewTokens");
+    if (n != null) {
+      if (!n.isIntegralNumber() || !n.canConvertToInt() || n.asInt() < 0) {
+        throw new InvalidRequestException("'maxNewTokens' must be an integer of at least 0, not " + n);
+      }
+      maxNew = n.asInt();
+    }
+    boolean returnLogits = false;
+    JsonNode r = json.get("returnLogits");
+    if (r != null) {
+      if (!r.isBoolean()) {
+        throw new InvalidRequestException("'returnLogits' must be true or false, not " + r);
+      }
+      returnLogits = r.asBoolean();
+    }
+    JsonNode tokens = json.get("tokens");
+    if (tokens == null || !tokens.isArray()) {
+      throw new InvalidRequestException("'tokens' must be a list of prompts, each a list of token ids");
+    }
+    for (int b = 0; b < tokens.size(); b++) {
+      if (!tokens.get(b).isArray()) {
+        throw new InvalidRequestException("prompt " + b + " must be a list of token ids, not "
+            + tokens.get(b).getNodeType());
+      }
+    }
+    if (tokens.size() == 0 || tokens.size() > s.maxBatch()) {
+      throw new InvalidRequestException("'tokens' holds " + tokens.size() + " prompts; 1 to " + s.maxBatch()
+          + " (maxBatch) are allowed");
+    }
+    int vocab = s.config().vocabSize();
+    int[][] prompts = new int[tokens.size()][];
+    for (int b = 0; b < prompts.length; b++) {
+      JsonNode p = tokens.get(b);
+      if (p.size() == 0) {
+        throw new InvalidRequestException("prompt " + b + " is empty");
+      }
+      if ((long) p.size() + maxNew > s.maxTokens()) {
+        throw new InvalidRequestException("prompt " + b + " has " + p.size() + " tokens; with " + maxNew
+            + " new tokens that exceeds the " + s.maxTokens() + " positions of the KV cache (maxTokens)");
+      }
+      prompts[b] = new int[p.size()];
+      for (int t = 0; t < p.size(); t++) {
+        JsonNode id = p.get(t);
+        if (!id.isIntegralNumber() || !id.canConvertToInt() || id.asInt() < 0 || id.asInt() >= vocab) {
+          throw new InvalidRequestException("prompt " + b + ", position " + t + ": " + id
+              + " is not a token id in [0, " + vocab + ")");
+        }
+        prompts[b][t] = id.asInt();
+      }
+    }
+    return new Request(prompts, maxNew, returnLogits);
+  }
+
+  @Override
+  public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
+    Request req = parse(s, request.json());
+    Run run = new Run(session, s, req);
+    run.execute();
+    return FunctionResponse.of(run.response());
+  }
+
+  /** One request's device work, and the addresses it uses. */
+  private static final class Run {
+    private final FunctionSession session;
+    private final State s;
+    private final Request req;
+    private final Gpt2Kernels k;
+    private final GpuStream stream;
+    private final int batch;
+    private final int promptRows;
+    private final int c;
+    private final int h;
+    private final int d;
+    private final int vocab;
+    private final float eps;
+    private final float scale;
+    private final long wte;
+    private final long wpe;
+    private final long[][] layers;
+    private final long lnfW;
+    private final long lnfB;
+    private final long tokens;
+    private final long positions;
+    private final long cacheRows;
+    private final long x;
+    private final long ln;
+    private final long qkv;
+    private final long attn;
+    private final long fc;
+    private final long last;
+    private final long logits;
+    private final long[] kCache;
+    private final long[] vCache;
+
+    private static final String[] LAYER_TENSORS = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight",
+        "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+        "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+
+    Run(FunctionSession session, State s, Request req) {
+      this.session = session;
+      this.s = s;
+      this.req = req;
+      this.k = new Gpt2Kernels(new SessionModule(session, s.module(), Gpt2Kernels.EMBED));
+      this.stream = session.stream();
+      this.batch = req.prompts().length;
+      int rows = 0;
+      for (int[] p : req.prompts()) {
+        rows += p.length;
+      }
+      this.promptRows = rows;
+      Gpt2Config cfg = s.config();
+      this.c = cfg.nEmbd();
+      this.h = cfg.nHead();
+      this.d = cfg.headSize();
+      this.vocab = cfg.vocabSize();
+      this.eps = cfg.layerNormEpsilon();
+      this.scale = (float) (1.0 / Math.sqrt(d));
+      this.wte = addr(s.weight("wte.weight"));
+      this.wpe = addr(s.weight("wpe.weight"));
+      this.layers = new long[cfg.nLayer()][LAYER_TENSORS.length];
+      this.kCache = new long[cfg.nLayer()];
+      this.vCache = new long[cfg.nLayer()];
+      for (int i = 0; i < cfg.nLayer(); i++) {
+        for (int j = 0; j < LAYER_TENSORS.length; j++) {
+          layers[i][j] = addr(s.layer(i, LAYER_TENSORS[j]));
+        }
+        kCache[i] = addr(s.kCache().get(i));
+        vCache[i] = addr(s.vCache().get(i));
+      }
+      this.lnfW = addr(s.weight("ln_f.weight"));
+      this.lnfB = addr(s.weight("ln_f.bias"));
+      Scratch sc = s.scratch();
+      this.tokens = addr(sc.tokens());
+      this.positions = addr(sc.positions());
+      this.cacheRows = addr(sc.cacheRows());
+      this.x = addr(sc.x());
+      this.ln = addr(sc.ln());
+      this.qkv = addr(sc.qkv());
+      this.attn = addr(sc.attn());
+      this.fc = addr(sc.fc());
+      this.last = addr(sc.last());
+      this.logits = addr(sc.logits());
+    }
+
+    private long addr(BufferRef ref) {
+      return session.address(ref);
+    }
+
+    void execute() {
+      int steps = req.maxNewTokens();
+      int[] tok = new int[promptRows];
+      int[] pos = new int[promptRows + Math.max(0, steps - 1) * batch];
+      int[] rows = new int[promptRows + batch];
+      int[] lastRow = new int[batch];
+      int m = 0;
+      for (int b = 0; b < batch; b++) {
+        int[] p = req.prompts()[b];
+        for (int t = 0; t < p.length; t++, m++) {
+          tok[m] = p[t];
+          pos[m] = t;
+          rows[m] = b;
+        }
+        lastRow[b] = m - 1;
+        rows[promptRows + b] = b;
+        for (int step = 1; step < steps; step++) {
+          pos[promptRows + (step - 1) * batch + b] = p.length + step - 1;
+        }
+      }
+      session.upload(s.scratch().tokens(), 0, ints(tok));
+      session.upload(s.scratch().positions(), 0, ints(pos));
+      // Synchronous copies are complete when they return, so the kernels below read these inputs.
+      session.upload(s.scratch().cacheRows(), 0, ints(rows));
+
+      // Prompt: one pass over all rows; the head runs on each sequence's last row only.
+      forward(promptRows, tokens, positions, cacheRows);
+      for (int b = 0; b < batch; b++) {
+        k.layernorm(stream, x + 4L * c * lastRow[b], lnfW, lnfB, last + 2L * c * b, 1, c, eps);
+      }
+      head(0);
+      // Each step feeds the ids the previous one chose, one row per sequence.
+      for (int step = 1; step < steps; step++) {
+        long in = 4L * (promptRows + (long) (step - 1) * batch);
+        forward(batch, tokens + in, positions + 4L * (promptRows + (long) (step - 1) * batch),
+            cacheRows + 4L * promptRows);
+        k.layernorm(stream, x, lnfW, lnfB, last, batch, c, eps);
+        head(step);
+      }
+    }
+
+    /** Logits of the rows in {@code last}, and their argmax into step {@code step}'s ids. */
+    private void head(int step) {
+      k.lmHead(stream, last, wte, logits, batch, vocab, c);
+      k.argmax(stream, logits, tokens + 4L * (promptRows + (long) step * batch), batch, vocab);
+    }
+
+    private void forward(int rows, long tok, long pos, long cacheRow) {
+      k.embed(stream, wte, wpe, tok, pos, x, rows, c);
+      for (int i = 0; i < layers.length; i++) {
+        long[] w = layers[i];
+        k.layernorm(stream, x, w[0], w[1], ln, rows, c, eps);
+        k.matmul(stream, ln, w[2], w[3], qkv, rows, 3 * c, c, false);
+        k.kvAppend(stream, qkv, kCache[i], vCache[i], pos, cacheRow, rows, h, d, s.maxTokens());
+        k.attention(stream, qkv, kCache[i], vCache[i], attn, pos, cacheRow, rows, h, d, s.maxTokens(), scale);
+        k.matmulResidual(stream, attn, w[4], w[5], x, rows, c, c);
+        k.layernorm(stream, x, w[6], w[7], ln, rows, c, eps);
+        k.matmul(stream, ln, w[8], w[9], fc, rows, 4 * c, c, true);
+        k.matmulResidual(stream, fc, w[10], w[11], x, rows, c, 4 * c);
+      }
+    }
+
+    ObjectNode response() {
+      int steps = req.maxNewTokens();
+      ObjectNode out = JsonNodeFactory.instance.objectNode();
+      ArrayNode ids = out.putArray("tokens");
+      ByteBuffer gen = ByteBuffer.allocateDirect(4 * Math.max(1, steps * batch)).order(ByteOrder.LITTLE_ENDIAN);
+      if (steps > 0) {
+        session.download(s.scratch().tokens(), 4L * promptRows, gen.limit(4 * steps * batch));
+      }
+      for (int b = 0; b < batch; b++) {
+        ArrayNode row = ids.addArray();
+        for (int step = 0; step < steps; step++) {
+          row.add(gen.getInt(4 * (step * batch + b)));
+        }
+      }
+      if (req.returnLogits()) {
+        ByteBuffer l = ByteBuffer.allocateDirect(4 * batch * vocab).order(ByteOrder.LITTLE_ENDIAN);
+        session.download(s.scratch().logits(), 0, l);
+        ArrayNode all = out.putArray("logits");
+        for (int b = 0; b < batch; b++) {
+          ArrayNode row = all.addArray();
+          for (int v = 0; v < vocab; v++) {
+            row.add(l.getFloat(4 * (b * vocab + v)));
+          }
+        }
+      } else {
+        // Nothing to download: still wait, so the request's device work is done when it returns.
+        session.synchronize();
+      }
+      return out;
+    }
+
+    private static ByteBuffer ints(int[] v) {
+      ByteBuffer b = ByteBuffer.allocateDirect(4 * Math.max(1, v.length)).order(ByteOrder.LITTLE_ENDIAN);
+      for (int i = 0; i < v.length; i++) {
+        b.putInt(4 * i, v[i]);
+      }
+      return b.limit(4 * v.length);
+    }
+  }
+}

@@ -1,0 +1,239 @@
+package dev.thaw.examples.gpt2;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.runtime.function.AllocationRecord;
+import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.HostStates;
+import dev.thaw.runtime.function.InvalidConfigException;
+import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.SessionTable;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.sim.SimDriver;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.nio.ByteBuffer;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** The function on the sim device against the CPU reference, its request checks, and the SPI round trip. */
+class Gpt2FunctionTest {
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  static JsonNode json(String s) {
+    try {
+      return JSON.readTree(s);
+    } catch (Exception e) {
+      throw new IllegalArgumentException(s, e);
+    }
+  }
+
+  static ObjectNode request(int[][] prompts, int maxNewTokens, boolean logits) {
+    return Gpt2FunctionRequests.of(prompts, maxNewTokens, logits);
+  }
+
+  static int[][] tokens(JsonNode response) {
+    JsonNode t = response.get("tokens");
+    int[][] out = new int[t.size()][];
+    for (int b = 0; b < t.size(); b++) {
+      out[b] = new int[t.get(b).size()];
+      for (int i = 0; i < out[b].length; i++) {
+        out[b][i] = t.get(b).get(i).asInt();
+      }
+    }
+    return out;
+  }
+
+  /** Logits agree to fp16 tolerance: each within 1e-2 of its size plus 1e-3 of the row's RMS. */
+  static void assertLogitsClose(float[] expected, JsonNode got, String what) {
+    assertEquals(expected.length, got.size(), what);
+    double rms = 0;
+    for (float e : expected) {
+      rms += (double) e * e;
+    }
+    rms = Math.sqrt(rms / expected.length);
+    for (int v = 0; v < expected.length; v++) {
+      double g = got.get(v).asDouble();
+      double tol = 1e-2 * Math.abs(expected[v]) + 1e-3 * rms;
+      int at = v;
+      assertTrue(Math.abs(g - expected[v]) <= tol,
+          () -> what + " logit " + at + ": expected " + expected[at] + ", got " + g);
+    }
+  }
+
+  private static int[][] prompts(int batch, int length, int vocab, long seed) {
+    java.util.Random r = new java.util.Random(seed);
+    int[][] p = new int[batch][length];
+    for (int[] row : p) {
+      for (int i = 0; i < length; i++) {
+        row[i] = r.nextInt(vocab);
+      }
+    }
+    return p;
+  }
+
+  private static void checkAgainstReference(String model, int[][] prompts, int maxNew, int maxBatch)
+      throws Exception {
+    Gpt2Reference ref = Gpt2Reference.load(new SeededWeights(Gpt2Config.named(model), 7));
+    Gpt2Reference.Result expected = ref.generate(prompts, maxNew);
+    Gpt2Function f = new Gpt2Function();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      Gpt2Function.State s = f.init(session, json("{\"model\": \"" + model + "\", \"seed\": 7, \"maxBatch\": "
+          + maxBatch + ", \"maxTokens\": 32}"));
+      JsonNode got = f.invoke(session, s, FunctionRequest.of(request(prompts, maxNew, true))).json();
+      int[][] ids = tokens(got);
+      for (int b = 0; b < prompts.length; b++) {
+        assertArrayEquals(expected.tokens()[b], ids[b], model + " sequence " + b + ": greedy tokens");
+        assertLogitsClose(expected.logits()[b], got.get("logits").get(b), model + " sequence " + b);
+      }
+    }
+  }
+
+  @Test
+  void matchesTheCpuReferenceForABatchOfTwo() throws Exception {
+    checkAgainstReference("tiny", prompts(2, 7, 97, 1), 12, 2);
+  }
+
+  @Test
+  void raggedPromptsMatchTheReferenceOnAWiderModel() throws Exception {
+    int[][] prompts = {{5, 17, 200, 3}, {250}, {9, 9, 9, 9, 9, 9, 9, 9, 100}};
+    checkAgainstReference("tiny-wide", prompts, 6, 4);
+  }
+
+  @Test
+  void withNoNewTokensTheLogitsAreThePromptsLastPosition() throws Exception {
+    checkAgainstReference("tiny", prompts(1, 5, 97, 2), 0, 1);
+  }
+
+  @Test
+  void everyLaunchGoesThroughTheSessionAndBadRequestsLaunchNothing() throws Exception {
+    Gpt2Function f = new Gpt2Function();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      Gpt2Function.State s = f.init(session, json("{\"model\": \"tiny\", \"maxBatch\": 2, \"maxTokens\": 32}"));
+      AtomicInteger launches = new AtomicInteger();
+      session.setLaunchInterceptor((kernel, grid, block, shared, stream, args) -> launches.incrementAndGet());
+      JsonNode good = json("{\"tokens\": [[1, 2, 3], [4, 5, 6]], \"maxNewTokens\": 4}");
+      JsonNode first = f.invoke(session, s, FunctionRequest.of(good)).json();
+      int layers = s.config().nLayer();
+      int forward = 1 + 8 * layers;
+      // prompt pass + one ln_f per sequence + head (2); then 3 steps of forward + ln_f + head
+      assertEquals(forward + 2 + 2 + 3 * (forward + 1 + 2), launches.get());
+
+      String[] bad = {
+          "[1, 2]",
+          "{}",
+          "{\"tokens\": [[1, 2]], \"max_new_tokens\": 3}",
+          "{\"tokens\": [1, 2, 3]}",
+          "{\"tokens\": []}",
+          "{\"tokens\": [[1], [2], [3]]}",
+          "{\"tokens\": [[]]}",
+          "{\"tokens\": [[1, 97]]}",
+          "{\"tokens\": [[1, -1]]}",
+          "{\"tokens\": [[1, 2.5]]}",
+          "{\"tokens\": [[1, \"2\"]]}",
+          "{\"tokens\": [[1, 4294967297]]}",
+          "{\"tokens\": [[1, 2]], \"maxNewTokens\": -1}",
+          "{\"tokens\": [[1, 2]], \"maxNewTokens\": \"4\"}",
+          "{\"tokens\": [[1, 2]], \"maxNewTokens\": 31}",
+          "{\"tokens\": [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33]], \"maxNewTokens\": 0}",
+          "{\"tokens\": [[1, 2]], \"returnLogits\": 1}",
+      };
+      String[] says = {"JSON object", "'tokens'", "unknown field 'max_new_tokens'", "prompt 0 must be a list",
+          "1 to 2 (maxBatch)", "1 to 2 (maxBatch)", "prompt 0 is empty", "97 is not a token id in [0, 97)",
+          "-1 is not a token id", "2.5 is not a token id", "\"2\" is not a token id", "4294967297",
+          "'maxNewTokens' must be an integer", "'maxNewTokens' must be an integer", "exceeds the 32 positions",
+          "exceeds the 32 positions", "'returnLogits' must be true or false"};
+      int before = launches.get();
+      for (int i = 0; i < bad.length; i++) {
+        JsonNode r = json(bad[i]);
+        int at = i;
+        InvalidRequestException e = assertThrows(InvalidRequestException.class,
+            () -> f.invoke(session, s, FunctionRequest.of(r)), bad[i]);
+        assertTrue(e.getMessage().contains(says[i]), () -> bad[at] + " -> " + e.getMessage());
+      }
+      assertEquals(before, launches.get(), "a refused request launches nothing");
+      assertEquals(first, f.invoke(session, s, FunctionRequest.of(good)).json(), "the next request is served");
+    }
+  }
+
+  @Test
+  void refusesConfigsItCannotBuild() throws Exception {
+    Gpt2Function f = new Gpt2Function();
+    String[] bad = {
+        "{}", "{\"model\": \"tiny\", \"path\": \"/x\"}", "{\"model\": \"gpt5\"}", "{\"model\": 3}",
+        "{\"model\": \"tiny\", \"maxBatch\": 0}", "{\"model\": \"tiny\", \"maxTokens\": 65}",
+        "{\"model\": \"tiny\", \"seed\": \"x\"}", "{\"model\": \"tiny\", \"batch\": 2}",
+        "{\"path\": \"/no/such/dir\"}", "[]"};
+    String[] says = {"exactly one of", "exactly one of", "'gpt5'", "'model' must be a name", "'maxBatch'",
+        "'maxTokens' must be an integer in [1, 64]", "'seed' must be an integer", "unknown config field 'batch'",
+        "config.json does not exist", "JSON object"};
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
+      for (int i = 0; i < bad.length; i++) {
+        try (FunctionSession session = FunctionSession.record(ctx)) {
+          JsonNode c = json(bad[i]);
+          InvalidConfigException e = assertThrows(InvalidConfigException.class, () -> f.init(session, c), bad[i]);
+          int at = i;
+          assertTrue(e.getMessage().contains(says[i]), () -> bad[at] + " -> " + e.getMessage());
+        }
+      }
+      assertEquals(0, driver.memoryInUse(), "closed sessions leave nothing behind");
+    }
+  }
+
+  /**
+   * The SPI's point, as in FunctionSessionTest: init's table, device bytes and state JSON rebuild a session on
+   * another (simulated) device that serves the same response without init.
+   */
+  @Test
+  void aRebuiltSessionServesTheSameResponseWithoutInit(@TempDir Path dir) throws Exception {
+    HfCheckpoint.save(new SeededWeights(Gpt2Config.named("tiny"), 3), dir);
+    Gpt2Function f = new Gpt2Function();
+    JsonNode request = request(new int[][] {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3}}, 5, true);
+    SessionTable table;
+    List<ByteBuffer> contents = new ArrayList<>();
+    JsonNode stateJson;
+    JsonNode first;
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      Gpt2Function.State state = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, "
+          + "\"maxTokens\": 24}"));
+      first = f.invoke(session, state, FunctionRequest.of(request)).json();
+      table = session.table();
+      for (AllocationRecord a : table.allocations()) {
+        ByteBuffer b = ByteBuffer.allocateDirect((int) a.size());
+        session.download(new BufferRef(a.name()), 0, b);
+        contents.add(b);
+      }
+      stateJson = HostStates.write(state);
+    }
+    assertEquals("h.0.attn.c_attn.weight", table.allocations().get(4).name());
+    assertEquals("wte.weight", table.allocations().get(0).name());
+    assertEquals(2, stateJson.get("kCache").size());
+    assertEquals(dir.toString(), stateJson.get("weights").asText());
+
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession restored = FunctionSession.rebuild(ctx, table)) {
+      for (int i = 0; i < table.allocations().size(); i++) {
+        AllocationRecord a = table.allocations().get(i);
+        assertEquals(a.address(), restored.address(new BufferRef(a.name())), a.name());
+        restored.upload(new BufferRef(a.name()), 0, contents.get(i));
+      }
+      Gpt2Function.State state = HostStates.read(stateJson, Gpt2Function.State.class);
+      assertEquals(first, f.invoke(restored, state, FunctionRequest.of(request)).json());
+    }
+  }
+}
