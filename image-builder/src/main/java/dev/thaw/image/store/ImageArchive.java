@@ -139,7 +139,12 @@ public final class ImageArchive {
       Map<Digest, Tar.Entry> blobs = new HashMap<>();
       for (Tar.Entry e : entries) {
         if (e.name().startsWith("blobs/sha256/")) {
-          Digest named = new Digest(e.name().substring("blobs/sha256/".length()));
+          Digest named;
+          try {
+            named = new Digest(e.name().substring("blobs/sha256/".length()));
+          } catch (IllegalArgumentException ex) {
+            throw new ArchiveException("the archive holds a blob with a bad name: " + e.name(), ex);
+          }
           Digest actual = hash(in, e);
           if (!actual.equals(named)) {
             throw new ArchiveException("blob " + named + " is damaged: its bytes hash to " + actual);

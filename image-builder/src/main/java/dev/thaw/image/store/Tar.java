@@ -74,6 +74,15 @@ final class Tar {
       readFully(ch, block, pos);
       byte[] h = block.array();
       if (allZero(h)) {
+        // The end is two zero blocks; one alone means the file was cut inside the marker.
+        block.clear();
+        if (pos + 2 * BLOCK > fileSize) {
+          throw new ArchiveException("the archive is truncated inside its end-of-archive marker");
+        }
+        readFully(ch, block, pos + BLOCK);
+        if (!allZero(block.array())) {
+          throw new ArchiveException("the archive is damaged: a lone zero block at byte " + pos);
+        }
         return out;
       }
       if (!new String(h, 257, 5, StandardCharsets.US_ASCII).equals("ustar")) {
