@@ -579,6 +579,19 @@ public final class RocksChunkStore implements ChunkStore {
     return new ArrayList<>(bad);
   }
 
+  /**
+   * Moves everything written so far out of the memtables into table and blob files (RocksDB {@code flush}):
+   * for benchmarks that must read from files, and before copying a store's directory.
+   */
+  public void flush() {
+    checkWritable();
+    try (org.rocksdb.FlushOptions f = new org.rocksdb.FlushOptions().setWaitForFlush(true)) {
+      db.flush(f, List.of(chunks, chunkSizes, manifests, refs, tags, meta));
+    } catch (RocksDBException e) {
+      throw error("cannot flush", e);
+    }
+  }
+
   /** A read-only store catches up with what the writer has committed since; a no-op on a writable one. */
   public void refresh() {
     checkOpen();
