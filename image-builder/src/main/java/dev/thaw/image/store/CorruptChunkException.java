@@ -1,0 +1,24 @@
+package dev.thaw.image.store;
+
+import java.nio.file.Path;
+
+/** A stored chunk's bytes no longer hash to its digest. */
+public class CorruptChunkException extends StoreException {
+
+  private final Digest digest;
+  private final transient Digest actual;
+
+  public CorruptChunkException(Path path, Digest digest, Digest actual) {
+    super(path, "chunk " + digest + " is corrupt: its bytes hash to " + actual);
+    this.digest = digest;
+    this.actual = actual;
+  }
+
+  public Digest digest() {
+    return digest;
+  }
+
+  public Digest actual() {
+    return actual;
+  }
+}

@@ -1,0 +1,316 @@
+package dev.thaw.image.store;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
+import java.security.MessageDigest;
+import java.util.HashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * One image as one portable file: a tar holding an OCI image layout ({@code oci-layout}, {@code index.json},
+ * {@code blobs/sha256/<hex>}). The OCI manifest's config blob is the Thaw manifest (opaque here) and its
+ * layers are the image's chunks, so the layout can be pushed to an OCI registry as is (e.g. {@code oras
+ * copy --from-oci-layout}). Layout details: {@code docs/image-store.md}.
+ */
+public final class ImageArchive {
+
+  public static final String OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json";
+  public static final String OCI_INDEX_TYPE = "application/vnd.oci.image.index.v1+json";
+  public static final String ARTIFACT_TYPE = "application/vnd.thaw.image.v1";
+  public static final String THAW_MANIFEST_TYPE = "application/vnd.thaw.image.manifest.v1+json";
+  public static final String CHUNK_TYPE = "application/vnd.thaw.chunk.v1";
+  public static final String REF_NAME = "org.opencontainers.image.ref.name";
+  /** An index or manifest bigger than this is not one we wrote. */
+  private static final long MAX_JSON = 64L << 20;
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  /** What an import did. */
+  public record Imported(String tag, Digest manifest, int chunks, int newChunks, long newBytes) {}
+
+  private ImageArchive() {}
+
+  /**
+   * Writes the image {@code tag} names to {@code file} (replacing it; through a temporary file beside it, so a
+   * failed export leaves no partial archive).
+   *
+   * @return the number of bytes written
+   * @throws IllegalArgumentException if the tag is not in the store
+   */
+  public static long export(RocksChunkStore store, String tag, Path file) {
+    Tags.check(tag);
+    byte[] manifest = store.manifest(tag)
+        .orElseThrow(() -> new IllegalArgumentException("no image tagged " + tag + " in " + store.path()));
+    List<Digest> chunks = store.chunksOf(tag).orElseThrow();
+    Digest manifestDigest = Digest.of(manifest);
+
+    ObjectNode oci = JSON.createObjectNode();
+    oci.put("schemaVersion", 2);
+    oci.put("mediaType", OCI_MANIFEST_TYPE);
+    oci.put("artifactType", ARTIFACT_TYPE);
+    oci.set("config", descriptor(THAW_MANIFEST_TYPE, manifestDigest, manifest.length));
+    ArrayNode layers = oci.putArray("layers");
+    Map<Digest, Integer> sizes = new HashMap<>();
+    int largest = 0;
+    for (Digest d : chunks) {
+      int size = store.chunkSize(d).orElseThrow(() -> new ChunkNotFoundException(d));
+      sizes.put(d, size);
+      largest = Math.max(largest, size);
+      layers.add(descriptor(CHUNK_TYPE, d, size));
+    }
+    oci.putObject("annotations").put(REF_NAME, tag);
+    byte[] ociBytes = json(oci);
+    Digest ociDigest = Digest.of(ociBytes);
+
+    ObjectNode index = JSON.createObjectNode();
+    index.put("schemaVersion", 2);
+    index.put("mediaType", OCI_INDEX_TYPE);
+    ObjectNode entry = descriptor(OCI_MANIFEST_TYPE, ociDigest, ociBytes.length);
+    entry.putObject("annotations").put(REF_NAME, tag);
+    index.putArray("manifests").add(entry);
+
+    Path dir = file.toAbsolutePath().getParent();
+    Path tmp = null;
+    try {
+      tmp = Files.createTempFile(dir, ".thaw-export", ".tmp");
+      long written;
+      try (FileChannel out = FileChannel.open(tmp, StandardOpenOption.WRITE, StandardOpenOption.TRUNCATE_EXISTING)) {
+        writeEntry(out, "oci-layout", ByteBuffer.wrap(bytes("{\"imageLayoutVersion\":\"1.0.0\"}")));
+        writeEntry(out, "index.json", ByteBuffer.wrap(json(index)));
+        writeEntry(out, blobName(ociDigest), ByteBuffer.wrap(ociBytes));
+        writeEntry(out, blobName(manifestDigest), ByteBuffer.wrap(manifest));
+        ByteBuffer buf = ByteBuffer.allocateDirect(Math.max(largest, 1));
+        for (Digest d : chunks) {
+          buf.clear();
+          store.readChunk(d, buf); // verifies when the store does: a corrupt chunk never leaves the store
+          buf.flip();
+          writeEntry(out, blobName(d), buf);
+        }
+        writeFully(out, Tar.end());
+        out.force(true);
+        written = out.size();
+      }
+      Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+      tmp = null;
+      return written;
+    } catch (IOException e) {
+      throw new UncheckedIOException("cannot export " + tag + " to " + file + ": " + e.getMessage(), e);
+    } finally {
+      if (tmp != null) {
+        try {
+          Files.deleteIfExists(tmp);
+        } catch (IOException ignored) {
+          // best effort
+        }
+      }
+    }
+  }
+
+  /**
+   * Imports an archive: first checks all of it — every header, every blob's digest, the index, the manifests,
+   * and that every chunk the image names is in the archive or already in the store — and only then stores the
+   * chunks and commits the tag. A truncated, tampered or incomplete archive fails with {@link
+   * ArchiveException} before the store is written to. An existing tag of the same name is replaced.
+   */
+  public static Imported importArchive(ChunkStore store, Path file) {
+    try (FileChannel in = FileChannel.open(file, StandardOpenOption.READ)) {
+      List<Tar.Entry> entries = Tar.list(in);
+      Map<String, Tar.Entry> byName = new HashMap<>();
+      for (Tar.Entry e : entries) {
+        if (byName.put(e.name(), e) != null) {
+          throw new ArchiveException("the archive holds " + e.name() + " twice");
+        }
+      }
+      // Pass 1: check everything; write nothing.
+      Map<Digest, Tar.Entry> blobs = new HashMap<>();
+      for (Tar.Entry e : entries) {
+        if (e.name().startsWith("blobs/sha256/")) {
+          Digest named;
+          try {
+            named = new Digest(e.name().substring("blobs/sha256/".length()));
+          } catch (IllegalArgumentException ex) {
+            throw new ArchiveException("the archive holds a blob with a bad name: " + e.name(), ex);
+          }
+          Digest actual = hash(in, e);
+          if (!actual.equals(named)) {
+            throw new ArchiveException("blob " + named + " is damaged: its bytes hash to " + actual);
+          }
+          blobs.put(named, e);
+        }
+      }
+      JsonNode layout = parse(in, require(byName, "oci-layout"), "oci-layout");
+      if (!"1.0.0".equals(layout.path("imageLayoutVersion").asText())) {
+        throw new ArchiveException("unsupported OCI layout version " + layout.path("imageLayoutVersion"));
+      }
+      JsonNode index = parse(in, require(byName, "index.json"), "index.json");
+      JsonNode manifests = index.path("manifests");
+      if (!manifests.isArray() || manifests.size() != 1) {
+        throw new ArchiveException("index.json must name exactly one image manifest");
+      }
+      JsonNode ref = manifests.get(0);
+      String tag = ref.path("annotations").path(REF_NAME).asText("");
+      try {
+        Tags.check(tag);
+      } catch (IllegalArgumentException e) {
+        throw new ArchiveException("the archive's tag is invalid: " + e.getMessage(), e);
+      }
+      Tar.Entry ociEntry = blob(blobs, ref, "the image manifest");
+      JsonNode oci = parse(in, ociEntry, "the image manifest");
+      Tar.Entry configEntry = blob(blobs, oci.path("config"), "the Thaw manifest");
+      if (configEntry.size() > MAX_JSON) {
+        throw new ArchiveException("the Thaw manifest is implausibly large: " + configEntry.size() + " bytes");
+      }
+      byte[] manifest = new byte[(int) configEntry.size()];
+      Tar.readFully(in, ByteBuffer.wrap(manifest), configEntry.dataOffset());
+      Set<Digest> chunks = new LinkedHashSet<>();
+      int largest = 0;
+      for (JsonNode layer : oci.path("layers")) {
+        Digest d = digestOf(layer);
+        long size = layer.path("size").asLong(-1);
+        chunks.add(d);
+        Tar.Entry e = blobs.get(d);
+        if (e != null) {
+          if (e.size() != size) {
+            throw new ArchiveException("chunk " + d + " has " + e.size() + " bytes; the manifest says " + size);
+          }
+          largest = (int) Math.max(largest, size);
+        } else if (store.chunkSize(d).map(s -> s != size).orElse(true)) {
+          throw new ArchiveException("the archive is incomplete: chunk " + d + " is neither in it nor in the store");
+        }
+      }
+      // Pass 2: store the chunks (re-checked: the file may have changed since pass 1), then commit.
+      int newChunks = 0;
+      long newBytes = 0;
+      ByteBuffer buf = ByteBuffer.allocateDirect(Math.max(largest, 1));
+      for (Digest d : chunks) {
+        Tar.Entry e = blobs.get(d);
+        if (e == null || store.contains(d)) {
+          continue;
+        }
+        buf.clear().limit((int) e.size());
+        Tar.readFully(in, buf, e.dataOffset());
+        buf.flip();
+        Digest actual = Digest.of(buf);
+        if (!actual.equals(d)) {
+          throw new ArchiveException("blob " + d + " changed while it was being imported");
+        }
+        store.putChunk(d, buf);
+        newChunks++;
+        newBytes += e.size();
+      }
+      store.commit(tag, manifest, chunks);
+      return new Imported(tag, Digest.of(manifest), chunks.size(), newChunks, newBytes);
+    } catch (IOException e) {
+      throw new UncheckedIOException("cannot read the archive " + file + ": " + e.getMessage(), e);
+    }
+  }
+
+  private static Tar.Entry require(Map<String, Tar.Entry> byName, String name) {
+    Tar.Entry e = byName.get(name);
+    if (e == null) {
+      throw new ArchiveException("the archive has no " + name + ": not an image archive, or truncated");
+    }
+    return e;
+  }
+
+  private static Tar.Entry blob(Map<Digest, Tar.Entry> blobs, JsonNode descriptor, String what) {
+    Digest d = digestOf(descriptor);
+    Tar.Entry e = blobs.get(d);
+    if (e == null) {
+      throw new ArchiveException("the archive is incomplete: " + what + " " + d + " is missing");
+    }
+    if (descriptor.path("size").asLong(-1) != e.size()) {
+      throw new ArchiveException(what + " " + d + " has " + e.size() + " bytes; its descriptor says "
+          + descriptor.path("size"));
+    }
+    return e;
+  }
+
+  private static Digest digestOf(JsonNode descriptor) {
+    try {
+      return Digest.parse(descriptor.path("digest").asText(null));
+    } catch (IllegalArgumentException e) {
+      throw new ArchiveException("bad descriptor " + descriptor + ": " + e.getMessage(), e);
+    }
+  }
+
+  private static JsonNode parse(FileChannel in, Tar.Entry e, String what) throws IOException {
+    if (e.size() > MAX_JSON) {
+      throw new ArchiveException(what + " is implausibly large: " + e.size() + " bytes");
+    }
+    byte[] b = new byte[(int) e.size()];
+    Tar.readFully(in, ByteBuffer.wrap(b), e.dataOffset());
+    try {
+      return JSON.readTree(b);
+    } catch (IOException ex) {
+      throw new ArchiveException(what + " is not valid JSON: " + ex.getMessage(), ex);
+    }
+  }
+
+  private static Digest hash(FileChannel in, Tar.Entry e) throws IOException {
+    MessageDigest sha = Digest.sha256();
+    ByteBuffer buf = ByteBuffer.allocate(1 << 20);
+    long pos = e.dataOffset();
+    long left = e.size();
+    while (left > 0) {
+      buf.clear().limit((int) Math.min(buf.capacity(), left));
+      Tar.readFully(in, buf, pos);
+      buf.flip();
+      pos += buf.remaining();
+      left -= buf.remaining();
+      sha.update(buf);
+    }
+    return Digest.fromBytes(sha.digest());
+  }
+
+  private static ObjectNode descriptor(String mediaType, Digest digest, long size) {
+    ObjectNode n = JSON.createObjectNode();
+    n.put("mediaType", mediaType);
+    n.put("digest", digest.toString());
+    n.put("size", size);
+    return n;
+  }
+
+  private static void writeEntry(FileChannel out, String name, ByteBuffer data) throws IOException {
+    int size = data.remaining();
+    writeFully(out, Tar.header(name, size));
+    writeFully(out, data);
+    writeFully(out, ByteBuffer.allocate(Tar.padding(size)));
+  }
+
+  private static void writeFully(FileChannel out, ByteBuffer b) throws IOException {
+    while (b.hasRemaining()) {
+      out.write(b);
+    }
+  }
+
+  private static String blobName(Digest d) {
+    return "blobs/sha256/" + d.hex();
+  }
+
+  private static byte[] json(JsonNode n) {
+    try {
+      return JSON.writeValueAsBytes(n);
+    } catch (IOException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  private static byte[] bytes(String s) {
+    return s.getBytes(StandardCharsets.UTF_8);
+  }
+}

@@ -1,0 +1,129 @@
+package dev.thaw.image.store;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.nio.file.Path;
+import java.util.Map;
+
+/** Where the store lives and how it is opened. */
+public final class StoreOptions {
+
+  /** The environment variable that overrides {@link #DEFAULT_PATH}. */
+  public static final String ENV_STORE = "THAW_STORE";
+
+  public static final Path DEFAULT_PATH = Path.of(System.getProperty("user.home"), ".thaw", "store");
+  public static final boolean DEFAULT_READ_ONLY = false;
+  /** Re-hash every chunk read: a corrupt chunk is named, never handed to a GPU. Cost: see image-store.md. */
+  public static final boolean DEFAULT_VERIFY_READS = true;
+  /** Re-hash every chunk stored: off, because the builder has just hashed it to name it. */
+  public static final boolean DEFAULT_VERIFY_WRITES = false;
+  /** Chunks from this size up go to blob files, out of the LSM tree: compaction never rewrites weights. */
+  public static final long DEFAULT_MIN_BLOB_SIZE = 4096;
+  public static final long DEFAULT_BLOB_FILE_SIZE = 256L << 20;
+
+  private Path path = DEFAULT_PATH;
+  private boolean readOnly = DEFAULT_READ_ONLY;
+  private boolean verifyReads = DEFAULT_VERIFY_READS;
+  private boolean verifyWrites = DEFAULT_VERIFY_WRITES;
+  private long minBlobSize = DEFAULT_MIN_BLOB_SIZE;
+  private long blobFileSize = DEFAULT_BLOB_FILE_SIZE;
+
+  public StoreOptions() {}
+
+  public StoreOptions(StoreOptions o) {
+    path = o.path;
+    readOnly = o.readOnly;
+    verifyReads = o.verifyReads;
+    verifyWrites = o.verifyWrites;
+    minBlobSize = o.minBlobSize;
+    blobFileSize = o.blobFileSize;
+  }
+
+  /** Defaults, with the path from {@code THAW_STORE} when it is set and not blank. */
+  public static StoreOptions fromEnvironment() {
+    return fromEnvironment(System.getenv());
+  }
+
+  static StoreOptions fromEnvironment(Map<String, String> env) {
+    StoreOptions o = new StoreOptions();
+    String p = env.get(ENV_STORE);
+    if (p != null && !p.isBlank()) {
+      o.setPath(Path.of(p));
+    }
+    return o;
+  }
+
+  public Path path() {
+    return path;
+  }
+
+  public StoreOptions setPath(Path path) {
+    this.path = path.toAbsolutePath().normalize();
+    return this;
+  }
+
+  public boolean readOnly() {
+    return readOnly;
+  }
+
+  /**
+   * Opens as a RocksDB secondary instance: no lock is taken, so it works while another process writes; it
+   * sees what was committed up to the open, and more after {@link RocksChunkStore#refresh()}.
+   */
+  public StoreOptions setReadOnly(boolean readOnly) {
+    this.readOnly = readOnly;
+    return this;
+  }
+
+  public boolean verifyReads() {
+    return verifyReads;
+  }
+
+  public StoreOptions setVerifyReads(boolean verifyReads) {
+    this.verifyReads = verifyReads;
+    return this;
+  }
+
+  public boolean verifyWrites() {
+    return verifyWrites;
+  }
+
+  public StoreOptions setVerifyWrites(boolean verifyWrites) {
+    this.verifyWrites = verifyWrites;
+    return this;
+  }
+
+  public long minBlobSize() {
+    return minBlobSize;
+  }
+
+  public StoreOptions setMinBlobSize(long minBlobSize) {
+    this.minBlobSize = minBlobSize;
+    return this;
+  }
+
+  public long blobFileSize() {
+    return blobFileSize;
+  }
+
+  public StoreOptions setBlobFileSize(long blobFileSize) {
+    this.blobFileSize = blobFileSize;
+    return this;
+  }
+
+  public ObjectNode toJson() {
+    ObjectNode n = new ObjectMapper().createObjectNode();
+    n.put("path", path.toString());
+    n.put("readOnly", readOnly);
+    n.put("verifyReads", verifyReads);
+    n.put("verifyWrites", verifyWrites);
+    n.put("minBlobSize", minBlobSize);
+    n.put("blobFileSize", blobFileSize);
+    return n;
+  }
+
+  @Override
+  public String toString() {
+    return toJson().toString();
+  }
+}

@@ -1,0 +1,295 @@
+package dev.thaw.image.store;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Random;
+import java.util.Set;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.rocksdb.ColumnFamilyDescriptor;
+import org.rocksdb.ColumnFamilyHandle;
+import org.rocksdb.DBOptions;
+import org.rocksdb.RocksDB;
+
+/** Pins the {@link ChunkStore} contract on RocksDB: chunks, commits, GC, integrity, lifecycle. */
+class RocksChunkStoreTest {
+
+  @TempDir Path dir;
+
+  static byte[] random(long seed, int n) {
+    byte[] b = new byte[n];
+    new Random(seed).nextBytes(b);
+    return b;
+  }
+
+  static Digest put(ChunkStore store, byte[] data) {
+    Digest d = Digest.of(data);
+    store.putChunk(d, ByteBuffer.wrap(data));
+    return d;
+  }
+
+  private RocksChunkStore open() {
+    return RocksChunkStore.open(dir.resolve("store"));
+  }
+
+  @Test
+  void putsReadsAndDeduplicates() {
+    try (RocksChunkStore s = open()) {
+      byte[] big = random(1, 100_000); // a blob-file value
+      byte[] small = random(2, 100); // an inline value
+      Digest d = put(s, big);
+      Digest e = put(s, small);
+      assertTrue(s.contains(d));
+      assertEquals(Optional.of(100_000), s.chunkSize(d));
+      assertEquals(Optional.of(100), s.chunkSize(e));
+      assertFalse(s.contains(Digest.of(new byte[1])));
+      // Same chunk again, from a direct buffer this time: stored once.
+      ByteBuffer direct = ByteBuffer.allocateDirect(big.length).put(big).flip();
+      s.putChunk(d, direct);
+      assertEquals(2, s.chunkCount());
+      ByteBuffer out = ByteBuffer.allocate(100_000);
+      assertEquals(100_000, s.readChunk(d, out));
+      assertArrayEquals(big, out.array());
+    }
+  }
+
+  @Test
+  void directReadsFollowThePositionAndLimitContract() {
+    try (RocksChunkStore s = open()) {
+      byte[] data = random(3, 50_000);
+      Digest d = put(s, data);
+      s.putChunk(Digest.of(new byte[0]), ByteBuffer.allocate(0));
+
+      ByteBuffer dst = ByteBuffer.allocateDirect(60_000);
+      dst.position(1000).limit(55_000);
+      assertEquals(50_000, s.readChunk(d, dst));
+      assertEquals(51_000, dst.position(), "position advanced by the chunk's size");
+      assertEquals(55_000, dst.limit(), "limit unchanged");
+      byte[] got = new byte[50_000];
+      dst.get(1000, got);
+      assertArrayEquals(data, got);
+
+      ByteBuffer tooSmall = ByteBuffer.allocateDirect(49_999);
+      assertThrows(IllegalArgumentException.class, () -> s.readChunk(d, tooSmall));
+      assertEquals(0, tooSmall.position());
+      assertEquals(49_999, tooSmall.limit());
+
+      ByteBuffer heap = ByteBuffer.allocate(50_010).position(10);
+      s.readChunk(d, heap);
+      assertEquals(50_010, heap.position());
+      assertArrayEquals(data, java.util.Arrays.copyOfRange(heap.array(), 10, 50_010));
+
+      assertEquals(0, s.readChunk(Digest.of(new byte[0]), ByteBuffer.allocateDirect(0)));
+      Digest missing = Digest.of(new byte[] {1});
+      assertEquals(missing, assertThrows(ChunkNotFoundException.class,
+          () -> s.readChunk(missing, ByteBuffer.allocateDirect(10))).digest());
+    }
+  }
+
+  @Test
+  void commitIsAtomicAndNeedsEveryChunk() {
+    try (RocksChunkStore s = open()) {
+      Digest a = put(s, random(4, 10_000));
+      Digest missing = Digest.of(random(5, 10));
+      byte[] manifest = "{\"v\":1}".getBytes(StandardCharsets.UTF_8);
+      ChunkNotFoundException e = assertThrows(ChunkNotFoundException.class,
+          () -> s.commit("mlp:v1", manifest, Set.of(a, missing)));
+      assertEquals(missing, e.digest());
+      assertEquals(List.of(), s.tags());
+      assertTrue(s.manifest("mlp:v1").isEmpty());
+
+      s.commit("mlp:v1", manifest, Set.of(a));
+      assertEquals(List.of("mlp:v1"), s.tags());
+      assertArrayEquals(manifest, s.manifest("mlp:v1").orElseThrow());
+      assertEquals(List.of(a), s.chunksOf("mlp:v1").orElseThrow());
+    }
+  }
+
+  @Test
+  void gcKeepsChunksOtherTagsUseAndDeletesTheRest() {
+    Digest c1;
+    Digest c2;
+    Digest c3;
+    Digest orphan;
+    try (RocksChunkStore s = open()) {
+      c1 = put(s, random(11, 20_000));
+      c2 = put(s, random(12, 20_000));
+      c3 = put(s, random(13, 3_000));
+      orphan = put(s, random(14, 20_000));
+      s.commit("a", "A".getBytes(StandardCharsets.UTF_8), Set.of(c1, c2));
+      s.commit("b", "B".getBytes(StandardCharsets.UTF_8), Set.of(c2, c3));
+      s.commit("b-alias", "B".getBytes(StandardCharsets.UTF_8), Set.of(c2, c3));
+      assertTrue(s.delete("a"));
+      assertFalse(s.delete("a"));
+      assertTrue(s.delete("b-alias"));
+      assertArrayEquals("B".getBytes(StandardCharsets.UTF_8), s.manifest("b").orElseThrow(),
+          "a manifest shared with a deleted tag stays");
+    }
+    try (RocksChunkStore s = open()) { // a fresh process: no pending chunks
+      ChunkStore.GarbageCollection gc = s.collectGarbage();
+      assertEquals(new ChunkStore.GarbageCollection(2, 40_000), gc);
+      assertFalse(s.contains(c1));
+      assertFalse(s.contains(orphan));
+      assertTrue(s.contains(c2));
+      assertTrue(s.contains(c3));
+      ByteBuffer dst = ByteBuffer.allocateDirect(20_000);
+      s.readChunk(c2, dst);
+      assertEquals(new ChunkStore.GarbageCollection(0, 0), s.collectGarbage());
+      assertEquals(List.of(), s.verify());
+    }
+  }
+
+  @Test
+  void gcSparesChunksOfABuildInFlight() {
+    try (RocksChunkStore s = open()) {
+      Digest old = put(s, random(20, 20_000));
+      s.commit("old", "O".getBytes(StandardCharsets.UTF_8), Set.of(old));
+      // A build begins: one new chunk, one that dedups against the old image.
+      Digest fresh = put(s, random(21, 20_000));
+      put(s, random(20, 20_000));
+      assertTrue(s.delete("old"));
+      assertEquals(new ChunkStore.GarbageCollection(0, 0), s.collectGarbage());
+      s.commit("new", "N".getBytes(StandardCharsets.UTF_8), Set.of(fresh, old));
+      assertEquals(0, s.pendingChunks());
+      assertEquals(List.of(), s.verify());
+      s.delete("new");
+      assertEquals(2, s.collectGarbage().chunks());
+    }
+  }
+
+  @Test
+  void recommittingATagReplacesItsManifest() {
+    try (RocksChunkStore s = open()) {
+      Digest a = put(s, random(30, 5000));
+      Digest b = put(s, random(31, 5000));
+      s.commit("t", "1".getBytes(StandardCharsets.UTF_8), Set.of(a));
+      s.commit("t", "2".getBytes(StandardCharsets.UTF_8), Set.of(b));
+      assertArrayEquals("2".getBytes(StandardCharsets.UTF_8), s.manifest("t").orElseThrow());
+      s.releasePending();
+      assertEquals(new ChunkStore.GarbageCollection(1, 5000), s.collectGarbage());
+      assertTrue(s.contains(b));
+    }
+  }
+
+  @Test
+  void aCorruptChunkIsFoundByVerifyAndNamedByAVerifyingRead() throws Exception {
+    byte[] data = random(40, 30_000);
+    Digest d;
+    Digest good;
+    try (RocksChunkStore s = open()) {
+      d = put(s, data);
+      good = put(s, random(41, 30_000));
+      s.commit("t", new byte[] {1}, Set.of(d, good));
+    }
+    byte[] flipped = data.clone();
+    flipped[12_345] ^= 0x01;
+    overwriteChunk(dir.resolve("store"), d, flipped);
+
+    try (RocksChunkStore s = open()) {
+      assertEquals(List.of(d), s.verify());
+      CorruptChunkException e = assertThrows(CorruptChunkException.class,
+          () -> s.readChunk(d, ByteBuffer.allocateDirect(30_000)));
+      assertEquals(d, e.digest());
+      assertTrue(e.getMessage().contains(d.toString()));
+      s.readChunk(good, ByteBuffer.allocateDirect(30_000));
+    }
+    try (RocksChunkStore s = RocksChunkStore.open(
+        new StoreOptions().setPath(dir.resolve("store")).setVerifyReads(false))) {
+      ByteBuffer dst = ByteBuffer.allocateDirect(30_000);
+      s.readChunk(d, dst); // unverified: the damage goes unnoticed, which is why verifying is the default
+      assertEquals(data[12_345] ^ 0x01, dst.get(12_345));
+    }
+  }
+
+  /** Rewrites a chunk's bytes behind the store's back, through RocksDB itself. */
+  static void overwriteChunk(Path path, Digest d, byte[] value) throws Exception {
+    List<ColumnFamilyDescriptor> cfs = new ArrayList<>();
+    cfs.add(new ColumnFamilyDescriptor(RocksDB.DEFAULT_COLUMN_FAMILY));
+    for (String name : List.of(RocksChunkStore.CF_CHUNKS, RocksChunkStore.CF_CHUNK_SIZES,
+        RocksChunkStore.CF_MANIFESTS, RocksChunkStore.CF_REFS, RocksChunkStore.CF_TAGS, RocksChunkStore.CF_META)) {
+      cfs.add(new ColumnFamilyDescriptor(name.getBytes(StandardCharsets.UTF_8)));
+    }
+    List<ColumnFamilyHandle> handles = new ArrayList<>();
+    try (DBOptions o = new DBOptions(); RocksDB db = RocksDB.open(o, path.toString(), cfs, handles)) {
+      db.put(handles.get(1), d.toBytes(), value);
+      handles.forEach(ColumnFamilyHandle::close);
+    }
+  }
+
+  @Test
+  void invalidTagsAreRefusedNamingTheRule() {
+    try (RocksChunkStore s = open()) {
+      for (String bad : new String[] {"", "Mlp", "../etc", "a/b", "mlp:", ":v1", "a..b", "x".repeat(129),
+          "mlp:v1:v2", " mlp", "-mlp"}) {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+            () -> s.commit(bad, new byte[0], Set.of()), bad);
+        assertTrue(e.getMessage().startsWith("a tag"), e.getMessage());
+      }
+      for (String ok : new String[] {"mlp", "gpt2:v1.0", "gpt2-small_fp16:2026-11-21", "x".repeat(128)}) {
+        s.commit(ok, new byte[0], Set.of());
+      }
+      assertEquals(4, s.tags().size());
+    }
+  }
+
+  @Test
+  void closeIsIdempotentAndUseAfterCloseFails() {
+    RocksChunkStore s = open();
+    s.close();
+    s.close();
+    assertThrows(IllegalStateException.class, () -> s.contains(Digest.of(new byte[0])));
+    try (RocksChunkStore again = open()) {
+      assertEquals(List.of(), again.tags());
+    }
+  }
+
+  @Test
+  void openingTheSameStoreTwiceInOneProcessIsALockError() {
+    try (RocksChunkStore s = open()) {
+      StoreLockedException e = assertThrows(StoreLockedException.class, this::open);
+      assertTrue(e.getMessage().contains("in use by another process"));
+      assertTrue(e.getMessage().contains(dir.resolve("store").toString()));
+    }
+  }
+
+  @Test
+  void readOnlyOpenOfNoStoreFailsClearlyAndWritesAreRefused() {
+    Path none = dir.resolve("none");
+    StoreException e = assertThrows(StoreException.class,
+        () -> RocksChunkStore.open(new StoreOptions().setPath(none).setReadOnly(true)));
+    assertTrue(e.getMessage().contains(none.toString()));
+    try (RocksChunkStore s = open()) {
+      put(s, random(50, 100));
+    }
+    try (RocksChunkStore ro = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")).setReadOnly(true))) {
+      assertEquals(1, ro.chunkCount());
+      assertThrows(StoreException.class, () -> put(ro, random(51, 100)));
+    }
+  }
+
+  @Test
+  void anUnwritableDirectoryIsAStoreErrorNamingThePath() throws Exception {
+    Path file = dir.resolve("a-file");
+    java.nio.file.Files.writeString(file, "x");
+    StoreException e = assertThrows(StoreException.class, () -> RocksChunkStore.open(file.resolve("store")));
+    assertTrue(e.getMessage().contains(file.resolve("store").toString()), e.getMessage());
+  }
+
+  @Test
+  void optionsComeFromTheEnvironment() {
+    assertEquals(StoreOptions.DEFAULT_PATH, StoreOptions.fromEnvironment(Map.of()).path());
+    assertEquals(Path.of("/srv/thaw"), StoreOptions.fromEnvironment(Map.of("THAW_STORE", "/srv/thaw")).path());
+    assertTrue(new StoreOptions().toJson().get("verifyReads").asBoolean());
+  }
+}

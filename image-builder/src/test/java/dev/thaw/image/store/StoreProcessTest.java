@@ -1,0 +1,127 @@
+package dev.thaw.image.store;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Predicate;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** What another process does to the store: a writer killed midway, and a writer holding the lock. */
+class StoreProcessTest {
+
+  @TempDir Path dir;
+
+  private Process start(String mode, Path store, Path progress) throws Exception {
+    String java = ProcessHandle.current().info().command().orElse("java");
+    return new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"), StoreChild.class.getName(),
+        mode, store.toString(), progress.toString())
+        .redirectErrorStream(true).redirectOutput(dir.resolve(mode + ".log").toFile()).start();
+  }
+
+  private String await(Process p, Path progress, Predicate<String> done) throws Exception {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+    while (System.nanoTime() < deadline) {
+      if (Files.exists(progress)) {
+        String s = Files.readString(progress);
+        if (done.test(s)) {
+          return s;
+        }
+      }
+      if (!p.isAlive()) {
+        throw new AssertionError("child exited " + p.exitValue() + ":\n"
+            + Files.readString(dir.resolve(Files.list(dir).filter(f -> f.toString().endsWith(".log"))
+            .findFirst().orElseThrow())));
+      }
+      Thread.sleep(20);
+    }
+    p.destroyForcibly();
+    throw new AssertionError("child made no progress in 60 s");
+  }
+
+  private static void kill(Process p) throws Exception {
+    p.destroyForcibly();
+    assertTrue(p.waitFor(30, TimeUnit.SECONDS));
+  }
+
+  @Test
+  void aBuildKilledBeforeCommitLeavesNoImageAndGcCleansItsChunks() throws Exception {
+    Path store = dir.resolve("store");
+    Path progress = dir.resolve("progress");
+    Process p = start("put-then-wait", store, progress);
+    try {
+      await(p, progress, s -> s.equals("put=20"));
+    } finally {
+      kill(p);
+    }
+    try (RocksChunkStore s = RocksChunkStore.open(store)) {
+      assertEquals(List.of(), s.tags());
+      assertEquals(20, s.chunkCount(), "synced chunks survive the kill");
+      assertEquals(List.of(), s.verify());
+      assertEquals(20, s.collectGarbage().chunks());
+      assertEquals(0, s.chunkCount());
+    }
+  }
+
+  @Test
+  void aBuildKilledWhileCommittingLeavesOnlyWholeImages() throws Exception {
+    Path store = dir.resolve("store");
+    Path progress = dir.resolve("progress");
+    Process p = start("commit-forever", store, progress);
+    int lastReported;
+    try {
+      String s = await(p, progress, line -> line.startsWith("committed=")
+          && Integer.parseInt(line.substring("committed=".length())) >= 5);
+      lastReported = Integer.parseInt(s.substring("committed=".length()));
+    } finally {
+      kill(p);
+    }
+    try (RocksChunkStore s = RocksChunkStore.open(store)) {
+      List<String> tags = s.tags();
+      assertTrue(tags.size() >= lastReported + 1, "every commit reported before the kill is durable: " + tags);
+      for (String tag : tags) {
+        int i = Integer.parseInt(tag.substring(2));
+        assertArrayEquals(("manifest " + i).getBytes(StandardCharsets.UTF_8), s.manifest(tag).orElseThrow());
+        List<Digest> chunks = s.chunksOf(tag).orElseThrow();
+        assertEquals(4, chunks.size());
+        for (Digest d : chunks) {
+          s.readChunk(d, ByteBuffer.allocateDirect(40_000)); // present and verified
+        }
+      }
+      assertEquals(List.of(), s.verify());
+      long orphans = s.collectGarbage().chunks();
+      assertTrue(orphans <= 3, "at most the uncommitted chunks of the build in flight: " + orphans);
+      assertEquals(4L * tags.size(), s.chunkCount());
+    }
+  }
+
+  @Test
+  void aStoreHeldByAnotherProcessIsLockedButReadableReadOnly() throws Exception {
+    Path store = dir.resolve("store");
+    Path progress = dir.resolve("progress");
+    Process p = start("hold", store, progress);
+    try {
+      await(p, progress, s -> s.equals("holding"));
+      StoreLockedException e = assertThrows(StoreLockedException.class, () -> RocksChunkStore.open(store));
+      assertEquals("store " + store + ": the store at " + store
+          + " is in use by another process; open it read-only to read it meanwhile", e.getMessage());
+      try (RocksChunkStore ro = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
+        assertEquals(List.of("held"), ro.tags());
+        Digest d = ro.chunksOf("held").orElseThrow().get(0);
+        ByteBuffer dst = ByteBuffer.allocateDirect(100);
+        assertEquals(10, ro.readChunk(d, dst));
+        ro.refresh();
+      }
+    } finally {
+      kill(p);
+    }
+  }
+}
