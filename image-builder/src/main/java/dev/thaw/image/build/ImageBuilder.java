@@ -270,7 +270,7 @@ public final class ImageBuilder {
             break;
           }
           stream.copyDeviceToHostAsync(staging[slot], 0, alloc.address() + seg.offset(), seg.length());
-          copied[slot].record(stream);
+          stream.record(copied[slot]);
           // Copies complete in stream order, so one watcher waiting on the events in order loses nothing.
           CompletableFuture<List<ImageManifest.Chunk>> f = CompletableFuture
               .runAsync(copied[slot]::synchronize, watcher)

@@ -265,7 +265,7 @@ public final class ImageRestorer {
       ArrayDeque<Integer> copying) {
     join(f.verified());
     stream.copyHostToDeviceAsync(f.batch().device() + f.batch().offset(), staging[f.slot()], 0, f.batch().bytes());
-    copied[f.slot()].record(stream);
+    stream.record(copied[f.slot()]);
     copying.add(f.slot());
   }
 
