@@ -136,8 +136,10 @@ public final class BuildOptions {
       node = JSON.readTree(Files.readString(file));
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("sample request " + file + " is not JSON: " + e.getOriginalMessage(), e);
+    } catch (java.nio.file.NoSuchFileException e) {
+      throw new IllegalArgumentException("cannot read sample request " + file + ": no such file", e);
     } catch (IOException e) {
-      throw new IllegalArgumentException("cannot read sample request " + file + ": " + e, e);
+      throw new IllegalArgumentException("cannot read sample request " + file + ": " + e.getMessage(), e);
     }
     if (node == null || !node.isObject()) {
       throw new IllegalArgumentException("sample request " + file + " is not a JSON object");
