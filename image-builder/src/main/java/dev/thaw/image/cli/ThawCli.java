@@ -1,5 +1,16 @@
 package dev.thaw.image.cli;
 
+import dev.thaw.image.ImageNotFoundException;
+import dev.thaw.image.InvalidManifestException;
+import dev.thaw.image.ProgressListener;
+import dev.thaw.image.build.Chunker;
+import dev.thaw.image.build.FixedSizeChunker;
+import dev.thaw.image.build.ImageBuildException;
+import dev.thaw.image.restore.CorruptChunkException;
+import dev.thaw.image.restore.ImageRestoreException;
+import dev.thaw.image.store.ChunkNotFoundException;
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.DriverAvailability;
@@ -11,6 +22,7 @@ import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.PrintWriter;
+import java.nio.file.Path;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
@@ -31,7 +43,9 @@ import picocli.CommandLine.Spec;
     name = "thaw",
     mixinStandardHelpOptions = true,
     versionProvider = ThawCli.Version.class,
-    subcommands = {DevicesCommand.class, CheckCommand.class, CommandLine.HelpCommand.class},
+    subcommands = {DevicesCommand.class, CheckCommand.class, BuildCommand.class, ImagesCommand.class,
+        InspectCommand.class, RunCommand.class, VerifyCommand.class, RmCommand.class, GcCommand.class,
+        ExportCommand.class, ImportCommand.class, CommandLine.HelpCommand.class},
     synopsisSubcommandLabel = "COMMAND",
     description = {
         "Thaw makes serverless GPU inference functions start in milliseconds: their",
@@ -45,13 +59,16 @@ import picocli.CommandLine.Spec;
     exitCodeListHeading = "%nExit codes:%n",
     exitCodeList = {
         "0:success",
-        "1:the check failed (a wrong result, or a driver error during it); any other error",
-        "2:usage error: an unknown option, a bad value, a bad THAW_DEVICE",
-        "3:no usable device: cuda forced without a usable GPU, a driver that cannot be opened, or no such device"},
+        "1:failed: a check failed, a build or restore failed, verify found a damaged chunk; any other error",
+        "2:usage error: an unknown option, a bad value, a bad tag, config or request file, a bad THAW_DEVICE",
+        "3:no usable device: cuda forced without a usable GPU, a driver that cannot be opened, or no such device",
+        "4:no such image: no image has that tag"},
     footerHeading = "%nEnvironment:%n",
     footer = {
         "  THAW_DEVICE         cuda, sim or auto (the default: a GPU when one is",
         "                      usable, else the simulated device); --device overrides it",
+        "  THAW_STORE          the image store directory (default ~/.thaw/store);",
+        "                      --store overrides it",
         "  THAW_SIM_MEMORY     memory of the simulated device, e.g. 16g",
         "  THAW_SIM_COPY_GBPS  simulated host<->device copy bandwidth in GB/s;",
         "                      0 (the default) copies as fast as the host can",
@@ -62,6 +79,10 @@ import picocli.CommandLine.Spec;
         "  thaw check --device sim       the same on the simulated device (no GPU needed)",
         "  thaw check --device cuda      insist on a GPU: exit 3 if there is none",
         "  thaw check --json             the result as JSON, for scripts",
+        "  thaw build --function com.example.Mlp --config mlp.json --tag mlp:1",
+        "                                build a checkpoint image",
+        "  thaw run mlp:1 --request req.json",
+        "                                restore it, invoke once, print phase times",
         "  thaw help check               the options of one command"})
 public final class ThawCli implements Callable<Integer> {
 
@@ -69,6 +90,9 @@ public final class ThawCli implements Callable<Integer> {
   public static final int EXIT_CHECK_FAILED = 1;
   public static final int EXIT_USAGE = 2;
   public static final int EXIT_NO_DEVICE = 3;
+  public static final int EXIT_NOT_FOUND = 4;
+  /** Any failure that is not a usage, device or missing-image error; same code as a failed check. */
+  public static final int EXIT_FAILED = 1;
 
   /** How a command gets its driver: {@link GpuDrivers#open(DeviceChoice, SimOptions)}, or a stand-in in tests. */
   @FunctionalInterface
@@ -76,19 +100,80 @@ public final class ThawCli implements Callable<Integer> {
     GpuDriver open(DeviceChoice choice, SimOptions simOptions);
   }
 
+  /** How a command opens the image store: {@link #openDefaultStore}, or a stand-in in tests. */
+  @FunctionalInterface
+  interface StoreOpener {
+    ChunkStore open(Path directory);
+  }
+
+  /** Image archives ({@code thaw export}, {@code thaw import}). */
+  interface Archives {
+    /** Writes the image to {@code file}; returns the bytes written. */
+    long export(ChunkStore store, String tag, Path file, ProgressListener progress);
+
+    /** Reads an archive into the store; returns the tag it committed. */
+    String importFrom(ChunkStore store, Path file);
+  }
+
   @Spec
   CommandSpec spec;
 
   private final Map<String, String> environment;
   private final DriverOpener opener;
+  private final StoreOpener storeOpener;
+  private final Archives archives;
 
   public ThawCli() {
     this(System.getenv(), GpuDrivers::open);
   }
 
   ThawCli(Map<String, String> environment, DriverOpener opener) {
+    this(environment, opener, ThawCli::openDefaultStore, UNAVAILABLE_ARCHIVES);
+  }
+
+  ThawCli(Map<String, String> environment, DriverOpener opener, StoreOpener storeOpener, Archives archives) {
     this.environment = Map.copyOf(environment);
     this.opener = opener;
+    this.storeOpener = storeOpener;
+    this.archives = archives;
+  }
+
+  /**
+   * The one place the CLI's store implementation is chosen. The RocksDB store lands from another branch; until
+   * then the commands that need a store say so.
+   */
+  static ChunkStore openDefaultStore(Path directory) {
+    throw new StoreUnavailableException("the image store at " + directory
+        + " cannot be opened: this build has no persistent store yet (RocksDB store not merged)");
+  }
+
+  private static final Archives UNAVAILABLE_ARCHIVES = new Archives() {
+    @Override
+    public long export(ChunkStore store, String tag, Path file, ProgressListener progress) {
+      throw new StoreUnavailableException("image archives are not in this build yet (they come with the store)");
+    }
+
+    @Override
+    public String importFrom(ChunkStore store, Path file) {
+      throw new StoreUnavailableException("image archives are not in this build yet (they come with the store)");
+    }
+  };
+
+  /** The chunker builds use: the one place it is chosen. */
+  static Chunker chunker() {
+    return new FixedSizeChunker();
+  }
+
+  String env(String name) {
+    return environment.get(name);
+  }
+
+  ChunkStore openStore(Path directory) {
+    return storeOpener.open(directory);
+  }
+
+  Archives archives() {
+    return archives;
   }
 
   public static void main(String[] args) {
@@ -109,7 +194,7 @@ public final class ThawCli implements Callable<Integer> {
 
   @Override
   public Integer call() {
-    throw new ParameterException(spec.commandLine(), "no command given; try 'thaw devices' or 'thaw check'");
+    throw new ParameterException(spec.commandLine(), "no command given; try 'thaw devices', 'thaw check' or 'thaw images'");
   }
 
   /**
@@ -177,9 +262,28 @@ public final class ThawCli implements Callable<Integer> {
       err.flush();
       return EXIT_NO_DEVICE;
     }
+    if (e instanceof ImageNotFoundException) {
+      err.println("thaw: " + describe(e));
+      err.flush();
+      return EXIT_NOT_FOUND;
+    }
+    if (e instanceof ImageBuildException || e instanceof ImageRestoreException || e instanceof CorruptChunkException
+        || e instanceof ChunkNotFoundException || e instanceof InvalidManifestException
+        || e instanceof StoreUnavailableException || e instanceof InvalidRequestException) {
+      err.println("thaw: " + describe(e));
+      err.flush();
+      return EXIT_FAILED;
+    }
     err.println("thaw: error: " + e.getClass().getSimpleName() + ": " + describe(e));
     err.flush();
-    return EXIT_CHECK_FAILED;
+    return EXIT_FAILED;
+  }
+
+  /** The store (or an archive) cannot be used in this build or at this path. */
+  static final class StoreUnavailableException extends RuntimeException {
+    StoreUnavailableException(String message) {
+      super(message, null, false, false);
+    }
   }
 
   /** No device can be used: the driver would not open, or the device asked for does not exist. */

@@ -1,0 +1,220 @@
+package dev.thaw.image.build;
+
+import com.fasterxml.jackson.annotation.JsonAutoDetect;
+import com.fasterxml.jackson.annotation.JsonProperty;
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.regex.Pattern;
+
+/**
+ * What to build and how: the function, its config, the tag, sample requests, and the snapshot pipeline's
+ * staging and hashing resources. Setters check their argument and are fluent; {@link #toJson()} and
+ * {@link #fromJson} are the JSON form.
+ */
+@JsonAutoDetect(fieldVisibility = JsonAutoDetect.Visibility.ANY, getterVisibility = JsonAutoDetect.Visibility.NONE,
+    isGetterVisibility = JsonAutoDetect.Visibility.NONE, setterVisibility = JsonAutoDetect.Visibility.NONE)
+public final class BuildOptions {
+
+  /** Staging buffers: one the copy engine fills while the others are hashed and stored. */
+  public static final int DEFAULT_STAGING_BUFFERS = 3;
+  /** Bytes of each pinned staging buffer; also the segment size chunks never span. */
+  public static final long DEFAULT_STAGING_BYTES = 64L << 20;
+  public static final int DEFAULT_HASH_THREADS = Math.max(1, Math.min(4, Runtime.getRuntime().availableProcessors()));
+  public static final int MAX_TAG_LENGTH = 128;
+
+  // Until the store's own tag rule is merged: OCI-reference-like, no spaces, no leading punctuation.
+  private static final Pattern TAG = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._:/@+-]{0," + (MAX_TAG_LENGTH - 1) + "}");
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  @JsonProperty private String functionClass;
+  @JsonProperty private JsonNode config = JsonNodeFactory.instance.objectNode();
+  @JsonProperty private String tag;
+  @JsonProperty private List<JsonNode> sampleRequests = new ArrayList<>();
+  @JsonProperty private int stagingBuffers = DEFAULT_STAGING_BUFFERS;
+  @JsonProperty private long stagingBytes = DEFAULT_STAGING_BYTES;
+  @JsonProperty private int hashThreads = DEFAULT_HASH_THREADS;
+
+  public String functionClass() {
+    return functionClass;
+  }
+
+  public BuildOptions functionClass(String className) {
+    if (className == null || className.isBlank()) {
+      throw new IllegalArgumentException("a function class name is needed");
+    }
+    this.functionClass = className.strip();
+    return this;
+  }
+
+  public JsonNode config() {
+    return config;
+  }
+
+  /** The config {@code init} gets; a JSON object. */
+  public BuildOptions config(JsonNode config) {
+    if (config == null || !config.isObject()) {
+      throw new IllegalArgumentException("the function config must be a JSON object, not "
+          + (config == null ? "null" : config.getNodeType().toString().toLowerCase(java.util.Locale.ROOT)));
+    }
+    this.config = config.deepCopy();
+    return this;
+  }
+
+  /**
+   * Parses the config from inline JSON, or from a file when {@code value} names one.
+   *
+   * @throws IllegalArgumentException if it is neither a readable file nor a JSON object
+   */
+  public BuildOptions config(String value) {
+    String text = value;
+    Path file = null;
+    try {
+      Path p = Path.of(value);
+      if (!value.strip().startsWith("{") && Files.isRegularFile(p)) {
+        file = p;
+        text = Files.readString(p);
+      }
+    } catch (IOException | java.nio.file.InvalidPathException e) {
+      if (!value.strip().startsWith("{")) {
+        throw new IllegalArgumentException("cannot read config " + value + ": " + e.getMessage(), e);
+      }
+    }
+    try {
+      return config(JSON.readTree(text));
+    } catch (JsonProcessingException e) {
+      throw new IllegalArgumentException((file == null ? "the config" : "config file " + file) + " is not JSON: "
+          + e.getOriginalMessage(), e);
+    }
+  }
+
+  public String tag() {
+    return tag;
+  }
+
+  /** @throws IllegalArgumentException if it is not a tag */
+  public BuildOptions tag(String tag) {
+    checkTag(tag);
+    this.tag = tag;
+    return this;
+  }
+
+  /**
+   * @throws IllegalArgumentException unless {@code tag} is 1 to {@value #MAX_TAG_LENGTH} letters, digits and
+   *     {@code . _ : / @ + -}, starting with a letter or digit
+   */
+  public static void checkTag(String tag) {
+    if (tag == null || !TAG.matcher(tag).matches()) {
+      throw new IllegalArgumentException("'" + tag + "' is not a tag: 1 to " + MAX_TAG_LENGTH
+          + " letters, digits and . _ : / @ + -, starting with a letter or digit");
+    }
+  }
+
+  public List<JsonNode> sampleRequests() {
+    return List.copyOf(sampleRequests);
+  }
+
+  /** Adds a request to run after {@code init}, as a profiling invocation; its JSON body. */
+  public BuildOptions addSampleRequest(JsonNode request) {
+    if (request == null || !request.isObject()) {
+      throw new IllegalArgumentException("a sample request must be a JSON object");
+    }
+    sampleRequests.add(request.deepCopy());
+    return this;
+  }
+
+  /** @throws IllegalArgumentException if the file cannot be read or is not a JSON object, naming it */
+  public BuildOptions addSampleRequest(Path file) {
+    JsonNode node;
+    try {
+      node = JSON.readTree(Files.readString(file));
+    } catch (JsonProcessingException e) {
+      throw new IllegalArgumentException("sample request " + file + " is not JSON: " + e.getOriginalMessage(), e);
+    } catch (java.nio.file.NoSuchFileException e) {
+      throw new IllegalArgumentException("cannot read sample request " + file + ": no such file", e);
+    } catch (IOException e) {
+      throw new IllegalArgumentException("cannot read sample request " + file + ": " + e.getMessage(), e);
+    }
+    if (node == null || !node.isObject()) {
+      throw new IllegalArgumentException("sample request " + file + " is not a JSON object");
+    }
+    return addSampleRequest(node);
+  }
+
+  public int stagingBuffers() {
+    return stagingBuffers;
+  }
+
+  /** Pinned staging buffers in the snapshot pipeline, 2 or more (double, triple buffering). */
+  public BuildOptions stagingBuffers(int count) {
+    if (count < 2 || count > 64) {
+      throw new IllegalArgumentException("staging buffers must be 2 to 64, not " + count);
+    }
+    this.stagingBuffers = count;
+    return this;
+  }
+
+  public long stagingBytes() {
+    return stagingBytes;
+  }
+
+  /** Bytes of each staging buffer: 4 KiB to 1 GiB. */
+  public BuildOptions stagingBytes(long bytes) {
+    if (bytes < 4096 || bytes > (1L << 30)) {
+      throw new IllegalArgumentException("a staging buffer must be 4 KiB to 1 GiB, not " + bytes + " bytes");
+    }
+    this.stagingBytes = bytes;
+    return this;
+  }
+
+  public int hashThreads() {
+    return hashThreads;
+  }
+
+  /** Threads that cut, hash and store chunks. */
+  public BuildOptions hashThreads(int threads) {
+    if (threads < 1 || threads > 256) {
+      throw new IllegalArgumentException("hash threads must be 1 to 256, not " + threads);
+    }
+    this.hashThreads = threads;
+    return this;
+  }
+
+  /** Checks that what a build needs is set. */
+  void checkComplete() {
+    if (functionClass == null) {
+      throw new IllegalArgumentException("a function class name is needed");
+    }
+    checkTag(tag);
+  }
+
+  public JsonNode toJson() {
+    return JSON.valueToTree(this);
+  }
+
+  /** Reads options written by {@link #toJson()}, each value checked by its setter. */
+  public static BuildOptions fromJson(JsonNode json) {
+    BuildOptions o;
+    try {
+      o = JSON.treeToValue(json, BuildOptions.class);
+    } catch (JsonProcessingException e) {
+      throw new IllegalArgumentException("build options: " + e.getOriginalMessage(), e);
+    }
+    BuildOptions checked = new BuildOptions().config(o.config).stagingBuffers(o.stagingBuffers)
+        .stagingBytes(o.stagingBytes).hashThreads(o.hashThreads);
+    if (o.functionClass != null) {
+      checked.functionClass(o.functionClass);
+    }
+    if (o.tag != null) {
+      checked.tag(o.tag);
+    }
+    o.sampleRequests.forEach(checked::addSampleRequest);
+    return checked;
+  }
+}

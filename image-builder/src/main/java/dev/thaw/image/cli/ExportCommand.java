@@ -1,0 +1,46 @@
+package dev.thaw.image.cli;
+
+import dev.thaw.image.store.ChunkStore;
+import java.nio.file.Path;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+import picocli.CommandLine.ParentCommand;
+import picocli.CommandLine.Spec;
+
+/** {@code thaw export TAG FILE}. */
+@Command(name = "export",
+    description = {"Write an image (manifest and every chunk) to one archive file.", ""})
+final class ExportCommand implements Callable<Integer> {
+
+  @ParentCommand
+  ThawCli cli;
+
+  @Spec
+  CommandSpec spec;
+
+  @Mixin
+  StoreOption store;
+
+  @Parameters(index = "0", paramLabel = "TAG", description = "The image's tag.")
+  String tag;
+
+  @Parameters(index = "1", paramLabel = "FILE", description = "The archive to write.")
+  Path file;
+
+  @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
+  boolean help;
+
+  @Override
+  public Integer call() {
+    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+      long bytes = cli.archives().export(s, tag, file, ConsoleProgress.forOutput(false));
+      spec.commandLine().getOut().printf("exported %s to %s (%s)%n", tag, file, Format.bytes(bytes));
+      spec.commandLine().getOut().flush();
+      return ThawCli.EXIT_OK;
+    }
+  }
+}

@@ -1,0 +1,45 @@
+package dev.thaw.image.cli;
+
+import dev.thaw.image.store.ChunkStore;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.ParentCommand;
+import picocli.CommandLine.Spec;
+
+/** {@code thaw gc}. */
+@Command(name = "gc",
+    description = {"Delete every chunk no image names; print what was freed.", ""})
+final class GcCommand implements Callable<Integer> {
+
+  @ParentCommand
+  ThawCli cli;
+
+  @Spec
+  CommandSpec spec;
+
+  @Mixin
+  StoreOption store;
+
+  @Option(names = "--json", description = "Print JSON, for scripts.")
+  boolean json;
+
+  @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
+  boolean help;
+
+  @Override
+  public Integer call() {
+    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+      ChunkStore.GarbageCollection gc = s.collectGarbage();
+      if (json) {
+        spec.commandLine().getOut().println(Json.write(Json.tree(gc)));
+      } else {
+        spec.commandLine().getOut().printf("freed    %d chunks, %s%n", gc.chunks(), Format.bytes(gc.bytes()));
+      }
+      spec.commandLine().getOut().flush();
+      return ThawCli.EXIT_OK;
+    }
+  }
+}

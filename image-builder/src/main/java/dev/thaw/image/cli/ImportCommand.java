@@ -1,0 +1,43 @@
+package dev.thaw.image.cli;
+
+import dev.thaw.image.store.ChunkStore;
+import java.nio.file.Path;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+import picocli.CommandLine.ParentCommand;
+import picocli.CommandLine.Spec;
+
+/** {@code thaw import FILE}. */
+@Command(name = "import",
+    description = {"Read an archive written by 'thaw export' into the store, verifying every chunk.", ""})
+final class ImportCommand implements Callable<Integer> {
+
+  @ParentCommand
+  ThawCli cli;
+
+  @Spec
+  CommandSpec spec;
+
+  @Mixin
+  StoreOption store;
+
+  @Parameters(index = "0", paramLabel = "FILE", description = "The archive to read.")
+  Path file;
+
+  @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
+  boolean help;
+
+  @Override
+  public Integer call() {
+    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+      String tag = cli.archives().importFrom(s, file);
+      spec.commandLine().getOut().printf("imported %s from %s%n", tag, file);
+      spec.commandLine().getOut().flush();
+      return ThawCli.EXIT_OK;
+    }
+  }
+}

@@ -1,0 +1,78 @@
+package dev.thaw.image.cli;
+
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.Images;
+import dev.thaw.image.store.ChunkStore;
+import java.io.PrintWriter;
+import java.util.Locale;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+import picocli.CommandLine.ParentCommand;
+import picocli.CommandLine.Spec;
+
+/** {@code thaw inspect TAG}: what an image holds. */
+@Command(name = "inspect",
+    description = {
+        "Show an image's manifest: function, device, allocations, modules, build.",
+        "With --json, the manifest itself (see docs/image-format.md).",
+        ""})
+final class InspectCommand implements Callable<Integer> {
+
+  @ParentCommand
+  ThawCli cli;
+
+  @Spec
+  CommandSpec spec;
+
+  @Mixin
+  StoreOption store;
+
+  @Parameters(index = "0", paramLabel = "TAG", description = "The image's tag.")
+  String tag;
+
+  @Option(names = "--json", description = "Print the manifest as JSON.")
+  boolean json;
+
+  @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
+  boolean help;
+
+  @Override
+  public Integer call() {
+    PrintWriter out = spec.commandLine().getOut();
+    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+      ImageManifest m = Images.manifest(s, tag);
+      if (json) {
+        out.println(Json.write(m.toTree()));
+      } else {
+        out.printf("tag        %s%n", tag);
+        out.printf("function   %s %s%n", m.function().className(), m.function().config());
+        out.printf("device     %s (%s, compute %s, %s driver)%n", m.device().name(), m.device().smArch(),
+            m.device().computeCapability(), m.device().driver());
+        out.printf("built      %s by Thaw %s in %s%n", m.build().created(), m.build().thawVersion(),
+            Format.millis(m.build().buildMillis()));
+        out.printf("memory     %s in %d allocations; %d chunks, %s unique%n", Format.bytes(m.totalBytes()),
+            m.allocations().size(), m.build().chunkCount(), Format.bytes(m.build().uniqueBytes()));
+        for (ImageManifest.Allocation a : m.allocations()) {
+          out.printf(Locale.ROOT, "  %-40s 0x%x  %10s  %d chunks%n", a.name(), a.address(), Format.bytes(a.size()),
+              a.chunks().size());
+        }
+        out.printf("modules    %d%n", m.modules().size());
+        for (ImageManifest.Module mod : m.modules()) {
+          out.printf(Locale.ROOT, "  %-20s %s cubin %s, %d kernels%n", mod.name(), mod.arch(),
+              Format.bytes(mod.cubin().length()), mod.kernels().size());
+          mod.kernels().forEach(k -> out.printf("    %s (%d params, %d bytes)%n", k.name(), k.params().size(),
+              k.paramBytes()));
+        }
+        out.printf("samples    %d%n", m.samples().size());
+        out.printf("profile    %s%n", m.profile().firstAccessOrder().isEmpty() ? "(none recorded)"
+            : m.profile().firstAccessOrder().size() + " allocations in first-access order");
+      }
+      out.flush();
+      return ThawCli.EXIT_OK;
+    }
+  }
+}

@@ -1,0 +1,101 @@
+package dev.thaw.image.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.restore.ImageRestorer;
+import dev.thaw.image.restore.RestoredFunction;
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuDriver;
+import java.io.IOException;
+import java.io.PrintWriter;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Locale;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+import picocli.CommandLine.ParameterException;
+import picocli.CommandLine.ParentCommand;
+import picocli.CommandLine.Spec;
+
+/** {@code thaw run TAG --request FILE}: a full restore into a fresh context and one invocation. */
+@Command(name = "run",
+    description = {
+        "Restore an image into a fresh context (every chunk verified), invoke the",
+        "function once and print its response and the time of each restore phase.",
+        ""})
+final class RunCommand implements Callable<Integer> {
+
+  @ParentCommand
+  ThawCli cli;
+
+  @Spec
+  CommandSpec spec;
+
+  @Mixin
+  DeviceOption device;
+
+  @Mixin
+  StoreOption store;
+
+  @Parameters(index = "0", paramLabel = "TAG", description = "The image's tag.")
+  String tag;
+
+  @Option(names = "--request", required = true, paramLabel = "FILE", description = "The request: a JSON file.")
+  Path request;
+
+  @Option(names = "--json", description = "Print the response and timings as one JSON object.")
+  boolean json;
+
+  @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
+  boolean help;
+
+  @Override
+  public Integer call() throws Exception {
+    JsonNode body;
+    try {
+      body = Json.MAPPER.readTree(Files.readString(request));
+    } catch (IOException e) {
+      throw new ParameterException(spec.commandLine(), "cannot read request " + request + ": "
+          + (e instanceof com.fasterxml.jackson.core.JsonProcessingException j ? j.getOriginalMessage() : e), e);
+    }
+    if (body == null || !body.isObject()) {
+      throw new ParameterException(spec.commandLine(), "request " + request + " is not a JSON object");
+    }
+    PrintWriter out = spec.commandLine().getOut();
+    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = cli.openStore(store.resolve(cli));
+        GpuContext ctx = driver.createContext(0);
+        RestoredFunction<?> f = new ImageRestorer(s).restore(tag, ctx, ConsoleProgress.forOutput(json))) {
+      long t = System.nanoTime();
+      FunctionResponse response = f.invoke(FunctionRequest.of(body));
+      double invokeMs = (System.nanoTime() - t) / 1e6;
+      if (json) {
+        ObjectNode node = Json.MAPPER.createObjectNode();
+        node.set("response", response.json());
+        node.set("restore", Json.tree(f.timings()));
+        node.put("invokeMillis", invokeMs);
+        node.put("simulated", driver.isSimulated());
+        node.set("notes", Json.MAPPER.valueToTree(f.notes()));
+        out.println(Json.write(node));
+      } else {
+        out.println(Json.write(response.json()));
+        if (driver.isSimulated()) {
+          out.println(CheckCommand.SIMULATED_NOTE);
+        }
+        f.notes().forEach(n -> out.println("note: " + n));
+        out.print(Format.phases(f.timings().phases()));
+        out.printf(Locale.ROOT, "  %-15s  %12s%n", "invoke", Format.millis(invokeMs));
+        out.printf(Locale.ROOT, "restored %s in %s (%.2f GB/s copy + verify)%n", Format.bytes(f.timings().bytes()),
+            Format.millis(f.timings().totalMillis()), f.timings().copyGBps());
+      }
+      out.flush();
+      return ThawCli.EXIT_OK;
+    }
+  }
+}

@@ -1,0 +1,326 @@
+package dev.thaw.image.restore;
+
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.Images;
+import dev.thaw.image.ProgressListener;
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.image.store.Digest;
+import dev.thaw.runtime.function.FunctionLoader;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.HostStates;
+import dev.thaw.runtime.function.ThawFunction;
+import dev.thaw.runtime.gpu.AddressUnavailableException;
+import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.PinnedBuffer;
+import java.nio.ByteBuffer;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * The full restore: every byte of an image onto the device before the function serves. The baseline that
+ * on-demand restore is measured against.
+ *
+ * <p>Steps: read and check the manifest; compare devices (another architecture loads the PTX instead of the
+ * cubin; another device name is allowed and noted); {@link FunctionSession#rebuild} maps every allocation at its
+ * recorded address and loads the modules; then every chunk is read from the store into pinned staging by a read
+ * pool, <em>its digest verified</em>, and only then copied to the device on a restore stream, pipelined over
+ * {@link RestoreOptions#stagingBuffers()} buffers; last the host state is read back.
+ *
+ * <p>Invariant: no byte reaches the device before its chunk's digest has been checked, so no function runs on
+ * unverified data. A restore that fails at any step frees everything it mapped.
+ */
+public final class ImageRestorer {
+
+  private final ChunkStore store;
+  private final RestoreOptions options;
+
+  public ImageRestorer(ChunkStore store) {
+    this(store, new RestoreOptions());
+  }
+
+  public ImageRestorer(ChunkStore store, RestoreOptions options) {
+    this.store = store;
+    this.options = options;
+  }
+
+  public RestoredFunction<?> restore(String tag, GpuContext context) {
+    return restore(tag, context, ProgressListener.NONE);
+  }
+
+  /**
+   * Restores the image {@code tag} points at into {@code context}.
+   *
+   * @throws dev.thaw.image.ImageNotFoundException if no image has that tag
+   * @throws dev.thaw.image.InvalidManifestException if its manifest does not read
+   * @throws CorruptChunkException naming the chunk whose bytes do not match its digest
+   * @throws dev.thaw.image.store.ChunkNotFoundException naming a chunk the store lacks
+   * @throws ImageRestoreException if the function class cannot be loaded, an address is taken, or the state
+   *     does not read
+   */
+  public RestoredFunction<?> restore(String tag, GpuContext context, ProgressListener progress) {
+    long start = System.nanoTime();
+    ImageManifest manifest = Images.manifest(store, tag);
+    ThawFunction<?> function;
+    try {
+      function = FunctionLoader.load(manifest.function().className());
+    } catch (IllegalArgumentException e) {
+      throw new ImageRestoreException("image '" + tag + "': " + e.getMessage(), e);
+    }
+    double openMs = millisSince(start);
+    return restore(tag, manifest, function, context, progress, start, openMs);
+  }
+
+  private <S> RestoredFunction<S> restore(String tag, ImageManifest manifest, ThawFunction<S> function,
+      GpuContext context, ProgressListener progress, long start, double openMs) {
+    List<String> notes = new ArrayList<>();
+    DeviceInfo here = context.device();
+    ImageManifest.Device built = manifest.device();
+    boolean sameArch = here.smArch().equals(built.smArch());
+    if (!sameArch) {
+      notes.add("built for " + built.smArch() + ", this device is " + here.smArch()
+          + ": modules are compiled from their PTX");
+    }
+    if (!here.name().equals(built.name())) {
+      notes.add("built on " + built.name() + ", restoring on " + here.name());
+    }
+
+    long t = System.nanoTime();
+    Map<String, byte[]> cubins = new HashMap<>();
+    if (sameArch) {
+      for (ImageManifest.Module m : manifest.modules()) {
+        ByteBuffer b = ByteBuffer.allocate(m.cubin().length());
+        readVerified(m.cubin().digest(), b, "the cubin of module '" + m.name() + "'");
+        cubins.put(m.name(), b.array());
+      }
+    }
+    double cubinMs = millisSince(t);
+
+    ModuleTimingContext timed = new ModuleTimingContext(context);
+    t = System.nanoTime();
+    FunctionSession session;
+    try {
+      session = FunctionSession.rebuild(timed, manifest.sessionTable(cubins));
+    } catch (AddressUnavailableException e) {
+      throw new ImageRestoreException("image '" + tag + "' needs its device addresses, and one is taken in this "
+          + "process: " + e.getMessage(), e);
+    }
+    double rebuildMs = millisSince(t);
+    double modulesMs = cubinMs + timed.moduleNanos() / 1e6;
+    double mapMs = rebuildMs - timed.moduleNanos() / 1e6;
+
+    try {
+      t = System.nanoTime();
+      copyIn(manifest, session, progress);
+      double copyMs = millisSince(t);
+
+      t = System.nanoTime();
+      S state;
+      try {
+        state = HostStates.read(manifest.hostState(), function.stateType());
+      } catch (IllegalArgumentException e) {
+        throw new ImageRestoreException("image '" + tag + "': " + e.getMessage(), e);
+      }
+      double stateMs = millisSince(t);
+      RestoreTimings timings = new RestoreTimings(openMs, mapMs, modulesMs, copyMs, stateMs, millisSince(start),
+          manifest.totalBytes());
+      return new RestoredFunction<>(tag, manifest, function, session, state, timings, notes);
+    } catch (RuntimeException | Error e) {
+      try {
+        session.close();
+      } catch (RuntimeException suppressed) {
+        e.addSuppressed(suppressed);
+      }
+      throw e;
+    }
+  }
+
+  // ---- copy + verify ----
+
+  /** A run of consecutive chunks of one allocation that fits in one staging buffer: one host → device copy. */
+  private record Batch(String allocation, long device, long offset, List<ImageManifest.Chunk> chunks, int bytes) {}
+
+  private record InFlight(Batch batch, int slot, CompletableFuture<Void> verified) {}
+
+  private void copyIn(ImageManifest manifest, FunctionSession session, ProgressListener progress) {
+    long largestAllocation = manifest.allocations().stream().mapToLong(ImageManifest.Allocation::size).max()
+        .orElse(0);
+    if (largestAllocation == 0) {
+      return;
+    }
+    long largestChunk = manifest.allocations().stream().flatMap(a -> a.chunks().stream())
+        .mapToLong(ImageManifest.Chunk::length).max().orElse(0);
+    long stagingBytes = Math.max(Math.min(options.stagingBytes(), largestAllocation), largestChunk);
+    List<Batch> batches = batches(manifest, stagingBytes);
+
+    GpuContext context = session.context();
+    int slots = Math.min(options.stagingBuffers(), batches.size());
+    List<AutoCloseable> owned = new ArrayList<>();
+    ExecutorService readers = Executors.newFixedThreadPool(options.readThreads(), daemon("thaw-restore-read"));
+    progress.start("restore", manifest.totalBytes());
+    try {
+      GpuStream stream = context.createStream();
+      owned.add(stream);
+      PinnedBuffer[] staging = new PinnedBuffer[slots];
+      GpuEvent[] copied = new GpuEvent[slots];
+      ArrayDeque<Integer> free = new ArrayDeque<>();
+      for (int i = 0; i < slots; i++) {
+        staging[i] = context.allocatePinned(stagingBytes);
+        owned.add(staging[i]);
+        copied[i] = context.createEvent(false);
+        owned.add(copied[i]);
+        free.add(i);
+      }
+      ArrayDeque<InFlight> reading = new ArrayDeque<>();
+      ArrayDeque<Integer> copying = new ArrayDeque<>();
+      for (Batch batch : batches) {
+        while (free.isEmpty()) {
+          if (!copying.isEmpty()) {
+            int slot = copying.poll();
+            copied[slot].synchronize();
+            free.add(slot);
+          } else {
+            copyToDevice(reading.poll(), stream, staging, copied, copying);
+          }
+        }
+        int slot = free.poll();
+        reading.add(new InFlight(batch, slot, readBatch(batch, staging[slot], readers, progress)));
+        while (!reading.isEmpty() && reading.peek().verified().isDone()) {
+          copyToDevice(reading.poll(), stream, staging, copied, copying);
+        }
+      }
+      while (!reading.isEmpty()) {
+        copyToDevice(reading.poll(), stream, staging, copied, copying);
+      }
+      stream.synchronize();
+    } finally {
+      progress.finish();
+      readers.shutdownNow();
+      try {
+        // Reads still running write into staging: let them stop before it is freed.
+        readers.awaitTermination(30, TimeUnit.SECONDS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+      for (int i = owned.size() - 1; i >= 0; i--) {
+        try {
+          owned.get(i).close();
+        } catch (Exception e) {
+          // Teardown must not hide the failure that got us here.
+        }
+      }
+    }
+  }
+
+  private static List<Batch> batches(ImageManifest manifest, long stagingBytes) {
+    List<Batch> out = new ArrayList<>();
+    for (ImageManifest.Allocation a : manifest.allocations()) {
+      List<ImageManifest.Chunk> run = new ArrayList<>();
+      long runBytes = 0;
+      for (ImageManifest.Chunk c : a.chunks()) {
+        if (runBytes + c.length() > stagingBytes) {
+          out.add(new Batch(a.name(), a.address(), run.get(0).offset(), run, (int) runBytes));
+          run = new ArrayList<>();
+          runBytes = 0;
+        }
+        run.add(c);
+        runBytes += c.length();
+      }
+      if (!run.isEmpty()) {
+        out.add(new Batch(a.name(), a.address(), run.get(0).offset(), run, (int) runBytes));
+      }
+    }
+    return out;
+  }
+
+  private CompletableFuture<Void> readBatch(Batch batch, PinnedBuffer staging, ExecutorService readers,
+      ProgressListener progress) {
+    List<CompletableFuture<Void>> reads = new ArrayList<>(batch.chunks().size());
+    for (ImageManifest.Chunk c : batch.chunks()) {
+      int at = (int) (c.offset() - batch.offset());
+      reads.add(CompletableFuture.runAsync(() -> {
+        readVerified(c.digest(), staging.slice(at, c.length()),
+            "allocation '" + batch.allocation() + "' at offset " + c.offset());
+        progress.advance(c.length());
+      }, readers));
+    }
+    return CompletableFuture.allOf(reads.toArray(CompletableFuture[]::new));
+  }
+
+  /** The copy is queued only once every chunk of the batch is verified: the invariant of this class. */
+  private static void copyToDevice(InFlight f, GpuStream stream, PinnedBuffer[] staging, GpuEvent[] copied,
+      ArrayDeque<Integer> copying) {
+    join(f.verified());
+    stream.copyHostToDeviceAsync(f.batch().device() + f.batch().offset(), staging[f.slot()], 0, f.batch().bytes());
+    stream.record(copied[f.slot()]);
+    copying.add(f.slot());
+  }
+
+  /** Reads a chunk into exactly {@code dst.remaining()} bytes and checks its digest. */
+  private void readVerified(Digest digest, ByteBuffer dst, String where) {
+    int expected = dst.remaining();
+    ByteBuffer view = dst.duplicate();
+    int n;
+    try {
+      n = store.readChunk(digest, view);
+    } catch (IllegalArgumentException e) {
+      throw new CorruptChunkException(digest, "it holds more than the " + expected + " bytes the image says ("
+          + where + ")");
+    }
+    if (n != expected) {
+      throw new CorruptChunkException(digest, "it holds " + n + " bytes, the image says " + expected + " ("
+          + where + ")");
+    }
+    Digest actual = Digest.of(dst.duplicate());
+    if (!actual.equals(digest)) {
+      throw new CorruptChunkException(digest, "its bytes hash to " + actual + " (" + where + ")");
+    }
+  }
+
+  private static void join(CompletableFuture<?> f) {
+    try {
+      f.get();
+    } catch (ExecutionException e) {
+      Throwable c = e.getCause();
+      while (c instanceof CompletionException && c.getCause() != null) {
+        c = c.getCause();
+      }
+      if (c instanceof RuntimeException r) {
+        throw r;
+      }
+      if (c instanceof Error err) {
+        throw err;
+      }
+      throw new IllegalStateException(c.toString(), c);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException("interrupted while restoring", e);
+    }
+  }
+
+  private static ThreadFactory daemon(String prefix) {
+    AtomicInteger n = new AtomicInteger();
+    return r -> {
+      Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
+      t.setDaemon(true);
+      return t;
+    };
+  }
+
+  private static double millisSince(long startNanos) {
+    return (System.nanoTime() - startNanos) / 1e6;
+  }
+}
