@@ -11,7 +11,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.regex.Pattern;
 
 /**
  * What to build and how: the function, its config, the tag, sample requests, and the snapshot pipeline's
@@ -27,10 +26,8 @@ public final class BuildOptions {
   /** Bytes of each pinned staging buffer; also the segment size chunks never span. */
   public static final long DEFAULT_STAGING_BYTES = 64L << 20;
   public static final int DEFAULT_HASH_THREADS = Math.max(1, Math.min(4, Runtime.getRuntime().availableProcessors()));
-  public static final int MAX_TAG_LENGTH = 128;
 
   // Until the store's own tag rule is merged: OCI-reference-like, no spaces, no leading punctuation.
-  private static final Pattern TAG = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._:/@+-]{0," + (MAX_TAG_LENGTH - 1) + "}");
   private static final ObjectMapper JSON = new ObjectMapper();
 
   @JsonProperty private String functionClass;
@@ -105,15 +102,9 @@ public final class BuildOptions {
     return this;
   }
 
-  /**
-   * @throws IllegalArgumentException unless {@code tag} is 1 to {@value #MAX_TAG_LENGTH} letters, digits and
-   *     {@code . _ : / @ + -}, starting with a letter or digit
-   */
+  /** @throws IllegalArgumentException unless {@code tag} follows {@link dev.thaw.image.store.Tags#RULE}. */
   public static void checkTag(String tag) {
-    if (tag == null || !TAG.matcher(tag).matches()) {
-      throw new IllegalArgumentException("'" + tag + "' is not a tag: 1 to " + MAX_TAG_LENGTH
-          + " letters, digits and . _ : / @ + -, starting with a letter or digit");
-    }
+    dev.thaw.image.store.Tags.check(tag);
   }
 
   public List<JsonNode> sampleRequests() {

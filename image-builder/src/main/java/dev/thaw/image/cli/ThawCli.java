@@ -4,7 +4,10 @@ import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.InvalidManifestException;
 import dev.thaw.image.ProgressListener;
 import dev.thaw.image.build.Chunker;
-import dev.thaw.image.build.FixedSizeChunker;
+import dev.thaw.image.build.FastCdcChunker;
+import dev.thaw.image.store.ImageArchive;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.StoreOptions;
 import dev.thaw.image.build.ImageBuildException;
 import dev.thaw.image.restore.CorruptChunkException;
 import dev.thaw.image.restore.ImageRestoreException;
@@ -128,7 +131,7 @@ public final class ThawCli implements Callable<Integer> {
   }
 
   ThawCli(Map<String, String> environment, DriverOpener opener) {
-    this(environment, opener, ThawCli::openDefaultStore, UNAVAILABLE_ARCHIVES);
+    this(environment, opener, ThawCli::openDefaultStore, ROCKS_ARCHIVES);
   }
 
   ThawCli(Map<String, String> environment, DriverOpener opener, StoreOpener storeOpener, Archives archives) {
@@ -138,30 +141,30 @@ public final class ThawCli implements Callable<Integer> {
     this.archives = archives;
   }
 
-  /**
-   * The one place the CLI's store implementation is chosen. The RocksDB store lands from another branch; until
-   * then the commands that need a store say so.
-   */
+  /** The one place the CLI's store implementation is chosen: RocksDB at {@code directory}. */
   static ChunkStore openDefaultStore(Path directory) {
-    throw new StoreUnavailableException("the image store at " + directory
-        + " cannot be opened: this build has no persistent store yet (RocksDB store not merged)");
+    return RocksChunkStore.open(new StoreOptions().setPath(directory));
   }
 
-  private static final Archives UNAVAILABLE_ARCHIVES = new Archives() {
+  /** Archives of the RocksDB store ({@link ImageArchive}). */
+  static final Archives ROCKS_ARCHIVES = new Archives() {
     @Override
     public long export(ChunkStore store, String tag, Path file, ProgressListener progress) {
-      throw new StoreUnavailableException("image archives are not in this build yet (they come with the store)");
+      if (!(store instanceof RocksChunkStore rocks)) {
+        throw new StoreUnavailableException("image archives need the RocksDB store");
+      }
+      return ImageArchive.export(rocks, tag, file);
     }
 
     @Override
     public String importFrom(ChunkStore store, Path file) {
-      throw new StoreUnavailableException("image archives are not in this build yet (they come with the store)");
+      return ImageArchive.importArchive(store, file).tag();
     }
   };
 
   /** The chunker builds use: the one place it is chosen. */
   static Chunker chunker() {
-    return new FixedSizeChunker();
+    return new FastCdcChunker();
   }
 
   String env(String name) {

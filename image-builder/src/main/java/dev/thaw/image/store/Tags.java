@@ -15,6 +15,11 @@ public final class Tags {
 
   private Tags() {}
 
+  private static IllegalArgumentException invalid(String tag, String rule) {
+    String shown = tag == null ? "" : tag.length() > 40 ? tag.substring(0, 37) + "..." : tag;
+    return new IllegalArgumentException("'" + shown + "' is not a tag: " + rule);
+  }
+
   /**
    * Returns {@code tag} if valid.
    *
@@ -22,17 +27,16 @@ public final class Tags {
    */
   public static String check(String tag) {
     if (tag == null || tag.isEmpty()) {
-      throw new IllegalArgumentException("a tag must not be empty");
+      throw invalid(tag, "a tag must not be empty");
     }
     if (tag.length() > MAX_LENGTH) {
-      throw new IllegalArgumentException(
-          "a tag is at most " + MAX_LENGTH + " characters, this one has " + tag.length());
+      throw invalid(tag, "a tag is at most " + MAX_LENGTH + " characters, this one has " + tag.length());
     }
     if (tag.contains("..")) {
-      throw new IllegalArgumentException("a tag must not contain '..': " + tag);
+      throw invalid(tag, "a tag must not contain '..'");
     }
     if (!PATTERN.matcher(tag).matches()) {
-      throw new IllegalArgumentException("a tag must match " + RULE + " (name[:version]), not '" + tag + "'");
+      throw invalid(tag, "a tag must match " + RULE + " (name[:version])");
     }
     return tag;
   }
