@@ -34,6 +34,8 @@ public final class FunctionSession implements AutoCloseable {
   private final Map<String, Allocation> allocations = new LinkedHashMap<>();
   private final Map<String, LoadedModule> modules = new LinkedHashMap<>();
   private boolean closed;
+  /** Bumped whenever an allocation is added or freed, so that indexes over them know when to rebuild. */
+  private long allocationsVersion;
 
   private record Allocation(DeviceBuffer buffer, long size) {}
 
@@ -68,6 +70,7 @@ public final class FunctionSession implements AutoCloseable {
       for (AllocationRecord a : table.allocations()) {
         checkName(a.name(), "buffer");
         session.allocations.put(a.name(), new Allocation(context.allocateAt(a.address(), a.size()), a.size()));
+        session.allocationsVersion++;
       }
       String arch = context.device().smArch();
       for (ModuleRecord m : table.modules()) {
@@ -109,6 +112,7 @@ public final class FunctionSession implements AutoCloseable {
       throw new IllegalArgumentException("buffer '" + name + "' needs a positive size, not " + size);
     }
     allocations.put(name, new Allocation(context.allocate(size), size));
+    allocationsVersion++;
     return new BufferRef(name);
   }
 
@@ -117,6 +121,15 @@ public final class FunctionSession implements AutoCloseable {
     checkOpen();
     allocation(ref).buffer().close();
     allocations.remove(ref.name());
+    allocationsVersion++;
+  }
+
+  /**
+   * A counter that changes whenever the session's allocations do (an allocation or a free): an index over
+   * {@link #table()}'s allocations is current while this is unchanged. Cheap; never throws.
+   */
+  public long allocationsVersion() {
+    return allocationsVersion;
   }
 
   /** The device address of the buffer's first byte. */
@@ -207,6 +220,11 @@ public final class FunctionSession implements AutoCloseable {
   }
 
   LaunchInterceptor interceptor() {
+    return interceptor;
+  }
+
+  /** The interceptor every launch passes now, or null: so that one can be chained in front of another. */
+  public LaunchInterceptor launchInterceptor() {
     return interceptor;
   }
 
