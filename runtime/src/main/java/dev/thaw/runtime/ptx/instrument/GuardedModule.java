@@ -12,10 +12,15 @@ import java.util.Optional;
 import java.util.concurrent.ConcurrentHashMap;
 
 /**
- * A loaded instrumented module seen as the plain one: its kernels take the original parameters, and each
- * launch goes through a {@link ValidatingLauncher} with the ranges {@link Policy} allows for those arguments,
- * the violations going to {@link Policy#report}. Lets code written against a plain module (a function's
- * kernel wrapper) run validated without change. Synchronous per launch; for validation runs only.
+ * A loaded instrumented module seen as the plain one: its kernels take the original parameters, so code
+ * written against a plain module (a function's kernel wrapper) runs validated without change. Two modes:
+ * <ul>
+ *   <li>{@link #perLaunch}: each launch goes through a {@link ValidatingLauncher} with the ranges a
+ *       {@link Policy} allows for those arguments, and its violations go to {@link Policy#report}.
+ *       Synchronous per launch.
+ *   <li>{@link #withGuard}: every launch passes the same {@link DeviceGuard}, asynchronously, as a plain
+ *       launch would run; the caller reads {@link DeviceGuard#read()} after synchronizing.
+ * </ul>
  */
 public final class GuardedModule implements GpuModule {
 
@@ -29,13 +34,24 @@ public final class GuardedModule implements GpuModule {
   private final GpuModule instrumented;
   private final ValidatingLauncher launcher;
   private final Policy policy;
+  private final DeviceGuard guard;
   private final Map<String, Kernel> kernels = new ConcurrentHashMap<>();
 
-  /** {@code instrumented}: the module loaded from {@link InstrumentedModule#ptx()}; closed with this one. */
-  public GuardedModule(GpuModule instrumented, ValidatingLauncher launcher, Policy policy) {
+  private GuardedModule(GpuModule instrumented, ValidatingLauncher launcher, Policy policy, DeviceGuard guard) {
     this.instrumented = instrumented;
     this.launcher = launcher;
     this.policy = policy;
+    this.guard = guard;
+  }
+
+  /** {@code instrumented}: the module loaded from {@link InstrumentedModule#ptx()}; closed with this one. */
+  public static GuardedModule perLaunch(GpuModule instrumented, ValidatingLauncher launcher, Policy policy) {
+    return new GuardedModule(instrumented, launcher, policy, null);
+  }
+
+  /** Every launch passes {@code guard}'s address, without synchronizing. */
+  public static GuardedModule withGuard(GpuModule instrumented, DeviceGuard guard) {
+    return new GuardedModule(instrumented, null, null, guard);
   }
 
   @Override
@@ -71,10 +87,12 @@ public final class GuardedModule implements GpuModule {
   private final class GuardedKernel implements Kernel {
     private final Kernel target;
     private final ParamLayout params;
+    private final ThreadLocal<KernelArgs> slab;
 
     GuardedKernel(Kernel target) {
       this.target = target;
       this.params = ValidatingLauncher.originalLayout(target.params(), target.name());
+      this.slab = ThreadLocal.withInitial(target::newArgs);
     }
 
     @Override
@@ -94,6 +112,15 @@ public final class GuardedModule implements GpuModule {
 
     @Override
     public void launch(Dim3 grid, Dim3 block, int sharedMemBytes, GpuStream stream, KernelArgs args) {
+      if (guard != null) {
+        ValidatingLauncher.checkLayouts(args.layout(), target.params(), target.name());
+        args.checkComplete();
+        KernelArgs full = slab.get();
+        ValidatingLauncher.copy(args, full);
+        full.set(params.count(), guard.address());
+        target.launch(grid, block, sharedMemBytes, stream, full);
+        return;
+      }
       GuardTable allowed = policy.allowed(this, args);
       ViolationReport r = launcher.launch(target, grid, block, sharedMemBytes, stream, args, allowed);
       policy.report(this, args, r);
