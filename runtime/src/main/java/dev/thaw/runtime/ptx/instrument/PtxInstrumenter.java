@@ -59,7 +59,7 @@ public final class PtxInstrumenter {
   private static final String P = "%thaw_p0";
   private static final String R = "%thaw_r0";
 
-  private static final Pattern RESERVED = Pattern.compile("[%$_]thaw_|__thaw");
+  private static final Pattern RESERVED = Pattern.compile("%thaw_|\\$thaw_|__thaw_");
   private static final Pattern ADDRESS = Pattern.compile(
       "^\\[\\s*([%$\\w.]+?)\\s*(?:([+-])\\s*(-?\\s*(?:0[xX][0-9a-fA-F]+|\\d+)))?\\s*\\]$");
   private static final Pattern IMMEDIATE = Pattern.compile("^-?(?:0[xX][0-9a-fA-F]+|\\d+)U?$");
