@@ -19,10 +19,20 @@ final class Gpt2Device implements AutoCloseable {
   private final List<DeviceBuffer> buffers = new ArrayList<>();
 
   Gpt2Device(GpuDriver driver) {
+    this(driver, Gpt2Kernels::load);
+  }
+
+  /** With kernels of the caller's making, e.g. from an instrumented module. */
+  Gpt2Device(GpuDriver driver, java.util.function.Function<GpuContext, Gpt2Kernels> kernels) {
     this.driver = driver;
     this.context = driver.createContext(0);
     this.stream = context.createStream();
-    this.kernels = Gpt2Kernels.load(context);
+    this.kernels = kernels.apply(context);
+  }
+
+  /** The buffers uploaded since the last {@link #freeBuffers}. */
+  List<DeviceBuffer> buffers() {
+    return java.util.Collections.unmodifiableList(buffers);
   }
 
   String name() {

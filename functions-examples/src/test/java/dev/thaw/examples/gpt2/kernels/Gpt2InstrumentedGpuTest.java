@@ -1,0 +1,208 @@
+package dev.thaw.examples.gpt2.kernels;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import dev.thaw.runtime.gpu.DeviceBuffer;
+import dev.thaw.runtime.gpu.DriverAvailability;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuModule;
+import dev.thaw.runtime.gpu.Kernel;
+import dev.thaw.runtime.gpu.KernelArgs;
+import dev.thaw.runtime.gpu.cuda.CudaDriver;
+import dev.thaw.runtime.ptx.instrument.DeviceGuard;
+import dev.thaw.runtime.ptx.instrument.GuardTable;
+import dev.thaw.runtime.ptx.instrument.GuardedModule;
+import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
+import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
+import dev.thaw.runtime.ptx.instrument.ValidatingLauncher;
+import dev.thaw.runtime.ptx.instrument.ViolationReport;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Random;
+import java.util.function.Consumer;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * The 8 GPT-2 kernels instrumented, on a GPU: with every buffer of the case allowed (its real arguments),
+ * each launch must report no violation and produce the plain kernels' bits. Also times plain vs instrumented
+ * on GPT-2-large shapes. Skipped, with the reason, where no GPU is usable.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class Gpt2InstrumentedGpuTest {
+
+  private CudaDriver driver;
+  private Gpt2Device plain;
+  private Gpt2Device guarded;
+  private GpuModule instrumentedModule;
+  private GuardedModule perLaunch;
+  private ValidatingLauncher launcher;
+  private final List<String> violations = new ArrayList<>();
+  private int launches;
+
+  @BeforeAll
+  void open() {
+    if (!CudaDriver.availability().available()) {
+      return;
+    }
+    driver = CudaDriver.open();
+    plain = new Gpt2Device(driver);
+    InstrumentedModule im = PtxInstrumenter.instrument(Gpt2Kernels.ptx());
+    guarded = new Gpt2Device(driver, context -> {
+      launcher = new ValidatingLauncher(context);
+      instrumentedModule = context.loadPtx(im.ptx());
+      perLaunch = GuardedModule.perLaunch(instrumentedModule, launcher, new GuardedModule.Policy() {
+        @Override
+        public GuardTable allowed(Kernel kernel, KernelArgs args) {
+          return allBuffers();
+        }
+
+        @Override
+        public void report(Kernel kernel, KernelArgs args, ViolationReport report) {
+          launches++;
+          if (!report.clean()) {
+            violations.add(kernel.name() + ": " + report.total() + " violations, first "
+                + report.recorded().subList(0, Math.min(5, report.recorded().size())) + " at sites "
+                + report.recorded().stream().limit(5).map(v -> im.site(v.site()).toString()).toList());
+          }
+        }
+      });
+      return new Gpt2Kernels(perLaunch);
+    });
+  }
+
+  /** Every buffer the case uploaded, read-write: the launch's real arguments. */
+  private GuardTable allBuffers() {
+    GuardTable.Builder b = GuardTable.builder();
+    for (DeviceBuffer buffer : guarded.buffers()) {
+      b.allow(buffer.address(), buffer.size(), GuardTable.READ_WRITE);
+    }
+    return b.build();
+  }
+
+  @BeforeEach
+  void needsAGpu() {
+    DriverAvailability a = CudaDriver.availability();
+    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+  }
+
+  @AfterEach
+  void free() {
+    if (plain != null) {
+      plain.freeBuffers();
+      guarded.freeBuffers();
+    }
+  }
+
+  @AfterAll
+  void close() {
+    if (driver == null) {
+      return;
+    }
+    plain.close();
+    launcher.close();
+    perLaunch.close();
+    guarded.close();
+    driver.close();
+  }
+
+  static Stream<Gpt2Cases.Case> cases() {
+    return Gpt2KernelsGpuTest.cases();
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @MethodSource("cases")
+  void instrumentedKernelsReportNothingAndComputeTheSameBits(Gpt2Cases.Case c) {
+    violations.clear();
+    int before = launches;
+    List<Gpt2Cases.Output> expected = c.run(plain);
+    List<Gpt2Cases.Output> got = c.run(guarded);
+    assertTrue(launches > before, c.name + ": no launch went through the instrumented module");
+    assertEquals(List.of(), violations, c.name + ": violations with every argument allowed");
+    for (int o = 0; o < expected.size(); o++) {
+      float[] e = expected.get(o).values();
+      float[] g = got.get(o).values();
+      for (int i = 0; i < e.length; i++) {
+        if (Float.floatToRawIntBits(e[i]) != Float.floatToRawIntBits(g[i])) {
+          fail(String.format("%s, output %s [%d]: plain %s, instrumented %s", c.name, expected.get(o).name(), i, e[i],
+              g[i]));
+        }
+      }
+    }
+  }
+
+  @Test
+  void instrumentationOverheadOnGpt2LargeShapes() {
+    Random rnd = new Random(7);
+    int m = 16;
+    int k = 1280;
+    int n = 5120;
+    int v = 50257;
+    short[] x = Gpt2Cases.randomHalves(rnd, m * k, 1);
+    short[] w = Gpt2Cases.randomHalves(rnd, k * n, 0.05);
+    short[] bias = Gpt2Cases.randomHalves(rnd, n, 0.1);
+    short[] wte = Gpt2Cases.randomHalves(rnd, v * k, 0.05);
+    String line = "instrumentation overhead [" + plain.context.device().name() + "]: ";
+    try (DeviceGuard guard = prepare(guarded, x, w, bias, wte, m, n, v);
+        GuardedModule fixed = GuardedModule.withGuard(instrumentedModule, guard)) {
+      Gpt2Kernels instrumented = new Gpt2Kernels(fixed);
+      long[] p = uploads(plain, x, w, bias, wte, m, n, v);
+      long[] q = addresses(guarded);
+      double pm = median(plain, s -> plain.kernels.matmul(s, p[0], p[1], p[2], p[3], m, n, k, false));
+      double im = median(guarded, s -> instrumented.matmul(s, q[0], q[1], q[2], q[3], m, n, k, false));
+      double pl = median(plain, s -> plain.kernels.lmHead(s, p[4], p[5], p[6], 1, v, k));
+      double il = median(guarded, s -> instrumented.lmHead(s, q[4], q[5], q[6], 1, v, k));
+      guarded.stream.synchronize();
+      ViolationReport r = guard.read();
+      line += String.format("matmul M=%d K=%d N=%d plain %.3f ms, instrumented %.3f ms (%.2fx); "
+          + "lm_head M=1 C=%d V=%d plain %.3f ms, instrumented %.3f ms (%.2fx); median of 20, CUDA events",
+          m, k, n, pm, im, im / pm, k, v, pl, il, il / pl);
+      System.out.println(line);
+      assertTrue(r.clean(), "timing launches reported violations: " + r.recorded());
+    }
+  }
+
+  /** Uploads the timing inputs on the guarded device and a guard allowing all of them. */
+  private DeviceGuard prepare(Gpt2Device dev, short[] x, short[] w, short[] bias, short[] wte, int m, int n, int v) {
+    uploads(dev, x, w, bias, wte, m, n, v);
+    return DeviceGuard.upload(dev.context, allBuffers());
+  }
+
+  private static long[] uploads(Gpt2Device dev, short[] x, short[] w, short[] bias, short[] wte, int m, int n, int v) {
+    return new long[] {dev.upload(x), dev.upload(w), dev.upload(bias), dev.upload(new short[m * n]),
+        dev.upload(Arrays.copyOf(x, 1280)), dev.upload(wte), dev.upload(new float[v])};
+  }
+
+  private static long[] addresses(Gpt2Device dev) {
+    return dev.buffers().stream().mapToLong(DeviceBuffer::address).toArray();
+  }
+
+  private static double median(Gpt2Device dev, Consumer<dev.thaw.runtime.gpu.GpuStream> launch) {
+    try (GpuEvent start = dev.context.createEvent(); GpuEvent end = dev.context.createEvent()) {
+      for (int i = 0; i < 3; i++) {
+        launch.accept(dev.stream);
+      }
+      double[] t = new double[20];
+      for (int i = 0; i < t.length; i++) {
+        start.record(dev.stream);
+        launch.accept(dev.stream);
+        end.record(dev.stream);
+        end.synchronize();
+        t[i] = end.elapsedMillisSince(start);
+      }
+      Arrays.sort(t);
+      return (t[9] + t[10]) / 2;
+    }
+  }
+}
