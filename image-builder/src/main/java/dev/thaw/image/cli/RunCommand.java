@@ -3,6 +3,7 @@ package dev.thaw.image.cli;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.restore.ImageRestorer;
+import dev.thaw.image.restore.RestoreCheck;
 import dev.thaw.image.restore.RestoredFunction;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.function.FunctionRequest;
@@ -14,6 +15,7 @@ import java.io.PrintWriter;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Locale;
+import java.util.Optional;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -53,6 +55,12 @@ final class RunCommand implements Callable<Integer> {
   @Option(names = "--json", description = "Print the response and timings as one JSON object.")
   boolean json;
 
+  @Option(names = "--check", description = {
+      "After the restore, read all device memory back and compare it with the image's",
+      "chunk digests; after the invocation, compare the response with the one the build",
+      "recorded for the same sample request. Exit 1 on any difference."})
+  boolean check;
+
   @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
   boolean help;
 
@@ -72,9 +80,14 @@ final class RunCommand implements Callable<Integer> {
     try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = cli.openStore(store.resolve(cli));
         GpuContext ctx = driver.createContext(0);
         RestoredFunction<?> f = new ImageRestorer(s).restore(tag, ctx, ConsoleProgress.forOutput(json))) {
+      RestoreCheck.Result memory = check ? RestoreCheck.deviceMemory(f) : null;
       long t = System.nanoTime();
       FunctionResponse response = f.invoke(FunctionRequest.of(body));
       double invokeMs = (System.nanoTime() - t) / 1e6;
+      Optional<JsonNode> recorded = check ? RestoreCheck.buildResponse(f.manifest(), body) : Optional.empty();
+      // Through JSON text: the function's FloatNodes and the manifest's parsed DoubleNodes differ as objects.
+      JsonNode asStored = Json.MAPPER.readTree(Json.write(response.json()));
+      boolean sameResponse = recorded.map(asStored::equals).orElse(true);
       if (json) {
         ObjectNode node = Json.MAPPER.createObjectNode();
         node.set("response", response.json());
@@ -82,6 +95,14 @@ final class RunCommand implements Callable<Integer> {
         node.put("invokeMillis", invokeMs);
         node.put("simulated", driver.isSimulated());
         node.set("notes", Json.MAPPER.valueToTree(f.notes()));
+        if (check) {
+          node.set("check", Json.MAPPER.valueToTree(memory));
+          if (recorded.isPresent()) {
+            node.put("responseMatchesBuild", sameResponse);
+          } else {
+            node.putNull("responseMatchesBuild");
+          }
+        }
         out.println(Json.write(node));
       } else {
         out.println(Json.write(response.json()));
@@ -93,9 +114,17 @@ final class RunCommand implements Callable<Integer> {
         out.printf(Locale.ROOT, "  %-15s  %12s%n", "invoke", Format.millis(invokeMs));
         out.printf(Locale.ROOT, "restored %s in %s (%.2f GB/s copy + verify)%n", Format.bytes(f.timings().bytes()),
             Format.millis(f.timings().totalMillis()), f.timings().copyGBps());
+        if (check) {
+          out.printf(Locale.ROOT, "check: device memory %s: %d chunks, %s%n",
+              memory.identical() ? "byte-identical to the image" : "DIFFERS from the image", memory.chunks(),
+              Format.bytes(memory.bytes()));
+          memory.mismatches().stream().limit(10).forEach(m -> out.println("  " + m));
+          out.println("check: response " + (recorded.isEmpty() ? "not compared (the build ran no such sample request)"
+              : sameResponse ? "identical to the build's" : "DIFFERS from the build's: " + recorded.get()));
+        }
       }
       out.flush();
-      return ThawCli.EXIT_OK;
+      return check && !(memory.identical() && sameResponse) ? ThawCli.EXIT_FAILED : ThawCli.EXIT_OK;
     }
   }
 }
