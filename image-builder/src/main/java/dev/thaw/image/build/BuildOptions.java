@@ -22,10 +22,10 @@ import java.util.List;
 public final class BuildOptions {
 
   /** Staging buffers: one the copy engine fills while the others are hashed and stored. */
-  public static final int DEFAULT_STAGING_BUFFERS = 3;
+  public static final int DEFAULT_STAGING_BUFFERS = 6;
   /** Bytes of each pinned staging buffer; also the segment size chunks never span. */
   public static final long DEFAULT_STAGING_BYTES = 64L << 20;
-  public static final int DEFAULT_HASH_THREADS = Math.max(1, Math.min(4, Runtime.getRuntime().availableProcessors()));
+  public static final int DEFAULT_HASH_THREADS = Math.max(1, Math.min(16, Runtime.getRuntime().availableProcessors()));
 
   // Until the store's own tag rule is merged: OCI-reference-like, no spaces, no leading punctuation.
   private static final ObjectMapper JSON = new ObjectMapper();

@@ -11,9 +11,9 @@ import com.fasterxml.jackson.databind.ObjectMapper;
     isGetterVisibility = JsonAutoDetect.Visibility.NONE, setterVisibility = JsonAutoDetect.Visibility.NONE)
 public final class RestoreOptions {
 
-  public static final int DEFAULT_STAGING_BUFFERS = 3;
+  public static final int DEFAULT_STAGING_BUFFERS = 6;
   public static final long DEFAULT_STAGING_BYTES = 64L << 20;
-  public static final int DEFAULT_READ_THREADS = Math.max(1, Math.min(4, Runtime.getRuntime().availableProcessors()));
+  public static final int DEFAULT_READ_THREADS = Math.max(1, Math.min(16, Runtime.getRuntime().availableProcessors()));
 
   private static final ObjectMapper JSON = new ObjectMapper();
 

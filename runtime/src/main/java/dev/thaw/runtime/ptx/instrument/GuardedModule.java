@@ -21,6 +21,7 @@ import java.util.concurrent.ConcurrentHashMap;
  *   <li>{@link #withGuard}: every launch passes the same {@link DeviceGuard}, asynchronously, as a plain
  *       launch would run; the caller reads {@link DeviceGuard#read()} after synchronizing.
  * </ul>
+ * A view does not own the instrumented module: closing it leaves the module loaded.
  */
 public final class GuardedModule implements GpuModule {
 
@@ -81,7 +82,8 @@ public final class GuardedModule implements GpuModule {
 
   @Override
   public void close() {
-    instrumented.close();
+    // A view: several may share one instrumented module, which belongs to whoever loaded it (and is unloaded
+    // with its context at the latest). Closing a view must not pull the module from under the others.
   }
 
   private final class GuardedKernel implements Kernel {
