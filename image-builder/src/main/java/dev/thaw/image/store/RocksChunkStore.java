@@ -95,7 +95,8 @@ public final class RocksChunkStore implements ChunkStore {
     this.path = options.path();
     Path secondary = null;
     try {
-      DBOptions dbOptions = track(new DBOptions());
+      DBOptions dbOptions = track(new DBOptions()
+          .setMaxBackgroundJobs(Math.max(2, Math.min(8, Runtime.getRuntime().availableProcessors()))));
       List<ColumnFamilyDescriptor> descriptors = new ArrayList<>();
       descriptors.add(new ColumnFamilyDescriptor(RocksDB.DEFAULT_COLUMN_FAMILY, track(new ColumnFamilyOptions())));
       for (String name : FAMILIES) {
@@ -183,7 +184,11 @@ public final class RocksChunkStore implements ChunkStore {
           .setMinBlobSize(options.minBlobSize())
           .setBlobFileSize(options.blobFileSize())
           .setBlobCompressionType(CompressionType.NO_COMPRESSION)
-          .setEnableBlobGarbageCollection(true);
+          .setEnableBlobGarbageCollection(true)
+          // Blob values stay in the memtable until a flush writes them out: a snapshot is a bulk load, so
+          // give it memtables big and many enough that writers do not stall behind flushes.
+          .setWriteBufferSize(256L << 20)
+          .setMaxWriteBufferNumber(4);
     }
     return cf;
   }
