@@ -1,5 +1,7 @@
 package dev.thaw.image;
 
+import dev.thaw.runtime.speculation.AccessProfile;
+
 import com.fasterxml.jackson.annotation.JsonInclude;
 import com.fasterxml.jackson.annotation.JsonPropertyOrder;
 import com.fasterxml.jackson.core.JsonGenerator;
@@ -179,22 +181,37 @@ public record ImageManifest(
       int chunkCount) {}
 
   /**
-   * The access profile recorded by the build's profiling invocations. Present and empty in schema 1 images
-   * until profiling fills it.
+   * The access profile recorded by the build's profiling invocations (the sample requests, run with validation
+   * on); empty when the build ran none.
    *
-   * @param firstAccessOrder allocation names in the order the profiling invocations first touched them
-   * @param kernelVerdicts {@code module/entry} → {@code exact} or {@code unsafe}
+   * @param orderSource {@code recorded} (exact accesses, on the sim device), {@code speculated} (the
+   *     speculated sets, on a GPU), or {@code none}
+   * @param launches launches validated
+   * @param firstAccessOrder allocation names in the order the invocations first touched them: the background
+   *     order of on-demand restore
+   * @param kernels per kernel ({@code module/entry}): {@code exact} or {@code unsafe}, with the reasons
    */
   @JsonInclude(JsonInclude.Include.ALWAYS)
-  public record Profile(List<String> firstAccessOrder, Map<String, String> kernelVerdicts) {
+  public record Profile(String orderSource, long launches, List<String> firstAccessOrder,
+      Map<String, AccessProfile.KernelProfile> kernels) {
 
     public Profile {
       firstAccessOrder = List.copyOf(firstAccessOrder);
-      kernelVerdicts = Map.copyOf(kernelVerdicts);
+      kernels = java.util.Collections.unmodifiableMap(new java.util.TreeMap<>(kernels));
     }
 
     public static Profile empty() {
-      return new Profile(List.of(), Map.of());
+      return new Profile("none", 0, List.of(), Map.of());
+    }
+
+    public static Profile of(AccessProfile p) {
+      return new Profile(p.orderSource().json(), p.launches(), p.firstTouch(), p.kernels());
+    }
+
+    /** How many kernels got each verdict, e.g. {@code 8 exact, 0 unsafe}. */
+    public String summary() {
+      long unsafe = kernels.values().stream().filter(k -> k.verdict() == AccessProfile.Verdict.UNSAFE).count();
+      return (kernels.size() - unsafe) + " exact, " + unsafe + " unsafe";
     }
   }
 

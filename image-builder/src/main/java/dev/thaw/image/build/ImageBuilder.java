@@ -9,6 +9,7 @@ import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.function.AllocationRecord;
 import dev.thaw.runtime.function.FunctionLoader;
 import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.speculation.Profiler;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.HostStates;
@@ -104,6 +105,8 @@ public final class ImageBuilder {
     List<FunctionResponse> responses = new ArrayList<>();
     List<ImageManifest.Sample> samples = new ArrayList<>();
     List<JsonNode> requests = options.sampleRequests();
+    // The sample requests are the profiling invocations: with validation on, they yield the access profile.
+    Profiler profiler = requests.isEmpty() || !session.context().driver().isSimulated() ? null : Profiler.attach(session);
     for (int i = 0; i < requests.size(); i++) {
       try {
         FunctionResponse r = function.invoke(session, state, FunctionRequest.of(requests.get(i)));
@@ -113,6 +116,12 @@ public final class ImageBuilder {
       } catch (Exception e) {
         throw new ImageBuildException("profile", "sample request " + (i + 1) + " of " + requests.size() + " to "
             + name + " failed: " + describe(e), e);
+      }
+    }
+    ImageManifest.Profile profile = ImageManifest.Profile.empty();
+    if (profiler != null) {
+      try (profiler) {
+        profile = ImageManifest.Profile.of(profiler.finish(options.tag()));
       }
     }
     double profileMs = millisSince(t);
@@ -152,7 +161,7 @@ public final class ImageBuilder {
         table.allocatedBytes(), snap.uniqueBytes, snap.chunkCount);
     ImageManifest manifest = new ImageManifest(ImageManifest.SCHEMA_VERSION,
         new ImageManifest.Function(name, options.config()), dev, snap.allocations, snap.modules, hostState, samples,
-        build, ImageManifest.Profile.empty());
+        build, profile);
     manifest.validate();
 
     t = System.nanoTime();

@@ -68,8 +68,20 @@ final class InspectCommand implements Callable<Integer> {
               k.paramBytes()));
         }
         out.printf("samples    %d%n", m.samples().size());
-        out.printf("profile    %s%n", m.profile().firstAccessOrder().isEmpty() ? "(none recorded)"
-            : m.profile().firstAccessOrder().size() + " allocations in first-access order");
+        ImageManifest.Profile p = m.profile();
+        if (p.kernels().isEmpty()) {
+          out.printf("profile    (none recorded: build with --sample-request to profile)%n");
+        } else {
+          out.printf("profile    %s from %d launches; first-access order (%s) of %d allocations: %s%n",
+              p.summary(), p.launches(), p.orderSource(), p.firstAccessOrder().size(),
+              p.firstAccessOrder().stream().limit(8).collect(java.util.stream.Collectors.joining(", "))
+                  + (p.firstAccessOrder().size() > 8 ? ", ..." : ""));
+          p.kernels().forEach((k, v) -> {
+            out.printf("  %-40s %-7s %d launches%n", k, v.verdict().name().toLowerCase(java.util.Locale.ROOT),
+                v.launches());
+            v.reasons().forEach(r -> out.printf("      %s%n", r));
+          });
+        }
       }
       out.flush();
       return ThawCli.EXIT_OK;

@@ -77,7 +77,12 @@ class ImageBuilderTest {
       assertEquals("sim", m.device().driver());
       assertEquals("x", m.hostState().get("x").asText());
       assertEquals(r.sampleResponses().get(0).json().get("sum"), m.samples().get(0).response().get("sum"));
-      assertTrue(m.profile().firstAccessOrder().isEmpty() && m.profile().kernelVerdicts().isEmpty());
+      // The sample request was the profiling invocation: saxpy read x and read-wrote out, inside its arguments.
+      assertEquals("recorded", m.profile().orderSource());
+      assertEquals(List.of("x", "out"), m.profile().firstAccessOrder());
+      assertEquals(dev.thaw.runtime.speculation.AccessProfile.Verdict.EXACT,
+          m.profile().kernels().get("contract/thaw_test_saxpy").verdict());
+      assertEquals("1 exact, 0 unsafe", m.profile().summary());
       assertEquals(m.chunkDigests().size(), m.build().chunkCount());
       assertTrue(r.timings().snapshotGBps() > 0, r.timings().toString());
       assertEquals(r.newBytes(), m.build().uniqueBytes(), "a first build stores every distinct chunk");
