@@ -85,9 +85,7 @@ final class RunCommand implements Callable<Integer> {
       FunctionResponse response = f.invoke(FunctionRequest.of(body));
       double invokeMs = (System.nanoTime() - t) / 1e6;
       Optional<JsonNode> recorded = check ? RestoreCheck.buildResponse(f.manifest(), body) : Optional.empty();
-      // Through JSON text: the function's FloatNodes and the manifest's parsed DoubleNodes differ as objects.
-      JsonNode asStored = Json.MAPPER.readTree(Json.write(response.json()));
-      boolean sameResponse = recorded.map(asStored::equals).orElse(true);
+      boolean sameResponse = recorded.map(r -> RestoreCheck.sameJson(r, response.json())).orElse(true);
       if (json) {
         ObjectNode node = Json.MAPPER.createObjectNode();
         node.set("response", response.json());

@@ -52,7 +52,22 @@ public final class RestoreCheck {
 
   /** The response the build recorded for {@code request}, if it ran that request as a sample. */
   public static Optional<JsonNode> buildResponse(ImageManifest manifest, JsonNode request) {
-    return manifest.samples().stream().filter(s -> s.request().equals(request)).map(ImageManifest.Sample::response)
-        .findFirst();
+    return manifest.samples().stream().filter(s -> sameJson(s.request(), request))
+        .map(ImageManifest.Sample::response).findFirst();
   }
+
+  /**
+   * Whether two JSON values are the same document. Compared as text read back by one mapper: the function's
+   * float nodes, a file's double nodes and the manifest's decimal nodes differ as objects.
+   */
+  public static boolean sameJson(JsonNode a, JsonNode b) {
+    try {
+      return JSON.readTree(JSON.writeValueAsString(a)).equals(JSON.readTree(JSON.writeValueAsString(b)));
+    } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+      throw new IllegalArgumentException("not JSON: " + e.getOriginalMessage(), e);
+    }
+  }
+
+  private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
+      new com.fasterxml.jackson.databind.ObjectMapper();
 }

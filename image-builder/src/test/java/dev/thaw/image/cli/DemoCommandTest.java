@@ -1,0 +1,35 @@
+package dev.thaw.image.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.thaw.runtime.gpu.GpuDrivers;
+import java.nio.file.Path;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** {@code thaw demo}, the README's main command: the whole cycle on the real store, on the sim device. */
+class DemoCommandTest {
+
+  @TempDir
+  Path dir;
+
+  @Test
+  void buildsRestoresChecksAndInvokesTheExampleAndDedupsOnTheSecondRun() {
+    ThawCli cli = new ThawCli(Map.of("THAW_STORE", dir.resolve("store").toString()), GpuDrivers::open);
+    ThawCliTest.Run first = ThawCliTest.run(cli, "demo", "--device", "sim");
+    assertEquals(0, first.exit(), first.out() + first.err());
+    assertTrue(first.out().contains("1. built demo:mlp"), first.out());
+    assertTrue(first.out().contains("profile: 1 exact, 0 unsafe"), first.out());
+    assertTrue(first.out().contains("device memory byte-identical to the image"), first.out());
+    assertTrue(first.out().contains("response identical to the build's"), first.out());
+    assertTrue(first.out().contains("SIMULATED device"), first.out());
+
+    ThawCliTest.Run second = ThawCliTest.run(cli, "demo", "--device", "sim");
+    assertEquals(0, second.exit(), second.out() + second.err());
+    assertTrue(second.out().contains("0 B new in the store"), "a rebuild of the same image adds nothing: " + second.out());
+    ThawCliTest.Run images = ThawCliTest.run(cli, "images");
+    assertTrue(images.out().contains("demo:mlp"), images.out());
+  }
+}
