@@ -27,5 +27,7 @@ config='{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}'
   echo "== run (new process, again)"; "$thaw" run gpt2-large --request "$request" || status=1
   echo "== verify"; "$thaw" verify gpt2-large || status=1
   du -sh "$THAW_STORE"
+  echo "== demo"; "$thaw" demo || status=1
+  echo "== demo (again: dedup)"; "$thaw" demo || status=1
 } > "$OUT/images.txt" 2>&1
 exit $status
