@@ -136,8 +136,8 @@ public final class PtxEntries {
     };
   }
 
-  /** Replaces comments with spaces, keeping newlines so that line numbers stay right. */
-  static String stripComments(String ptx) {
+  /** Replaces comments with spaces, keeping newlines so that line numbers stay right (string literals kept). */
+  public static String stripComments(String ptx) {
     StringBuilder out = new StringBuilder(ptx.length());
     int i = 0;
     int n = ptx.length();

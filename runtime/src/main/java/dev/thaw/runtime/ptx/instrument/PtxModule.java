@@ -1,5 +1,6 @@
 package dev.thaw.runtime.ptx.instrument;
 
+import dev.thaw.runtime.ptx.PtxEntries;
 import dev.thaw.runtime.ptx.PtxSyntaxException;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -94,34 +95,7 @@ public final class PtxModule {
 
   /** Replaces comments with spaces, keeping newlines so that line numbers stay right. */
   static String stripComments(String ptx) {
-    StringBuilder out = new StringBuilder(ptx.length());
-    int i = 0;
-    int n = ptx.length();
-    while (i < n) {
-      char c = ptx.charAt(i);
-      if (c == '/' && i + 1 < n && ptx.charAt(i + 1) == '/') {
-        while (i < n && ptx.charAt(i) != '\n') {
-          i++;
-        }
-      } else if (c == '/' && i + 1 < n && ptx.charAt(i + 1) == '*') {
-        int end = ptx.indexOf("*/", i + 2);
-        int stop = end < 0 ? n : end + 2;
-        for (; i < stop; i++) {
-          out.append(ptx.charAt(i) == '\n' ? '\n' : ' ');
-        }
-      } else if (c == '"') {
-        int end = i + 1;
-        while (end < n && ptx.charAt(end) != '"' && ptx.charAt(end) != '\n') {
-          end++;
-        }
-        out.append(ptx, i, Math.min(end + 1, n));
-        i = Math.min(end + 1, n);
-      } else {
-        out.append(c);
-        i++;
-      }
-    }
-    return out.toString();
+    return PtxEntries.stripComments(ptx);
   }
 
   /** A single pass over comment-free text; {@code pos} and {@code line} advance together. */
