@@ -95,8 +95,9 @@ public final class RocksChunkStore implements ChunkStore {
     this.path = options.path();
     Path secondary = null;
     try {
-      DBOptions dbOptions = track(new DBOptions()
-          .setMaxBackgroundJobs(Math.max(2, Math.min(8, Runtime.getRuntime().availableProcessors()))));
+      int cores = Runtime.getRuntime().availableProcessors();
+      DBOptions dbOptions = track(new DBOptions().setMaxBackgroundJobs(Math.max(2, Math.min(8, cores))));
+      dbOptions.setMaxBackgroundFlushes(Math.max(1, Math.min(4, cores / 2)));
       List<ColumnFamilyDescriptor> descriptors = new ArrayList<>();
       descriptors.add(new ColumnFamilyDescriptor(RocksDB.DEFAULT_COLUMN_FAMILY, track(new ColumnFamilyOptions())));
       for (String name : FAMILIES) {
@@ -186,9 +187,10 @@ public final class RocksChunkStore implements ChunkStore {
           .setBlobCompressionType(CompressionType.NO_COMPRESSION)
           .setEnableBlobGarbageCollection(true)
           // Blob values stay in the memtable until a flush writes them out: a snapshot is a bulk load, so
-          // give it memtables big and many enough that writers do not stall behind flushes.
-          .setWriteBufferSize(256L << 20)
-          .setMaxWriteBufferNumber(4);
+          // give it memtables many enough that writers do not stall, small enough that flushes overlap the
+          // snapshot rather than pile up at sync() (measured on the H200: 4 x 256 MiB left 0.63 s for sync).
+          .setWriteBufferSize(128L << 20)
+          .setMaxWriteBufferNumber(8);
     }
     return cf;
   }
