@@ -214,7 +214,10 @@ public final class FunctionSession implements AutoCloseable {
     return m.kernels().computeIfAbsent(ref.entry(), e -> new InterceptedKernel(this, ref, m.module().kernel(e)));
   }
 
-  /** Makes every later launch of this session pass {@code interceptor} first; null removes it. */
+  /**
+   * Makes every later launch of this session pass {@code interceptor} first; null removes it. If it is a
+   * {@link LaunchRedirect}, it may also run each launch in the kernel's place.
+   */
   public void setLaunchInterceptor(LaunchInterceptor interceptor) {
     this.interceptor = interceptor;
   }

@@ -7,7 +7,11 @@ import dev.thaw.runtime.gpu.Kernel;
 import dev.thaw.runtime.gpu.KernelArgs;
 import dev.thaw.runtime.gpu.ParamLayout;
 
-/** A session's view of a kernel: every launch passes its session's {@link LaunchInterceptor} first. */
+/**
+ * A session's view of a kernel: every launch passes its session's {@link LaunchInterceptor} first, and a
+ * {@link LaunchRedirect} may run the launch in the kernel's place. Without an interceptor a launch is the
+ * kernel's own, with nothing added.
+ */
 final class InterceptedKernel implements Kernel {
 
   private final FunctionSession session;
@@ -43,6 +47,10 @@ final class InterceptedKernel implements Kernel {
     if (interceptor != null) {
       args.checkComplete();
       interceptor.beforeLaunch(ref, grid, block, sharedMemBytes, stream, args);
+      if (interceptor instanceof LaunchRedirect redirect
+          && redirect.launchInstead(ref, grid, block, sharedMemBytes, stream, args)) {
+        return;
+      }
     }
     kernel.launch(grid, block, sharedMemBytes, stream, args);
   }

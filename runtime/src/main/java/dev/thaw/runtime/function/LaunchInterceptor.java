@@ -7,7 +7,8 @@ import dev.thaw.runtime.gpu.KernelArgs;
 /**
  * Sees every kernel launch a {@link FunctionSession} makes, just before the driver does: where access
  * speculation, validation, profiling and restore gating hook in. Runs on the launching thread; it may make
- * {@code stream} wait (e.g. on events of buffers not yet restored) but must not change {@code args}.
+ * {@code stream} wait (e.g. on events of buffers not yet restored) but must not change {@code args}. One that implements {@link LaunchRedirect} may also run the launch itself,
+ * in the kernel's place.
  */
 @FunctionalInterface
 public interface LaunchInterceptor {

@@ -34,7 +34,10 @@ public record AccessProfile(int formatVersion, String image, OrderSource orderSo
   public enum OrderSource {
     /** The exact accesses recorded on the sim device: includes buffers speculation missed. */
     RECORDED,
-    /** The speculated sets (where accesses cannot be recorded). */
+    /**
+     * The speculated sets, in launch order (where accesses cannot be recorded: on a GPU, validation sees only the
+     * accesses speculation missed, so buffers only such accesses reach are not ordered).
+     */
     SPECULATED;
 
     @JsonValue

@@ -21,9 +21,10 @@ import java.util.TreeMap;
  * its speculated set, {@code unsafe} with the reasons otherwise (a violation, or a launch that faulted).
  *
  * <p>Either {@link #profile} a function over sample requests, or {@link #attach} around work of your own and
- * {@link #finish} when it is done.
+ * {@link #finish} when it is done. On a GPU use {@link GpuProfiler}; {@link Profiling} picks the one the session's
+ * device needs.
  */
-public final class Profiler implements AutoCloseable {
+public final class Profiler implements AccessProfiler {
 
   /** Reasons kept per unsafe kernel; the count of the rest is said in the last one. */
   static final int MAX_REASONS = 5;
@@ -61,6 +62,7 @@ public final class Profiler implements AutoCloseable {
   }
 
   /** Waits for the session's stream and makes the profile of everything launched since {@link #attach}. */
+  @Override
   public AccessProfile finish(String image) {
     try {
       session.synchronize();

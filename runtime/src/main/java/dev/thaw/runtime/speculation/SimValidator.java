@@ -3,6 +3,7 @@ package dev.thaw.runtime.speculation;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.KernelRef;
 import dev.thaw.runtime.function.LaunchInterceptor;
+import dev.thaw.runtime.function.LaunchRedirect;
 import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.KernelArgs;
@@ -70,11 +71,17 @@ public final class SimValidator implements AutoCloseable {
    *
    * @throws IllegalArgumentException if the session's context is not a sim context (on a GPU, validation is
    *     PTX instrumentation)
+   * @throws IllegalStateException if the session's interceptor is a {@link LaunchRedirect}
    */
   public static SimValidator attach(FunctionSession session, AccessSpeculator speculator) {
     if (!(session.context() instanceof SimContext sim)) {
       throw new IllegalArgumentException("exact validation needs the sim device; this session runs on "
           + session.context().device().name() + " (on a GPU, validation is PTX instrumentation)");
+    }
+    if (session.launchInterceptor() instanceof LaunchRedirect) {
+      // Chained behind this validator's plain interceptor, the redirect would never be asked.
+      throw new IllegalStateException("the session's interceptor runs launches itself (a LaunchRedirect); "
+          + "validation cannot chain in front of it");
     }
     SimValidator v = new SimValidator(session, sim, speculator);
     LaunchInterceptor previous = v.previous;

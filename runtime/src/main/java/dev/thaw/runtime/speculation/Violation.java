@@ -22,7 +22,12 @@ public record Violation(KernelRef kernel, long launch, AccessKind access, long a
     /** The access hit an allocation that is not in the speculated set. */
     NOT_SPECULATED,
     /** A write to a buffer speculated read-only, or a read of one speculated write-only. */
-    WRONG_KIND
+    WRONG_KIND,
+    /**
+     * One access spanning two allocations, each speculated with the right kind (a GPU guard allows an access only
+     * when one range holds all of it); {@code allocation} is the first.
+     */
+    SPANS_ALLOCATIONS
   }
 
   /** The allocation's name, or {@code unmapped}. */
@@ -37,6 +42,7 @@ public record Violation(KernelRef kernel, long launch, AccessKind access, long a
       case NOT_SPECULATED -> "'" + allocation + "' is not in the speculated set";
       case WRONG_KIND -> "'" + allocation + "' is speculated " + (access == AccessKind.WRITE ? "read" : "write")
           + "-only";
+      case SPANS_ALLOCATIONS -> "one access runs from '" + allocation + "' into the next allocation";
     };
     return String.format("%s launch %d: %s of %d bytes at 0x%x: %s", kernel, launch, access, bytes, address, why);
   }

@@ -9,7 +9,7 @@ import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 
-/** A sim driver, context and function session with the speculation module loaded; closes all three. */
+/** A sim driver, context and function session, by default with the speculation module loaded; closes all three. */
 final class SpecSession implements AutoCloseable {
 
   final SimDriver driver = SimDriver.open(new SimOptions());
@@ -17,7 +17,14 @@ final class SpecSession implements AutoCloseable {
   final FunctionSession session = FunctionSession.record(context);
 
   SpecSession() {
-    session.loadModule(SpeculationKernels.MODULE, SpeculationKernels.ptx());
+    this(true);
+  }
+
+  /** With the speculation module loaded, or an empty session for a function that loads its own. */
+  SpecSession(boolean loadSpeculationModule) {
+    if (loadSpeculationModule) {
+      session.loadModule(SpeculationKernels.MODULE, SpeculationKernels.ptx());
+    }
   }
 
   KernelRef kernel(String entry) {

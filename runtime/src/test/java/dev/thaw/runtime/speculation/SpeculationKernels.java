@@ -16,6 +16,25 @@ final class SpeculationKernels {
     return resource("/dev/thaw/runtime/speculation/speculation.ptx");
   }
 
+  /**
+   * A module of only {@code entries} of {@link #ptx()} (under the same names, so the sim's twins run them), for
+   * GPU profiling: the whole module cannot be instrumented ({@code spec_indirect} calls through a register).
+   * Each entry must call no {@code .func}.
+   */
+  static String ptxOf(String... entries) {
+    String all = ptx();
+    StringBuilder out = new StringBuilder(all.substring(0, all.indexOf("\n.func") + 1));
+    for (String e : entries) {
+      int start = all.indexOf("\t// .globl\t" + e + "\n");
+      int end = all.indexOf("\n}\n", start);
+      if (start < 0 || end < 0) {
+        throw new IllegalArgumentException("no entry " + e + " in " + MODULE);
+      }
+      out.append(all, start, end + 3);
+    }
+    return out.toString();
+  }
+
   static String contractPtx() {
     return resource("/dev/thaw/runtime/gpu/contract/contract.ptx");
   }
