@@ -9,7 +9,8 @@ import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.function.AllocationRecord;
 import dev.thaw.runtime.function.FunctionLoader;
 import dev.thaw.runtime.function.FunctionRequest;
-import dev.thaw.runtime.speculation.Profiler;
+import dev.thaw.runtime.speculation.AccessProfiler;
+import dev.thaw.runtime.speculation.Profiling;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.HostStates;
@@ -106,7 +107,8 @@ public final class ImageBuilder {
     List<ImageManifest.Sample> samples = new ArrayList<>();
     List<JsonNode> requests = options.sampleRequests();
     // The sample requests are the profiling invocations: with validation on, they yield the access profile.
-    Profiler profiler = requests.isEmpty() || !session.context().driver().isSimulated() ? null : Profiler.attach(session);
+    // Exact recorded accesses on the sim device; speculation checked by PTX instrumentation on a GPU.
+    AccessProfiler profiler = requests.isEmpty() ? null : Profiling.attach(session);
     for (int i = 0; i < requests.size(); i++) {
       try {
         FunctionResponse r = function.invoke(session, state, FunctionRequest.of(requests.get(i)));
