@@ -22,6 +22,7 @@ config='{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}'
   echo "== build"; "$thaw" build --function dev.thaw.examples.gpt2.Gpt2Function --config "$config" \
       --tag gpt2-large --sample-request "$request" || status=1
   echo "== images"; "$thaw" images
+  echo "== inspect"; "$thaw" inspect gpt2-large | grep -A14 "^profile" 
   echo "== run --check (new process)"; "$thaw" run gpt2-large --request "$request" --check || status=1
   echo "== run (new process)"; "$thaw" run gpt2-large --request "$request" || status=1
   echo "== run (new process, again)"; "$thaw" run gpt2-large --request "$request" || status=1
