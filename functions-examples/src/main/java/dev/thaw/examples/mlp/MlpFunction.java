@@ -389,7 +389,7 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
   }
 
 
-  static String ptx() {
+  public static String ptx() {
     try (InputStream in = MlpFunction.class.getResourceAsStream(PTX_RESOURCE)) {
       if (in == null) {
         throw new IllegalStateException("the mlp PTX " + PTX_RESOURCE + " is not on the class path");

@@ -34,7 +34,7 @@ import java.util.regex.Pattern;
  * What cannot be checked correctly is refused with an {@link InstrumentationException} naming the function,
  * line and statement: texture and surface instructions, bulk and tensor copies ({@code cp.async.bulk*},
  * {@code cp.reduce.async.bulk*}), {@code st.async}, {@code red.async}, {@code st.bulk}, {@code multimem},
- * {@code tensormap}, {@code tcgen05}, {@code discard}, {@code wmma.load/store} on global or generic
+ * {@code tensormap}, {@code tcgen05}, {@code discard}, {@code wmma.load/store} without a stride on global or generic
  * addresses, indirect calls (through a register, with a prototype), calls to functions whose body is not in
  * the module (other than {@code vprintf}, {@code malloc}, {@code free}, {@code __assertfail}), global or
  * generic accesses through a register narrower than 64 bits or with an address or size that is not
@@ -108,7 +108,21 @@ public final class PtxInstrumenter {
   private enum Space { GLOBAL, GENERIC, OTHER }
 
   /** One access to check: where its address is, how many bytes, what it does. */
-  private record Access(AccessKind kind, Space space, String address, String size, String skipWhen) {}
+  /**
+   * One checked access: {@code [address, address + size)}, {@code size} an immediate or a 32-bit register that
+   * {@code setup} (emitted just before the check's arithmetic) computes, or null.
+   */
+  private record Access(AccessKind kind, Space space, String address, String size, String skipWhen,
+      List<PtxStatement> setup) {
+
+    Access(AccessKind kind, Space space, String address, String size, String skipWhen) {
+      this(kind, space, address, size, skipWhen, List.of());
+    }
+  }
+
+  private static final Pattern WMMA_SHAPE = Pattern.compile("m(\\d+)n(\\d+)k(\\d+)");
+  private static final Map<String, Integer> WMMA_ELEMENT_BYTES = Map.of("f16", 2, "bf16", 2, "tf32", 4, "f32", 4,
+      "s32", 4, "f64", 8, "s8", 1, "u8", 1);
 
   private static final class Rewrite {
     private final PtxModule module;
@@ -189,7 +203,7 @@ public final class PtxInstrumenter {
         case "discard" -> throw refuse(i, "discard changes global memory without a store");
         case "wmma" -> {
           if ((mods.get(0).equals("load") || mods.get(0).equals("store")) && space(mods) != Space.OTHER) {
-            throw refuse(i, "wmma.load/store on a global or generic address (a strided fragment) is not supported");
+            return fragmentAccess(i, mods);
           }
           return null;
         }
@@ -297,6 +311,62 @@ public final class PtxInstrumenter {
       return new Access(kind, space, address, Integer.toString(width * vector), null);
     }
 
+    /**
+     * A {@code wmma.load/store} on a global or generic address: the whole strided fragment is checked as one
+     * range, {@code [addr, addr + ((rows - 1) * stride + cols) * elementBytes)}, rows and columns as the
+     * layout stores the fragment (a is m x k, b is k x n, c and d are m x n; {@code .col} swaps them). A
+     * generic fragment in shared or local memory (TF32 fragments are loaded through generic pointers) is
+     * skipped like any generic access that is not global.
+     */
+    private Access fragmentAccess(Instruction i, List<String> mods) {
+      Matcher shape = null;
+      Integer elementBytes = null;
+      for (String m : mods) {
+        Matcher sm = WMMA_SHAPE.matcher(m);
+        if (sm.matches()) {
+          shape = sm;
+        }
+        if (WMMA_ELEMENT_BYTES.containsKey(m)) {
+          elementBytes = WMMA_ELEMENT_BYTES.get(m);
+        }
+      }
+      String matrix = mods.size() > 1 ? mods.get(1) : "";
+      boolean col = mods.contains("col");
+      if (shape == null || elementBytes == null || !(mods.contains("row") || col)
+          || !List.of("a", "b", "c", "d").contains(matrix)) {
+        throw refuse(i, "cannot tell the fragment's shape, layout or element type");
+      }
+      int m = Integer.parseInt(shape.group(1));
+      int n = Integer.parseInt(shape.group(2));
+      int k = Integer.parseInt(shape.group(3));
+      int first = matrix.equals("a") ? m : matrix.equals("b") ? k : m;
+      int second = matrix.equals("a") ? k : n;
+      int rows = col ? second : first;
+      int cols = col ? first : second;
+      List<String> ops = i.operands();
+      if (ops.size() != 3 || !ops.get(1).startsWith("[") && !ops.get(0).startsWith("[")) {
+        throw refuse(i, "a wmma fragment access without an explicit stride is not supported");
+      }
+      String address = mods.get(0).equals("load") ? ops.get(1) : ops.get(0);
+      String stride = ops.get(2);
+      Matcher am = ADDRESS.matcher(address);
+      if (!am.matches()) {
+        throw refuse(i, "cannot read the address operand " + address);
+      }
+      AccessKind kind = mods.get(0).equals("load") ? AccessKind.READ : AccessKind.WRITE;
+      Space space = space(mods);
+      if (IMMEDIATE.matcher(stride).matches()) {
+        long span = ((rows - 1) * parseLong(stride) + cols) * elementBytes;
+        return new Access(kind, space, address, Long.toString(span), null);
+      }
+      String type = regTypes.get(stride);
+      if (type == null || !isWidth(type, 4)) {
+        throw refuse(i, "the stride " + stride + " is not a 32-bit register or an immediate");
+      }
+      return new Access(kind, space, address, R, null, List.of(ins("mad.lo.s32", R, stride,
+          Integer.toString((rows - 1) * elementBytes), Integer.toString(cols * elementBytes))));
+    }
+
     private static Space space(List<String> mods) {
       for (String m : mods) {
         if (m.equals("global")) {
@@ -346,6 +416,7 @@ public final class PtxInstrumenter {
         out.add(ins("isspacep.global", P, A));
         out.add(guarded("!" + P, "bra", done));
       }
+      out.addAll(a.setup());
       if (IMMEDIATE.matcher(a.size()).matches()) {
         out.add(ins("add.s64", E, A, Long.toString(parseLong(a.size()))));
       } else {

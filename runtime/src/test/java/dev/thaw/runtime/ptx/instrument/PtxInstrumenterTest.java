@@ -224,9 +224,9 @@ class PtxInstrumenterTest {
         Arguments.of("tensormap.replace.tile.global_address.global.b1024.b64 [%rd2], %rd3;", "tensormap"),
         Arguments.of("discard.global.L2 [%rd2], 128;", "discard"),
         Arguments.of("wmma.load.a.sync.aligned.row.m16n16k16.global.f16 {%r1, %r2, %r3, %r4, %r5, %r6, %r7, %r0}, [%rd2];",
-            "wmma.load/store"),
+            "without an explicit stride"),
         Arguments.of("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%rd2], {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f0};",
-            "wmma.load/store"),
+            "without an explicit stride"),
         Arguments.of("call.uni %rd2, (%r1);", "indirect calls"),
         Arguments.of("ld.global.u32 %r1, [%r2];", "not 64-bit"));
   }
@@ -279,6 +279,26 @@ class PtxInstrumenterTest {
     String once = PtxInstrumenter.instrument(TestPtx.kernel("\tst.global.u32 [%rd2], %r1;")).ptx();
     e = assertThrows(InstrumentationException.class, () -> PtxInstrumenter.instrument(once));
     assertTrue(e.getMessage().contains("instrumented twice?"), e.getMessage());
+  }
+
+  @Test
+  void checksAGlobalOrGenericWmmaFragmentAsItsWholeStridedSpan() {
+    // a: 16 x 8 tf32 rows with a register stride (what nvcc emits for TF32 tiles, through generic pointers);
+    // b col-major f16 with an immediate stride of 24: 16 rows of 16 halves, ((16 - 1) * 24 + 16) * 2 = 752.
+    String body = "\tmov.u32 %r7, 12;\n"
+        + "\twmma.load.a.sync.aligned.row.m16n16k8.tf32 {%r1, %r2, %r3, %r4}, [%rd2], %r7;\n"
+        + "\twmma.load.b.sync.aligned.col.m16n16k16.global.f16 {%r1, %r2, %r3, %r4, %r5, %r6, %r0, %r7}, [%rd2+64], 24;\n"
+        + "\twmma.store.d.sync.aligned.row.m16n16k16.shared.f32 [%rd2], {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f0}, 16;";
+    InstrumentedModule m = PtxInstrumenter.instrument(TestPtx.kernel(body));
+    String ptx = m.ptx();
+    List<AccessSite> sites = m.sitesOf("k");
+    assertEquals(2, sites.size(), "the shared store is not checked: " + sites);
+    assertEquals(AccessKind.READ, sites.get(0).kind());
+    assertTrue(sites.get(0).generic());
+    assertTrue(ptx.contains("mad.lo.s32 \t%thaw_r0, %r7, 60, 32;"), ptx); // (16 - 1) * 4, 8 * 4
+    assertTrue(ptx.contains("cvt.u64.u32 \t%thaw_rd2, %thaw_r0;"), ptx);
+    assertEquals(List.of(752L), sizes(ptx));
+    assemblesWhereptxasIs(ptx);
   }
 
   @Test

@@ -1,7 +1,9 @@
-package dev.thaw.examples.gpt2.kernels;
+package dev.thaw.examples;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
+import dev.thaw.examples.gpt2.kernels.Gpt2Kernels;
+import dev.thaw.examples.mlp.MlpFunction;
 import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
 import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
 import java.io.File;
@@ -11,16 +13,25 @@ import java.nio.file.Path;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
-/** The instrumented GPT-2 module (all 8 kernels) must assemble with ptxas for sm_90 and sm_80. */
-class Gpt2InstrumentedPtxTest {
+/**
+ * Every example module can be instrumented for GPU validation — every kernel with checked accesses — and the
+ * instrumented module assembles with ptxas for sm_90 and sm_80.
+ */
+class InstrumentedExamplesPtxTest {
 
-  @Test
-  void allEightKernelsInstrumentAndAssemble() throws Exception {
-    InstrumentedModule m = PtxInstrumenter.instrument(Gpt2Kernels.ptx());
-    assertEquals(List.of(Gpt2Kernels.EMBED, Gpt2Kernels.LAYERNORM, Gpt2Kernels.MATMUL, Gpt2Kernels.MATMUL_RESIDUAL,
-        Gpt2Kernels.KV_APPEND, Gpt2Kernels.ATTENTION, Gpt2Kernels.LM_HEAD, Gpt2Kernels.ARGMAX), m.kernels());
+  @ParameterizedTest
+  @ValueSource(strings = {"gpt2", "mlp"})
+  void everyKernelInstrumentsAndAssembles(String example) throws Exception {
+    String ptx = example.equals("gpt2") ? Gpt2Kernels.ptx() : MlpFunction.ptx();
+    List<String> kernels = example.equals("gpt2")
+        ? List.of(Gpt2Kernels.EMBED, Gpt2Kernels.LAYERNORM, Gpt2Kernels.MATMUL, Gpt2Kernels.MATMUL_RESIDUAL,
+            Gpt2Kernels.KV_APPEND, Gpt2Kernels.ATTENTION, Gpt2Kernels.LM_HEAD, Gpt2Kernels.ARGMAX)
+        : List.of("mlp_linear");
+    InstrumentedModule m = PtxInstrumenter.instrument(ptx);
+    assertEquals(kernels, m.kernels());
     for (String kernel : m.kernels()) {
       if (m.sitesOf(kernel).isEmpty()) {
         throw new AssertionError(kernel + " has no checked access");
@@ -28,8 +39,8 @@ class Gpt2InstrumentedPtxTest {
     }
     Path ptxas = ptxas();
     Assumptions.assumeTrue(ptxas != null, "ptxas is not on the PATH");
-    Path dir = Files.createTempDirectory("thaw-gpt2-ptxas");
-    Path in = dir.resolve("gpt2.instrumented.ptx");
+    Path dir = Files.createTempDirectory("thaw-" + example + "-ptxas");
+    Path in = dir.resolve(example + ".instrumented.ptx");
     Files.writeString(in, m.ptx());
     for (String arch : List.of("sm_90", "sm_80")) {
       Path out = dir.resolve(arch + ".cubin");
@@ -37,7 +48,7 @@ class Gpt2InstrumentedPtxTest {
           .redirectErrorStream(true).start();
       String log = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
       if (!p.waitFor(300, TimeUnit.SECONDS) || p.exitValue() != 0) {
-        throw new AssertionError("ptxas -arch=" + arch + " rejects the instrumented GPT-2 module:\n" + log);
+        throw new AssertionError("ptxas -arch=" + arch + " rejects the instrumented " + example + " module:\n" + log);
       }
       Files.delete(out);
     }
