@@ -1,5 +1,6 @@
 package dev.thaw.image.build;
 
+import dev.thaw.image.Staging;
 import com.fasterxml.jackson.annotation.JsonAutoDetect;
 import com.fasterxml.jackson.annotation.JsonProperty;
 import com.fasterxml.jackson.core.JsonProcessingException;
@@ -22,10 +23,10 @@ import java.util.List;
 public final class BuildOptions {
 
   /** Staging buffers: one the copy engine fills while the others are hashed and stored. */
-  public static final int DEFAULT_STAGING_BUFFERS = 6;
+  public static final int DEFAULT_STAGING_BUFFERS = Staging.DEFAULT_BUFFERS;
   /** Bytes of each pinned staging buffer; also the segment size chunks never span. */
-  public static final long DEFAULT_STAGING_BYTES = 64L << 20;
-  public static final int DEFAULT_HASH_THREADS = Math.max(1, Math.min(16, Runtime.getRuntime().availableProcessors()));
+  public static final long DEFAULT_STAGING_BYTES = Staging.DEFAULT_BYTES;
+  public static final int DEFAULT_HASH_THREADS = Staging.DEFAULT_THREADS;
 
   // Until the store's own tag rule is merged: OCI-reference-like, no spaces, no leading punctuation.
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -144,10 +145,7 @@ public final class BuildOptions {
 
   /** Pinned staging buffers in the snapshot pipeline, 2 or more (double, triple buffering). */
   public BuildOptions stagingBuffers(int count) {
-    if (count < 2 || count > 64) {
-      throw new IllegalArgumentException("staging buffers must be 2 to 64, not " + count);
-    }
-    this.stagingBuffers = count;
+    this.stagingBuffers = Staging.checkBuffers(count);
     return this;
   }
 
@@ -157,10 +155,7 @@ public final class BuildOptions {
 
   /** Bytes of each staging buffer: 4 KiB to 1 GiB. */
   public BuildOptions stagingBytes(long bytes) {
-    if (bytes < 4096 || bytes > (1L << 30)) {
-      throw new IllegalArgumentException("a staging buffer must be 4 KiB to 1 GiB, not " + bytes + " bytes");
-    }
-    this.stagingBytes = bytes;
+    this.stagingBytes = Staging.checkBytes(bytes);
     return this;
   }
 
@@ -170,10 +165,7 @@ public final class BuildOptions {
 
   /** Threads that cut, hash and store chunks. */
   public BuildOptions hashThreads(int threads) {
-    if (threads < 1 || threads > 256) {
-      throw new IllegalArgumentException("hash threads must be 1 to 256, not " + threads);
-    }
-    this.hashThreads = threads;
+    this.hashThreads = Staging.checkThreads(threads, "hash");
     return this;
   }
 

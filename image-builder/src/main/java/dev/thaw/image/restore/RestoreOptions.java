@@ -1,5 +1,6 @@
 package dev.thaw.image.restore;
 
+import dev.thaw.image.Staging;
 import com.fasterxml.jackson.annotation.JsonAutoDetect;
 import com.fasterxml.jackson.annotation.JsonProperty;
 import com.fasterxml.jackson.core.JsonProcessingException;
@@ -11,9 +12,9 @@ import com.fasterxml.jackson.databind.ObjectMapper;
     isGetterVisibility = JsonAutoDetect.Visibility.NONE, setterVisibility = JsonAutoDetect.Visibility.NONE)
 public final class RestoreOptions {
 
-  public static final int DEFAULT_STAGING_BUFFERS = 6;
-  public static final long DEFAULT_STAGING_BYTES = 64L << 20;
-  public static final int DEFAULT_READ_THREADS = Math.max(1, Math.min(16, Runtime.getRuntime().availableProcessors()));
+  public static final int DEFAULT_STAGING_BUFFERS = Staging.DEFAULT_BUFFERS;
+  public static final long DEFAULT_STAGING_BYTES = Staging.DEFAULT_BYTES;
+  public static final int DEFAULT_READ_THREADS = Staging.DEFAULT_THREADS;
 
   private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -27,10 +28,7 @@ public final class RestoreOptions {
 
   /** Pinned staging buffers: one being copied to the device while the others are read and verified. 2 to 64. */
   public RestoreOptions stagingBuffers(int count) {
-    if (count < 2 || count > 64) {
-      throw new IllegalArgumentException("staging buffers must be 2 to 64, not " + count);
-    }
-    this.stagingBuffers = count;
+    this.stagingBuffers = Staging.checkBuffers(count);
     return this;
   }
 
@@ -40,10 +38,7 @@ public final class RestoreOptions {
 
   /** Bytes of each staging buffer, 4 KiB to 1 GiB; raised to the image's largest chunk when smaller. */
   public RestoreOptions stagingBytes(long bytes) {
-    if (bytes < 4096 || bytes > (1L << 30)) {
-      throw new IllegalArgumentException("a staging buffer must be 4 KiB to 1 GiB, not " + bytes + " bytes");
-    }
-    this.stagingBytes = bytes;
+    this.stagingBytes = Staging.checkBytes(bytes);
     return this;
   }
 
@@ -53,10 +48,7 @@ public final class RestoreOptions {
 
   /** Threads that read chunks from the store and verify their digests. */
   public RestoreOptions readThreads(int threads) {
-    if (threads < 1 || threads > 256) {
-      throw new IllegalArgumentException("read threads must be 1 to 256, not " + threads);
-    }
-    this.readThreads = threads;
+    this.readThreads = Staging.checkThreads(threads, "read");
     return this;
   }
 
