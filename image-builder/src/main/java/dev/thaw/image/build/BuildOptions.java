@@ -1,12 +1,12 @@
 package dev.thaw.image.build;
 
-import dev.thaw.image.Staging;
 import com.fasterxml.jackson.annotation.JsonAutoDetect;
 import com.fasterxml.jackson.annotation.JsonProperty;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import dev.thaw.image.Staging;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
