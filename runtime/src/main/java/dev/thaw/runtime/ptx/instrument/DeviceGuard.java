@@ -9,10 +9,9 @@ import java.util.concurrent.atomic.AtomicBoolean;
 /**
  * A {@link GuardTable} in device memory: the address an instrumented kernel takes as its last argument.
  *
- * <p>{@link #load} and {@link #read} copy synchronously through the context and do not order against
- * streams: the caller makes sure no launch that uses this table is in flight (synchronize its stream).
- * {@link #load} and {@link #reset} end with a context synchronize, since a copy from pageable memory may
- * return before its DMA has landed and a non-blocking stream does not wait for it.
+ * <p>{@link #load}, {@link #reset} and {@link #read} copy synchronously through the context (complete when they
+ * return, see {@link GpuContext}) and do not order against streams: the caller makes sure no launch that uses
+ * this table is in flight (synchronize its stream).
  */
 public final class DeviceGuard implements AutoCloseable {
 
@@ -54,7 +53,6 @@ public final class DeviceGuard implements AutoCloseable {
       buffer = context.allocate(newTable.byteSize());
     }
     buffer.copyFromHost(newTable.toBytes());
-    context.synchronize();
     this.table = newTable;
   }
 
@@ -63,7 +61,6 @@ public final class DeviceGuard implements AutoCloseable {
     checkOpen();
     ByteBuffer zero = ByteBuffer.allocateDirect(8).order(ByteOrder.LITTLE_ENDIAN);
     context.copyHostToDevice(buffer.address() + GuardTable.COUNT_OFFSET, zero);
-    context.synchronize();
   }
 
   /** The violations recorded since the last {@link #load} or {@link #reset}. */
