@@ -71,22 +71,7 @@ final class SimStream implements GpuStream {
       return;
     }
     context.checkDeviceRange(call, dstDevice, bytes, true);
-    pinned.retain();
-    enqueue(new Task() {
-      @Override
-      public void run() {
-        try {
-          context.runToDevice(call, dstDevice, pinned.address() + srcOffset, bytes);
-        } finally {
-          pinned.release();
-        }
-      }
-
-      @Override
-      public void discard() {
-        pinned.release();
-      }
-    });
+    enqueueUsing(pinned, () -> context.runToDevice(call, dstDevice, pinned.address() + srcOffset, bytes));
   }
 
   @Override
@@ -100,12 +85,17 @@ final class SimStream implements GpuStream {
       return;
     }
     context.checkDeviceRange(call, srcDevice, bytes, false);
+    enqueueUsing(pinned, () -> context.runToHost(call, pinned.address() + dstOffset, srcDevice, bytes));
+  }
+
+  /** Queues work on {@code pinned}: the buffer stays allocated until the work has run or been discarded. */
+  private void enqueueUsing(SimPinnedBuffer pinned, Runnable work) {
     pinned.retain();
     enqueue(new Task() {
       @Override
       public void run() {
         try {
-          context.runToHost(call, pinned.address() + dstOffset, srcDevice, bytes);
+          work.run();
         } finally {
           pinned.release();
         }
