@@ -1,4 +1,4 @@
-package dev.thaw.image.cli;
+package dev.thaw.cli;
 
 import dev.thaw.image.store.ChunkStore;
 import java.nio.file.Path;

@@ -1,20 +1,18 @@
-package dev.thaw.image.cli;
+package dev.thaw.cli;
 
-import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
-import picocli.CommandLine.Parameters;
 import picocli.CommandLine.ParentCommand;
 import picocli.CommandLine.Spec;
 
-/** {@code thaw rm TAG}. */
-@Command(name = "rm",
-    description = {"Remove an image's tag and manifest. Its chunks stay until 'thaw gc'.", ""})
-final class RmCommand implements Callable<Integer> {
+/** {@code thaw gc}. */
+@Command(name = "gc",
+    description = {"Delete every chunk no image names; print what was freed.", ""})
+final class GcCommand implements Callable<Integer> {
 
   @ParentCommand
   ThawCli cli;
@@ -25,8 +23,8 @@ final class RmCommand implements Callable<Integer> {
   @Mixin
   StoreOption store;
 
-  @Parameters(index = "0", paramLabel = "TAG", description = "The image's tag.")
-  String tag;
+  @Option(names = "--json", description = "Print JSON, for scripts.")
+  boolean json;
 
   @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
   boolean help;
@@ -34,10 +32,12 @@ final class RmCommand implements Callable<Integer> {
   @Override
   public Integer call() {
     try (ChunkStore s = cli.openStore(store.resolve(cli))) {
-      if (!s.delete(tag)) {
-        throw new ImageNotFoundException(tag);
+      ChunkStore.GarbageCollection gc = s.collectGarbage();
+      if (json) {
+        spec.commandLine().getOut().println(Json.write(Json.tree(gc)));
+      } else {
+        spec.commandLine().getOut().printf("freed    %d chunks, %s%n", gc.chunks(), Format.bytes(gc.bytes()));
       }
-      spec.commandLine().getOut().printf("removed  %s%n", tag);
       spec.commandLine().getOut().flush();
       return ThawCli.EXIT_OK;
     }

@@ -1,4 +1,4 @@
-package dev.thaw.image.cli;
+package dev.thaw.cli;
 
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.Images;

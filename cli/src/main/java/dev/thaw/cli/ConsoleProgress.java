@@ -1,4 +1,4 @@
-package dev.thaw.image.cli;
+package dev.thaw.cli;
 
 import dev.thaw.image.ProgressListener;
 import me.tongfei.progressbar.ProgressBar;

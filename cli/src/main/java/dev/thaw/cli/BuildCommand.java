@@ -1,4 +1,4 @@
-package dev.thaw.image.cli;
+package dev.thaw.cli;
 
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.build.BuildOptions;

@@ -1,6 +1,6 @@
-package dev.thaw.image.cli;
+package dev.thaw.cli;
 
-import static dev.thaw.image.cli.ThawCliTest.assertOneLineError;
+import static dev.thaw.cli.ThawCliTest.assertOneLineError;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -8,7 +8,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.MemoryChunkStore;
-import dev.thaw.image.cli.ThawCliTest.Run;
+import dev.thaw.cli.ThawCliTest.Run;
 import dev.thaw.runtime.function.SaxpyFunction;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import java.nio.file.Files;

@@ -1,18 +1,20 @@
-package dev.thaw.image.cli;
+package dev.thaw.cli;
 
+import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
 import picocli.CommandLine.ParentCommand;
 import picocli.CommandLine.Spec;
 
-/** {@code thaw gc}. */
-@Command(name = "gc",
-    description = {"Delete every chunk no image names; print what was freed.", ""})
-final class GcCommand implements Callable<Integer> {
+/** {@code thaw rm TAG}. */
+@Command(name = "rm",
+    description = {"Remove an image's tag and manifest. Its chunks stay until 'thaw gc'.", ""})
+final class RmCommand implements Callable<Integer> {
 
   @ParentCommand
   ThawCli cli;
@@ -23,8 +25,8 @@ final class GcCommand implements Callable<Integer> {
   @Mixin
   StoreOption store;
 
-  @Option(names = "--json", description = "Print JSON, for scripts.")
-  boolean json;
+  @Parameters(index = "0", paramLabel = "TAG", description = "The image's tag.")
+  String tag;
 
   @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
   boolean help;
@@ -32,12 +34,10 @@ final class GcCommand implements Callable<Integer> {
   @Override
   public Integer call() {
     try (ChunkStore s = cli.openStore(store.resolve(cli))) {
-      ChunkStore.GarbageCollection gc = s.collectGarbage();
-      if (json) {
-        spec.commandLine().getOut().println(Json.write(Json.tree(gc)));
-      } else {
-        spec.commandLine().getOut().printf("freed    %d chunks, %s%n", gc.chunks(), Format.bytes(gc.bytes()));
+      if (!s.delete(tag)) {
+        throw new ImageNotFoundException(tag);
       }
+      spec.commandLine().getOut().printf("removed  %s%n", tag);
       spec.commandLine().getOut().flush();
       return ThawCli.EXIT_OK;
     }

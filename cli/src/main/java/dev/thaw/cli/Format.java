@@ -1,4 +1,4 @@
-package dev.thaw.image.cli;
+package dev.thaw.cli;
 
 import java.util.Locale;
 import java.util.Map;

@@ -1,4 +1,4 @@
-package dev.thaw.image.cli;
+package dev.thaw.cli;
 
 import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.InvalidManifestException;

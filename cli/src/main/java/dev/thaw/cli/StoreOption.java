@@ -1,4 +1,4 @@
-package dev.thaw.image.cli;
+package dev.thaw.cli;
 
 import java.nio.file.Path;
 import picocli.CommandLine.Option;
