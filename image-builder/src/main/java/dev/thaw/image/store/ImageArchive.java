@@ -4,6 +4,9 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ImageVerifier;
+import dev.thaw.image.InvalidManifestException;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
@@ -176,12 +179,35 @@ public final class ImageArchive {
       }
       byte[] manifest = new byte[(int) configEntry.size()];
       Tar.readFully(in, ByteBuffer.wrap(manifest), configEntry.dataOffset());
+      // The chunk set comes from the Thaw manifest, never from the layers: the store keys it by the manifest's
+      // digest, so a set that disagreed with the manifest would decide what GC keeps of another image.
+      Map<Digest, Integer> named;
+      try {
+        named = ImageVerifier.chunkLengths(ImageManifest.read(manifest));
+      } catch (InvalidManifestException e) {
+        throw new ArchiveException("the archive's Thaw manifest is unreadable: " + e.getMessage(), e);
+      }
+      JsonNode layerList = oci.path("layers");
+      if (!layerList.isArray()) {
+        throw new ArchiveException("the image manifest has no layers array");
+      }
       Set<Digest> chunks = new LinkedHashSet<>();
       int largest = 0;
-      for (JsonNode layer : oci.path("layers")) {
+      for (JsonNode layer : layerList) {
         Digest d = digestOf(layer);
         long size = layer.path("size").asLong(-1);
-        chunks.add(d);
+        if (!chunks.add(d)) {
+          throw new ArchiveException("the image manifest's layers name chunk " + d + " twice");
+        }
+        Integer length = named.get(d);
+        if (length == null) {
+          throw new ArchiveException("the image manifest's layers name chunk " + d
+              + ", which the Thaw manifest does not");
+        }
+        if (length != size) {
+          throw new ArchiveException("the image manifest's layers give chunk " + d + " " + size
+              + " bytes; the Thaw manifest says " + length);
+        }
         Tar.Entry e = blobs.get(d);
         if (e != null) {
           if (e.size() != size) {
@@ -191,6 +217,12 @@ public final class ImageArchive {
         } else if (store.chunkSize(d).map(s -> s != size).orElse(true)) {
           throw new ArchiveException("the archive is incomplete: chunk " + d + " is neither in it nor in the store");
         }
+      }
+      if (!chunks.equals(named.keySet())) {
+        Set<Digest> absent = new LinkedHashSet<>(named.keySet());
+        absent.removeAll(chunks);
+        throw new ArchiveException("the image manifest's layers leave out " + absent.size() + " of the "
+            + named.size() + " chunks the Thaw manifest names, " + absent.iterator().next() + " first");
       }
       // Pass 2: store the chunks (re-checked: the file may have changed since pass 1), then commit.
       int newChunks = 0;

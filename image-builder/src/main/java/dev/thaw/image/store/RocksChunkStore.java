@@ -357,6 +357,12 @@ public final class RocksChunkStore implements ChunkStore {
           }
           packed.put(key);
         }
+        byte[] committed = db.get(refs, read, md);
+        if (committed != null && !Arrays.equals(committed, packed.array())) {
+          // GC reads reachability from refs alone: replacing the list would orphan chunks another tag needs.
+          throw new StoreException(path, "manifest " + manifestDigest + " is already committed with another chunk"
+              + " list (" + committed.length / 32 + " chunks; this commit names " + sorted.size() + "): refused");
+        }
         try (WriteBatch batch = new WriteBatch()) {
           byte[] previous = db.get(tags, read, bytes(tag));
           if (previous != null && !Arrays.equals(previous, md) && !sharedByAnotherTag(tag, previous)) {

@@ -116,6 +116,26 @@ class RocksChunkStoreTest {
     }
   }
 
+  /** The refs entry keyed by a manifest's digest is GC's only source of reachability: it is written once. */
+  @Test
+  void aManifestIsNeverRecommittedWithAnotherChunkList() {
+    try (RocksChunkStore s = open()) {
+      Digest a = put(s, random(6, 10_000));
+      Digest b = put(s, random(7, 10_000));
+      byte[] manifest = "{\"v\":2}".getBytes(StandardCharsets.UTF_8);
+      s.commit("first", manifest, Set.of(a, b));
+      for (Set<Digest> other : List.of(Set.<Digest>of(), Set.of(a))) {
+        StoreException e = assertThrows(StoreException.class, () -> s.commit("second", manifest, other));
+        assertTrue(e.getMessage().contains("already committed with another chunk list"), e.getMessage());
+      }
+      assertEquals(List.of("first"), s.tags());
+      assertEquals(List.of(a, b).stream().sorted().toList(), s.chunksOf("first").orElseThrow());
+      assertEquals(0, s.collectGarbage().chunks());
+      s.commit("second", manifest, Set.of(b, a)); // the same set: a second tag for the same image
+      assertEquals(List.of("first", "second"), s.tags());
+    }
+  }
+
   @Test
   void gcKeepsChunksOtherTagsUseAndDeletesTheRest() {
     Digest c1;
