@@ -49,7 +49,7 @@ final class ImagesCommand implements Callable<Integer> {
   @Override
   public Integer call() {
     PrintWriter out = spec.commandLine().getOut();
-    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+    try (ChunkStore s = store.open(cli, StoreAccess.READ)) {
       Map<String, ImageManifest> images = new LinkedHashMap<>();
       Map<Digest, Integer> users = new HashMap<>();
       for (String tag : s.tags()) {

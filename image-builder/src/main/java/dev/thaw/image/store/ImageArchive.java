@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.ImageVerifier;
 import dev.thaw.image.InvalidManifestException;
 import java.io.IOException;
@@ -52,12 +53,11 @@ public final class ImageArchive {
    * failed export leaves no partial archive).
    *
    * @return the number of bytes written
-   * @throws IllegalArgumentException if the tag is not in the store
+   * @throws ImageNotFoundException if the tag is not in the store
    */
   public static long export(RocksChunkStore store, String tag, Path file) {
     Tags.check(tag);
-    byte[] manifest = store.manifest(tag)
-        .orElseThrow(() -> new IllegalArgumentException("no image tagged " + tag + " in " + store.path()));
+    byte[] manifest = store.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
     List<Digest> chunks = store.chunksOf(tag).orElseThrow();
     Digest manifestDigest = Digest.of(manifest);
 

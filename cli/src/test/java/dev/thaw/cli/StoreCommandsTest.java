@@ -1,0 +1,179 @@
+package dev.thaw.cli;
+
+import static dev.thaw.cli.ThawCliTest.assertOneLineError;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.cli.ThawCliTest.Run;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.store.Digest;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.StoreChild;
+import dev.thaw.image.store.StoreOptions;
+import dev.thaw.runtime.function.SaxpyFunction;
+import dev.thaw.runtime.gpu.GpuDrivers;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * Pins what the store-facing commands do to the real RocksDB store on the simulated device: a damaged store
+ * is never written over, exports land where the user said, and every store error is one clean line.
+ */
+class StoreCommandsTest {
+
+  @TempDir
+  Path dir;
+
+  private Path store;
+  private ThawCli cli;
+  private Path request;
+
+  @BeforeEach
+  void setUp() throws Exception {
+    store = dir.resolve("store");
+    cli = new ThawCli(Map.of("THAW_STORE", store.toString()), GpuDrivers::open);
+    request = Files.writeString(dir.resolve("req.json"), "{\"a\": 2.5}");
+  }
+
+  private Run thaw(String... args) {
+    return ThawCliTest.run(cli, args);
+  }
+
+  private Run build(String tag) {
+    return thaw("build", "--device", "sim", "--function", SaxpyFunction.class.getName(), "--config",
+        "{\"n\": 3000, \"seed\": 3}", "--tag", tag, "--sample-request", request.toString());
+  }
+
+  /** Every file of a directory with its size and modification time. */
+  static Map<String, String> files(Path d) throws Exception {
+    Map<String, String> out = new TreeMap<>();
+    try (var list = Files.list(d)) {
+      for (Path f : list.toList()) {
+        out.put(f.getFileName().toString(), Files.size(f) + "@" + Files.getLastModifiedTime(f).toMillis());
+      }
+    }
+    return out;
+  }
+
+  @Test
+  void aStoreWithoutCurrentIsNamedDamagedByEveryCommandAndNeverWiped() throws Exception {
+    assertEquals(0, build("saxpy:1").exit());
+    Files.delete(store.resolve("CURRENT"));
+    Map<String, String> before = files(store);
+    List<String[]> commands = new ArrayList<>(List.of(new String[] {"images"}, new String[] {"images"},
+        new String[] {"inspect", "saxpy:1"}, new String[] {"verify"}, new String[] {"gc"},
+        new String[] {"rm", "saxpy:1"}, new String[] {"export", "saxpy:1", dir.resolve("x.tar").toString()}));
+    for (String[] c : commands) {
+      Run r = thaw(c);
+      assertEquals(ThawCli.EXIT_FAILED, r.exit(), String.join(" ", c) + ": " + r.out() + r.err());
+      assertOneLineError(r, "is damaged");
+      assertTrue(r.err().contains("CURRENT"), r.err());
+      assertEquals(before, files(store), String.join(" ", c) + " changed the store's files");
+    }
+    Run b = build("saxpy:2");
+    assertEquals(ThawCli.EXIT_FAILED, b.exit(), "a build does not create a store over a damaged one");
+    assertEquals(before, files(store));
+  }
+
+  @Test
+  void readCommandsWorkWhileAnotherProcessHoldsTheStoreForWriting() throws Exception {
+    assertEquals(0, build("saxpy:1").exit());
+    Path progress = dir.resolve("progress");
+    String java = ProcessHandle.current().info().command().orElse("java");
+    Process writer = new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"),
+        StoreChild.class.getName(), "open", store.toString(), progress.toString())
+        .redirectErrorStream(true).redirectOutput(dir.resolve("child.log").toFile()).start();
+    try {
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+      while (!(Files.exists(progress) && Files.readString(progress).equals("open"))) {
+        assertTrue(writer.isAlive() && System.nanoTime() < deadline, () -> "the writer did not open the store: "
+            + read(dir.resolve("child.log")));
+        Thread.sleep(20);
+      }
+      for (String[] c : List.of(new String[] {"images"}, new String[] {"inspect", "saxpy:1"},
+          new String[] {"verify"}, new String[] {"export", "saxpy:1", dir.resolve("a.tar").toString()},
+          new String[] {"run", "saxpy:1", "--device", "sim", "--request", request.toString()})) {
+        Run r = thaw(c);
+        assertEquals(0, r.exit(), String.join(" ", c) + ": " + r.err());
+      }
+      for (String[] c : List.of(new String[] {"gc"}, new String[] {"rm", "saxpy:1"})) {
+        Run r = thaw(c);
+        assertEquals(ThawCli.EXIT_FAILED, r.exit(), String.join(" ", c));
+        assertOneLineError(r, "store " + store + ": is in use by another process");
+      }
+      Run b = build("saxpy:2");
+      assertEquals(ThawCli.EXIT_FAILED, b.exit());
+      assertOneLineError(b, "is in use by another process");
+    } finally {
+      writer.destroyForcibly();
+      assertTrue(writer.waitFor(30, TimeUnit.SECONDS));
+    }
+    assertEquals(0, thaw("rm", "saxpy:1").exit(), "the lock goes with the killed writer");
+  }
+
+  @Test
+  void verifyChecksEveryImageAndNamesEveryDamagedChunk() throws Exception {
+    assertEquals(0, build("a").exit());
+    assertEquals(0, thaw("build", "--device", "sim", "--function", SaxpyFunction.class.getName(), "--config",
+        "{\"n\": 5000, \"seed\": 9}", "--tag", "b").exit());
+    List<Digest> victims = new ArrayList<>();
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
+      for (String tag : List.of("a", "b")) {
+        ImageManifest m = ImageManifest.read(s.manifest(tag).orElseThrow());
+        victims.add(m.allocations().get(0).chunks().get(0).digest());
+        victims.add(m.allocations().get(1).chunks().get(0).digest());
+      }
+    }
+    for (Digest d : victims) {
+      StoreFiles.corrupt(store, d);
+    }
+    Run r = thaw("verify");
+    assertEquals(ThawCli.EXIT_FAILED, r.exit(), r.err());
+    assertTrue(r.out().contains("FAIL  a:") && r.out().contains("FAIL  b:"), r.out());
+    for (Digest d : victims) {
+      assertTrue(r.out().contains("      " + d + " "), d + " not named:\n" + r.out());
+    }
+    Run j = thaw("verify", "--json");
+    assertEquals(ThawCli.EXIT_FAILED, j.exit());
+    JsonNode reports = new ObjectMapper().readTree(j.out());
+    assertEquals(2, reports.size());
+    List<String> named = new ArrayList<>();
+    for (JsonNode report : reports) {
+      assertFalse(report.get("ok").asBoolean());
+      report.get("damage").forEach(d -> named.add(d.get("digest").asText()));
+    }
+    assertEquals(victims.stream().map(Digest::toString).sorted().toList(), named.stream().sorted().toList());
+  }
+
+  @Test
+  void theInfoLogStaysBounded() throws Exception {
+    assertEquals(0, build("saxpy:1").exit());
+    for (int i = 0; i < 8; i++) {
+      assertEquals(0, thaw("gc").exit());
+      assertEquals(0, thaw("images").exit());
+    }
+    try (var list = Files.list(store)) {
+      long logs = list.filter(f -> f.getFileName().toString().startsWith("LOG")).count();
+      assertTrue(logs <= 3, "info logs: " + logs);
+    }
+  }
+
+  private static String read(Path f) {
+    try {
+      return Files.readString(f);
+    } catch (Exception e) {
+      return "(no log)";
+    }
+  }
+}
