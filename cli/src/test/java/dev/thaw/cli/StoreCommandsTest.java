@@ -16,7 +16,10 @@ import dev.thaw.image.store.StoreOptions;
 import dev.thaw.runtime.function.SaxpyFunction;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermission;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -175,5 +178,75 @@ class StoreCommandsTest {
     } catch (Exception e) {
       return "(no log)";
     }
+  }
+
+  /**
+   * Export wrote a temporary file and renamed it over the target: a symlink or a device node given as the
+   * target was replaced (as root, /dev/null would be), and the archive got mode 0600 whatever the umask.
+   */
+  @Test
+  void exportWritesOnlyToANewPathOrARegularFileWithTheUmasksMode() throws Exception {
+    assertEquals(0, build("saxpy:1").exit());
+    Path elsewhere = Files.writeString(dir.resolve("precious.txt"), "keep me");
+    Path link = Files.createSymbolicLink(dir.resolve("link.tar"), elsewhere);
+    Path fifo = dir.resolve("fifo");
+    boolean haveFifo = new ProcessBuilder("mkfifo", fifo.toString()).start().waitFor() == 0;
+    Path subdir = Files.createDirectory(dir.resolve("subdir"));
+    for (Path target : haveFifo ? List.of(link, subdir, fifo) : List.of(link, subdir)) {
+      Run r = thaw("export", "saxpy:1", target.toString());
+      assertEquals(ThawCli.EXIT_FAILED, r.exit(), target + ": " + r.out());
+      assertOneLineError(r, "cannot export to " + target + ": it is a");
+    }
+    assertTrue(Files.isSymbolicLink(link));
+    assertEquals("keep me", Files.readString(elsewhere));
+    assertTrue(Files.isDirectory(subdir));
+    if (haveFifo) {
+      assertTrue(Files.exists(fifo, LinkOption.NOFOLLOW_LINKS) && !Files.isRegularFile(fifo));
+    }
+    try (var list = Files.list(dir)) {
+      assertEquals(List.of(), list.filter(f -> f.getFileName().toString().startsWith(".thaw-export")).toList(),
+          "no temporary file is left behind");
+    }
+
+    Path fresh = dir.resolve("fresh.tar");
+    assertEquals(0, thaw("export", "saxpy:1", fresh.toString()).exit());
+    int umask = Integer.parseInt(new String(new ProcessBuilder("sh", "-c", "umask").start().getInputStream()
+        .readAllBytes()).strip(), 8);
+    assertEquals(PosixFilePermissions.toString(permissions(0666 & ~umask)),
+        PosixFilePermissions.toString(Files.getPosixFilePermissions(fresh)), "umask " + Integer.toOctalString(umask));
+
+    Path existing = Files.writeString(dir.resolve("existing.tar"), "old");
+    Files.setPosixFilePermissions(existing, PosixFilePermissions.fromString("rw-r-----"));
+    assertEquals(0, thaw("export", "saxpy:1", existing.toString()).exit());
+    assertEquals(Files.size(fresh), Files.size(existing));
+    assertEquals("rw-r-----", PosixFilePermissions.toString(Files.getPosixFilePermissions(existing)),
+        "an existing file keeps its mode");
+  }
+
+  @Test
+  void exportIntoAMissingDirectoryIsOneLineNamingIt() throws Exception {
+    assertEquals(0, build("saxpy:1").exit());
+    Path target = dir.resolve("no-such-dir").resolve("a.tar");
+    Run r = thaw("export", "saxpy:1", target.toString());
+    assertEquals(ThawCli.EXIT_FAILED, r.exit());
+    assertOneLineError(r, "cannot export to " + target + ": " + dir.resolve("no-such-dir") + " does not exist");
+    Run missing = thaw("export", "nope", dir.resolve("b.tar").toString());
+    assertEquals(ThawCli.EXIT_NOT_FOUND, missing.exit());
+    assertOneLineError(missing, "no image tagged 'nope'");
+    assertTrue(Files.notExists(dir.resolve("b.tar")));
+  }
+
+  private static java.util.Set<PosixFilePermission> permissions(int mode) {
+    java.util.Set<PosixFilePermission> out = java.util.EnumSet.noneOf(PosixFilePermission.class);
+    PosixFilePermission[] order = {PosixFilePermission.OTHERS_EXECUTE, PosixFilePermission.OTHERS_WRITE,
+        PosixFilePermission.OTHERS_READ, PosixFilePermission.GROUP_EXECUTE, PosixFilePermission.GROUP_WRITE,
+        PosixFilePermission.GROUP_READ, PosixFilePermission.OWNER_EXECUTE, PosixFilePermission.OWNER_WRITE,
+        PosixFilePermission.OWNER_READ};
+    for (int i = 0; i < order.length; i++) {
+      if ((mode & (1 << i)) != 0) {
+        out.add(order[i]);
+      }
+    }
+    return out;
   }
 }
