@@ -249,4 +249,41 @@ class StoreCommandsTest {
     }
     return out;
   }
+
+  /** One unreadable manifest made 'thaw images' fail for the whole store. */
+  @Test
+  void anUnreadableManifestIsListedWithItsReasonAndRmStillRemovesIt() throws Exception {
+    assertEquals(0, build("good").exit());
+    byte[] future;
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
+      future = new String(s.manifest("good").orElseThrow(), java.nio.charset.StandardCharsets.UTF_8)
+          .replace("\"schemaVersion\" : 1", "\"schemaVersion\" : 7").getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    }
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setCreate(false))) {
+      s.commit("future", future, ImageManifest.read(s.manifest("good").orElseThrow()).chunkDigests());
+    }
+    Run table = thaw("images");
+    assertEquals(0, table.exit(), table.err());
+    assertTrue(table.out().contains("\ngood "), table.out());
+    assertTrue(table.out().contains("future") && table.out().contains("unreadable: the manifest has schemaVersion 7"),
+        table.out());
+    JsonNode list = new ObjectMapper().readTree(thaw("images", "--json").out());
+    assertEquals(2, list.size());
+    assertTrue(list.get(0).get("unreadable").asText().contains("schemaVersion 7"), list.toString());
+    assertEquals("good", list.get(1).get("tag").asText());
+
+    Run inspect = thaw("inspect", "future");
+    assertEquals(ThawCli.EXIT_FAILED, inspect.exit());
+    assertOneLineError(inspect, "image 'future': the manifest has schemaVersion 7");
+    Run verify = thaw("verify");
+    assertEquals(ThawCli.EXIT_FAILED, verify.exit());
+    assertTrue(verify.out().contains("FAIL  future: unreadable manifest") && verify.out().contains("OK    good"),
+        verify.out());
+
+    Path archive = dir.resolve("good.tar");
+    assertEquals(0, thaw("export", "good", archive.toString()).exit());
+    assertEquals(0, thaw("rm", "future").exit());
+    assertEquals(0, thaw("gc").exit());
+    assertEquals(0, thaw("verify").exit(), "the good image lost nothing to the removal");
+  }
 }
