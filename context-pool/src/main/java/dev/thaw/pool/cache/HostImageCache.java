@@ -245,6 +245,9 @@ public final class HostImageCache implements AutoCloseable {
     int n;
     try {
       n = store.readChunk(digest, place.duplicate());
+    } catch (dev.thaw.image.store.CorruptChunkException e) {
+      throw new CorruptChunkException(digest, "the store found it damaged (" + e.getMessage() + "); refused by the "
+          + "host cache");
     } catch (IllegalArgumentException e) {
       throw new CorruptChunkException(digest, "it holds more than the " + expected + " bytes image '" + image
           + "' says; refused by the host cache");
