@@ -60,13 +60,15 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
     JsonNode r = request.json();
     ObjectNode out = JsonNodeFactory.instance.objectNode();
     GpuContext ctx = session.context();
-    DeviceBuffer secret = session.buffer(s.secret());
-    long span = secret.mappedSize();
+    // 'secret' is the session's only buffer, so it starts a slab and owns the slab's granularity-rounded span.
+    long secretAddress = session.address(s.secret());
+    long g = ctx.granularity();
+    long span = (session.size(s.secret()) + g - 1) / g * g;
     switch (r.path("op").asText()) {
       case "echo" -> out.put("pid", ProcessHandle.current().pid()).set("echo", r.path("value"));
       case "fill" -> {
         byte v = (byte) r.path("value").asInt(0xAB);
-        ctx.memsetD8(secret.address(), v, span);
+        ctx.memsetD8(secretAddress, v, span);
         long extra = r.path("extraBytes").asLong(0);
         if (extra > 0) {
           DeviceBuffer b = ctx.allocate(extra);
@@ -74,11 +76,11 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
           LEFT_BEHIND.add(b);
         }
         ctx.synchronize();
-        out.put("filled", span).put("extra", extra).put("address", secret.address());
+        out.put("filled", span).put("extra", extra).put("address", secretAddress);
       }
       case "scan" -> {
         ByteBuffer all = ByteBuffer.allocateDirect((int) span);
-        ctx.copyDeviceToHost(all, secret.address());
+        ctx.copyDeviceToHost(all, secretAddress);
         long headMismatches = 0;
         long tailNonZero = 0;
         for (int i = 0; i < span; i++) {
@@ -103,7 +105,7 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
             }
           }
         }
-        out.put("address", secret.address()).put("headMismatches", headMismatches)
+        out.put("address", secretAddress).put("headMismatches", headMismatches)
             .put("tailBytes", span - s.bytes()).put("tailNonZero", tailNonZero).put("extraBytes", extra)
             .put("extraNonZero", extraNonZero);
       }
