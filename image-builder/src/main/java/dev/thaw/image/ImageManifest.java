@@ -70,7 +70,7 @@ public record ImageManifest(
   public static final int SCHEMA_VERSION = 1;
 
   private static final Pattern ARCH = Pattern.compile("sm_[0-9]{2,3}[a-z]?");
-  private static final ObjectMapper JSON = new ObjectMapper()
+  private static final ObjectMapper JSON = StrictJson.configure(new ObjectMapper())
       .registerModule(new SimpleModule("thaw-digest")
           .addSerializer(Digest.class, new DigestSerializer())
           .addDeserializer(Digest.class, new DigestDeserializer()))
