@@ -24,7 +24,7 @@ class WorkerProtocolTest {
 
   private Process start() throws Exception {
     String javaBin = ProcessHandle.current().info().command().orElse("java");
-    WorkerConfig config = new WorkerConfig(null, 0, null, 5, null, 1 << 20, ProcessHandle.current().pid(),
+    WorkerConfig config = new WorkerConfig(null, 0, null, 5, null, null, 1 << 20, ProcessHandle.current().pid(),
         System.nanoTime());
     return new ProcessBuilder(javaBin, "-XX:+DisplayVMOutputToStderr", "-XX:+UseSerialGC",
         "-XX:TieredStopAtLevel=1", "-cp", System.getProperty("java.class.path"), WorkerMain.class.getName(),
