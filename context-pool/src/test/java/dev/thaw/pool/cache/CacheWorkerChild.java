@@ -2,6 +2,7 @@ package dev.thaw.pool.cache;
 
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.store.Digest;
+import dev.thaw.runtime.function.MapPlan;
 import dev.thaw.runtime.gpu.DeviceBuffer;
 import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
@@ -15,6 +16,8 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.Set;
 
 /**
  * A worker process of the cache tests: {@code CacheWorkerChild DEVICE ARENA MANIFEST_FILE PLACEMENT_FILE} maps the
@@ -37,8 +40,10 @@ public final class CacheWorkerChild {
         System.out.println("result.hostWrite=refused");
       }
       List<DeviceBuffer> buffers = new ArrayList<>();
-      for (ImageManifest.Allocation a : m.allocations()) {
-        buffers.add(ctx.allocateAt(a.address(), a.size()));
+      // Packed images keep buffers inside slabs: map what the session would, slab by slab.
+      MapPlan plan = MapPlan.of(m.sessionTable(Map.of()).allocations(), Set.of(), ctx.granularity());
+      for (MapPlan.Slab slab : plan.slabs()) {
+        buffers.add(ctx.allocateAt(slab.address(), slab.size()));
       }
       PinnedChunks chunks = view.chunks(placement);
       List<CoalescedCopies.Copy> copies = CoalescedCopies.plan(RestoreOrder.allocations(m), chunks);
