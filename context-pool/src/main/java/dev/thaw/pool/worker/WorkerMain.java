@@ -144,6 +144,7 @@ public final class WorkerMain {
         t = phase(phases, "hostCache", t);
       }
       WorkerWarmup.launches(context, config.warmupLaunches(), json);
+      WorkerWarmup.manifests();
       t = phase(phases, "warmup", t);
       if (config.warmupImage() != null && store != null) {
         WorkerWarmup.image(context, store, config.warmupImage());
