@@ -109,18 +109,15 @@ public final class ImageRestorer {
     }
     double cubinMs = millisSince(t);
 
-    ModuleTimingContext timed = new ModuleTimingContext(context);
-    t = System.nanoTime();
     FunctionSession session;
     try {
-      session = FunctionSession.rebuild(timed, manifest.sessionTable(cubins));
+      session = FunctionSession.rebuild(context, manifest.sessionTable(cubins));
     } catch (AddressUnavailableException e) {
       throw new ImageRestoreException("image '" + tag + "' needs its device addresses, and one is taken in this "
           + "process: " + e.getMessage(), e);
     }
-    double rebuildMs = millisSince(t);
-    double modulesMs = cubinMs + timed.moduleNanos() / 1e6;
-    double mapMs = rebuildMs - timed.moduleNanos() / 1e6;
+    double modulesMs = cubinMs + session.rebuildTimings().moduleNanos() / 1e6;
+    double mapMs = session.rebuildTimings().mapNanos() / 1e6;
 
     try {
       t = System.nanoTime();
