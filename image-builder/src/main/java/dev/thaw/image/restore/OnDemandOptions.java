@@ -12,6 +12,7 @@ public final class OnDemandOptions {
   private long windowBytes = DEFAULT_WINDOW_BYTES;
   private boolean streamInBackground = true;
   private boolean trace;
+  private boolean validate;
   private long pollNanos = DEFAULT_POLL_NANOS;
 
   public long windowBytes() {
@@ -53,6 +54,19 @@ public final class OnDemandOptions {
    */
   public OnDemandOptions trace(boolean on) {
     this.trace = on;
+    return this;
+  }
+
+  public boolean validate() {
+    return validate;
+  }
+
+  /**
+   * Runs every launch as its PTX-instrumented twin, checked against "resident or waited for": the GPU's validating
+   * mode ({@link OnDemandRestore#validation()}). Each launch then synchronizes: for tests and debugging only.
+   */
+  public OnDemandOptions validate(boolean on) {
+    this.validate = on;
     return this;
   }
 

@@ -1,6 +1,7 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.runtime.gpu.GpuEvent;
+import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 
@@ -41,16 +42,18 @@ public final class OnDemandRestore implements AutoCloseable {
   private final RestoredFunction<?> function;
   private final Residency residency;
   private final ResidencyGate gate;
+  private final ResidencyValidator validator;
   private final RestoreTrace trace;
   private final RestoreResources resources;
   private final Timings timings;
   private boolean closed;
 
-  OnDemandRestore(RestoredFunction<?> function, Residency residency, ResidencyGate gate, RestoreTrace trace,
-      RestoreResources resources, Timings timings) {
+  OnDemandRestore(RestoredFunction<?> function, Residency residency, ResidencyGate gate, ResidencyValidator validator,
+      RestoreTrace trace, RestoreResources resources, Timings timings) {
     this.function = function;
     this.residency = residency;
     this.gate = gate;
+    this.validator = validator;
     this.trace = trace;
     this.resources = resources;
     this.timings = timings;
@@ -131,6 +134,41 @@ public final class OnDemandRestore implements AutoCloseable {
     return e.elapsedMillisSince(trace.origin());
   }
 
+  /**
+   * When the last allocation became resident, on the {@link System#nanoTime()} clock (by the events recorded after
+   * the copies, not when the restore thread noticed). Call once {@link #isResident()}.
+   */
+  public long residentNanos() {
+    long latest = trace.originNanos();
+    RestorePlan plan = residency.plan();
+    for (int u = 0; u < plan.unitCount(); u++) {
+      GpuEvent e = residency.event(u);
+      if (e != null) {
+        latest = Math.max(latest, trace.originNanos() + (long) (e.elapsedMillisSince(trace.origin()) * 1e6));
+      }
+    }
+    return latest;
+  }
+
+  /**
+   * What the validating mode found ({@link OnDemandOptions#validate(boolean)}).
+   *
+   * @param checked launches run instrumented
+   * @param unchecked launches run plain because their module could not be instrumented
+   * @param violations accesses of bytes that were neither resident nor waited for
+   * @param described the first of them, with kernel, address and allocation
+   */
+  public record Validation(long checked, long unchecked, long violations, List<String> described) {}
+
+  /** @throws IllegalStateException unless the restore runs in validating mode */
+  public Validation validation() {
+    if (validator == null) {
+      throw new IllegalStateException("this restore does not validate; see OnDemandOptions.validate");
+    }
+    long[] c = validator.counts();
+    return new Validation(c[0], c[1], c[2], validator.violations());
+  }
+
   public Stats stats() {
     Residency.Stats r = residency.stats();
     long[] g = gate.counts();
@@ -155,6 +193,9 @@ public final class OnDemandRestore implements AutoCloseable {
     } finally {
       try {
         gate.close();
+        if (validator != null) {
+          validator.close();
+        }
         trace.release();
         function.close();
       } finally {

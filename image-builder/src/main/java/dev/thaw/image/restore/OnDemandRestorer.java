@@ -79,11 +79,16 @@ public final class OnDemandRestorer {
       Residency residency = new Residency(plan, resources, store, lease, options);
       trace.attach(residency);
       ResidencyGate gate = new ResidencyGate(session, plan, residency, resources.uploadArena(), trace);
-      session.setLaunchInterceptor(gate);
+      ResidencyValidator validator = options.validate() ? new ResidencyValidator(session, gate) : null;
+      if (validator != null) {
+        session.setLaunchInterceptor(validator);
+      } else {
+        session.setLaunchInterceptor(gate);
+      }
       residency.start();
       long mapped = System.nanoTime();
       trace.span("load modules, map allocations", t, mapped);
-      OnDemandRestore restore = withState(function, plan, session, residency, gate, trace, resources,
+      OnDemandRestore restore = withState(function, plan, session, residency, gate, validator, trace, resources,
           cubinNanos + rebuilt.moduleNanos(), rebuilt.mapNanos(), start);
       trace.span("read host state", mapped, System.nanoTime());
       return restore;
@@ -104,7 +109,8 @@ public final class OnDemandRestorer {
   }
 
   private <S> OnDemandRestore withState(ThawFunction<S> function, RestorePlan plan, FunctionSession session,
-      Residency residency, ResidencyGate gate, RestoreTrace trace, RestoreResources resources, long moduleNanos,
+      Residency residency, ResidencyGate gate, ResidencyValidator validator, RestoreTrace trace,
+      RestoreResources resources, long moduleNanos,
       long mapNanos, long start) {
     long t = System.nanoTime();
     S state;
@@ -121,7 +127,7 @@ public final class OnDemandRestorer {
         (end - start) / 1e6, plan.totalBytes());
     RestoredFunction<S> f = new RestoredFunction<>(plan.manifest().function().className(), plan.manifest(), function,
         session, state, full, List.of());
-    return new OnDemandRestore(f, residency, gate, trace, resources, timings);
+    return new OnDemandRestore(f, residency, gate, validator, trace, resources, timings);
   }
 
   /** Each module's cubin, from the host tier when it has it (verified there), else read and verified. */

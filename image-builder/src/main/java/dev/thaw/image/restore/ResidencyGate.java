@@ -221,6 +221,26 @@ final class ResidencyGate implements CopyInterceptor {
     return true;
   }
 
+  // ---- what the validating mode asks ----
+
+  /**
+   * True when a launch on {@code stream} now may touch the allocation at {@code position} of {@link #index()}: it is
+   * not one of the image's, or it is resident, or {@code stream} waits for it.
+   */
+  boolean allowed(int position, GpuStream stream) {
+    int u = unitAt[position];
+    if (u < 0 || residency.isComplete() || residency.state(u) == Residency.RESIDENT) {
+      return true;
+    }
+    return stream == home && (homeWaitedAll || homeWaited[u]);
+  }
+
+  /** The session's allocations by address, current. */
+  AllocationIndex index() {
+    refreshIndex();
+    return index;
+  }
+
   // ---- reports and teardown ----
 
   /** Waits queued, waits for full residency, uploads staged. */

@@ -177,6 +177,24 @@ class OnDemandRestorerTest {
   }
 
   @Test
+  void theValidatingModeRunsEveryLaunchInstrumentedBehindTheGate() throws Exception {
+    // On the sim the instrumented twins ignore their guard (the GPU test is where violations show): this pins that
+    // every launch goes through the instrumented module, gated, and the answer stays the build's.
+    ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
+    try (Restored r = restore(manifest, Source.HOST_CACHE,
+        new OnDemandOptions().streamInBackground(false).validate(true))) {
+      JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
+      assertEquals(responses.get("gpt2-tiny"), got);
+      OnDemandRestore.Validation v = r.restore.validation();
+      assertTrue(v.checked() > 10, v.toString());
+      assertEquals(0, v.unchecked(), v.toString());
+      assertTrue(r.restore.stats().promotions() > 0);
+      r.restore.streamRest();
+      r.restore.awaitResident();
+    }
+  }
+
+  @Test
   void aTraceHasTheCopiesTheKernelsAndTheWaits() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
     try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().trace(true))) {
@@ -259,7 +277,7 @@ class OnDemandRestorerTest {
     return new Restored(manifest, from, options);
   }
 
-  private static ImageManifest withAllKernelsExact(ImageManifest m) {
+  static ImageManifest withAllKernelsExact(ImageManifest m) {
     Map<String, AccessProfile.KernelProfile> kernels = new HashMap<>();
     m.profile().kernels().forEach((k, p) -> kernels.put(k,
         new AccessProfile.KernelProfile(AccessProfile.Verdict.EXACT, p.launches(), List.of(), List.of())));
