@@ -1,6 +1,7 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.StagingRing;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
@@ -81,7 +82,6 @@ final class Residency {
   private int copyCount;
   private int promotions;
   private GpuEvent last;
-  private int nextSlot;
   private volatile boolean complete;
   private volatile Throwable failure;
   private volatile boolean background;
@@ -319,44 +319,51 @@ final class Residency {
    */
   private void stageFromStore(int unit) throws Exception {
     ImageManifest.Allocation a = plan.unit(unit);
-    long capacity = resources.stagingBytes();
+    StagingRing ring = resources.staging();
+    long capacity = ring.bytes();
     List<ImageManifest.Chunk> chunks = a.chunks();
     int i = 0;
     while (i < chunks.size()) {
-      int slot = nextSlot;
-      nextSlot = (nextSlot + 1) % resources.stagingSlots();
-      resources.stagingDone(slot).synchronize();
-      PinnedBuffer staging = resources.staging(slot);
       long batchStart = chunks.get(i).offset();
-      List<Future<?>> reads = new ArrayList<>();
       int j = i;
       while (j < chunks.size() && chunks.get(j).offset() + chunks.get(j).length() - batchStart <= capacity) {
-        ImageManifest.Chunk c = chunks.get(j);
-        int at = (int) (c.offset() - batchStart);
-        reads.add(resources.readers().submit(() -> VerifiedChunks.read(store, c.digest(), staging.slice(at, c.length()),
-            "allocation '" + a.name() + "' at offset " + c.offset())));
         j++;
       }
       if (j == i) {
         throw new ImageRestoreException("chunk of " + chunks.get(i).length() + " bytes in allocation '" + a.name()
             + "' is larger than a staging buffer (" + capacity + " bytes)");
       }
+      int slot = ring.acquire();
+      PinnedBuffer staging = ring.buffer(slot);
+      List<Future<?>> reads = new ArrayList<>(j - i);
+      for (int k = i; k < j; k++) {
+        ImageManifest.Chunk c = chunks.get(k);
+        int at = (int) (c.offset() - batchStart);
+        reads.add(resources.readers().submit(() -> VerifiedChunks.read(store, c.digest(),
+            staging.slice(at, c.length()), "allocation '" + a.name() + "' at offset " + c.offset())));
+      }
+      Throwable failed = null;
       for (Future<?> f : reads) {
         try {
           f.get();
         } catch (java.util.concurrent.ExecutionException e) {
-          throw e.getCause() instanceof Exception x ? x : new IllegalStateException(e.getCause());
+          failed = failed == null ? e.getCause() : failed;
         }
+      }
+      if (failed != null) {
+        ring.release(slot);
+        throw failed instanceof Exception x ? x : new IllegalStateException(failed);
       }
       long bytes = chunks.get(j - 1).offset() + chunks.get(j - 1).length() - batchStart;
       lock.lock();
       try {
         // Verified above: only now may the bytes go to the device.
         stream.copyHostToDeviceAsync(a.address() + batchStart, staging, 0, bytes);
-        resources.stagingDone(slot).record(stream);
+        ring.queued(slot, stream);
         copyCount++;
       } finally {
         lock.unlock();
+        ring.release(slot);
       }
       i = j;
     }

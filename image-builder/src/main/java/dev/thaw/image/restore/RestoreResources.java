@@ -1,6 +1,7 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.image.Staging;
+import dev.thaw.image.StagingRing;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
@@ -29,8 +30,7 @@ public final class RestoreResources implements AutoCloseable {
   private final GpuStream stream;
   private final ArrayDeque<GpuEvent> events = new ArrayDeque<>();
   private final List<GpuEvent> allEvents = new ArrayList<>();
-  private final PinnedBuffer[] staging;
-  private final GpuEvent[] stagingDone;
+  private final StagingRing staging;
   private final PinnedBuffer uploadArena;
   private final ExecutorService pump;
   private final ExecutorService readers;
@@ -44,14 +44,8 @@ public final class RestoreResources implements AutoCloseable {
     try {
       this.stream = context.createStream();
       made.add(stream);
-      this.staging = new PinnedBuffer[stagingBuffers];
-      this.stagingDone = new GpuEvent[stagingBuffers];
-      for (int i = 0; i < stagingBuffers; i++) {
-        staging[i] = context.allocatePinned(stagingBytes);
-        made.add(staging[i]);
-        stagingDone[i] = context.createEvent(false);
-        made.add(stagingDone[i]);
-      }
+      this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes);
+      made.add(staging);
       this.uploadArena = context.allocatePinned(uploadArenaBytes);
       made.add(uploadArena);
       for (int i = 0; i < events; i++) {
@@ -103,20 +97,9 @@ public final class RestoreResources implements AutoCloseable {
     return stream;
   }
 
-  PinnedBuffer staging(int slot) {
-    return staging[slot];
-  }
-
-  GpuEvent stagingDone(int slot) {
-    return stagingDone[slot];
-  }
-
-  int stagingSlots() {
-    return staging.length;
-  }
-
-  long stagingBytes() {
-    return staging[0].size();
+  /** The pinned staging that chunks read from the store go through; the restore's own, while it is lent. */
+  public StagingRing staging() {
+    return staging;
   }
 
   PinnedBuffer uploadArena() {
@@ -127,7 +110,8 @@ public final class RestoreResources implements AutoCloseable {
     return pump;
   }
 
-  ExecutorService readers() {
+  /** The threads that read and verify chunks from the store. */
+  public ExecutorService readers() {
     return readers;
   }
 
@@ -167,10 +151,7 @@ public final class RestoreResources implements AutoCloseable {
     pump.shutdownNow();
     readers.shutdownNow();
     List<AutoCloseable> all = new ArrayList<>(allEvents);
-    for (int i = 0; i < staging.length; i++) {
-      all.add(stagingDone[i]);
-      all.add(staging[i]);
-    }
+    all.add(staging);
     all.add(uploadArena);
     all.add(stream);
     RuntimeException failure = null;
