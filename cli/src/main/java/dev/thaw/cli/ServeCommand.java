@@ -32,8 +32,7 @@ import picocli.CommandLine.Spec;
  * refused, queued and in-flight ones finished within the drain timeout) and exit 0.
  *
  * <p>Under Knative ({@code K_SERVICE} set) it obeys the runtime contract: {@code $PORT}, the {@code K_*} names on
- * every log line and metric, readiness on {@code /v2/health/ready} once the functions can serve, the store opened
- * read-only and nothing written outside {@code /tmp}.
+ * every log line and metric, readiness on {@code /v2/health/ready} once the functions can serve, SIGTERM drain.
  */
 @Command(name = "serve",
     description = {
@@ -45,8 +44,7 @@ import picocli.CommandLine.Spec;
     footer = {
         "  PORT                 the port when --port is not given (Knative sets it)",
         "  K_SERVICE, K_REVISION, K_CONFIGURATION",
-        "                       Knative's names: labels on every log line and metric;",
-        "                       K_SERVICE also opens the store read-only",
+        "                       Knative's names: labels on every log line and metric",
         "  THAW_ADMIN_TOKEN     the admin API's bearer token (default: the file",
         "                       admin-token in the store, made at first start, mode 0600)",
         "",
@@ -85,7 +83,7 @@ final class ServeCommand implements Callable<Integer> {
   @Option(names = "--config", paramLabel = "FILE", description = "Server options as JSON (see docs/design/server.md).")
   Path config;
 
-  @Option(names = "--read-only-store", description = "Open the store read-only (implied under Knative).")
+  @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept).")
   boolean readOnlyStore;
 
   @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
@@ -94,8 +92,9 @@ final class ServeCommand implements Callable<Integer> {
   @Override
   public Integer call() throws Exception {
     ServerOptions options = options();
-    boolean knative = cli.env("K_SERVICE") != null;
-    boolean readOnly = readOnlyStore || knative;
+    // Under Knative the store belongs read-only to the container image; --read-only-store opens it so. It is not
+    // implied yet: reading chunks from a read-only (secondary) RocksDB store crashes the JVM today.
+    boolean readOnly = readOnlyStore;
     Path storePath = store.resolve(cli);
     if (!readOnly) {
       options.setStorePath(storePath);
