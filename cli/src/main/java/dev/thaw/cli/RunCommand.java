@@ -77,7 +77,7 @@ final class RunCommand implements Callable<Integer> {
       throw new ParameterException(spec.commandLine(), "request " + request + " is not a JSON object");
     }
     PrintWriter out = spec.commandLine().getOut();
-    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = cli.openStore(store.resolve(cli));
+    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = store.open(cli, StoreAccess.READ);
         GpuContext ctx = driver.createContext(0);
         RestoredFunction<?> f = new ImageRestorer(s).restore(tag, ctx, ConsoleProgress.forOutput(json))) {
       RestoreCheck.Result memory = check ? RestoreCheck.deviceMemory(f) : null;
