@@ -2,8 +2,6 @@ package dev.thaw.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.image.store.ChunkStore;
-import dev.thaw.image.store.RocksChunkStore;
-import dev.thaw.image.store.StoreOptions;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.server.FunctionOptions;
 import dev.thaw.server.ServerOptions;
@@ -32,7 +30,8 @@ import picocli.CommandLine.Spec;
  * refused, queued and in-flight ones finished within the drain timeout) and exit 0.
  *
  * <p>Under Knative ({@code K_SERVICE} set) it obeys the runtime contract: {@code $PORT}, the {@code K_*} names on
- * every log line and metric, readiness on {@code /v2/health/ready} once the functions can serve, SIGTERM drain.
+ * every log line and metric, readiness on {@code /v2/health/ready} once the functions can serve, the store opened
+ * read-only and nothing written outside {@code /tmp}, SIGTERM drain.
  */
 @Command(name = "serve",
     description = {
@@ -44,7 +43,8 @@ import picocli.CommandLine.Spec;
     footer = {
         "  PORT                 the port when --port is not given (Knative sets it)",
         "  K_SERVICE, K_REVISION, K_CONFIGURATION",
-        "                       Knative's names: labels on every log line and metric",
+        "                       Knative's names: labels on every log line and metric;",
+        "                       K_SERVICE also opens the store read-only",
         "  THAW_ADMIN_TOKEN     the admin API's bearer token (default: the file",
         "                       admin-token in the store, made at first start, mode 0600)",
         "",
@@ -83,7 +83,8 @@ final class ServeCommand implements Callable<Integer> {
   @Option(names = "--config", paramLabel = "FILE", description = "Server options as JSON (see docs/design/server.md).")
   Path config;
 
-  @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept).")
+  @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept). "
+          + "Implied under Knative.")
   boolean readOnlyStore;
 
   @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
@@ -92,9 +93,10 @@ final class ServeCommand implements Callable<Integer> {
   @Override
   public Integer call() throws Exception {
     ServerOptions options = options();
-    // Under Knative the store belongs read-only to the container image; --read-only-store opens it so. It is not
-    // implied yet: reading chunks from a read-only (secondary) RocksDB store crashes the JVM today.
-    boolean readOnly = readOnlyStore;
+    // Under Knative the store belongs to the container image: read it, write nothing there (no lock, no log, no
+    // admin token); the contract allows writes to /tmp only.
+    boolean knative = cli.env("K_SERVICE") != null;
+    boolean readOnly = readOnlyStore || knative;
     Path storePath = store.resolve(cli);
     if (!readOnly) {
       options.setStorePath(storePath);
@@ -105,8 +107,7 @@ final class ServeCommand implements Callable<Integer> {
     GpuDriver driver = cli.openDriver(device.choice, spec);
     ChunkStore s;
     try {
-      s = readOnly ? RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))
-          : cli.openStore(storePath);
+      s = cli.openStore(storePath, readOnly ? StoreAccess.READ : StoreAccess.WRITE);
     } catch (RuntimeException e) {
       driver.close();
       throw e;

@@ -18,8 +18,10 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -98,8 +100,19 @@ class ServeCommandTest {
     }
   }
 
+  private static Map<String, Long> files(Path root) throws IOException {
+    Map<String, Long> m = new TreeMap<>();
+    try (Stream<Path> s = Files.walk(root)) {
+      for (Path p : s.filter(Files::isRegularFile).toList()) {
+        m.put(root.relativize(p).toString(), Files.getLastModifiedTime(p).toMillis() ^ Files.size(p));
+      }
+    }
+    return m;
+  }
+
   @Test
-  void underKnativeItServesOnPortLabelsLogsAndMetricsAndDrainsOnSigterm() throws Exception {
+  void underKnativeItServesOnPortLabelsLogsAndMetricsWritesNothingToTheStoreAndDrainsOnSigterm() throws Exception {
+    Map<String, Long> before = files(dir.resolve("store"));
     int port = start(Map.of("K_SERVICE", "mlp-svc", "K_REVISION", "mlp-svc-00001", "K_CONFIGURATION", "mlp-svc"),
         "--function", "mlp=mlp:1", "--function", "gate=gate:1");
     awaitReady(port);
@@ -122,10 +135,11 @@ class ServeCommandTest {
     assertEquals(0, child.exitValue(), read());
     String out = read();
     assertTrue(out.contains("listening on http://127.0.0.1:" + port), out);
-    assertTrue(out.contains("store    " + dir.resolve("store")), out);
+    assertTrue(out.contains("store    " + dir.resolve("store") + " (read-only)"), out);
     assertTrue(out.contains("POST /v1/functions/mlp/invoke 200") && out.contains("mlp cold queue="), out);
     assertTrue(out.contains("service=mlp-svc revision=mlp-svc-00001 configuration=mlp-svc"), out);
     assertTrue(out.contains("drained; bye"), out);
+    assertEquals(before, files(dir.resolve("store")), "the store is only read under Knative");
   }
 
   @Test
