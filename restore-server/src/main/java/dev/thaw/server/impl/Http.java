@@ -122,6 +122,10 @@ final class Http {
     if (t instanceof InvalidRequestException) {
       return new ServeException(400, "invalid_request", t.getMessage());
     }
+    if (t instanceof dev.thaw.pool.WorkerException w && w.workerLost()) {
+      return new ServeException(502, "instance_lost", "the instance's worker was lost (" + w.kind() + "): "
+          + w.getMessage());
+    }
     return new ServeException(500, "internal_error", t.getClass().getSimpleName()
         + (t.getMessage() == null ? "" : ": " + t.getMessage()));
   }

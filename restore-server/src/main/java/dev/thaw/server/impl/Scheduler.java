@@ -464,7 +464,7 @@ public final class Scheduler implements AutoCloseable {
     d.lastStartFailure = String.valueOf(e.getMessage());
     metrics.counter("thaw.start.failures", "function", d.name).increment();
     if (d.slots.isEmpty()) {
-      failQueue(d, e instanceof CudaOutOfMemoryException
+      failQueue(d, e instanceof ServeException refused ? refused : e instanceof CudaOutOfMemoryException
           ? new ServeException(503, "no_capacity", "function '" + d.name + "' does not fit on the device now: "
               + e.getMessage(), retryAfterSeconds)
           : new ServeException(500, "start_failed", "function '" + d.name + "' could not start: " + e.getMessage()));
