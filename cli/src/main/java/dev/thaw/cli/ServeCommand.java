@@ -8,6 +8,12 @@ import dev.thaw.server.ServerOptions;
 import dev.thaw.server.ThawServer;
 import dev.thaw.server.impl.Endpoints;
 import dev.thaw.server.impl.InProcessInstances;
+import dev.thaw.server.impl.PoolInstances;
+import dev.thaw.server.spi.InstanceFactory;
+import dev.thaw.pool.ContextPool;
+import dev.thaw.pool.ContextPoolOptions;
+import java.util.ArrayList;
+import java.util.List;
 import java.io.IOException;
 import java.io.PrintWriter;
 import java.nio.file.Files;
@@ -83,6 +89,15 @@ final class ServeCommand implements Callable<Integer> {
   @Option(names = "--config", paramLabel = "FILE", description = "Server options as JSON (see docs/design/server.md).")
   Path config;
 
+  @Option(names = "--instances", paramLabel = "pool|in-process", defaultValue = "pool",
+      description = {"How instances run: pool (the default: one worker process each, from a pool of warm ones) or",
+          "in-process (contexts in this process; one tenant, images must not share addresses)."})
+  String instances;
+
+  @Option(names = "--idle-workers", paramLabel = "N", defaultValue = "1",
+      description = "Warm idle workers the pool keeps per device (default: ${DEFAULT-VALUE}).")
+  int idleWorkers;
+
   @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept). "
           + "Implied under Knative.")
   boolean readOnlyStore;
@@ -114,7 +129,7 @@ final class ServeCommand implements Callable<Integer> {
     }
     ThawServer server;
     try {
-      server = ThawServer.start(options, s, new InProcessInstances(driver, s));
+      server = ThawServer.start(options, s, factory(driver, s, storePath, options));
     } catch (IllegalArgumentException e) {
       s.close();
       driver.close();
@@ -141,7 +156,7 @@ final class ServeCommand implements Callable<Integer> {
 
     CountDownLatch stopped = new CountDownLatch(1);
     Duration drain = options.drainTimeout();
-    Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+    Runnable stop = () -> {
       boolean drained = server.drain(drain);
       server.close();
       s.close();
@@ -150,10 +165,30 @@ final class ServeCommand implements Callable<Integer> {
       out.flush();
       stopped.countDown();
       // A signal's exit status would be 143; a drained server exits 0, as the Knative contract expects.
-      Runtime.getRuntime().halt(drained ? ThawCli.EXIT_OK : ThawCli.EXIT_FAILED);
-    }, "thaw-serve-drain"));
+      System.exit(drained ? ThawCli.EXIT_OK : ThawCli.EXIT_FAILED);
+    };
+    // SIGTERM and SIGINT are handled, not left to shutdown hooks: hooks run all at once, and the pool's would kill
+    // the workers of in-flight requests while the drain waits for them.
+    for (String signal : new String[] {"TERM", "INT"}) {
+      sun.misc.Signal.handle(new sun.misc.Signal(signal), sig -> new Thread(stop, "thaw-serve-drain").start());
+    }
     stopped.await();
     return ThawCli.EXIT_OK;
+  }
+
+  private InstanceFactory factory(GpuDriver driver, ChunkStore s, Path storePath, ServerOptions options) {
+    switch (instances) {
+      case "in-process":
+        return new InProcessInstances(driver, s);
+      case "pool":
+        List<Integer> devices = new ArrayList<>();
+        driver.devices().forEach(d -> devices.add(d.ordinal()));
+        ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(devices)
+            .setIdleTarget(idleWorkers).setDeviceChoice(driver.name()).setStorePath(storePath));
+        return new PoolInstances(pool, s, storePath, driver.devices(), Duration.ofSeconds(120), options.retryAfter());
+      default:
+        throw new ParameterException(spec.commandLine(), "--instances is pool or in-process, not " + instances);
+    }
   }
 
   private ServerOptions options() {
