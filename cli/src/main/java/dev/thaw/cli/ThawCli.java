@@ -47,7 +47,7 @@ import picocli.CommandLine.Spec;
     name = "thaw",
     mixinStandardHelpOptions = true,
     versionProvider = ThawCli.Version.class,
-    subcommands = {DemoCommand.class, DevicesCommand.class, CheckCommand.class, BuildCommand.class, ImagesCommand.class,
+    subcommands = {DemoCommand.class, ServeCommand.class, DevicesCommand.class, CheckCommand.class, BuildCommand.class, ImagesCommand.class,
         InspectCommand.class, RunCommand.class, VerifyCommand.class, RmCommand.class, GcCommand.class,
         ExportCommand.class, ImportCommand.class, CommandLine.HelpCommand.class},
     synopsisSubcommandLabel = "COMMAND",
