@@ -150,7 +150,7 @@ __device__ __forceinline__ void epilogue(float acc, const T* __restrict__ bias, 
   } else if (mode == kEpilogueResidual) {
     float* r = reinterpret_cast<float*>(out);
     r[i] = r[i] + acc;
-  } else {
+  } else if (mode == kEpilogueFloat) {
     reinterpret_cast<float*>(out)[i] = acc;
   }
 }

@@ -36,6 +36,7 @@ import java.util.Set;
  * <pre>{@code
  * {"model": "llama-3.1-8b", "seed": 1}   // seeded random weights of a named shape (LlamaConfig.names())
  *   "dtype": "bf16" | "fp16"             //   their type (default bf16)
+ *   "layers": 2                          //   fewer decoder layers than the shape has (every dimension kept)
  * {"path": "/dir"}                       // a Hugging Face directory: config.json + model.safetensors, or shards
  *                                        //   with model.safetensors.index.json
  *   "maxBatch": 4                        // sequences per request (default 4)
@@ -65,7 +66,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
   /** Pinned staging for the weight upload: two halves of this size, filled and copied alternately. */
   static final int STAGING_BYTES = 32 << 20;
 
-  private static final Set<String> CONFIG_FIELDS = Set.of("model", "seed", "dtype", "path", "maxBatch",
+  private static final Set<String> CONFIG_FIELDS = Set.of("model", "seed", "dtype", "layers", "path", "maxBatch",
       "maxTokens");
   private static final Set<String> REQUEST_FIELDS = Set.of("tokens", "maxNewTokens", "returnLogits");
 
@@ -236,7 +237,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       if (!path.isTextual() || path.asText().isEmpty()) {
         throw new InvalidConfigException("'path' must be a directory name, not " + path);
       }
-      for (String f : List.of("seed", "dtype")) {
+      for (String f : List.of("seed", "dtype", "layers")) {
         if (config.has(f)) {
           throw new InvalidConfigException("'" + f + "' goes with 'model', not with 'path' (the checkpoint has its "
               + "own)");
@@ -260,7 +261,11 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
         throw new InvalidConfigException("'dtype' must be \"bf16\" or \"fp16\", not " + dtype);
       }
     }
-    return new SeededLlamaWeights(LlamaConfig.named(model.asText()).withType(type), seed.asLong(1));
+    LlamaConfig shape = LlamaConfig.named(model.asText()).withType(type);
+    if (config.has("layers")) {
+      shape = shape.withLayers(intSetting(config, "layers", shape.layers(), 1, shape.layers()));
+    }
+    return new SeededLlamaWeights(shape, seed.asLong(1));
   }
 
   private static int intSetting(JsonNode config, String field, int fallback, int min, int max) {
