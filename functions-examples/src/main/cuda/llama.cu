@@ -225,12 +225,11 @@ __device__ __forceinline__ void gemv(const T* __restrict__ X, const T* __restric
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     acc[m] = v;
   }
-  if (lane == 0) {
+  // Every lane holds every row's sum now; lane m writes row m (one epilogue site, not one per row).
+  float mine = 0.0f;
 #pragma unroll
-    for (int m = 0; m < kGemvMaxRows; m++) {
-      if (m < M) epilogue<T>(acc[m], bias, out, m, n, N, mode, has_bias);
-    }
-  }
+  for (int m = 0; m < kGemvMaxRows; m++) mine = lane == m ? acc[m] : mine;
+  if (lane < M) epilogue<T>(mine, bias, out, lane, n, N, mode, has_bias);
 }
 
 template <typename T>
