@@ -348,6 +348,12 @@ public record LlamaConfig(String name, Architecture architecture, int hiddenSize
     JsonNode sw = json.get("sliding_window");
     boolean windowOn = arch == Architecture.MISTRAL
         || (arch == Architecture.QWEN2 && json.path("use_sliding_window").asBoolean(false));
+    JsonNode layerTypes = json.get("layer_types");
+    if (layerTypes != null && layerTypes.isArray()) {
+      for (JsonNode t : layerTypes) {
+        windowOn |= t.asText().equals("sliding_attention");
+      }
+    }
     if (windowOn && sw != null && !sw.isNull()) {
       window = intField(json, "sliding_window", null);
     }
