@@ -15,6 +15,7 @@ import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.InvalidConfigException;
+import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.GpuStream;
 import java.io.IOException;
@@ -51,7 +52,11 @@ import java.util.Set;
  *
  * <h2>Requests</h2>
  * As GPT-2's ({@link TokenRequest}): {@code {"tokens": [[...], ...], "maxNewTokens": 16, "returnLogits": false}}
- * → {@code {"tokens": [[...], ...], "logits": [[...], ...]}}. Prompts may have different lengths: each sequence
+ * → {@code {"tokens": [[...], ...], "logits": [[...], ...]}}. With a {@code tokenizer.json} in the checkpoint that
+ * {@link ByteLevelBpe} reads (Llama 3, Qwen2), {@code "text": "..."} or a list of strings may stand for
+ * {@code tokens}; the response then adds {@code "text"}, the new tokens decoded (special tokens left out); the
+ * tokenizer is read again on the first text request of a restored instance, from the same path. Prompts may
+ * have different lengths: each sequence
  * has its own positions and cache row, no padding. The prompt runs in one pass of M = Σ len rows (tensor-core
  * products), then each step runs one row per sequence (the weight-streaming products). Everything about a
  * request is checked before anything is launched, so a refused request leaves the device as it was.
@@ -69,14 +74,21 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
   private static final Set<String> CONFIG_FIELDS = Set.of("model", "seed", "dtype", "layers", "path", "maxBatch",
       "maxTokens");
   private static final Set<String> REQUEST_FIELDS = Set.of("tokens", "maxNewTokens", "returnLogits");
+  private static final Set<String> TEXT_FIELDS = Set.of("text", "maxNewTokens", "returnLogits");
+  /** The checkpoint file text requests are tokenized with. */
+  public static final String TOKENIZER_FILE = "tokenizer.json";
+  /** Tokenizers by path, loaded on the first text request (a restored instance may never see one). */
+  private static final Map<String, ByteLevelBpe> TOKENIZERS = new java.util.concurrent.ConcurrentHashMap<>();
 
   /**
    * The host state: the model's shape, sizes, and references to every buffer.
    *
    * @param weights where the weights came from (a path, or {@code seeded:<model>:<type>:<seed>})
+   * @param tokenizer the checkpoint's {@code tokenizer.json} when it is one {@link ByteLevelBpe} reads, else null
+   * @param noText why text requests are refused (no tokenizer, or which field of it is unsupported), or null
    */
   public record State(LlamaConfig config, String weights, int maxBatch, int maxTokens, String module,
-      Scratch scratch, List<BufferRef> kCache, List<BufferRef> vCache) {
+      Scratch scratch, List<BufferRef> kCache, List<BufferRef> vCache, String tokenizer, String noText) {
 
     public State {
       kCache = List.copyOf(kCache);
@@ -220,7 +232,20 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
         k.add(session.allocate("kv." + i + ".k", cacheBytes));
         v.add(session.allocate("kv." + i + ".v", cacheBytes));
       }
-      State state = new State(c, weights.describe(), maxBatch, maxTokens, MODULE, scratch, k, v);
+      String tokenizer = null;
+      String noText = "these weights have no " + TOKENIZER_FILE + ": send 'tokens'";
+      JsonNode path = config.get("path");
+      if (path != null && java.nio.file.Files.isRegularFile(Path.of(path.asText(), TOKENIZER_FILE))) {
+        Path file = Path.of(path.asText(), TOKENIZER_FILE).toAbsolutePath();
+        try {
+          TOKENIZERS.put(file.toString(), ByteLevelBpe.load(file));
+          tokenizer = file.toString();
+          noText = null;
+        } catch (InvalidConfigException e) {
+          noText = e.getMessage() + ": send 'tokens'";
+        }
+      }
+      State state = new State(c, weights.describe(), maxBatch, maxTokens, MODULE, scratch, k, v, tokenizer, noText);
       warmUp(session, state);
       return state;
     }
@@ -300,10 +325,76 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
   @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
-    TokenRequest req = parse(s, request.json());
+    JsonNode json = request.json();
+    ByteLevelBpe text = json != null && json.has("text") ? tokenizer(s) : null;
+    TokenRequest req = parse(s, text == null ? json : encode(text, json));
     Run run = new Run(session, s, req);
     run.execute();
-    return FunctionResponse.of(run.response());
+    ObjectNode out = run.response();
+    if (text != null) {
+      ArrayNode texts = out.putArray("text");
+      for (JsonNode ids : out.get("tokens")) {
+        int[] v = new int[ids.size()];
+        for (int i = 0; i < v.length; i++) {
+          v[i] = ids.get(i).asInt();
+        }
+        texts.add(text.decode(v, true));
+      }
+    }
+    return FunctionResponse.of(out);
+  }
+
+  private static ByteLevelBpe tokenizer(State s) {
+    if (s.tokenizer() == null) {
+      throw new InvalidRequestException("'text' needs a tokenizer: " + s.noText());
+    }
+    try {
+      return TOKENIZERS.computeIfAbsent(s.tokenizer(), p -> {
+        try {
+          return ByteLevelBpe.load(Path.of(p));
+        } catch (IOException e) {
+          throw new java.io.UncheckedIOException(e);
+        }
+      });
+    } catch (RuntimeException e) {
+      throw new InvalidRequestException("'text' needs " + s.tokenizer() + ", which cannot be read here ("
+          + e.getMessage() + "): send 'tokens'");
+    }
+  }
+
+  /** The request with {@code text} (a string or a list of them) replaced by the ids of each. */
+  private static ObjectNode encode(ByteLevelBpe bpe, JsonNode json) {
+    for (Iterator<String> it = json.fieldNames(); it.hasNext(); ) {
+      String f = it.next();
+      if (!TEXT_FIELDS.contains(f)) {
+        throw new InvalidRequestException(f.equals("tokens") ? "send one of 'text' and 'tokens', not both"
+            : "unknown field '" + f + "'; known: " + TEXT_FIELDS);
+      }
+    }
+    JsonNode text = json.get("text");
+    List<String> prompts = new ArrayList<>();
+    if (text.isTextual()) {
+      prompts.add(text.asText());
+    } else if (text.isArray()) {
+      for (JsonNode t : text) {
+        if (!t.isTextual()) {
+          throw new InvalidRequestException("'text' must be a string or a list of strings, not " + text);
+        }
+        prompts.add(t.asText());
+      }
+    } else {
+      throw new InvalidRequestException("'text' must be a string or a list of strings, not " + text);
+    }
+    ObjectNode out = ((ObjectNode) json).deepCopy();
+    out.remove("text");
+    ArrayNode all = out.putArray("tokens");
+    for (String p : prompts) {
+      ArrayNode row = all.addArray();
+      for (int id : bpe.encode(p)) {
+        row.add(id);
+      }
+    }
+    return out;
   }
 
   /** One request's device work, and the addresses it uses. */

@@ -261,4 +261,40 @@ class LlamaFunctionTest {
           "every buffer is an argument of some launch: " + profile.firstTouch());
     }
   }
+
+  /** Text in and out through the checkpoint's tokenizer.json: the same ids as the token request, decoded. */
+  @Test
+  void textRequestsAreTokenizedWithTheCheckpointsTokenizer(@TempDir Path dir) throws Exception {
+    LlamaConfig t = LlamaConfig.named("tiny");
+    LlamaConfig withBytes = new LlamaConfig("tiny-text", t.architecture(), t.hiddenSize(), t.layers(), t.heads(),
+        t.kvHeads(), t.headDim(), t.intermediateSize(), 320, t.maxPositions(), t.rmsNormEps(), t.ropeTheta(),
+        t.ropeScaling(), t.tieEmbeddings(), t.qkvBias(), t.slidingWindow(), t.type()).validate();
+    LlamaCheckpoint.save(new SeededLlamaWeights(withBytes, 4), dir, 1);
+    ByteLevelBpe bpe = ByteLevelBpe.load(ByteLevelBpeTest.write(dir));
+    LlamaFunction f = new LlamaFunction();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State s = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, "
+          + "\"maxTokens\": 32}"));
+      JsonNode byText = f.invoke(session, s, FunctionRequest.of(json(
+          "{\"text\": [\"hello world\", \"or\"], \"maxNewTokens\": 6}"))).json();
+      int[][] prompts = {bpe.encode("hello world"), bpe.encode("or")};
+      JsonNode byIds = f.invoke(session, s, FunctionRequest.of(TokenRequest.body(prompts, 6, false))).json();
+      assertEquals(byIds.get("tokens"), byText.get("tokens"));
+      for (int b = 0; b < 2; b++) {
+        assertEquals(bpe.decode(tokens(byIds)[b], true), byText.get("text").get(b).asText());
+      }
+      assertTrue(assertThrows(InvalidRequestException.class, () -> f.invoke(session, s, FunctionRequest.of(json(
+          "{\"text\": \"hi\", \"tokens\": [[1]]}")))).getMessage().contains("not both"));
+      assertTrue(assertThrows(InvalidRequestException.class, () -> f.invoke(session, s, FunctionRequest.of(json(
+          "{\"text\": 3}")))).getMessage().contains("'text' must be a string"));
+    }
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State s = f.init(session, json("{\"model\": \"tiny\", \"maxBatch\": 1, \"maxTokens\": 16}"));
+      InvalidRequestException e = assertThrows(InvalidRequestException.class, () -> f.invoke(session, s,
+          FunctionRequest.of(json("{\"text\": \"hello\"}"))));
+      assertTrue(e.getMessage().contains("no tokenizer.json"), e.getMessage());
+    }
+  }
 }
