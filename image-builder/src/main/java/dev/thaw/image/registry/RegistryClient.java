@@ -449,7 +449,14 @@ public final class RegistryClient implements AutoCloseable {
   }
 
   private static String describe(IOException e) {
-    return e.getMessage() == null ? e.getClass().getSimpleName() : e.getClass().getSimpleName() + ": " + e.getMessage();
+    if (e instanceof java.net.ConnectException) {
+      return "cannot connect" + (e.getMessage() == null ? "" : " (" + e.getMessage() + ")");
+    }
+    if (e instanceof java.net.http.HttpTimeoutException) {
+      return "timed out";
+    }
+    return e.getMessage() == null ? "connection lost (" + e.getClass().getSimpleName() + ")"
+        : "connection lost: " + e.getMessage();
   }
 
   private static boolean retryable(int status) {

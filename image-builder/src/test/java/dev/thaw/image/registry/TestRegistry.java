@@ -13,7 +13,7 @@ import org.junit.jupiter.api.Assumptions;
  * started, the calling test is skipped with the script's reason (printed to stderr as well, so the build log shows
  * it).
  */
-final class TestRegistry implements AutoCloseable {
+public final class TestRegistry implements AutoCloseable {
 
   private final Path script;
   private final Path dir;
@@ -29,7 +29,7 @@ final class TestRegistry implements AutoCloseable {
    * Starts one in {@code dir}; with {@code login} ({@code user:password}) it asks for basic auth.
    * Skips the test (an aborted assumption) when it cannot.
    */
-  static TestRegistry start(Path dir, String login) throws IOException, InterruptedException {
+  public static TestRegistry start(Path dir, String login) throws IOException, InterruptedException {
     Path script = findScript();
     ProcessBuilder pb = login == null
         ? new ProcessBuilder("bash", script.toString(), "start", dir.toString())
@@ -61,11 +61,11 @@ final class TestRegistry implements AutoCloseable {
   }
 
   /** {@code 127.0.0.1:PORT}. */
-  String address() {
+  public String address() {
     return address;
   }
 
-  RegistryReference reference(String repositoryAndTag) {
+  public RegistryReference reference(String repositoryAndTag) {
     return RegistryReference.parse(address + "/" + repositoryAndTag);
   }
 
