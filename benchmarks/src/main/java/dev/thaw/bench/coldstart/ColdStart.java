@@ -127,7 +127,14 @@ public final class ColdStart implements Callable<Integer> {
     Files.createDirectories(out);
     List<String> command = new ArrayList<>(List.of("thaw-bench", "cold-start"));
     command.addAll(args);
-    ColdStartResult result = new ColdStartRun(options, command, log).execute();
+    Path json = out.resolve(JSON_FILE);
+    ColdStartResult result = new ColdStartRun(options, command, log, partial -> {
+      try {
+        partial.write(json);
+      } catch (IOException e) {
+        throw new java.io.UncheckedIOException(e);
+      }
+    }).execute();
     result.write(out.resolve(JSON_FILE));
     log.println("wrote " + out.resolve(JSON_FILE));
     writeReport(result, out, trace == null ? null : ChromeTrace.read(trace), log);

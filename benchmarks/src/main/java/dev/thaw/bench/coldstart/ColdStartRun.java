@@ -31,6 +31,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Optional;
+import java.util.function.Consumer;
 import java.util.stream.Stream;
 
 /**
@@ -47,11 +48,14 @@ final class ColdStartRun {
   private final PrintStream log;
   private final long started = System.nanoTime();
   private final List<String> notes = new ArrayList<>();
+  private final Consumer<ColdStartResult> progress;
 
-  ColdStartRun(ColdStartOptions options, List<String> command, PrintStream log) {
+  /** {@code progress} gets the result so far after each model, so a run stopped midway leaves its samples. */
+  ColdStartRun(ColdStartOptions options, List<String> command, PrintStream log, Consumer<ColdStartResult> progress) {
     this.options = options;
     this.command = List.copyOf(command);
     this.log = log;
+    this.progress = progress;
   }
 
   ColdStartResult execute() throws IOException, InterruptedException {
@@ -100,42 +104,30 @@ final class ColdStartRun {
       }
       Bench bench = new Bench(thaw, python, pythonReason, checkpointReason, work, options.childTimeout(), log);
 
-      List<PreparedModel> prepared = new ArrayList<>();
+      // One model at a time, main models first: a sweep model not begun by the deadline costs nothing.
       Boolean simulated = options.device().equals("sim") ? Boolean.TRUE : null;
+      List<ModelResult> models = new ArrayList<>();
       for (Workload w : all) {
         boolean isSweep = !main.contains(w);
         if (isSweep && pastDeadline()) {
-          notes.add(w.name() + ": not prepared, the run was past its deadline (" + options.deadline().toSeconds() + " s)");
+          notes.add(w.name() + ": not run, the run was past its deadline (" + options.deadline().toSeconds() + " s)");
           continue;
         }
         PreparedModel p = prepare(bench, w, isSweep, gpt2Dirs.get(w.name()));
-        prepared.add(p);
         if (p.buildSimulated() != null) {
           simulated = simulated == null ? p.buildSimulated() : simulated || p.buildSimulated();
         }
-      }
-
-      List<ModelResult> models = new ArrayList<>();
-      for (PreparedModel p : prepared) {
         List<ContenderResult> results = new ArrayList<>();
         for (Contender c : contenders) {
-          if (p.sweep() && !c.sweeps()) {
-            continue;
+          if (!p.sweep() || c.sweeps()) {
+            results.add(runOne(bench, c, p));
           }
-          results.add(runOne(bench, c, p));
         }
-        models.add(new ModelResult(p.workload().name(), p.sweep(), p.imageBytes(), p.weightsBytes(),
-            p.workload().request(), p.buildAnswer(), results, checkAnswers(p, results)));
+        models.add(new ModelResult(w.name(), p.sweep(), p.imageBytes(), p.weightsBytes(), requestForReport(w),
+            p.buildAnswer(), results, checkAnswers(p, results)));
+        progress.accept(result(startedAt, simulated, thaw, prep, pythonReason, models));
       }
-      boolean sim = simulated != null && simulated;
-      Environment env = new Environment(thaw.describe(), text(prep, "python"), text(prep, "torch"), text(prep, "transformers"),
-          text(prep, "device"), prep.path("h2dGBps").isNumber() ? prep.get("h2dGBps").asDouble() : null,
-          prep.path("h2dGBps").isNumber() ? "torch: 1 GiB from pinned memory, best of 5, CUDA events" : null,
-          pythonReason);
-      String device = sim ? "Thaw's simulated device (no GPU): SIMULATED, no time here is a GPU time"
-          : Optional.ofNullable(text(prep, "device")).orElse("a GPU (its name unknown: PyTorch did not run)");
-      return new ColdStartResult(ColdStartResult.FORMAT, sim, device, startedAt, command, options.runs(),
-          options.sweepRuns(), env, models, notes);
+      return result(startedAt, simulated, thaw, prep, pythonReason, models);
     } finally {
       if (temporary && !options.keepWork()) {
         deleteTree(work);
@@ -143,6 +135,20 @@ final class ColdStartRun {
         say("work folder kept: %s", work);
       }
     }
+  }
+
+  private ColdStartResult result(String startedAt, Boolean simulated, ThawCommand thaw, JsonNode prep,
+      String pythonReason, List<ModelResult> models) {
+    boolean sim = simulated != null && simulated;
+    Environment env = new Environment(thaw.describe(), text(prep, "python"), text(prep, "torch"),
+        text(prep, "transformers"), text(prep, "device"),
+        prep.path("h2dGBps").isNumber() ? prep.get("h2dGBps").asDouble() : null,
+        prep.path("h2dGBps").isNumber() ? "torch: 1 GiB from pinned memory, best of 5, CUDA events" : null,
+        pythonReason);
+    String device = sim ? "Thaw's simulated device (no GPU): SIMULATED, no time here is a GPU time"
+        : Optional.ofNullable(text(prep, "device")).orElse("a GPU (its name unknown: PyTorch did not run)");
+    return new ColdStartResult(ColdStartResult.FORMAT, sim, device, startedAt, command, options.runs(),
+        options.sweepRuns(), env, models, notes);
   }
 
   private PreparedModel prepare(Bench bench, Workload w, boolean sweep, Path gpt2Dir)
@@ -173,6 +179,16 @@ final class ColdStartRun {
     JsonNode answer = out.path("sampleResponses").path(0);
     return new PreparedModel(w, sweep, request, weights, weightsBytes, tag, out.path("totalBytes").asLong(),
         answer.isMissingNode() ? null : w.answerOf(answer), out.path("simulated").asBoolean(), null);
+  }
+
+  /** The request as the JSON keeps it: whole when short (GPT-2's prompt), else what it is (the MLP's batch). */
+  private static JsonNode requestForReport(Workload w) {
+    ObjectNode r = w.request();
+    if (r.toString().length() <= 1000) {
+      return r;
+    }
+    return ColdStartResult.JSON.createObjectNode().put("summary", Workload.MLP_ROWS + " rows of "
+        + Workload.MLP_LAYERS.get(0) + " seeded values in [-1, 1) (Workload.request)");
   }
 
   /** The MLP's weights as Thaw's config makes them ({@link MlpFunction.LayerParameters}), fp32 safetensors. */
