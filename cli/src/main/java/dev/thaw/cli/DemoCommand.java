@@ -68,7 +68,7 @@ final class DemoCommand implements Callable<Integer> {
     BuildOptions options = new BuildOptions().functionClass(FUNCTION).tag(tag)
         .config(Json.MAPPER.readTree("{\"layers\": [" + INPUTS + ", 256, 256, 10], \"seed\": 42}"))
         .addSampleRequest(request);
-    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = cli.openStore(store.resolve(cli))) {
+    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = store.open(cli, StoreAccess.CREATE)) {
       out.printf("device   %s (%s)%n", driver.devices().get(0).describe(), driver.name());
       if (driver.isSimulated()) {
         out.println(CheckCommand.SIMULATED_NOTE);

@@ -78,7 +78,7 @@ final class RunCommand implements Callable<Integer> {
     }
     PrintWriter out = spec.commandLine().getOut();
     long started = System.nanoTime();
-    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = cli.openStore(store.resolve(cli));
+    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = store.open(cli, StoreAccess.READ);
         GpuContext ctx = driver.createContext(0);
         RestoredFunction<?> f = new ImageRestorer(s).restore(tag, ctx, ConsoleProgress.forOutput(json))) {
       // Opening the driver and the store and creating the context: what the restore's own phases leave out.

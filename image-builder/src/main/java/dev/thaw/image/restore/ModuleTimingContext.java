@@ -90,8 +90,23 @@ final class ModuleTimingContext implements GpuContext {
   }
 
   @Override
+  public PhysicalMemory createExportableMemory(long size) {
+    return delegate.createExportableMemory(size);
+  }
+
+  @Override
+  public PhysicalMemory importMemory(int fd, long size) {
+    return delegate.importMemory(fd, size);
+  }
+
+  @Override
   public PinnedBuffer allocatePinned(long size) {
     return delegate.allocatePinned(size);
+  }
+
+  @Override
+  public PinnedBuffer registerHost(long address, long size, boolean readOnly) {
+    return delegate.registerHost(address, size, readOnly);
   }
 
   @Override

@@ -36,7 +36,8 @@ import org.rocksdb.WriteOptions;
  * docs/image-store.md}.
  *
  * <p>One process opens a store for writing (RocksDB's {@code LOCK} file; a second gets {@link
- * StoreLockedException}); any number may open it {@linkplain StoreOptions#setReadOnly read-only} meanwhile.
+ * StoreLockedException}); any number may open it {@linkplain StoreOptions#setReadOnly read-only} meanwhile
+ * (RocksDB's read-only mode: no lock, nothing written; it sees the store as it was at the open).
  * Garbage collection protects the chunks this instance stored that no commit has named yet (its <em>pending
  * set</em>), so a build running in this process keeps its chunks; a build in another process cannot exist,
  * because the writer lock is per process.
@@ -59,6 +60,8 @@ public final class RocksChunkStore implements ChunkStore {
   private static final List<String> FAMILIES =
       List.of(CF_CHUNKS, CF_CHUNK_SIZES, CF_MANIFESTS, CF_REFS, CF_TAGS, CF_META);
   private static final byte[] META_SCHEMA = bytes("schema-version");
+  private static final int KEPT_INFO_LOGS = 3;
+  private static final long MAX_INFO_LOG_BYTES = 4L << 20;
 
   private final StoreOptions options;
   private final Path path;
@@ -77,7 +80,6 @@ public final class RocksChunkStore implements ChunkStore {
   private final WriteOptions sync;
   private final ReadOptions read;
   private final ReadOptions scan;
-  private final Path secondaryDir;
   private final AtomicBoolean open = new AtomicBoolean(true);
 
   /** Chunks put and not yet named by a commit: never collected. Keys are raw 32-byte digests. */
@@ -93,7 +95,6 @@ public final class RocksChunkStore implements ChunkStore {
   private RocksChunkStore(StoreOptions options) {
     this.options = new StoreOptions(options);
     this.path = options.path();
-    Path secondary = null;
     try {
       int cores = Runtime.getRuntime().availableProcessors();
       DBOptions dbOptions = track(new DBOptions().setMaxBackgroundJobs(Math.max(2, Math.min(8, cores))));
@@ -104,17 +105,31 @@ public final class RocksChunkStore implements ChunkStore {
         descriptors.add(new ColumnFamilyDescriptor(bytes(name), familyOptions(name)));
       }
       List<ColumnFamilyHandle> handles = new ArrayList<>();
+      // Each open writes an info log of ~120 KB and rotates the last one aside: keep a few, not every one.
+      dbOptions.setKeepLogFileNum(KEPT_INFO_LOGS).setMaxLogFileSize(MAX_INFO_LOG_BYTES);
+      boolean exists = StoreDirectory.exists(path);
       if (options.readOnly()) {
-        if (!Files.isDirectory(path) || !Files.exists(path.resolve("CURRENT"))) {
-          throw new StoreException(path, "there is no store here to open read-only");
+        if (!exists) {
+          throw new StoreException(path, "there is no store here");
         }
-        secondary = Files.createTempDirectory("thaw-store-secondary");
-        dbOptions.setMaxOpenFiles(-1); // required of a secondary instance
-        db = RocksDB.openAsSecondary(dbOptions, path.toString(), secondary.toString(), descriptors, handles);
+        // RocksDB's read-only mode takes no lock and writes nothing, not even an info log.
+        db = RocksDB.openReadOnly(dbOptions, path.toString(), descriptors, handles);
       } else {
-        Files.createDirectories(path);
+        if (!exists && !options.create()) {
+          throw new StoreException(path, "there is no store here");
+        }
+        if (exists && !Files.isWritable(path)) {
+          throw new StoreException(path, "is read-only: no permission to write to it");
+        }
+        if (!exists) {
+          try {
+            Files.createDirectories(path);
+          } catch (IOException e) {
+            throw new StoreException(path, "cannot create the store: " + StoreDirectory.describe(e), null, e);
+          }
+        }
         // Atomic flush: chunks and their sizes reach the files together, since their writes skip the WAL.
-        dbOptions.setCreateIfMissing(true).setCreateMissingColumnFamilies(true).setAtomicFlush(true);
+        dbOptions.setCreateIfMissing(!exists).setCreateMissingColumnFamilies(!exists).setAtomicFlush(true);
         db = RocksDB.open(dbOptions, path.toString(), descriptors, handles);
       }
       // Handles close before the DB, the DB before the options it was opened with.
@@ -131,36 +146,35 @@ public final class RocksChunkStore implements ChunkStore {
       sync = track(new WriteOptions().setSync(true));
       read = track(new ReadOptions());
       scan = track(new ReadOptions().setFillCache(false));
-      secondaryDir = secondary;
-      if (options.readOnly()) {
-        db.tryCatchUpWithPrimary();
-      }
       checkSchema();
     } catch (RocksDBException e) {
       closeResources();
-      deleteQuietly(secondary);
       if (e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.IOError
           && String.valueOf(e.getMessage()).contains("LOCK")) {
         throw new StoreLockedException(path, e);
       }
+      if (e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.Corruption) {
+        throw error("is damaged", e);
+      }
       throw error("cannot open", e);
-    } catch (IOException e) {
-      closeResources();
-      deleteQuietly(secondary);
-      throw new StoreException(path, "cannot open: " + e, null, e);
     } catch (RuntimeException e) {
       closeResources();
-      deleteQuietly(secondary);
       throw e;
     }
   }
 
-  /** Opens (creating if missing, unless read-only) the store {@code options} names. */
+  /**
+   * Opens the store {@code options} names: read-only, or for writing, creating it where there is nothing when
+   * {@link StoreOptions#create()} says so. A path that holds anything but a sound store fails, unchanged.
+   *
+   * @throws StoreException naming the path and what is wrong: no store, not a directory, damaged, read-only
+   * @throws StoreLockedException if another process has it open for writing
+   */
   public static RocksChunkStore open(StoreOptions options) {
     return new RocksChunkStore(options);
   }
 
-  /** Opens the store at {@code path} for writing, with default options. */
+  /** Opens the store at {@code path} for writing (creating it where there is nothing), with default options. */
   public static RocksChunkStore open(Path path) {
     return open(new StoreOptions().setPath(path));
   }
@@ -313,7 +327,7 @@ public final class RocksChunkStore implements ChunkStore {
             dst.remaining());
       }
     } catch (RocksDBException e) {
-      throw error("cannot read chunk " + digest, e);
+      throw error(corruption(e) ? "chunk " + digest + " is damaged" : "cannot read chunk " + digest, e);
     }
     if (n == RocksDB.NOT_FOUND) {
       throw new ChunkNotFoundException(digest);
@@ -356,6 +370,12 @@ public final class RocksChunkStore implements ChunkStore {
             throw new ChunkNotFoundException(d);
           }
           packed.put(key);
+        }
+        byte[] committed = db.get(refs, read, md);
+        if (committed != null && !Arrays.equals(committed, packed.array())) {
+          // GC reads reachability from refs alone: replacing the list would orphan chunks another tag needs.
+          throw new StoreException(path, "manifest " + manifestDigest + " is already committed with another chunk"
+              + " list (" + committed.length / 32 + " chunks; this commit names " + sorted.size() + "): refused");
         }
         try (WriteBatch batch = new WriteBatch()) {
           byte[] previous = db.get(tags, read, bytes(tag));
@@ -612,18 +632,6 @@ public final class RocksChunkStore implements ChunkStore {
     }
   }
 
-  /** A read-only store catches up with what the writer has committed since; a no-op on a writable one. */
-  public void refresh() {
-    checkOpen();
-    if (options.readOnly()) {
-      try {
-        db.tryCatchUpWithPrimary();
-      } catch (RocksDBException e) {
-        throw error("cannot catch up with the writer", e);
-      }
-    }
-  }
-
   @Override
   public void close() {
     if (open.compareAndSet(true, false)) {
@@ -636,7 +644,6 @@ public final class RocksChunkStore implements ChunkStore {
       } finally {
         sweepLock.writeLock().unlock();
       }
-      deleteQuietly(secondaryDir);
     }
   }
 
@@ -674,20 +681,13 @@ public final class RocksChunkStore implements ChunkStore {
     }
   }
 
+  private static boolean corruption(RocksDBException e) {
+    return e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.Corruption;
+  }
+
   private StoreException error(String what, RocksDBException e) {
     String code = e.getStatus() == null ? null : e.getStatus().getCodeString();
     return new StoreException(path, what + ": " + e.getMessage(), code, e);
-  }
-
-  private static void deleteQuietly(Path dir) {
-    if (dir == null) {
-      return;
-    }
-    try (var walk = Files.walk(dir)) {
-      walk.sorted(Collections.reverseOrder()).forEach(p -> p.toFile().delete());
-    } catch (IOException ignored) {
-      // A leftover temp directory is harmless.
-    }
   }
 
   private static byte[] bytes(String s) {

@@ -13,6 +13,11 @@ public final class StoreOptions {
 
   public static final Path DEFAULT_PATH = Path.of(System.getProperty("user.home"), ".thaw", "store");
   public static final boolean DEFAULT_READ_ONLY = false;
+  /**
+   * Create the store when there is none at the path (a missing or empty directory). Never over a directory that
+   * holds anything else: that is a damaged store, or not a store. The CLI creates only for a build or an import.
+   */
+  public static final boolean DEFAULT_CREATE = true;
   /** Re-hash every chunk read: a corrupt chunk is named, never handed to a GPU. Cost: see image-store.md. */
   public static final boolean DEFAULT_VERIFY_READS = true;
   /** Re-hash every chunk stored: off, because the builder has just hashed it to name it. */
@@ -23,6 +28,7 @@ public final class StoreOptions {
 
   private Path path = DEFAULT_PATH;
   private boolean readOnly = DEFAULT_READ_ONLY;
+  private boolean create = DEFAULT_CREATE;
   private boolean verifyReads = DEFAULT_VERIFY_READS;
   private boolean verifyWrites = DEFAULT_VERIFY_WRITES;
   private long minBlobSize = DEFAULT_MIN_BLOB_SIZE;
@@ -33,6 +39,7 @@ public final class StoreOptions {
   public StoreOptions(StoreOptions o) {
     path = o.path;
     readOnly = o.readOnly;
+    create = o.create;
     verifyReads = o.verifyReads;
     verifyWrites = o.verifyWrites;
     minBlobSize = o.minBlobSize;
@@ -67,11 +74,21 @@ public final class StoreOptions {
   }
 
   /**
-   * Opens as a RocksDB secondary instance: no lock is taken, so it works while another process writes; it
-   * sees what was committed up to the open, and more after {@link RocksChunkStore#refresh()}.
+   * Opens with RocksDB's read-only mode: no lock is taken and nothing is written, so it works while another
+   * process writes, and on a store the user may not write to. It sees what was committed up to the open.
    */
   public StoreOptions setReadOnly(boolean readOnly) {
     this.readOnly = readOnly;
+    return this;
+  }
+
+  /** Whether a writable open creates the store when there is none; a read-only open never does. */
+  public boolean create() {
+    return create;
+  }
+
+  public StoreOptions setCreate(boolean create) {
+    this.create = create;
     return this;
   }
 
@@ -115,6 +132,7 @@ public final class StoreOptions {
     ObjectNode n = new ObjectMapper().createObjectNode();
     n.put("path", path.toString());
     n.put("readOnly", readOnly);
+    n.put("create", create);
     n.put("verifyReads", verifyReads);
     n.put("verifyWrites", verifyWrites);
     n.put("minBlobSize", minBlobSize);

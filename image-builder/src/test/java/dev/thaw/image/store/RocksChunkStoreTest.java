@@ -116,6 +116,26 @@ class RocksChunkStoreTest {
     }
   }
 
+  /** The refs entry keyed by a manifest's digest is GC's only source of reachability: it is written once. */
+  @Test
+  void aManifestIsNeverRecommittedWithAnotherChunkList() {
+    try (RocksChunkStore s = open()) {
+      Digest a = put(s, random(6, 10_000));
+      Digest b = put(s, random(7, 10_000));
+      byte[] manifest = "{\"v\":2}".getBytes(StandardCharsets.UTF_8);
+      s.commit("first", manifest, Set.of(a, b));
+      for (Set<Digest> other : List.of(Set.<Digest>of(), Set.of(a))) {
+        StoreException e = assertThrows(StoreException.class, () -> s.commit("second", manifest, other));
+        assertTrue(e.getMessage().contains("already committed with another chunk list"), e.getMessage());
+      }
+      assertEquals(List.of("first"), s.tags());
+      assertEquals(List.of(a, b).stream().sorted().toList(), s.chunksOf("first").orElseThrow());
+      assertEquals(0, s.collectGarbage().chunks());
+      s.commit("second", manifest, Set.of(b, a)); // the same set: a second tag for the same image
+      assertEquals(List.of("first", "second"), s.tags());
+    }
+  }
+
   @Test
   void gcKeepsChunksOtherTagsUseAndDeletesTheRest() {
     Digest c1;
@@ -284,6 +304,54 @@ class RocksChunkStoreTest {
     java.nio.file.Files.writeString(file, "x");
     StoreException e = assertThrows(StoreException.class, () -> RocksChunkStore.open(file.resolve("store")));
     assertTrue(e.getMessage().contains(file.resolve("store").toString()), e.getMessage());
+  }
+
+  /**
+   * With CURRENT gone, the first open failed and the second created an empty store over the old one, deleting
+   * every table and blob file: a damaged store must fail to open, naming the damage, however often it is tried.
+   */
+  @Test
+  void aDamagedStoreFailsToOpenNamingTheDamageAndNothingIsChanged() throws Exception {
+    Path store = dir.resolve("store");
+    try (RocksChunkStore s = open()) {
+      s.commit("t", new byte[] {1}, Set.of(put(s, random(60, 50_000))));
+      s.flush();
+    }
+    java.nio.file.Files.delete(store.resolve("CURRENT"));
+    Map<String, Long> before = files(store);
+    for (StoreOptions o : List.of(new StoreOptions().setPath(store), new StoreOptions().setPath(store),
+        new StoreOptions().setPath(store).setReadOnly(true), new StoreOptions().setPath(store).setCreate(true))) {
+      StoreException e = assertThrows(StoreException.class, () -> RocksChunkStore.open(o));
+      assertTrue(e.getMessage().contains("is damaged") && e.getMessage().contains("CURRENT"), e.getMessage());
+      assertEquals(before, files(store), "a failed open changes nothing");
+    }
+  }
+
+  @Test
+  void onlyACreatingOpenMakesANewStore() {
+    Path none = dir.resolve("none");
+    StoreException e = assertThrows(StoreException.class,
+        () -> RocksChunkStore.open(new StoreOptions().setPath(none).setCreate(false)));
+    assertTrue(e.getMessage().contains("there is no store here"), e.getMessage());
+    assertFalse(java.nio.file.Files.exists(none));
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(none).setCreate(true))) {
+      assertEquals(List.of(), s.tags());
+    }
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(none).setCreate(false))) {
+      assertEquals(List.of(), s.tags());
+    }
+  }
+
+  /** Every file of a store directory with its size and modification time. */
+  static Map<String, Long> files(Path store) throws Exception {
+    Map<String, Long> out = new java.util.TreeMap<>();
+    try (var list = java.nio.file.Files.list(store)) {
+      for (Path f : list.toList()) {
+        out.put(f.getFileName().toString(), java.nio.file.Files.size(f) * 31
+            + java.nio.file.Files.getLastModifiedTime(f).toMillis());
+      }
+    }
+    return out;
   }
 
   @Test

@@ -8,7 +8,8 @@ import java.util.Random;
 import java.util.Set;
 
 /**
- * The other process of {@link StoreProcessTest}: {@code StoreChild <mode> <store> <progress-file>}. It writes
+ * The other process of {@link StoreProcessTest} (and of the CLI's tests of a store held by a writer):
+ * {@code StoreChild <mode> <store> <progress-file>}. It writes
  * its progress to the file (one line per step, replaced atomically) and then waits to be killed.
  */
 public final class StoreChild {
@@ -50,6 +51,7 @@ public final class StoreChild {
         s.commit("held", "held manifest".getBytes(), Set.of(d));
         report(progress, "holding");
       }
+      case "open" -> report(progress, "open");
       default -> throw new IllegalArgumentException(mode);
     }
     Thread.sleep(Long.MAX_VALUE);
