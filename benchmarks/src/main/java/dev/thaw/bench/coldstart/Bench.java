@@ -15,9 +15,10 @@ import java.util.Optional;
  * @param work the work folder
  * @param childTimeout how long one child process may run
  * @param log where progress goes
+ * @param pool the context pool the pooled contenders share
  */
 record Bench(ThawCommand thaw, PythonSide python, String pythonUnavailableReason,
-    String checkpointApiMissingReason, Path work, Duration childTimeout, PrintStream log) {
+    String checkpointApiMissingReason, Path work, Duration childTimeout, PrintStream log, HarnessPool pool) {
 
   Optional<String> pythonUnavailable() {
     return Optional.ofNullable(pythonUnavailableReason);

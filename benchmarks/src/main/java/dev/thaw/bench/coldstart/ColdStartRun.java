@@ -62,7 +62,8 @@ final class ColdStartRun {
     String startedAt = Instant.now().toString();
     boolean temporary = options.work() == null;
     Path work = temporary ? Files.createTempDirectory("thaw-cold-start") : Files.createDirectories(options.work());
-    try {
+    HarnessPool pool = new HarnessPool(options.device(), work.resolve("store"), options.childTimeout());
+    try (pool) {
       ThawCommand thaw = ThawCommand.locate(options.device(), work.resolve("store"));
       List<Workload> main = options.models().stream().map(Workload::named).toList();
       List<Workload> sweep = options.sweep().stream().filter(s -> !options.models().contains(s))
@@ -102,7 +103,8 @@ final class ColdStartRun {
           }
         }
       }
-      Bench bench = new Bench(thaw, python, pythonReason, checkpointReason, work, options.childTimeout(), log);
+      Bench bench = new Bench(thaw, python, pythonReason, checkpointReason, work, options.childTimeout(), log,
+          pool);
 
       // One model at a time, main models first: a sweep model not begun by the deadline costs nothing.
       Boolean simulated = options.device().equals("sim") ? Boolean.TRUE : null;

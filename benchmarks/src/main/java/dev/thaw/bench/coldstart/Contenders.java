@@ -4,12 +4,14 @@ import java.util.List;
 
 /**
  * Every contender the harness knows, in the order they run on each model. A new way to cold-start (the Thaw
- * server, cold per memory tier and warm; the context pool) is one more {@link Contender} in this list.
+ * server over HTTP, cold per memory tier and warm) is one more {@link Contender} in this list.
  */
 final class Contenders {
 
   private static final List<Contender> ALL = List.of(
       new ThawProcessContender(),
+      new ThawPoolColdContender(),
+      new ThawPoolWarmContender(),
       new PytorchScratchContender(),
       new DriverCheckpointContender());
 

@@ -100,17 +100,24 @@ final class MarkdownReport {
     return md.toString();
   }
 
-  /** How many times longer each other contender takes than Thaw's fresh process, on one model. */
+  /** How many times as long as each of Thaw's cold starts every other contender takes, on one model. */
   private static Optional<String> ratios(ModelResult m) {
-    Optional<ContenderResult> thaw = m.contender(ThawProcessContender.ID).filter(ContenderResult::ran);
-    if (thaw.isEmpty()) {
-      return Optional.empty();
-    }
     StringBuilder s = new StringBuilder();
-    for (ContenderResult c : m.contenders()) {
-      if (c.ran() && !c.id().equals(ThawProcessContender.ID)) {
-        s.append(s.length() == 0 ? "Against Thaw's fresh process (median / median): " : "; ")
-            .append(c.label()).append(String.format(Locale.ROOT, " %.2f×", c.median() / thaw.get().median()));
+    for (String base : List.of(ThawPoolColdContender.ID, ThawProcessContender.ID)) {
+      Optional<ContenderResult> thaw = m.contender(base).filter(ContenderResult::ran);
+      if (thaw.isEmpty()) {
+        continue;
+      }
+      StringBuilder line = new StringBuilder();
+      for (ContenderResult c : m.contenders()) {
+        if (c.ran() && !c.id().startsWith("thaw-")) {
+          line.append(line.length() == 0 ? "" : ", ").append(c.label())
+              .append(String.format(Locale.ROOT, " **%.1f×**", c.median() / thaw.get().median()));
+        }
+      }
+      if (line.length() > 0) {
+        s.append(s.length() == 0 ? "" : "\n\n").append("Against ").append(thaw.get().label())
+            .append(" (median over median): ").append(line);
       }
     }
     return s.length() == 0 ? Optional.empty() : Optional.of(s.toString());

@@ -31,7 +31,8 @@ class ColdStartGpt2SweepTest {
     Path out = dir.resolve("out");
     Path work = dir.resolve("work");
     Run run = ColdStartSmokeTest.run("--models", "gpt2-tiny", "--sweep", "mlp", "--runs", "1", "--sweep-runs", "1",
-        "--device", "auto", "--out", out.toString(), "--work", work.toString());
+        "--contenders", "thaw-process,pytorch-scratch,driver-checkpoint", "--device", "auto", "--out", out.toString(),
+        "--work", work.toString());
     ColdStartResult r = ColdStartResult.read(out.resolve(ColdStart.JSON_FILE));
     if (!r.simulated()) {
       return; // a GPU host: the real run is scripts/gpu/harness-run.sh's business, not this test's

@@ -25,8 +25,9 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * The harness end to end on the simulated device, as CI runs it: the MLP, two cold starts of every contender
- * that can run without a GPU (Thaw's fresh process, really spawned), the others skipped with their reason; the
- * JSON, the table and the plots written and every one of them labelled SIMULATED.
+ * that can run without a GPU (Thaw's fresh process, really spawned; the context pool's workers, really
+ * restoring), the others skipped with their reason; the JSON, the table and the plots written and every one of
+ * them labelled SIMULATED.
  */
 class ColdStartSmokeTest {
 
@@ -59,6 +60,18 @@ class ColdStartSmokeTest {
       assertTrue(s.phases().get("copy + verify") > 0, s.phases().toString());
       assertEquals(mlp.imageBytes(), s.extra().get("restoredBytes"), 0.5, "the whole image is restored");
     }
+    ContenderResult pooled = mlp.contender(ThawPoolColdContender.ID).orElseThrow();
+    assertEquals(Status.RAN, pooled.status(), pooled.reason());
+    assertEquals(2, pooled.samples().size());
+    for (Sample s : pooled.samples()) {
+      double sum = s.phases().values().stream().mapToDouble(Double::doubleValue).sum();
+      assertEquals(s.ttfrMillis(), sum, 0.01 * s.ttfrMillis(), "the phases add up to the time: " + s.phases());
+      assertTrue(s.phases().containsKey("copy + verify") && s.phases().containsKey("acquire"), s.phases().toString());
+      assertEquals(mlp.imageBytes(), s.extra().get("restoredBytes"), 0.5, "the whole image is restored");
+    }
+    ContenderResult warm = mlp.contender(ThawPoolWarmContender.ID).orElseThrow();
+    assertEquals(Status.RAN, warm.status(), warm.reason());
+    assertEquals(2, warm.samples().size());
     for (String id : List.of(PytorchScratchContender.ID, DriverCheckpointContender.ID)) {
       ContenderResult skipped = mlp.contender(id).orElseThrow();
       assertEquals(Status.SKIPPED, skipped.status(), id);
