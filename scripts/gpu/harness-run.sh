@@ -36,7 +36,7 @@ mkdir -p "$OUT"
 # --device cuda: Thaw fails rather than fall back to the simulated device.
 timeout 350 "$thaw_home/bin/thaw-bench" cold-start --device cuda \
     --models mlp,gpt2-large --runs 5 \
-    --sweep gpt2,gpt2-medium,gpt2-xl --sweep-runs 3 --deadline 240 \
+    --sweep gpt2,gpt2-medium,gpt2-xl --sweep-runs 3 --concurrency 1,2,4,8 --deadline 240 \
     --out "$OUT" --work "$work" > "$OUT/harness.log" 2>&1
 status=$?
 [[ $status -eq 124 ]] && echo "harness-run.sh: the harness ran past 350 s and was stopped" >> "$OUT/harness.log"

@@ -86,6 +86,15 @@ public final class ColdStart implements Callable<Integer> {
   @Option(names = "--trace", paramLabel = "FILE", description = "A Chrome-trace JSON of a restore, to draw as a timeline.")
   Path trace;
 
+  @Option(names = "--concurrency", split = ",", paramLabel = "N",
+      description = "Also N cold starts at once through the context pool, per level (e.g. 1,2,4,8), after the "
+          + "models; subject to --deadline.")
+  List<Integer> concurrency = List.of();
+
+  @Option(names = "--concurrency-model", paramLabel = "MODEL",
+      description = "The main model the concurrency levels run (default: the last of --models).")
+  String concurrencyModel;
+
   private final List<String> args;
   private final PrintStream log;
 
@@ -114,7 +123,8 @@ public final class ColdStart implements Callable<Integer> {
     try {
       options = new ColdStartOptions().models(models).sweep(sweep).runs(runs).sweepRuns(sweepRuns).out(out)
           .work(work).keepWork(keepWork).device(device).python(python)
-          .childTimeout(Duration.ofSeconds(childTimeoutSeconds)).trace(trace);
+          .childTimeout(Duration.ofSeconds(childTimeoutSeconds)).trace(trace).concurrency(concurrency)
+          .concurrencyModel(concurrencyModel);
       if (contenders != null) {
         options.contenders(contenders);
       }

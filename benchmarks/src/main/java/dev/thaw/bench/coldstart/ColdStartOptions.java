@@ -30,6 +30,8 @@ public final class ColdStartOptions {
   private Duration deadline;
   private Duration childTimeout = DEFAULT_CHILD_TIMEOUT;
   private Path trace;
+  private List<Integer> concurrency = List.of();
+  private String concurrencyModel;
 
   /** The main models: every contender runs each {@link #runs()} times. */
   public List<String> models() {
@@ -166,6 +168,35 @@ public final class ColdStartOptions {
 
   public ColdStartOptions childTimeout(Duration childTimeout) {
     this.childTimeout = childTimeout;
+    return this;
+  }
+
+  /** How many cold starts at once, per level (e.g. 1, 2, 4, 8); empty for none. */
+  public List<Integer> concurrency() {
+    return concurrency;
+  }
+
+  public ColdStartOptions concurrency(List<Integer> concurrency) {
+    for (int n : concurrency) {
+      if (n < 1 || n > 64) {
+        throw new IllegalArgumentException("a concurrency level is 1 to 64, not " + n);
+      }
+    }
+    this.concurrency = List.copyOf(concurrency);
+    return this;
+  }
+
+  /** The main model the concurrency levels run: by default the last of {@link #models()}. */
+  public String concurrencyModel() {
+    return concurrencyModel != null ? concurrencyModel : models.get(models.size() - 1);
+  }
+
+  public ColdStartOptions concurrencyModel(String model) {
+    if (model != null && !models.contains(model)) {
+      throw new IllegalArgumentException("the concurrency model must be one of the main models " + models
+          + ", not " + model);
+    }
+    this.concurrencyModel = model;
     return this;
   }
 

@@ -51,8 +51,13 @@ final class ColdStartPlots {
     draw(lines, dir, "time-to-first-response", "Time to first response per contender", () -> ttfr(r, suffix));
     draw(lines, dir, "thaw-phases", "Where Thaw's cold start goes", () -> phases(r, suffix));
     draw(lines, dir, "scaling-image-size", "Time to first response against image size", () -> bySize(r, suffix));
-    lines.add("- not drawn: time to first response against concurrent cold starts (1, 2, 4, 8): it needs the Thaw "
-        + "server's contenders, which this harness does not have yet");
+    if (r.concurrency() == null) {
+      lines.add("- not drawn: Time to first response against concurrent cold starts: not asked for "
+          + "(`--concurrency 1,2,4,8`)");
+    } else {
+      draw(lines, dir, "scaling-concurrency", "Time to first response against concurrent cold starts",
+          () -> byConcurrency(r, suffix));
+    }
     if (trace != null) {
       draw(lines, dir, "restore-timeline", "Restore timeline (" + trace.source() + ")",
           () -> timeline(trace, suffix));
@@ -209,6 +214,34 @@ final class ColdStartPlots {
       double[] x = sized.stream().mapToDouble(m -> m.imageBytes() / 1e9).toArray();
       double[] y = sized.stream().mapToDouble(m -> m.imageBytes() / (gbps * 1e6)).toArray();
       XYSeries floor = chart.addSeries(String.format(Locale.ROOT, "PCIe floor (size / %.1f GB/s pinned H2D)", gbps), x, y);
+      floor.setMarker(SeriesMarkers.NONE);
+      floor.setLineStyle(new java.awt.BasicStroke(2f, java.awt.BasicStroke.CAP_BUTT, java.awt.BasicStroke.JOIN_MITER,
+          10f, new float[] {6f, 4f}, 0f));
+    }
+    return chart;
+  }
+
+  static XYChart byConcurrency(ColdStartResult r, String suffix) throws NotDrawn {
+    ColdStartResult.Concurrency c = r.concurrency();
+    if (c.levels().isEmpty()) {
+      throw new NotDrawn(c.skipped() == null ? "no level ran" : c.skipped());
+    }
+    double[] n = c.levels().stream().mapToDouble(ColdStartResult.ConcurrencyLevel::concurrent).toArray();
+    XYChart chart = new XYChartBuilder().width(WIDTH).height(HEIGHT)
+        .title(c.model() + ": cold starts at once through the context pool" + suffix)
+        .xAxisTitle("cold starts at once on one GPU").yAxisTitle("milliseconds").build();
+    style(chart.getStyler());
+    chart.getStyler().setXAxisDecimalPattern("#");
+    chart.addSeries("median time to first response", n,
+        c.levels().stream().mapToDouble(ColdStartResult.ConcurrencyLevel::median).toArray())
+        .setMarker(SeriesMarkers.CIRCLE);
+    chart.addSeries("the last to answer", n,
+        c.levels().stream().mapToDouble(ColdStartResult.ConcurrencyLevel::last).toArray())
+        .setMarker(SeriesMarkers.SQUARE);
+    Double gbps = r.environment().h2dGBps();
+    if (gbps != null && c.imageBytes() != null) {
+      XYSeries floor = chart.addSeries(String.format(Locale.ROOT, "PCIe floor (N × image / %.1f GB/s)", gbps), n,
+          java.util.Arrays.stream(n).map(k -> k * c.imageBytes() / (gbps * 1e6)).toArray());
       floor.setMarker(SeriesMarkers.NONE);
       floor.setLineStyle(new java.awt.BasicStroke(2f, java.awt.BasicStroke.CAP_BUTT, java.awt.BasicStroke.JOIN_MITER,
           10f, new float[] {6f, 4f}, 0f));

@@ -26,11 +26,13 @@ import java.util.Optional;
  * @param sweepRuns cold starts per contender and sweep model
  * @param environment what the run measured about its host
  * @param models one entry per model, main models first
+ * @param concurrency cold starts at once on one GPU, or null when not asked for
  * @param notes what the reader must know: skipped contenders, deadlines, plots not drawn
  */
 @JsonInclude(JsonInclude.Include.NON_NULL)
 public record ColdStartResult(String harness, boolean simulated, String device, String startedAt, List<String> command,
-    int runs, int sweepRuns, Environment environment, List<ModelResult> models, List<String> notes) {
+    int runs, int sweepRuns, Environment environment, List<ModelResult> models, Concurrency concurrency,
+    List<String> notes) {
 
   public static final String FORMAT = "thaw-cold-start/1";
 
@@ -176,6 +178,44 @@ public record ColdStartResult(String harness, boolean simulated, String device, 
 
     public boolean failed() {
       return verdict.equals("DIFFER");
+    }
+  }
+
+  /**
+   * Concurrent cold starts of one model.
+   *
+   * @param model the model
+   * @param contender how each cold start was made ({@link ThawPoolColdContender#ID})
+   * @param imageBytes its image's size, for the PCIe floor of N at once
+   * @param levels one per N, in the order run
+   * @param skipped why it did not run, or null
+   */
+  @JsonInclude(JsonInclude.Include.NON_NULL)
+  public record Concurrency(String model, String contender, Long imageBytes, List<ConcurrencyLevel> levels,
+      String skipped) {
+    public Concurrency {
+      levels = levels == null ? List.of() : List.copyOf(levels);
+    }
+  }
+
+  /**
+   * N cold starts at once.
+   *
+   * @param concurrent N
+   * @param ttfrMillis each one's time from the common start to its answer
+   */
+  public record ConcurrencyLevel(int concurrent, List<Double> ttfrMillis) {
+    public ConcurrencyLevel {
+      ttfrMillis = List.copyOf(ttfrMillis);
+    }
+
+    public double median() {
+      return ContenderResult.median(ttfrMillis.stream().mapToDouble(Double::doubleValue).toArray());
+    }
+
+    /** When the last of them answered. */
+    public double last() {
+      return ttfrMillis.stream().mapToDouble(Double::doubleValue).max().orElse(Double.NaN);
     }
   }
 

@@ -3,6 +3,8 @@ package dev.thaw.bench.coldstart;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.bench.coldstart.ColdStartResult.AnswerCheck;
+import dev.thaw.bench.coldstart.ColdStartResult.Concurrency;
+import dev.thaw.bench.coldstart.ColdStartResult.ConcurrencyLevel;
 import dev.thaw.bench.coldstart.ColdStartResult.ContenderResult;
 import dev.thaw.bench.coldstart.ColdStartResult.Environment;
 import dev.thaw.bench.coldstart.ColdStartResult.ModelResult;
@@ -109,6 +111,7 @@ final class ColdStartRun {
       // One model at a time, main models first: a sweep model not begun by the deadline costs nothing.
       Boolean simulated = options.device().equals("sim") ? Boolean.TRUE : null;
       List<ModelResult> models = new ArrayList<>();
+      Map<String, PreparedModel> preparedByName = new LinkedHashMap<>();
       for (Workload w : all) {
         boolean isSweep = !main.contains(w);
         if (isSweep && pastDeadline()) {
@@ -116,6 +119,7 @@ final class ColdStartRun {
           continue;
         }
         PreparedModel p = prepare(bench, w, isSweep, gpt2Dirs.get(w.name()));
+        preparedByName.put(w.name(), p);
         if (p.buildSimulated() != null) {
           simulated = simulated == null ? p.buildSimulated() : simulated || p.buildSimulated();
         }
@@ -127,9 +131,14 @@ final class ColdStartRun {
         }
         models.add(new ModelResult(w.name(), p.sweep(), p.imageBytes(), p.weightsBytes(), requestForReport(w),
             p.buildAnswer(), results, checkAnswers(p, results)));
-        progress.accept(result(startedAt, simulated, thaw, prep, pythonReason, models));
+        progress.accept(result(startedAt, simulated, thaw, prep, pythonReason, models, null));
       }
-      return result(startedAt, simulated, thaw, prep, pythonReason, models);
+      Concurrency concurrency = null;
+      if (!options.concurrency().isEmpty()) {
+        pool.close(); // its idle worker's context would only take GPU memory from the levels
+        concurrency = concurrency(preparedByName.get(options.concurrencyModel()), work.resolve("store"));
+      }
+      return result(startedAt, simulated, thaw, prep, pythonReason, models, concurrency);
     } finally {
       if (temporary && !options.keepWork()) {
         deleteTree(work);
@@ -139,8 +148,31 @@ final class ColdStartRun {
     }
   }
 
+  private Concurrency concurrency(PreparedModel p, Path store) throws InterruptedException {
+    String id = ThawPoolColdContender.ID;
+    Long bytes = p.imageBytes();
+    if (pastDeadline()) {
+      String reason = "the run was past its deadline (" + options.deadline().toSeconds() + " s)";
+      notes.add("concurrent cold starts: skipped, " + reason);
+      return new Concurrency(p.workload().name(), id, bytes, List.of(), reason);
+    }
+    say("%s: concurrent cold starts through the context pool: %s", p.workload().name(), options.concurrency());
+    try {
+      Concurrency c = ConcurrencySweep.run(p, options.concurrency(), options.device(), store, options.childTimeout());
+      for (ConcurrencyLevel level : c.levels()) {
+        say("%s: %d at once: median %.1f ms, last %.1f ms", p.workload().name(), level.concurrent(), level.median(),
+            level.last());
+      }
+      return c;
+    } catch (ContenderException e) {
+      say("concurrent cold starts FAILED: %s", e.getMessage());
+      notes.add("concurrent cold starts: FAILED: " + e.getMessage());
+      return new Concurrency(p.workload().name(), id, bytes, List.of(), "FAILED: " + e.getMessage());
+    }
+  }
+
   private ColdStartResult result(String startedAt, Boolean simulated, ThawCommand thaw, JsonNode prep,
-      String pythonReason, List<ModelResult> models) {
+      String pythonReason, List<ModelResult> models, Concurrency concurrency) {
     boolean sim = simulated != null && simulated;
     Environment env = new Environment(thaw.describe(), text(prep, "python"), text(prep, "torch"),
         text(prep, "transformers"), text(prep, "device"),
@@ -150,7 +182,7 @@ final class ColdStartRun {
     String device = sim ? "Thaw's simulated device (no GPU): SIMULATED, no time here is a GPU time"
         : Optional.ofNullable(text(prep, "device")).orElse("a GPU (its name unknown: PyTorch did not run)");
     return new ColdStartResult(ColdStartResult.FORMAT, sim, device, startedAt, command, options.runs(),
-        options.sweepRuns(), env, models, notes);
+        options.sweepRuns(), env, models, concurrency, notes);
   }
 
   private PreparedModel prepare(Bench bench, Workload w, boolean sweep, Path gpt2Dir)

@@ -48,6 +48,10 @@ final class HarnessPool implements AutoCloseable {
    * no part of a cold start.
    */
   byte[] manifest(String tag) throws Contender.ContenderException {
+    return manifest(store, tag);
+  }
+
+  static byte[] manifest(Path store, String tag) throws Contender.ContenderException {
     try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
       return s.manifest(tag).orElseThrow(() -> new Contender.ContenderException("the store has no image " + tag));
     }

@@ -91,6 +91,10 @@ final class MarkdownReport {
       sweep(r, md);
     }
 
+    if (r.concurrency() != null) {
+      concurrency(r, md);
+    }
+
     md.append("\n## Plots\n\n");
     plotLines.forEach(l -> md.append(l).append('\n'));
     if (!r.notes().isEmpty()) {
@@ -145,6 +149,26 @@ final class MarkdownReport {
           }
           md.append('\n');
         });
+  }
+
+  private static void concurrency(ColdStartResult r, StringBuilder md) {
+    ColdStartResult.Concurrency c = r.concurrency();
+    md.append("\n## Cold starts at once (").append(c.model()).append(", through the context pool)\n\n");
+    if (c.levels().isEmpty()) {
+      md.append("Not run: ").append(c.skipped()).append('\n');
+      return;
+    }
+    Double gbps = r.environment().h2dGBps();
+    md.append("| at once | median | the last to answer |").append(gbps != null ? " PCIe floor (N × image) |" : "")
+        .append("\n| ---: | ---: | ---: |").append(gbps != null ? " ---: |" : "").append('\n');
+    for (ColdStartResult.ConcurrencyLevel l : c.levels()) {
+      md.append("| ").append(l.concurrent()).append(" | ").append(millis(l.median())).append(" | ")
+          .append(millis(l.last())).append(" |");
+      if (gbps != null && c.imageBytes() != null) {
+        md.append(' ').append(millis(l.concurrent() * c.imageBytes() / (gbps * 1e6))).append(" |");
+      }
+      md.append('\n');
+    }
   }
 
   static String millis(double ms) {

@@ -309,17 +309,21 @@ class Driver:
         return s.value
 
 
-CHECKPOINTED = 2  # CUprocessState
+LOCKED, CHECKPOINTED = 1, 2  # CUprocessState
 
 
 def checkpoint(a):
-    driver = Driver()
+    try:
+        driver = Driver()
+    except Exception as e:  # noqa: BLE001 - no libcuda, no checkpoint calls, cuInit failing: all said the same way
+        emit({"error": f"the driver's checkpoint API is not usable: {e}"})
+        return 1
     t0 = time.perf_counter()
     server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", "--kind", a.kind, "--weights",
                                a.weights, "--request", a.request], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, bufsize=1)
     try:
-        ready = json.loads(server.stdout.readline() or "{}")
+        ready = reply_from(server)
         if not ready.get("ready"):
             raise RuntimeError(f"the server did not start (exit {server.wait(timeout=30)})")
         emit({"ready": True, "serverStartMs": ms(t0, time.perf_counter()), "answer": ready["answer"],
@@ -340,7 +344,7 @@ def checkpoint(a):
             t5 = time.perf_counter()
             server.stdin.write("go\n")
             server.stdin.flush()
-            reply = json.loads(server.stdout.readline() or "{}")
+            reply = reply_from(server)
             t6 = time.perf_counter()
             if "answer" not in reply:
                 raise RuntimeError(f"the server gave no answer after its restore (exit {server.poll()})")
@@ -349,6 +353,7 @@ def checkpoint(a):
                   "answer": reply["answer"], "gap": reply["gap"]})
     except Exception as e:  # noqa: BLE001 - reported to the harness, which names the contender as failed
         emit({"error": str(e)})
+        resume_quietly(driver, server.pid)
         return 1
     finally:
         server.stdin.close()
@@ -357,6 +362,33 @@ def checkpoint(a):
         except subprocess.TimeoutExpired:
             server.kill()
     return 0
+
+
+def reply_from(server):
+    """The server's next JSON line; a line a library printed on stdout is passed over. {} at end of stream."""
+    while True:
+        line = server.stdout.readline()
+        if not line:
+            return {}
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+
+
+def resume_quietly(driver, pid):
+    """After a failure, brings a suspended server back so it can exit (a locked process cannot)."""
+    try:
+        state = driver.state(pid)
+        if state == CHECKPOINTED:
+            driver.restore(pid)
+            state = LOCKED
+        if state == LOCKED:
+            driver.unlock(pid)
+    except Exception:  # noqa: BLE001 - the failure being reported is the one that matters
+        pass
 
 
 def read_json(path):

@@ -19,7 +19,7 @@ import org.junit.jupiter.api.io.TempDir;
  * machine has (no GPU here: the sim). It runs the PyTorch side's {@code prepare} for real when there is a
  * {@code python3}: without torch or a GPU the PyTorch contenders are skipped with the reason, and Thaw writes
  * the GPT-2 weights itself; a sweep model is run only by the contenders that sweep; two image sizes make the
- * scaling plot.
+ * scaling plot; one and two cold starts at once through the context pool make the concurrency plot.
  */
 class ColdStartGpt2SweepTest {
 
@@ -27,12 +27,12 @@ class ColdStartGpt2SweepTest {
   Path dir;
 
   @Test
-  void gpt2FromAHuggingFaceFolderWithAnMlpSweep() throws Exception {
+  void gpt2FromAHuggingFaceFolderWithAnMlpSweepAndConcurrentColdStarts() throws Exception {
     Path out = dir.resolve("out");
     Path work = dir.resolve("work");
     Run run = ColdStartSmokeTest.run("--models", "gpt2-tiny", "--sweep", "mlp", "--runs", "1", "--sweep-runs", "1",
-        "--contenders", "thaw-process,pytorch-scratch,driver-checkpoint", "--device", "auto", "--out", out.toString(),
-        "--work", work.toString());
+        "--contenders", "thaw-process,pytorch-scratch,driver-checkpoint", "--concurrency", "1,2", "--device", "auto",
+        "--out", out.toString(), "--work", work.toString());
     ColdStartResult r = ColdStartResult.read(out.resolve(ColdStart.JSON_FILE));
     if (!r.simulated()) {
       return; // a GPU host: the real run is scripts/gpu/harness-run.sh's business, not this test's
@@ -59,6 +59,15 @@ class ColdStartGpt2SweepTest {
     assertTrue(mlp.contender(DriverCheckpointContender.ID).isPresent(), "the driver checkpoint sweeps");
 
     assertTrue(Files.size(out.resolve("plots/scaling-image-size.png")) > 1000);
+
+    // Two cold starts at once through the context pool, each answered.
+    ColdStartResult.Concurrency c = r.concurrency();
+    assertEquals("gpt2-tiny", c.model(), "the last main model by default");
+    assertEquals(2, c.levels().size(), String.valueOf(c.skipped()));
+    assertEquals(1, c.levels().get(0).ttfrMillis().size());
+    assertEquals(2, c.levels().get(1).ttfrMillis().size());
+    assertTrue(c.levels().get(1).last() >= c.levels().get(1).median());
+    assertTrue(Files.size(out.resolve("plots/scaling-concurrency.png")) > 1000);
     String md = Files.readString(out.resolve(ColdStart.REPORT_FILE));
     assertTrue(md.contains("## Time to first response against image size"), md);
   }

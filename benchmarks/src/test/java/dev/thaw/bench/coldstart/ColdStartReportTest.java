@@ -76,7 +76,7 @@ class ColdStartReportTest {
     assertEquals(2.5, embed.endMillis(), 1e-9);
 
     ColdStartResult empty = new ColdStartResult(ColdStartResult.FORMAT, true, "sim", "now", List.of(), 1, 1,
-        new Environment("thaw", null, null, null, null, null, null, "no GPU"), List.of(), List.of());
+        new Environment("thaw", null, null, null, null, null, null, "no GPU"), List.of(), null, List.of());
     List<String> lines = ColdStart.plots(empty, dir.resolve("out"), t);
     assertTrue(lines.stream().anyMatch(l -> l.contains("not drawn: Time to first response per contender: no contender ran")),
         lines.toString());
