@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The cold-start harness on a GPU host: Thaw's fresh process (thaw run), PyTorch from scratch and NVIDIA's driver
-# checkpoint, side by side, on the MLP and GPT-2-large (5 cold starts each), then the image-size sweep
-# (GPT-2 small, medium, xl; 3 each, for Thaw and the driver checkpoint) as far as the deadline allows.
+# The cold-start harness on a GPU host: Thaw's fresh process (thaw run), Thaw's pooled worker (cold and warm),
+# PyTorch from scratch and NVIDIA's driver checkpoint, side by side, on the MLP and GPT-2-large (5 cold starts
+# each); then 1, 2, 4, 8 GPT-2-large cold starts at once through the context pool; then the image-size sweep
+# (GPT-2 small, medium, xl; 3 each, for Thaw and the driver checkpoint). What has not begun by 240 s is skipped
+# and the report says so.
 # Writes into $OUT: env.txt, harness.log, cold-start.json (every sample), cold-start.md (the tables), plots/.
 # Finishes in about 4 minutes (the sweep stops being started at 240 s; nothing runs past 6 minutes).
 # Usage (on the GPU machine): OUT=<dir> scripts/gpu/harness-run.sh <unpacked thaw dir | thaw tarball>

@@ -112,8 +112,14 @@ final class ColdStartRun {
       Boolean simulated = options.device().equals("sim") ? Boolean.TRUE : null;
       List<ModelResult> models = new ArrayList<>();
       Map<String, PreparedModel> preparedByName = new LinkedHashMap<>();
+      Concurrency concurrency = null;
+      // Main models, then the concurrent cold starts (on a main model's image, already built), then the sweep:
+      // the most expensive part last, where the deadline can cut it.
       for (Workload w : all) {
         boolean isSweep = !main.contains(w);
+        if (isSweep && concurrency == null && !options.concurrency().isEmpty()) {
+          concurrency = concurrency(preparedByName.get(options.concurrencyModel()), pool);
+        }
         if (isSweep && pastDeadline()) {
           notes.add(w.name() + ": not run, the run was past its deadline (" + options.deadline().toSeconds() + " s)");
           continue;
@@ -131,12 +137,10 @@ final class ColdStartRun {
         }
         models.add(new ModelResult(w.name(), p.sweep(), p.imageBytes(), p.weightsBytes(), requestForReport(w),
             p.buildAnswer(), results, checkAnswers(p, results)));
-        progress.accept(result(startedAt, simulated, thaw, prep, pythonReason, models, null));
+        progress.accept(result(startedAt, simulated, thaw, prep, pythonReason, models, concurrency));
       }
-      Concurrency concurrency = null;
-      if (!options.concurrency().isEmpty()) {
-        pool.close(); // its idle worker's context would only take GPU memory from the levels
-        concurrency = concurrency(preparedByName.get(options.concurrencyModel()), work.resolve("store"));
+      if (concurrency == null && !options.concurrency().isEmpty()) {
+        concurrency = concurrency(preparedByName.get(options.concurrencyModel()), pool);
       }
       return result(startedAt, simulated, thaw, prep, pythonReason, models, concurrency);
     } finally {
@@ -148,7 +152,9 @@ final class ColdStartRun {
     }
   }
 
-  private Concurrency concurrency(PreparedModel p, Path store) throws InterruptedException {
+  private Concurrency concurrency(PreparedModel p, HarnessPool pool) throws InterruptedException {
+    // The shared pool's idle worker would only take GPU memory from the levels; it starts again if asked.
+    pool.close();
     String id = ThawPoolColdContender.ID;
     Long bytes = p.imageBytes();
     if (pastDeadline()) {
@@ -158,7 +164,8 @@ final class ColdStartRun {
     }
     say("%s: concurrent cold starts through the context pool: %s", p.workload().name(), options.concurrency());
     try {
-      Concurrency c = ConcurrencySweep.run(p, options.concurrency(), options.device(), store, options.childTimeout());
+      Concurrency c = ConcurrencySweep.run(p, options.concurrency(), options.device(), pool.store(),
+          options.childTimeout());
       for (ConcurrencyLevel level : c.levels()) {
         say("%s: %d at once: median %.1f ms, last %.1f ms", p.workload().name(), level.concurrent(), level.median(),
             level.last());
