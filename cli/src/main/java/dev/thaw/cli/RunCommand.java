@@ -2,6 +2,7 @@ package dev.thaw.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.StrictJson;
 import dev.thaw.image.restore.ImageRestorer;
 import dev.thaw.image.restore.RestoreCheck;
 import dev.thaw.image.restore.RestoredFunction;
@@ -68,10 +69,14 @@ final class RunCommand implements Callable<Integer> {
   public Integer call() throws Exception {
     JsonNode body;
     try {
-      body = Json.MAPPER.readTree(Files.readString(request));
+      body = StrictJson.read(Files.readString(request));
+    } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+      throw new ParameterException(spec.commandLine(), "request " + request + " is not JSON: "
+          + StrictJson.problem(e), e);
+    } catch (java.nio.file.NoSuchFileException e) {
+      throw new ParameterException(spec.commandLine(), "request " + request + " does not exist", e);
     } catch (IOException e) {
-      throw new ParameterException(spec.commandLine(), "cannot read request " + request + ": "
-          + (e instanceof com.fasterxml.jackson.core.JsonProcessingException j ? j.getOriginalMessage() : e), e);
+      throw new ParameterException(spec.commandLine(), "cannot read request " + request + ": " + e.getMessage(), e);
     }
     if (body == null || !body.isObject()) {
       throw new ParameterException(spec.commandLine(), "request " + request + " is not a JSON object");

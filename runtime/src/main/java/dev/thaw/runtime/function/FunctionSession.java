@@ -84,6 +84,7 @@ public final class FunctionSession implements AutoCloseable {
   static final long ALIGNMENT = 256;
 
   private final Packing packing;
+  private final Set<String> hostWrites = java.util.concurrent.ConcurrentHashMap.newKeySet();
   /** Mapped slabs, with the ranges that hold them; in the order made. */
   private final List<MappedSlab> slabs = new ArrayList<>();
   private final List<VirtualRange> slabRanges = new ArrayList<>();
@@ -331,6 +332,20 @@ public final class FunctionSession implements AutoCloseable {
   public void upload(BufferRef ref, long offset, ByteBuffer src) {
     checkRange(ref, offset, src.remaining());
     context.copyHostToDevice(address(ref) + offset, src);
+    hostWrites.add(ref.name());
+  }
+
+  /**
+   * The buffers {@link #upload} wrote since {@link #clearHostWrites()} (or since the session began): a profile
+   * counts them as written, like kernel stores, so they are never taken for read-only.
+   */
+  public Set<String> hostWrites() {
+    return Set.copyOf(hostWrites);
+  }
+
+  /** Starts a new {@link #hostWrites()} record, e.g. when profiling begins after {@code init}. */
+  public void clearHostWrites() {
+    hostWrites.clear();
   }
 
   /** Fills {@code dst.remaining()} bytes from the buffer at {@code offset}, after the stream's work is done. */
