@@ -41,7 +41,9 @@ config=${STORE_RUN_CONFIG:-'{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "m
     timeout 120 "$home/bin/thaw" build --function dev.thaw.examples.gpt2.Gpt2Function --config "$config" \
         --tag gpt2-large --json > "$OUT/build.json" || status=1
     grep -E '"(totalBytes|chunks|snapshotMillis|syncMillis|snapshotGBps)"' "$OUT/build.json"
-    echo "snapshot GB/s on $dir: $(grep '"snapshotGBps"' "$OUT/build.json" | tr -dc '0-9.')"
+    echo "snapshot GB/s on $dir: $(python3 -c 'import json, sys; b = json.load(open(sys.argv[1]));
+print("%.3f (%d bytes, snapshot %.0f ms + sync %.0f ms)" % (b["snapshotGBps"], b["totalBytes"],
+      b["timings"]["snapshotMillis"], b["timings"]["syncMillis"]))' "$OUT/build.json")"
     ls "$store/packs" | wc -l | sed 's/^/pack files: /'
     du -sh "$store"
     echo "== run --check (new process)"

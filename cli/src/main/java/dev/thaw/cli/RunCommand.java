@@ -2,6 +2,7 @@ package dev.thaw.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.Images;
 import dev.thaw.image.StrictJson;
 import dev.thaw.image.restore.ImageRestorer;
 import dev.thaw.image.restore.RestoreCheck;
@@ -82,8 +83,15 @@ final class RunCommand implements Callable<Integer> {
       throw new ParameterException(spec.commandLine(), "request " + request + " is not a JSON object");
     }
     PrintWriter out = spec.commandLine().getOut();
-    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = store.open(cli, StoreAccess.READ);
-        GpuContext ctx = driver.createContext(0);
+    try (ChunkStore s = store.open(cli, StoreAccess.READ)) {
+      // Before any device work: a missing image or a request the function refuses costs no restore.
+      Images.checkRequest(tag, Images.manifest(s, tag), FunctionRequest.of(body));
+      return restoreAndInvoke(s, body, out);
+    }
+  }
+
+  private int restoreAndInvoke(ChunkStore s, JsonNode body, PrintWriter out) throws Exception {
+    try (GpuDriver driver = cli.openDriver(device.choice, spec); GpuContext ctx = driver.createContext(0);
         RestoredFunction<?> f = new ImageRestorer(s).restore(tag, ctx, ConsoleProgress.forOutput(json))) {
       RestoreCheck.Result memory = check ? RestoreCheck.deviceMemory(f) : null;
       long t = System.nanoTime();

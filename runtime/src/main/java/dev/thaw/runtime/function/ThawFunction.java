@@ -63,4 +63,13 @@ public interface ThawFunction<S> {
    * @throws InvalidRequestException if the request cannot be served, naming what is wrong
    */
   FunctionResponse invoke(FunctionSession session, S state, FunctionRequest request) throws Exception;
+
+  /**
+   * Checks a request against the host state alone, with no device work, so that a cold start refuses a
+   * request it cannot serve before it restores anything. {@link #invoke} must still check what it relies on;
+   * the default accepts every request.
+   *
+   * @throws InvalidRequestException if the request cannot be served, naming what is wrong
+   */
+  default void validate(S state, FunctionRequest request) {}
 }
