@@ -72,4 +72,13 @@ public interface ThawFunction<S> {
    * @throws InvalidRequestException if the request cannot be served, naming what is wrong
    */
   default void validate(S state, FunctionRequest request) {}
+
+  /**
+   * What the requests and responses hold, for serving protocols that need to know (tensors for the KServe
+   * v2 protocol, a language model for completions). Read from the host state alone: a server calls it without
+   * restoring the image. {@link FunctionSignature#UNDECLARED} by default.
+   */
+  default FunctionSignature signature(S state) {
+    return FunctionSignature.UNDECLARED;
+  }
 }
