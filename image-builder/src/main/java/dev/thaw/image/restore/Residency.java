@@ -62,6 +62,8 @@ final class Residency {
   private final RestoreSource.Lease lease;
   private final OnDemandOptions options;
   private final GpuStream stream;
+  /** Where promoted units go with {@link OnDemandOptions.Promotion#SECOND_STREAM}; else {@link #stream}. */
+  private final GpuStream urgentStream;
   private final int units;
   private final AtomicIntegerArray state;
   private final GpuEvent[] events;
@@ -70,6 +72,7 @@ final class Residency {
   private final ReentrantLock lock = new ReentrantLock();
   private final Condition queued = lock.newCondition();
   private final ArrayDeque<Integer> inFlight = new ArrayDeque<>();
+  private final ArrayDeque<Integer> inFlightUrgent = new ArrayDeque<>();
   private final ArrayDeque<Integer> urgent = new ArrayDeque<>();
   private final List<GpuEvent> used = new ArrayList<>();
   private final CompletableFuture<Void> done = new CompletableFuture<>();
@@ -82,6 +85,7 @@ final class Residency {
   private int copyCount;
   private int promotions;
   private GpuEvent last;
+  private GpuEvent lastUrgent;
   private volatile boolean complete;
   private volatile Throwable failure;
   private volatile boolean background;
@@ -96,6 +100,8 @@ final class Residency {
     this.lease = lease;
     this.options = options;
     this.stream = resources.stream();
+    this.urgentStream = options.promotion() == OnDemandOptions.Promotion.SECOND_STREAM ? resources.secondStream()
+        : stream;
     this.units = plan.unitCount();
     this.state = new AtomicIntegerArray(units);
     this.events = new GpuEvent[units];
@@ -144,7 +150,7 @@ final class Residency {
       }
       promotions++;
       if (hostCopies(unit) != FROM_STORE) {
-        queueHost(unit);
+        queueHost(unit, urgentStream);
         return;
       }
       urgent.addFirst(unit);
@@ -158,10 +164,10 @@ final class Residency {
   }
 
   /**
-   * Queues every pending unit and returns the event that completes when all are resident (null when all already
-   * are): what a launch that cannot be gated on its arguments waits for.
+   * Queues every pending unit and returns the events that complete when all are resident (none when all already
+   * are): what a launch that cannot be gated on its arguments waits for. The last event of each restore stream.
    */
-  GpuEvent promoteAll() {
+  GpuEvent[] promoteAll() {
     lock.lock();
     try {
       checkFailure();
@@ -172,7 +178,7 @@ final class Residency {
         }
         promotions++;
         if (hostCopies(u) != FROM_STORE) {
-          queueHost(u);
+          queueHost(u, stream);
         } else {
           urgent.addLast(u);
           fromStore = true;
@@ -186,7 +192,17 @@ final class Residency {
           }
         }
       }
-      return complete ? null : last;
+      if (complete) {
+        return new GpuEvent[0];
+      }
+      List<GpuEvent> all = new ArrayList<>(2);
+      if (last != null) {
+        all.add(last);
+      }
+      if (lastUrgent != null) {
+        all.add(lastUrgent);
+      }
+      return all.toArray(new GpuEvent[0]);
     } finally {
       lock.unlock();
     }
@@ -222,7 +238,7 @@ final class Residency {
             int next = nextPending();
             if (next >= 0) {
               if (hostCopies(next) != FROM_STORE) {
-                queueHost(next);
+                queueHost(next, stream);
                 continue;
               }
               fromStore = next;
@@ -242,11 +258,16 @@ final class Residency {
     }
   }
 
-  /** Under the lock: marks resident the queued units whose events have completed, in queue order. */
+  /** Under the lock: marks resident the queued units whose events have completed, in each stream's queue order. */
   private void retire() {
+    retire(inFlight);
+    retire(inFlightUrgent);
+  }
+
+  private void retire(ArrayDeque<Integer> queue) {
     Integer head;
-    while ((head = inFlight.peek()) != null && events[head].isComplete()) {
-      inFlight.poll();
+    while ((head = queue.peek()) != null && events[head].isComplete()) {
+      queue.poll();
       state.set(head, RESIDENT);
       residentUnits++;
       residentBytes += plan.unit(head).size();
@@ -289,25 +310,30 @@ final class Residency {
     return c;
   }
 
-  /** Under the lock: queues a host-tier unit's copies and its event. */
-  private void queueHost(int unit) {
+  /** Under the lock: queues a host-tier unit's copies and its event on {@code on}. */
+  private void queueHost(int unit, GpuStream on) {
     for (HostCopy c : copies[unit]) {
-      stream.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
+      on.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
       copyCount++;
     }
     hostBytes += plan.unit(unit).size();
-    recordQueued(unit);
+    recordQueued(unit, on);
   }
 
-  /** Under the lock: the unit's copies are on the stream; its event follows them. */
-  private void recordQueued(int unit) {
+  /** Under the lock: the unit's copies are on {@code on}; its event follows them. */
+  private void recordQueued(int unit, GpuStream on) {
     GpuEvent e = resources.takeEvent();
     used.add(e);
-    e.record(stream);
+    on.record(e);
     events[unit] = e;
     queuedNanos[unit] = System.nanoTime();
-    last = e;
-    inFlight.add(unit);
+    if (on == stream) {
+      last = e;
+      inFlight.add(unit);
+    } else {
+      lastUrgent = e;
+      inFlightUrgent.add(unit);
+    }
     queuedBytes += plan.unit(unit).size();
     state.set(unit, QUEUED);
     queued.signalAll();
@@ -370,7 +396,7 @@ final class Residency {
     lock.lock();
     try {
       storeBytes += a.size();
-      recordQueued(unit);
+      recordQueued(unit, stream);
     } finally {
       lock.unlock();
     }
@@ -418,6 +444,7 @@ final class Residency {
       }
     }
     stream.synchronize();
+    urgentStream.synchronize();
     lease.close();
     resources.giveBack(used);
   }

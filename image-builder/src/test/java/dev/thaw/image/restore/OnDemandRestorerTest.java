@@ -118,6 +118,28 @@ class OnDemandRestorerTest {
     }
   }
 
+  @ParameterizedTest(name = "{0}")
+  @org.junit.jupiter.params.provider.EnumSource(OnDemandOptions.Promotion.class)
+  void promotionsOnEitherStreamKeepTheGatingExactEvenInAReversedOrder(OnDemandOptions.Promotion promotion)
+      throws Exception {
+    // The profile's order reversed: every launch needs what the background order has not queued yet.
+    ImageManifest m = Images.manifest(store, "gpt2-tiny");
+    List<String> reversed = new java.util.ArrayList<>(m.profile().firstAccessOrder());
+    java.util.Collections.reverse(reversed);
+    ImageManifest manifest = new ImageManifest(m.schemaVersion(), m.function(), m.device(), m.allocations(),
+        m.modules(), m.hostState(), m.samples(), m.build(), new ImageManifest.Profile(m.profile().orderSource(),
+            m.profile().launches(), reversed, m.profile().kernels()));
+    try (Restored r = restore(manifest, Source.HOST_CACHE,
+        new OnDemandOptions().promotion(promotion).windowBytes(4096));
+        ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
+      JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
+      r.restore.awaitResident();
+      assertEquals(responses.get("gpt2-tiny"), got);
+      List<String> violations = probe.violations(r.restore);
+      assertTrue(violations.isEmpty(), String.join("\n", violations));
+    }
+  }
+
   @Test
   void uploadsOfTheFunctionWaitForTheirAllocationAndAreNotOverwritten() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
