@@ -99,6 +99,25 @@ public final class ImageRestorer {
     return restore(tag, manifest, function, context, progress, start, openMs);
   }
 
+  /**
+   * Restores an image whose manifest the caller already holds (a pooled worker is handed the manifest by its
+   * parent), reading its chunks from this restorer's store. {@code name} names the image in messages.
+   *
+   * @throws ImageRestoreException if the function class cannot be loaded, an address is taken, or the state
+   *     does not read; and as {@link #restore(String, GpuContext, ProgressListener)} for chunks
+   */
+  public RestoredFunction<?> restore(String name, ImageManifest manifest, GpuContext context,
+      ProgressListener progress) {
+    long start = System.nanoTime();
+    ThawFunction<?> function;
+    try {
+      function = FunctionLoader.load(manifest.function().className());
+    } catch (IllegalArgumentException e) {
+      throw new ImageRestoreException("image '" + name + "': " + e.getMessage(), e);
+    }
+    return restore(name, manifest, function, context, progress, start, millisSince(start));
+  }
+
   private <S> RestoredFunction<S> restore(String tag, ImageManifest manifest, ThawFunction<S> function,
       GpuContext context, ProgressListener progress, long start, double openMs) {
     List<String> notes = new ArrayList<>();
