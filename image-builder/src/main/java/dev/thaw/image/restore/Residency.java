@@ -39,6 +39,12 @@ final class Residency {
   static final int QUEUED = 1;
   static final int RESIDENT = 2;
 
+  /**
+   * The most the restore thread merges into one run of copies: 8 MiB copy in ~150 µs at 53 GB/s, so an allocation at
+   * the start of a run waits little for the rest, while copies stay large enough for full speed.
+   */
+  static final long MERGE_BYTES = 8L << 20;
+
   /** One host → device copy of a unit: mutable while chunks are coalesced into it. */
   private static final class HostCopy {
     final long dst;
@@ -238,7 +244,7 @@ final class Residency {
             int next = nextPending();
             if (next >= 0) {
               if (hostCopies(next) != FROM_STORE) {
-                queueHost(next, stream);
+                queueRun(next);
                 continue;
               }
               fromStore = next;
@@ -317,25 +323,70 @@ final class Residency {
       copyCount++;
     }
     hostBytes += plan.unit(unit).size();
-    recordQueued(unit, on);
+    recordQueued(on, unit);
   }
 
-  /** Under the lock: the unit's copies are on {@code on}; its event follows them. */
-  private void recordQueued(int unit, GpuStream on) {
+  /**
+   * Under the lock, from the restore thread: queues host-tier unit {@code first} and the pending host-tier units that
+   * follow it in plan order while each lies right after the previous one both on the device and in host memory (a
+   * packed image from a host cache laid out in restore order), up to {@link #MERGE_BYTES}: one copy instead of one
+   * per allocation, one event for all of them.
+   */
+  private void queueRun(int first) {
+    List<HostCopy> run = new ArrayList<>();
+    for (HostCopy c : copies[first]) {
+      run.add(new HostCopy(c.dst, c.buffer, c.offset, c.bytes));
+    }
+    int last = first;
+    long bytes = plan.unit(first).size();
+    while (last + 1 < units && bytes < MERGE_BYTES && state.get(last + 1) == PENDING) {
+      HostCopy[] next = hostCopies(last + 1);
+      HostCopy tail = run.get(run.size() - 1);
+      if (next == FROM_STORE || next.length == 0 || next[0].buffer != tail.buffer
+          || tail.dst + tail.bytes != next[0].dst || tail.offset + tail.bytes != next[0].offset) {
+        break;
+      }
+      tail.bytes += next[0].bytes;
+      for (int i = 1; i < next.length; i++) {
+        run.add(new HostCopy(next[i].dst, next[i].buffer, next[i].offset, next[i].bytes));
+      }
+      last++;
+      bytes += plan.unit(last).size();
+    }
+    for (HostCopy c : run) {
+      stream.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
+      copyCount++;
+    }
+    hostBytes += bytes;
+    int[] queued = new int[last - first + 1];
+    for (int u = first; u <= last; u++) {
+      queued[u - first] = u;
+    }
+    recordQueued(stream, queued);
+  }
+
+  /** Under the lock: the units' copies are on {@code on}; one event follows them. */
+  private void recordQueued(GpuStream on, int... queuedUnits) {
     GpuEvent e = resources.takeEvent();
     used.add(e);
     on.record(e);
-    events[unit] = e;
-    queuedNanos[unit] = System.nanoTime();
+    long now = System.nanoTime();
+    for (int unit : queuedUnits) {
+      events[unit] = e;
+      queuedNanos[unit] = now;
+      if (on == stream) {
+        inFlight.add(unit);
+      } else {
+        inFlightUrgent.add(unit);
+      }
+      queuedBytes += plan.unit(unit).size();
+      state.set(unit, QUEUED);
+    }
     if (on == stream) {
       last = e;
-      inFlight.add(unit);
     } else {
       lastUrgent = e;
-      inFlightUrgent.add(unit);
     }
-    queuedBytes += plan.unit(unit).size();
-    state.set(unit, QUEUED);
     queued.signalAll();
   }
 
@@ -396,7 +447,7 @@ final class Residency {
     lock.lock();
     try {
       storeBytes += a.size();
-      recordQueued(unit, stream);
+      recordQueued(stream, unit);
     } finally {
       lock.unlock();
     }
