@@ -180,6 +180,10 @@ public final class OnDemandBenchmark {
     double[] response = new double[n];
     double[] resident = new double[n];
     double[] hidden = new double[n];
+    double[] map = new double[n];
+    double[] modules = new double[n];
+    double[] state = new double[n];
+    double[] copies = new double[n];
     long promotions = 0;
     long waits = 0;
     JsonNode answer = null;
@@ -198,6 +202,9 @@ public final class OnDemandBenchmark {
       long t0 = System.nanoTime();
       try (OnDemandRestore r = restorer.restore(plan, ctx, cache, resources, options)) {
         ready[i] = (System.nanoTime() - t0) / 1e6;
+        map[i] = r.timings().mapMillis();
+        modules[i] = r.timings().modulesMillis();
+        state[i] = r.timings().stateMillis();
         if (strategy.full()) {
           r.awaitResident();
         }
@@ -214,6 +221,7 @@ public final class OnDemandBenchmark {
         hidden[i] = resident[i] + warm - response[i];
         OnDemandRestore.Stats s = r.stats();
         promotions = s.promotions();
+        copies[i] = s.copies();
         waits = s.waits() + s.fullWaits();
       }
     }
@@ -225,6 +233,10 @@ public final class OnDemandBenchmark {
     row.put("firstResponseMs", median(response));
     row.put("residentMs", median(resident));
     row.put("hiddenMs", median(hidden));
+    row.put("mapMs", median(map));
+    row.put("modulesMs", median(modules));
+    row.put("stateMs", median(state));
+    row.put("copies", median(copies));
     row.put("promotions", promotions);
     row.put("waits", waits);
     row.set("response", answer);
@@ -232,6 +244,10 @@ public final class OnDemandBenchmark {
     System.out.printf(Locale.ROOT, "| %s | %s | %s | %s | %.2f | %s | %s | %d | %d |%n", c.label(), strategy.name(),
         warm ? "-" : fmt(median(firstKernel)), warm ? "-" : fmt(median(ready)), median(response),
         warm ? "-" : fmt(median(resident)), warm ? "-" : fmt(median(hidden)), promotions, waits);
+    if (!warm) {
+      System.out.printf(Locale.ROOT, "|   | ready = map %.2f + modules %.2f + host state %.2f ms (+ start); %.0f copies | "
+          + "| | | | | | |%n", median(map), median(modules), median(state), median(copies));
+    }
     return row;
   }
 
