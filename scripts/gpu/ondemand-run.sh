@@ -14,7 +14,7 @@ export THAW_DEVICE=cuda
 mkdir -p "$OUT"
 status=0
 
-timeout -k 10 100 "$home/bin/thaw-test" --select-class dev.thaw.image.restore.OnDemandRestoreGpuTest \
+timeout -k 10 90 "$home/bin/thaw-test" --select-class dev.thaw.image.restore.OnDemandRestoreGpuTest \
     --reports-dir /tmp/thaw-ondemand-reports > "$OUT/tests.txt" 2>&1 || status=1
 sed -i 's/\x1b\[[0-9;]*m//g' "$OUT/tests.txt"
 grep -E "tests (successful|failed|skipped)|on-demand validation|planted kernel" "$OUT/tests.txt"

@@ -184,7 +184,7 @@ final class Residency {
         }
         promotions++;
         if (hostCopies(u) != FROM_STORE) {
-          queueHost(u, stream);
+          queueRun(u);
         } else {
           urgent.addLast(u);
           fromStore = true;
