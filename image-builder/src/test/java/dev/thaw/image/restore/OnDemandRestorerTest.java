@@ -34,7 +34,8 @@ import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
- * Pins on-demand restore on the sim device, against the real store: for every example function, from the host cache
+ * Pins on-demand restore on the sim device, against the real store: for every example function (MLP, GPT-2 and a
+ * Qwen2-style Llama in their tiny test configs, and a planted pointer-table kernel), from the host cache
  * and from the store, streaming in the background or only on demand, with the copy-bandwidth model on so that the
  * restore lags the kernels, no launch reads or writes a byte before it is resident (checked exactly by
  * {@link ResidencyProbe}) and the function answers as it did at build. Without the gate the same check finds
@@ -60,6 +61,9 @@ class OnDemandRestorerTest {
     build("gpt2-tiny", "dev.thaw.examples.gpt2.Gpt2Function",
         "{\"model\": \"tiny\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 16}",
         "{\"tokens\": [[5, 17, 3, 40, 2, 9]], \"maxNewTokens\": 4}");
+    build("llama-tiny", "dev.thaw.examples.llama.LlamaFunction",
+        "{\"model\": \"tiny-qwen2\", \"maxBatch\": 1, \"maxTokens\": 16}",
+        "{\"tokens\": [[5, 17, 3, 40, 2, 9]], \"maxNewTokens\": 3}");
     build("planted", PlantedTableFunction.class.getName(), "{\"n\": 3000}", "{}");
   }
 
@@ -84,7 +88,7 @@ class OnDemandRestorerTest {
 
   static Stream<Arguments> cases() {
     Stream.Builder<Arguments> b = Stream.builder();
-    for (String tag : List.of("mlp", "gpt2-tiny", "planted")) {
+    for (String tag : List.of("mlp", "gpt2-tiny", "llama-tiny", "planted")) {
       for (Source s : Source.values()) {
         b.add(Arguments.of(tag, s, true));
         b.add(Arguments.of(tag, s, false));
