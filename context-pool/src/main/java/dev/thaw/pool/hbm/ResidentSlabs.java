@@ -17,8 +17,8 @@ import java.util.Set;
  * Worker side, becoming an image the HBM tier holds: a {@link FunctionSession.SlabSource} that maps each planned
  * read-only slab the tier has, imported from its descriptor and mapped <em>read-only</em> at the recorded address,
  * and gives every other slab fresh memory (read-only ones exportable, so this worker can hand them on in turn).
- * The buffers of imported slabs are {@link #residentBuffers() resident}: the restore must not copy them (it
- * could not: the mapping refuses writes).
+ * The bytes of imported slabs are {@link #residentRanges() resident}: the restore must not copy them (it could
+ * not: the mapping refuses writes).
  *
  * <p>A slab matches only when address, size and buffers are exactly those planned: the plan is a function of the
  * image's table and read-only set, so the exporter and the importer of one image plan the same slabs.
@@ -26,7 +26,9 @@ import java.util.Set;
 public final class ResidentSlabs implements FunctionSession.SlabSource, AutoCloseable {
 
   private final Map<Long, ExportedSlab> byAddress = new HashMap<>();
-  private final Set<String> resident = new LinkedHashSet<>();
+  private final Set<String> imported = new LinkedHashSet<>();
+  private final Set<String> notImported = new LinkedHashSet<>();
+  private final List<long[]> ranges = new java.util.ArrayList<>();
   private long importNanos;
 
   /** @param slabs the tier's slabs with descriptors valid in this process (see {@link #take}) */
@@ -59,15 +61,28 @@ public final class ResidentSlabs implements FunctionSession.SlabSource, AutoClos
       long t0 = System.nanoTime();
       PhysicalMemory memory = context.importMemory(held.fd(), held.size());
       importNanos += System.nanoTime() - t0;
-      resident.addAll(slab.buffers());
+      imported.addAll(slab.buffers());
+      ranges.add(new long[] {slab.address(), slab.end()});
       return new FunctionSession.SlabBacking(memory, MemoryAccess.READ);
     }
+    notImported.addAll(slab.buffers());
     return FunctionSession.SlabSource.EXPORTABLE_READ_ONLY.back(context, slab);
   }
 
-  /** The buffers whose bytes are already on the device, mapped read-only: a restore skips them. */
+  /**
+   * The buffers whose bytes are all on the device already, mapped read-only: a restore skips them. A buffer
+   * that also has bytes in a slab that was not imported is not here; {@link #residentRanges()} says which of its
+   * bytes are.
+   */
   public Set<String> residentBuffers() {
-    return Set.copyOf(resident);
+    Set<String> out = new LinkedHashSet<>(imported);
+    out.removeAll(notImported);
+    return out;
+  }
+
+  /** The device ranges {@code [start, end)} mapped from the tier, in plan order: a restore copies nothing there. */
+  public List<long[]> residentRanges() {
+    return ranges.stream().map(long[]::clone).toList();
   }
 
   /** Time spent in {@code cuMemImportFromShareableHandle}. */

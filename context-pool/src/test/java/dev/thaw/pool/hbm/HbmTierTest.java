@@ -24,24 +24,30 @@ import org.junit.jupiter.api.Test;
  * Pins the HBM tier on the sim device, whose exportable memory is a shared file so descriptors carry it across
  * processes as CUDA's do: a worker exports its read-only slab and exits; the server holds the descriptor; the next
  * worker imports it and maps it read-only at the recorded address, sees the first worker's bytes without a copy,
- * and cannot write them. The tier's budget and give-way drop least recently used images and close descriptors.
+ * and cannot write them. With {@code THAW_DEVICE=cuda} the same test proves it on a GPU. The tier's budget and give-way drop least recently used images and close descriptors.
  */
 class HbmTierTest {
+
+  /** The device the worker processes use: the sim device in CI, {@code THAW_DEVICE=cuda} on a GPU host. */
+  static final String DEVICE = System.getenv().getOrDefault("THAW_DEVICE", "sim");
 
   @Test
   void theNextWorkerMapsTheEvictedWorkersWeightsReadOnly() throws Exception {
     String java = ProcessHandle.current().info().command().orElse("java");
     Process first = new ProcessBuilder(java, "-Xmx256m", "-cp", System.getProperty("java.class.path"),
-        HbmWorkerChild.class.getName(), "export", "sim").redirectErrorStream(true).start();
+        HbmWorkerChild.class.getName(), "export", DEVICE).redirectErrorStream(true).start();
     try (HbmTier tier = new HbmTier(new HbmTierOptions())) {
       BufferedReader out = new BufferedReader(new InputStreamReader(first.getInputStream(), StandardCharsets.UTF_8));
       long pid = -1;
+      String base = null;
       ExportedSlab slab = null;
       StringBuilder log = new StringBuilder();
       for (String line; slab == null && (line = out.readLine()) != null; ) {
         log.append(line).append('\n');
         if (line.startsWith("result.pid=")) {
           pid = Long.parseLong(line.substring("result.pid=".length()));
+        } else if (line.startsWith("result.base=")) {
+          base = line.substring("result.base=".length());
         } else if (line.startsWith("result.slab=")) {
           slab = ExportedSlab.decode(line.substring("result.slab=".length()));
         }
@@ -58,8 +64,8 @@ class HbmTierTest {
 
       // The first worker is gone; only the server's descriptor keeps the memory.
       ExportedSlab held = tier.slabs("img").orElseThrow().get(0);
-      ChildJvm.Result next = ChildJvm.run(HbmWorkerChild.class, "import", "sim",
-          Long.toString(ProcessFds.currentPid()), held.encode());
+      ChildJvm.Result next = ChildJvm.run(HbmWorkerChild.class, "import", DEVICE,
+          Long.toString(ProcessFds.currentPid()), held.encode(), base);
       assertEquals(0, next.exitCode(), next.output());
       System.out.println("HBM tier import: " + next.values());
       assertEquals("[weights]", next.get("resident"));

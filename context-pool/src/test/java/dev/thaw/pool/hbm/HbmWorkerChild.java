@@ -9,6 +9,7 @@ import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
+import dev.thaw.runtime.gpu.VirtualRange;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -21,18 +22,21 @@ import java.util.Set;
 /**
  * A worker of the HBM tier tests, on a table of a 6 MiB read-only {@code weights} buffer and a small {@code act}:
  * <ul>
- *   <li>{@code export DEVICE}: rebuilds, writes the weights, exports its read-only slab, prints it
+ *   <li>{@code export DEVICE}: picks a free base address (printed, {@code base=}),: rebuilds, writes the weights, exports its read-only slab, prints it
  *       ({@code slab=...}) and its pid, waits for a line on stdin (the server has taken the descriptor), exits;
- *   <li>{@code import DEVICE SERVER_PID SLAB}: takes the server's descriptor, rebuilds with it, checks the weights'
+ *   <li>{@code import DEVICE SERVER_PID SLAB BASE}: takes the server's descriptor, rebuilds with it, checks the weights'
  *       bytes and that writing them is refused.
  * </ul>
  */
 public final class HbmWorkerChild {
 
-  static final long BASE = 0x7f0000000000L;
   static final long WEIGHTS = 6L << 20;
-  static final SessionTable TABLE = new SessionTable(List.of(new AllocationRecord("weights", BASE, WEIGHTS),
-      new AllocationRecord("act", BASE + WEIGHTS, 1000)), List.of());
+
+  /** The image's table at {@code base}: the exporter picks a free base, the importer is told it. */
+  static SessionTable table(long base) {
+    return new SessionTable(List.of(new AllocationRecord("weights", base, WEIGHTS),
+        new AllocationRecord("act", base + WEIGHTS, 1000)), List.of());
+  }
 
   public static void main(String[] args) throws Exception {
     try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[1]), SimOptions.fromEnvironment());
@@ -40,13 +44,18 @@ public final class HbmWorkerChild {
       if (args[0].equals("export")) {
         export(ctx);
       } else {
-        importSlabs(ctx, Long.parseLong(args[2]), args[3]);
+        importSlabs(ctx, Long.parseLong(args[2]), args[3], Long.parseUnsignedLong(args[4], 16));
       }
     }
   }
 
   private static void export(GpuContext ctx) throws Exception {
-    try (FunctionSession s = FunctionSession.rebuild(ctx, TABLE, Set.of("weights"),
+    long base;
+    try (VirtualRange probe = ctx.reserve(16L << 20, 0)) {
+      base = probe.address();
+    }
+    System.out.println("result.base=" + Long.toHexString(base));
+    try (FunctionSession s = FunctionSession.rebuild(ctx, table(base), Set.of("weights"),
         FunctionSession.SlabSource.EXPORTABLE_READ_ONLY)) {
       s.upload(new BufferRef("weights"), 0, pattern((int) WEIGHTS));
       s.synchronize();
@@ -59,10 +68,10 @@ public final class HbmWorkerChild {
     }
   }
 
-  private static void importSlabs(GpuContext ctx, long serverPid, String slab) throws Exception {
+  private static void importSlabs(GpuContext ctx, long serverPid, String slab, long base) throws Exception {
     long t0 = System.nanoTime();
     try (ResidentSlabs resident = ResidentSlabs.take(serverPid, List.of(ExportedSlab.decode(slab)));
-        FunctionSession s = FunctionSession.rebuild(ctx, TABLE, Set.of("weights"), resident)) {
+        FunctionSession s = FunctionSession.rebuild(ctx, table(base), Set.of("weights"), resident)) {
       double mapMs = (System.nanoTime() - t0) / 1e6;
       System.out.println("result.resident=" + resident.residentBuffers());
       System.out.println("result.importMs=" + resident.importMillis());
