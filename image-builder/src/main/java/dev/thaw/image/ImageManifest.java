@@ -78,7 +78,7 @@ public record ImageManifest(
   private static final List<String> UNKNOWN_WRITES = java.util.Collections.unmodifiableList(new ArrayList<>());
 
   private static final Pattern ARCH = Pattern.compile("sm_[0-9]{2,3}[a-z]?");
-  private static final ObjectMapper JSON = new ObjectMapper()
+  private static final ObjectMapper JSON = StrictJson.configure(new ObjectMapper())
       .registerModule(new SimpleModule("thaw-digest")
           .addSerializer(Digest.class, new DigestSerializer())
           .addDeserializer(Digest.class, new DigestDeserializer()))
