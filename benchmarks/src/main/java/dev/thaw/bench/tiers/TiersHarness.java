@@ -137,27 +137,33 @@ public final class TiersHarness {
       at += (a.size() + g - 1) & -g;
     }
     SessionTable old = new SessionTable(perBuffer, List.of());
-    double oldWayMs = median(() -> {
-      long t = System.nanoTime();
-      List<DeviceBuffer> buffers = new ArrayList<>();
-      for (AllocationRecord a : perBuffer) {
-        buffers.add(ctx.allocateAt(a.address(), a.size()));
-      }
-      double d = ms(t);
-      buffers.forEach(DeviceBuffer::close);
-      return d;
-    });
-    double newWayMs = median(() -> {
-      long t = System.nanoTime();
-      FunctionSession s = FunctionSession.rebuild(ctx, old);
-      double d = ms(t);
-      s.close();
-      return d;
-    });
-    System.out.printf("%smap per-buffer layout, one mapping per buffer (before): %.3f ms median (%d mappings, %.1f MB)%n",
-        p, oldWayMs, perBuffer.size(), (at - perBuffer.get(0).address()) / 1e6);
-    System.out.printf("%smap per-buffer layout, coalesced slabs (now): %.3f ms median (%d slabs)%n", p, newWayMs,
-        MapPlan.of(perBuffer, Set.of(), g).slabs().size());
+    try {
+      double oldWayMs = median(() -> {
+        long t = System.nanoTime();
+        List<DeviceBuffer> buffers = new ArrayList<>();
+        try {
+          for (AllocationRecord a : perBuffer) {
+            buffers.add(ctx.allocateAt(a.address(), a.size()));
+          }
+          return ms(t);
+        } finally {
+          buffers.forEach(DeviceBuffer::close);
+        }
+      });
+      double newWayMs = median(() -> {
+        long t = System.nanoTime();
+        try (FunctionSession s = FunctionSession.rebuild(ctx, old)) {
+          return ms(t);
+        }
+      });
+      System.out.printf("%smap per-buffer layout, one mapping per buffer (before): %.3f ms median (%d mappings, "
+          + "%.1f MB)%n", p, oldWayMs, perBuffer.size(), (at - perBuffer.get(0).address()) / 1e6);
+      System.out.printf("%smap per-buffer layout, coalesced slabs (now): %.3f ms median (%d slabs)%n", p, newWayMs,
+          MapPlan.of(perBuffer, Set.of(), g).slabs().size());
+    } catch (IllegalStateException e) {
+      // The per-buffer layout needs more addresses than the image; something the build left may hold them.
+      System.out.printf("%smap per-buffer layout: skipped (%s)%n", p, e.getCause() != null ? e.getCause() : e);
+    }
   }
 
   // ---- host cache -> device ----
