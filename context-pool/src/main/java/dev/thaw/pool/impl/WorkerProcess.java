@@ -9,11 +9,13 @@ import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
 import dev.thaw.pool.PoolException;
+import dev.thaw.pool.RestoreCompletion;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.WorkerException;
 import dev.thaw.pool.WorkerStart;
 import dev.thaw.pool.WorkerStatus;
+import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.pool.protocol.FrameType;
@@ -81,6 +83,9 @@ final class WorkerProcess implements Worker {
   private final Listener listener;
 
   private final CompletableFuture<WorkerStart> ready = new CompletableFuture<>();
+  private final CompletableFuture<RestoreCompletion> resident = new CompletableFuture<>();
+  /** The host cache lease of the image this worker restores: held until the restore is complete or the worker ends. */
+  private final AtomicReference<CacheLease> lease = new AtomicReference<>();
   private final Map<Integer, CompletableFuture<Frame>> pending = new ConcurrentHashMap<>();
   private final AtomicInteger ids = new AtomicInteger();
   private final AtomicBoolean busy = new AtomicBoolean();
@@ -195,6 +200,10 @@ final class WorkerProcess implements Worker {
     head.put("name", name);
     head.set("source", source.toJson());
     head.put("manifestBytes", manifest.length);
+    head.put("awaitResident", options.awaitResident());
+    if (source.lease() != null) {
+      lease.set(source.lease());
+    }
     byte[] body = manifest;
     if (source.placement() != null) {
       byte[] placement = source.placement().toBytes();
@@ -212,6 +221,11 @@ final class WorkerProcess implements Worker {
   @Override
   public BecomeResult becomeBlocking(String name, byte[] manifest, ImageSource source) {
     return join(become(name, manifest, source));
+  }
+
+  @Override
+  public CompletableFuture<RestoreCompletion> resident() {
+    return resident;
   }
 
   @Override
@@ -314,6 +328,8 @@ final class WorkerProcess implements Worker {
 
   private void failPending(WorkerException e) {
     ready.completeExceptionally(e);
+    resident.completeExceptionally(e);
+    closeLease();
     for (CompletableFuture<Frame> f : pending.values()) {
       f.completeExceptionally(e);
     }
@@ -377,6 +393,7 @@ final class WorkerProcess implements Worker {
         switch (f.type()) {
           case READY -> onReady(f);
           case RESULT -> complete(f.id(), f);
+          case RESIDENT -> onResident(f);
           case ERROR -> onError(f);
           default -> throw new ProtocolException(f.type() + " is not a frame a worker sends");
         }
@@ -402,6 +419,21 @@ final class WorkerProcess implements Worker {
         d.path("name").asText(), phases(h.path("phases")), millisSince(spawnNanos));
     if (ready.complete(start)) {
       listener.ready(this);
+    }
+  }
+
+  private void onResident(Frame f) {
+    JsonNode h = f.head();
+    closeLease();
+    resident.complete(new RestoreCompletion(h.path("sinceBecomeMillis").asDouble(), h.path("bytes").asLong(),
+        h.path("hostBytes").asLong(), h.path("storeBytes").asLong(), h.path("residentBytes").asLong(),
+        h.path("copies").asInt(), h.path("promotions").asInt(), h.path("waits").asLong()));
+  }
+
+  private void closeLease() {
+    CacheLease l = lease.getAndSet(null);
+    if (l != null) {
+      l.close();
     }
   }
 

@@ -1,5 +1,6 @@
 package dev.thaw.pool.worker;
 
+import dev.thaw.image.restore.OnDemandRestore;
 import dev.thaw.image.restore.RestoredFunction;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
@@ -15,6 +16,27 @@ interface Instance extends AutoCloseable {
 
   @Override
   void close();
+
+  /** An on-demand restore's function: invocable while the rest streams in; closing ends the restore too. */
+  static Instance of(OnDemandRestore r) {
+    RestoredFunction<?> f = r.function();
+    return new Instance() {
+      @Override
+      public FunctionResponse invoke(FunctionRequest request) throws Exception {
+        return f.invoke(request);
+      }
+
+      @Override
+      public FunctionSession session() {
+        return f.session();
+      }
+
+      @Override
+      public void close() {
+        r.close();
+      }
+    };
+  }
 
   static Instance of(RestoredFunction<?> f) {
     return new Instance() {
