@@ -49,11 +49,12 @@ import java.util.concurrent.LinkedBlockingQueue;
  * A pooled worker process: one device, one context, warm, serving the frame protocol ({@link FrameCodec}) with
  * its parent over stdin (requests) and stdout (replies).
  *
- * <p>Start-up: open the driver ({@code cuInit}), create the context, the restore and compute streams and their
- * events, open the store read-only, warm up ({@link WorkerWarmup}); then send READY with the time of each phase.
- * After that it serves one BECOME (restore an image) and any number of INVOKEs, one at a time, on its main
- * thread. A reader thread takes frames off stdin and answers STATUS and EXIT itself, so the parent can ask and
- * stop a worker that is busy.
+ * <p>Start-up: open the driver ({@code cuInit}), create the context and the {@link RestoreResources} every restore
+ * borrows (stream, events, pinned staging, reader threads), open the store read-only, map and register the host
+ * image cache, warm up ({@link WorkerWarmup}); then send READY with the time of each phase. After that it serves
+ * one BECOME (an on-demand restore: it answers once the function is invocable, and sends RESIDENT when the last
+ * byte landed) and any number of INVOKEs, one at a time, on its main thread. A reader thread takes frames off
+ * stdin and answers STATUS and EXIT itself, so the parent can ask and stop a worker that is busy.
  *
  * <p>Invariants: stdout carries only frames — {@code System.out} is pointed at stderr before anything else runs,
  * so a function that prints cannot corrupt the protocol. The worker never outlives its parent: end of stdin
@@ -88,7 +89,7 @@ public final class WorkerMain {
   private RocksChunkStore store;
   private RestoreResources resources;
   private HostCacheView cache;
-  private Instance instance;
+  private OnDemandRestore restored;
 
   private WorkerMain(WorkerConfig config, DataInputStream in, OutputStream out) {
     this.config = config;
@@ -249,7 +250,7 @@ public final class WorkerMain {
       restore.awaitResident();
       phase(phases, "resident", t);
     }
-    instance = Instance.of(restore);
+    restored = restore;
     state = State.READY;
     phases.put("total", (System.nanoTime() - start) / 1e6);
     int id = f.id();
@@ -344,7 +345,7 @@ public final class WorkerMain {
         : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
     long t = System.nanoTime();
     double decodeMs = (t - start) / 1e6;
-    FunctionResponse r = instance.invoke(new FunctionRequest(body, binary));
+    FunctionResponse r = restored.function().invoke(new FunctionRequest(body, binary));
     long t2 = System.nanoTime();
     byte[] responseJson = json.writeValueAsBytes(r.json());
     byte[] out = responseJson;
