@@ -20,7 +20,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 # 1. The pool's tests on the GPU (the same classes CI runs on the sim device).
 tests=(dev.thaw.pool.ContextPoolTest dev.thaw.pool.WorkerFaultTest dev.thaw.pool.TenantIsolationTest
   dev.thaw.pool.ParentKilledTest dev.thaw.pool.HostCacheWorkerTest dev.thaw.pool.worker.WorkerProtocolTest
-  dev.thaw.pool.protocol.FrameCodecTest dev.thaw.pool.ContextPoolOptionsTest)
+  dev.thaw.pool.CorruptChunkTest dev.thaw.pool.protocol.FrameCodecTest dev.thaw.pool.ContextPoolOptionsTest)
 selectors=()
 for t in "${tests[@]}"; do selectors+=(--select-class "$t"); done
 timeout 170 "$home/bin/thaw-test" "${selectors[@]}" --reports-dir "$work/reports" > "$work/tests.log" 2>&1 \

@@ -13,6 +13,7 @@ import dev.thaw.pool.RestoreCompletion;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.WorkerException;
+import dev.thaw.pool.WorkerLostException;
 import dev.thaw.pool.WorkerStart;
 import dev.thaw.pool.WorkerStatus;
 import dev.thaw.pool.cache.CacheLease;
@@ -91,6 +92,8 @@ final class WorkerProcess implements Worker {
   private final AtomicBoolean busy = new AtomicBoolean();
   private final AtomicReference<WorkerException> ended = new AtomicReference<>();
   private volatile boolean becameAnImage;
+  /** Set when a BECOME succeeded: only then may requests be sent. */
+  private volatile boolean invocable;
   private volatile String image;
 
   private WorkerProcess(int device, Process process, long spawnNanos, Path log, ContextPoolOptions options,
@@ -213,6 +216,7 @@ final class WorkerProcess implements Worker {
     long t = System.nanoTime();
     return release(send(FrameType.BECOME, head, body, options.becomeTimeout()).thenApply(f -> {
       JsonNode h = f.head();
+      invocable = true;
       return new BecomeResult(name, h.path("source").asText("store"), phases(h.path("phases")),
           h.path("bytes").asLong(), millisSince(t));
     }));
@@ -231,8 +235,9 @@ final class WorkerProcess implements Worker {
   @Override
   public CompletableFuture<InvokeResult> invoke(byte[] json, ByteBuffer binary, Duration deadline) {
     checkUsable();
-    if (!becameAnImage) {
-      throw new IllegalStateException("worker " + pid + " has not become an image");
+    if (!invocable) {
+      throw new IllegalStateException("worker " + pid + (becameAnImage ? " did not become '" + image + "' (its "
+          + "BECOME failed or has not answered)" : " has not become an image"));
     }
     claim();
     byte[] body = json;
@@ -314,7 +319,7 @@ final class WorkerProcess implements Worker {
 
   /** Kills the worker now and fails everything pending with one exception of {@code kind}. Idempotent. */
   void lose(WorkerErrorKind kind, String remoteType, String message) {
-    lose(WorkerException.of(kind, pid, remoteType, message));
+    lose(new WorkerLostException(kind, pid, remoteType, message));
   }
 
   private void lose(WorkerException e) {
@@ -340,7 +345,7 @@ final class WorkerProcess implements Worker {
   private void checkUsable() {
     WorkerException e = ended.get();
     if (e != null) {
-      throw e.workerLost() ? WorkerException.of(e.kind(), pid, e.remoteType(), e.getMessage())
+      throw e instanceof WorkerLostException ? new WorkerLostException(e.kind(), pid, e.remoteType(), e.detail())
           : new IllegalStateException(e.getMessage());
     }
   }

@@ -247,7 +247,12 @@ public final class WorkerMain {
     t = phase(phases, "invocable", t);
     boolean full = f.head().path("awaitResident").asBoolean(false);
     if (full) {
-      restore.awaitResident();
+      try {
+        restore.awaitResident();
+      } catch (RuntimeException e) {
+        restore.close();
+        throw e;
+      }
       phase(phases, "resident", t);
     }
     restored = restore;
