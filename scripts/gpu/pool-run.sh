@@ -23,7 +23,7 @@ tests=(dev.thaw.pool.ContextPoolTest dev.thaw.pool.WorkerFaultTest dev.thaw.pool
   dev.thaw.pool.CorruptChunkTest dev.thaw.pool.protocol.FrameCodecTest dev.thaw.pool.ContextPoolOptionsTest)
 selectors=()
 for t in "${tests[@]}"; do selectors+=(--select-class "$t"); done
-timeout 170 "$home/bin/thaw-test" "${selectors[@]}" --reports-dir "$work/reports" > "$work/tests.log" 2>&1 \
+timeout 150 "$home/bin/thaw-test" "${selectors[@]}" --reports-dir "$work/reports" > "$work/tests.log" 2>&1 \
   || status=1
 strip < "$work/tests.log" > "$OUT/tests.txt"
 
@@ -61,7 +61,7 @@ PY
 } > "$OUT/thaw-run.txt" 2>&1
 
 # 4. The pool benchmark.
-timeout 150 "$java" ${THAW_JAVA_OPTS:-} -cp "$home/lib/*:$home/lib/bench/*" dev.thaw.bench.pool.PoolBench \
+timeout 120 "$java" ${THAW_JAVA_OPTS:-} -cp "$home/lib/*:$home/lib/bench/*" dev.thaw.bench.pool.PoolBench \
   --store "$THAW_STORE" --image "mlp=$work/mlp.json" --image "gpt2-large=$work/gpt2.json" --runs 3 \
   --acquires 20000 --cache-bytes 4294967296 --out "$OUT/pool-bench.json" > "$work/bench.log" 2>&1 || status=1
 grep -v '^\[main\] INFO' "$work/bench.log" | strip > "$OUT/pool-bench.txt"
