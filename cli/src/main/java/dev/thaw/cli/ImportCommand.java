@@ -2,12 +2,14 @@ package dev.thaw.cli;
 
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.ImageArchive;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.ParameterException;
 import picocli.CommandLine.Parameters;
 import picocli.CommandLine.ParentCommand;
 import picocli.CommandLine.Spec;
@@ -37,6 +39,10 @@ final class ImportCommand implements Callable<Integer> {
 
   @Override
   public Integer call() {
+    if (!Files.isRegularFile(file)) {
+      throw new ParameterException(spec.commandLine(), "cannot import " + file + ": "
+          + (Files.exists(file) ? "it is not a regular file" : "no such file"));
+    }
     try (ChunkStore s = store.open(cli, init ? StoreAccess.CREATE : StoreAccess.WRITE)) {
       String tag = ImageArchive.importArchive(s, file).tag();
       spec.commandLine().getOut().printf("imported %s from %s%n", tag, file);

@@ -49,7 +49,7 @@ import picocli.CommandLine.Spec;
     versionProvider = ThawCli.Version.class,
     subcommands = {DemoCommand.class, ServeCommand.class, DevicesCommand.class, CheckCommand.class, BuildCommand.class, ImagesCommand.class,
         InspectCommand.class, RunCommand.class, VerifyCommand.class, RmCommand.class, GcCommand.class,
-        ExportCommand.class, ImportCommand.class, CommandLine.HelpCommand.class},
+        ExportCommand.class, ImportCommand.class, PushCommand.class, PullCommand.class, CommandLine.HelpCommand.class},
     synopsisSubcommandLabel = "COMMAND",
     description = {
         "Thaw makes serverless GPU inference functions start in milliseconds: their",
@@ -63,8 +63,10 @@ import picocli.CommandLine.Spec;
     exitCodeListHeading = "%nExit codes:%n",
     exitCodeList = {
         "0:success",
-        "1:failed: a check failed, a build or restore failed, verify found a damaged chunk; any other error",
-        "2:usage error: an unknown option, a bad value, a bad tag, config or request file, a bad THAW_DEVICE",
+        "1:failed: a check failed, a build or restore failed, verify found a damaged chunk, the store is missing,"
+            + " damaged, read-only or in use, an archive is bad or cannot be written; any other error",
+        "2:usage error: an unknown option, a bad value, a bad tag, a bad or missing config, request or archive"
+            + " file, a request the function rejects, a bad THAW_DEVICE",
         "3:no usable device: cuda forced without a usable GPU, a driver that cannot be opened, or no such device",
         "4:no such image: no image has that tag"},
     footerHeading = "%nEnvironment:%n",

@@ -24,8 +24,8 @@ final class StoreFiles {
       bytes = b.array();
     }
     List<Path> files;
-    try (var list = Files.list(store)) {
-      files = list.filter(Files::isRegularFile).toList();
+    try (var walk = Files.walk(store)) {
+      files = walk.filter(Files::isRegularFile).toList();
     }
     for (Path f : files) {
       byte[] all = Files.readAllBytes(f);

@@ -47,6 +47,7 @@ public final class ContextPoolOptions {
   @JsonProperty private List<String> jvmOptions = DEFAULT_JVM_OPTIONS;
   @JsonProperty private Map<String, String> environment = Map.of();
   @JsonProperty private String storePath;
+  @JsonProperty private String hostCachePath;
   @JsonProperty private int warmupLaunches = DEFAULT_WARMUP_LAUNCHES;
   @JsonProperty private String warmupImage;
   @JsonProperty private long startTimeoutMillis = DEFAULT_START_TIMEOUT_MILLIS;
@@ -70,6 +71,7 @@ public final class ContextPoolOptions {
     jvmOptions = o.jvmOptions;
     environment = o.environment;
     storePath = o.storePath;
+    hostCachePath = o.hostCachePath;
     warmupLaunches = o.warmupLaunches;
     warmupImage = o.warmupImage;
     startTimeoutMillis = o.startTimeoutMillis;
@@ -195,6 +197,19 @@ public final class ContextPoolOptions {
     return this;
   }
 
+  /**
+   * The host image cache's arena ({@code HostImageCache.path()}), which every worker maps read-only and registers
+   * at start (0.5-0.7 s for 4 GiB on an H200: paid while warming, never on a cold path); null for none.
+   */
+  public Path hostCachePath() {
+    return hostCachePath == null ? null : Path.of(hostCachePath);
+  }
+
+  public ContextPoolOptions setHostCachePath(Path hostCachePath) {
+    this.hostCachePath = hostCachePath == null ? null : hostCachePath.toString();
+    return this;
+  }
+
   /** Kernel launches each worker runs at start to warm the launch path (JIT); 0 for none. */
   public int warmupLaunches() {
     return warmupLaunches;
@@ -312,6 +327,7 @@ public final class ContextPoolOptions {
         .setEnvironment(new LinkedHashMap<>(o.environment)).setWarmupLaunches(o.warmupLaunches)
         .setWarmupImage(o.warmupImage).setMaxFrameBytes(o.maxFrameBytes);
     checked.storePath = o.storePath;
+    checked.hostCachePath = o.hostCachePath;
     checked.logDirectory = o.logDirectory;
     checked.setStartTimeout(Duration.ofMillis(o.startTimeoutMillis))
         .setBecomeTimeout(Duration.ofMillis(o.becomeTimeoutMillis))

@@ -28,6 +28,8 @@ import java.util.List;
  * {@code extraBytes} of fresh memory, with {@code value}), {@code scan} (count bytes another tenant could have
  * left: in the tail and in {@code extraBytes} of fresh memory), {@code hang}, {@code exit}, {@code print},
  * {@code garbage} (raw bytes on the process's stdout), {@code oob} (a kernel writing past the mapping),
+ * (with packed allocations, "the mapping" is the slab that holds {@code secret}: its tail past the image's
+ * buffers is never written by a restore),
  * {@code alloc}, {@code bad}, {@code fail}.
  */
 public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.State> {
@@ -60,15 +62,13 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
     JsonNode r = request.json();
     ObjectNode out = JsonNodeFactory.instance.objectNode();
     GpuContext ctx = session.context();
-    // 'secret' is the session's only buffer, so it starts a slab and owns the slab's granularity-rounded span.
-    long secretAddress = session.address(s.secret());
-    long g = ctx.granularity();
-    long span = (session.size(s.secret()) + g - 1) / g * g;
+    long address = session.address(s.secret());
+    long span = mappedEnd(session, address) - address;
     switch (r.path("op").asText()) {
       case "echo" -> out.put("pid", ProcessHandle.current().pid()).set("echo", r.path("value"));
       case "fill" -> {
         byte v = (byte) r.path("value").asInt(0xAB);
-        ctx.memsetD8(secretAddress, v, span);
+        ctx.memsetD8(address, v, span);
         long extra = r.path("extraBytes").asLong(0);
         if (extra > 0) {
           DeviceBuffer b = ctx.allocate(extra);
@@ -76,11 +76,11 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
           LEFT_BEHIND.add(b);
         }
         ctx.synchronize();
-        out.put("filled", span).put("extra", extra).put("address", secretAddress);
+        out.put("filled", span).put("extra", extra).put("address", address);
       }
       case "scan" -> {
         ByteBuffer all = ByteBuffer.allocateDirect((int) span);
-        ctx.copyDeviceToHost(all, secretAddress);
+        ctx.copyDeviceToHost(all, address);
         long headMismatches = 0;
         long tailNonZero = 0;
         for (int i = 0; i < span; i++) {
@@ -105,7 +105,7 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
             }
           }
         }
-        out.put("address", secretAddress).put("headMismatches", headMismatches)
+        out.put("address", address).put("headMismatches", headMismatches)
             .put("tailBytes", span - s.bytes()).put("tailNonZero", tailNonZero).put("extraBytes", extra)
             .put("extraNonZero", extraNonZero);
       }
@@ -137,5 +137,15 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
       default -> throw new InvalidRequestException("unknown op '" + r.path("op").asText() + "'");
     }
     return FunctionResponse.of(out);
+  }
+
+  /** The end of the mapping that holds {@code address}: a slab of a packed session, or the buffer's own. */
+  static long mappedEnd(FunctionSession session, long address) {
+    for (FunctionSession.MappedSlab m : session.slabs()) {
+      if (address >= m.slab().address() && address < m.slab().address() + m.slab().size()) {
+        return m.slab().address() + m.slab().size();
+      }
+    }
+    throw new IllegalStateException(String.format("no slab maps 0x%x", address));
   }
 }

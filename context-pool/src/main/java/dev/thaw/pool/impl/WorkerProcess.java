@@ -109,7 +109,7 @@ final class WorkerProcess implements Worker {
     long spawnNanos = System.nanoTime();
     WorkerConfig config = new WorkerConfig(o.deviceChoice(), device,
         o.storePath() == null ? null : o.storePath().toString(), o.warmupLaunches(), o.warmupImage(),
-        o.maxFrameBytes(), ProcessHandle.current().pid(), spawnNanos);
+        o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(), ProcessHandle.current().pid(), spawnNanos);
     List<String> command = new ArrayList<>();
     command.add(WorkerCommand.java(o));
     // The JVM writes its own messages (a fatal error's report among them) to stdout, which carries frames here.
@@ -194,11 +194,18 @@ final class WorkerProcess implements Worker {
     ObjectNode head = FrameCodec.head();
     head.put("name", name);
     head.set("source", source.toJson());
+    head.put("manifestBytes", manifest.length);
+    byte[] body = manifest;
+    if (source.placement() != null) {
+      byte[] placement = source.placement().toBytes();
+      body = java.util.Arrays.copyOf(manifest, manifest.length + placement.length);
+      System.arraycopy(placement, 0, body, manifest.length, placement.length);
+    }
     long t = System.nanoTime();
-    return release(send(FrameType.BECOME, head, manifest, options.becomeTimeout()).thenApply(f -> {
+    return release(send(FrameType.BECOME, head, body, options.becomeTimeout()).thenApply(f -> {
       JsonNode h = f.head();
-      return new BecomeResult(name, phases(h.path("phases")), h.path("bytes").asLong(),
-          JSON.convertValue(h.path("notes"), new TypeReference<List<String>>() {}), millisSince(t));
+      return new BecomeResult(name, h.path("source").asText("store"), phases(h.path("phases")),
+          h.path("bytes").asLong(), millisSince(t));
     }));
   }
 

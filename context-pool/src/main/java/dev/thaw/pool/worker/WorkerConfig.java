@@ -13,13 +13,14 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  * @param warmupLaunches kernel launches of the warm-up (0 for none)
  * @param warmupImage a tag in the store whose image is restored, invoked with its sample requests and dropped
  *     at start, or null
+ * @param hostCache the host image cache's arena to map read-only and register at start, or null
  * @param maxFrameBytes the largest frame body accepted
  * @param parentPid the parent's process id: the worker exits when it is gone
  * @param spawnNanos the parent's {@link System#nanoTime()} at spawn (one monotonic clock per Linux host), so
  *     the worker can say how long its JVM took to start
  */
 public record WorkerConfig(String device, int ordinal, String storePath, int warmupLaunches, String warmupImage,
-    int maxFrameBytes, long parentPid, long spawnNanos) {
+    String hostCache, int maxFrameBytes, long parentPid, long spawnNanos) {
 
   private static final ObjectMapper JSON = new ObjectMapper();
 

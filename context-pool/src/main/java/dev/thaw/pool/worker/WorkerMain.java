@@ -5,11 +5,15 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ProgressListener;
+import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.restore.ImageRestorer;
 import dev.thaw.image.restore.RestoredFunction;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.WorkerErrorKind;
+import dev.thaw.pool.cache.ChunkPlacement;
+import dev.thaw.pool.cache.HostCacheView;
+import dev.thaw.pool.cache.PinnedChunks;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.pool.protocol.FrameType;
@@ -81,7 +85,9 @@ public final class WorkerMain {
   private GpuDriver driver;
   private GpuContext context;
   private RocksChunkStore store;
-  private RestoredFunction<?> function;
+  private GpuStream restoreStream;
+  private HostCacheView cache;
+  private Instance instance;
 
   private WorkerMain(WorkerConfig config, DataInputStream in, OutputStream out) {
     this.config = config;
@@ -122,7 +128,7 @@ public final class WorkerMain {
       context = driver.createContext(config.ordinal());
       t = phase(phases, "context", t);
       // The streams and events a restore and its function run on; created now so the cold path does not.
-      GpuStream restoreStream = context.createStream();
+      restoreStream = context.createStream();
       GpuStream computeStream = context.createStream();
       GpuEvent restored = context.createEvent(false);
       restoreStream.record(restored);
@@ -133,7 +139,12 @@ public final class WorkerMain {
         store = RocksChunkStore.open(new StoreOptions().setPath(Path.of(config.storePath())).setReadOnly(true));
         t = phase(phases, "store", t);
       }
+      if (config.hostCache() != null) {
+        cache = HostCacheView.attach(Path.of(config.hostCache()), context);
+        t = phase(phases, "hostCache", t);
+      }
       WorkerWarmup.launches(context, config.warmupLaunches(), json);
+      WorkerWarmup.manifests();
       t = phase(phases, "warmup", t);
       if (config.warmupImage() != null && store != null) {
         WorkerWarmup.image(context, store, config.warmupImage());
@@ -208,23 +219,58 @@ public final class WorkerMain {
     image = name;
     state = State.BECOMING;
     long start = System.nanoTime();
-    ImageManifest manifest = ImageManifest.read(f.body());
-    double parseMs = (System.nanoTime() - start) / 1e6;
-    JsonNode source = f.head().path("source");
-    RocksChunkStore from = storeFor(source, name, f.body());
-    double storeMs = (System.nanoTime() - start) / 1e6 - parseMs;
-    function = new ImageRestorer(from).restore(name, manifest, context, ProgressListener.NONE);
-    state = State.READY;
-    ObjectNode h = FrameCodec.head();
+    byte[] body = f.body();
+    int manifestBytes = f.head().path("manifestBytes").asInt(body.length);
+    if (manifestBytes < 0 || manifestBytes > body.length) {
+      throw new ImageRestoreException("BECOME says its manifest has " + manifestBytes + " of the body's "
+          + body.length + " bytes", null);
+    }
+    byte[] manifestBody = manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
+    ImageManifest manifest = ImageManifest.read(manifestBody);
     Map<String, Double> phases = new LinkedHashMap<>();
-    phases.put("manifest", parseMs);
-    phases.put("store", storeMs);
-    function.timings().phases().forEach(phases::put);
+    phases.put("manifest", (System.nanoTime() - start) / 1e6);
+    JsonNode source = f.head().path("source");
+    String from = "store";
+    if (source.path("kind").asText().equals("cache")) {
+      long t = System.nanoTime();
+      PinnedChunks chunks = cacheChunks(Arrays.copyOfRange(body, manifestBytes, body.length));
+      boolean covered = CacheRestore.covers(manifest, chunks);
+      phases.put("placement", (System.nanoTime() - t) / 1e6);
+      if (covered) {
+        instance = CacheRestore.restore(name, manifest, context, restoreStream, chunks, phases);
+        from = "cache";
+      } else {
+        from = "store (the host cache lacks some of the image's chunks)";
+      }
+    }
+    if (instance == null) {
+      long t = System.nanoTime();
+      RocksChunkStore store = storeFor(source, name, manifestBody);
+      phases.put("store", (System.nanoTime() - t) / 1e6);
+      RestoredFunction<?> f2 = new ImageRestorer(store).restore(name, manifest, context, ProgressListener.NONE);
+      f2.timings().phases().forEach(phases::put);
+      instance = Instance.of(f2);
+    }
+    state = State.READY;
     phases.put("total", (System.nanoTime() - start) / 1e6);
+    ObjectNode h = FrameCodec.head();
     h.set("phases", json.valueToTree(phases));
-    h.put("bytes", function.timings().bytes());
-    h.set("notes", json.valueToTree(function.notes()));
+    h.put("bytes", manifest.totalBytes());
+    h.put("source", from);
     return new Frame(FrameType.RESULT, f.id(), h);
+  }
+
+  private PinnedChunks cacheChunks(byte[] placement) {
+    if (cache == null) {
+      throw new ImageRestoreException("BECOME names the host cache, and this worker maps none (start the pool "
+          + "with a host cache path)", null);
+    }
+    try {
+      return cache.chunks(ChunkPlacement.fromBytes(placement));
+    } catch (IllegalArgumentException e) {
+      throw new ImageRestoreException("the host cache placement does not fit this worker's arena: "
+          + e.getMessage(), e);
+    }
   }
 
   /**
@@ -234,8 +280,8 @@ public final class WorkerMain {
    */
   private RocksChunkStore storeFor(JsonNode source, String name, byte[] manifest) {
     String kind = source.path("kind").asText("store");
-    if (!kind.equals("store")) {
-      throw new IllegalArgumentException("image source '" + kind + "' is not one this worker reads");
+    if (!kind.equals("store") && !kind.equals("cache")) {
+      throw new ImageRestoreException("image source '" + kind + "' is not one this worker reads", null);
     }
     Path path = Path.of(source.path("path").asText(config.storePath() == null ? "" : config.storePath()))
         .toAbsolutePath().normalize();
@@ -269,7 +315,7 @@ public final class WorkerMain {
         : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
     long t = System.nanoTime();
     double decodeMs = (t - start) / 1e6;
-    FunctionResponse r = function.invoke(new FunctionRequest(body, binary));
+    FunctionResponse r = instance.invoke(new FunctionRequest(body, binary));
     long t2 = System.nanoTime();
     byte[] responseJson = json.writeValueAsBytes(r.json());
     byte[] out = responseJson;

@@ -60,6 +60,33 @@ final class WorkerWarmup {
     }
   }
 
+  /**
+   * Parses a real manifest (an MLP image's, PTX elided) a few times: the first {@link ImageManifest#read} in a JVM
+   * pays for Jackson's introspection of every manifest record, hundreds of milliseconds a BECOME must not pay.
+   * Best effort: a manifest the format has outgrown still warms most of the parser, and is not an error.
+   */
+  static void manifests() {
+    byte[] bytes;
+    try (java.io.InputStream in = WorkerWarmup.class.getResourceAsStream("warmup-manifest.json")) {
+      if (in == null) {
+        return;
+      }
+      bytes = in.readAllBytes();
+    } catch (java.io.IOException e) {
+      return;
+    }
+    for (int i = 0; i < 20; i++) {
+      try {
+        ImageManifest m = ImageManifest.read(bytes);
+        m.totalBytes();
+        m.chunkDigests();
+        m.toBytes();
+      } catch (RuntimeException e) {
+        return;
+      }
+    }
+  }
+
   /** Restores {@code tag}, invokes it with each of its sample requests and closes it: the whole cold path, warm. */
   static void image(GpuContext context, ChunkStore store, String tag) throws Exception {
     ImageManifest manifest = Images.manifest(store, tag);

@@ -2,8 +2,8 @@ package dev.thaw.pool.cache;
 
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.store.Digest;
-import dev.thaw.runtime.function.MapPlan;
-import dev.thaw.runtime.gpu.DeviceBuffer;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.SessionTable;
 import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
@@ -14,10 +14,7 @@ import java.nio.ByteBuffer;
 import java.nio.ReadOnlyBufferException;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
-import java.util.Set;
 
 /**
  * A worker process of the cache tests: {@code CacheWorkerChild DEVICE ARENA MANIFEST_FILE PLACEMENT_FILE} maps the
@@ -39,12 +36,9 @@ public final class CacheWorkerChild {
       } catch (ReadOnlyBufferException e) {
         System.out.println("result.hostWrite=refused");
       }
-      List<DeviceBuffer> buffers = new ArrayList<>();
-      // Packed images keep buffers inside slabs: map what the session would, slab by slab.
-      MapPlan plan = MapPlan.of(m.sessionTable(Map.of()).allocations(), Set.of(), ctx.granularity());
-      for (MapPlan.Slab slab : plan.slabs()) {
-        buffers.add(ctx.allocateAt(slab.address(), slab.size()));
-      }
+      FunctionSession session = FunctionSession.rebuild(ctx, new SessionTable(m.sessionTable(java.util.Map.of())
+          .allocations(), List.of()));
+      System.out.println("result.slabs=" + session.slabs().size());
       PinnedChunks chunks = view.chunks(placement);
       List<CoalescedCopies.Copy> copies = CoalescedCopies.plan(RestoreOrder.allocations(m), chunks);
       CoalescedCopies.queue(copies, stream);
@@ -59,7 +53,7 @@ public final class CacheWorkerChild {
         }
       }
       System.out.println("result.deviceBytes=" + (ok ? "match" : "differ"));
-      buffers.forEach(DeviceBuffer::close);
+      session.close();
     }
   }
 }

@@ -99,6 +99,7 @@ class HostImageCacheTest {
       assertEquals(0, child.exitCode(), child.output());
       assertEquals("true", child.get("readOnly"));
       assertEquals("refused", child.get("hostWrite"));
+      assertEquals("1", child.get("slabs"), "a packed image maps as one slab");
       assertEquals("1", child.get("copies"), "one image, one run, one copy");
       assertEquals("match", child.get("deviceBytes"));
     }

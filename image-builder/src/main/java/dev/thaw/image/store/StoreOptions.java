@@ -22,9 +22,15 @@ public final class StoreOptions {
   public static final boolean DEFAULT_VERIFY_READS = true;
   /** Re-hash every chunk stored: off, because the builder has just hashed it to name it. */
   public static final boolean DEFAULT_VERIFY_WRITES = false;
-  /** Chunks from this size up go to blob files, out of the LSM tree: compaction never rewrites weights. */
+  /** Schema-1 stores: chunks from this size up are in blob files, out of the LSM tree. */
   public static final long DEFAULT_MIN_BLOB_SIZE = 4096;
   public static final long DEFAULT_BLOB_FILE_SIZE = 256L << 20;
+  /**
+   * Pack files (where chunk bytes go since schema 2) are started anew past this size. GC frees space a pack at a
+   * time, rewriting a pack whose live chunks fill less than half of it: smaller packs free space sooner, larger
+   * ones mean fewer files. 256 MiB: a GPT-2-large image is 6 packs.
+   */
+  public static final long DEFAULT_PACK_FILE_SIZE = 256L << 20;
 
   private Path path = DEFAULT_PATH;
   private boolean readOnly = DEFAULT_READ_ONLY;
@@ -33,6 +39,7 @@ public final class StoreOptions {
   private boolean verifyWrites = DEFAULT_VERIFY_WRITES;
   private long minBlobSize = DEFAULT_MIN_BLOB_SIZE;
   private long blobFileSize = DEFAULT_BLOB_FILE_SIZE;
+  private long packFileSize = DEFAULT_PACK_FILE_SIZE;
 
   public StoreOptions() {}
 
@@ -44,6 +51,7 @@ public final class StoreOptions {
     verifyWrites = o.verifyWrites;
     minBlobSize = o.minBlobSize;
     blobFileSize = o.blobFileSize;
+    packFileSize = o.packFileSize;
   }
 
   /** Defaults, with the path from {@code THAW_STORE} when it is set and not blank. */
@@ -128,6 +136,18 @@ public final class StoreOptions {
     return this;
   }
 
+  public long packFileSize() {
+    return packFileSize;
+  }
+
+  public StoreOptions setPackFileSize(long packFileSize) {
+    if (packFileSize < 1) {
+      throw new IllegalArgumentException("packFileSize must be positive, not " + packFileSize);
+    }
+    this.packFileSize = packFileSize;
+    return this;
+  }
+
   public ObjectNode toJson() {
     ObjectNode n = new ObjectMapper().createObjectNode();
     n.put("path", path.toString());
@@ -137,6 +157,7 @@ public final class StoreOptions {
     n.put("verifyWrites", verifyWrites);
     n.put("minBlobSize", minBlobSize);
     n.put("blobFileSize", blobFileSize);
+    n.put("packFileSize", packFileSize);
     return n;
   }
 

@@ -30,6 +30,14 @@ public final class StoreChild {
         s.sync();
         report(progress, "put=20");
       }
+      case "put-no-sync" -> {
+        for (int i = 0; i < 20; i++) {
+          byte[] b = new byte[50_000];
+          r.nextBytes(b);
+          s.putChunk(Digest.of(b), ByteBuffer.wrap(b));
+        }
+        report(progress, "put=20");
+      }
       case "commit-forever" -> {
         for (int i = 0; ; i++) {
           Set<Digest> chunks = new HashSet<>();
