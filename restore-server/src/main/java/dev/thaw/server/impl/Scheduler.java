@@ -524,8 +524,14 @@ public final class Scheduler implements AutoCloseable {
       Map<String, Double> startPhases = new LinkedHashMap<>(phases);
       startPhases.remove("queue");
       startPhases.remove("invoke");
-      p.deployment.traces.record(p.deployment.name, p.enqueued, Math.max(slot.startNanos, p.enqueued), startPhases,
-          invokeStart, done);
+      ColdStartTraces traces = p.deployment.traces;
+      ArrayNode coldStart = traces.record(p.deployment.name, p.enqueued, Math.max(slot.startNanos, p.enqueued),
+          startPhases, invokeStart, done);
+      slot.instance.restoreTimeline().thenAccept(t -> {
+        if (t != null) {
+          traces.attach(coldStart, t.chromeTrace(), t.originNanos());
+        }
+      });
     }
     synchronized (this) {
       slot.busy = false;
