@@ -79,6 +79,11 @@ public final class PoolInstances implements InstanceFactory {
   }
 
   @Override
+  public boolean canStart() {
+    return pool.stats().stream().anyMatch(s -> s.idle() > 0);
+  }
+
+  @Override
   public FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) {
     byte[] bytes = store.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
     long t = System.nanoTime();

@@ -144,7 +144,7 @@ public final class Scheduler implements AutoCloseable {
   /** True when the function exists and a request to it can be served: an instance is up, or one fits. */
   public synchronized boolean ready(String name) {
     Deployment d = deployments.get(name);
-    return d != null && !draining && (d.liveCount() > 0 || fits(d.image));
+    return d != null && !draining && (d.liveCount() > 0 || fits(d.image) && factory.canStart());
   }
 
   /** True when every function is ready and the server is not draining. */
