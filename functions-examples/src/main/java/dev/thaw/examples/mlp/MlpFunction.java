@@ -156,16 +156,12 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
   }
 
   /**
-   * Generates and uploads layer {@code layer}'s parameters. Each layer has its own {@link java.util.Random}
-   * (whose sequence the JDK specifies), seeded with {@code seed + 0x9E3779B97F4A7C15L * (layer + 1)}: weights
-   * first, row-major, then biases, each {@code (2 * nextFloat() - 1) * bound} computed in double and rounded
-   * to float. Bounds: He-uniform {@code sqrt(6 / k)} before a ReLU, Glorot-uniform {@code sqrt(6 / (k + n))}
-   * for the output layer; biases within 0.1, not zero, so that a kernel which drops them is caught.
+   * Generates and uploads layer {@code layer}'s parameters (see {@link LayerParameters}), a bounded chunk at a
+   * time.
    */
   private static void initLayer(FunctionSession session, long seed, int layer, int k, int n, boolean last,
       BufferRef w, BufferRef b) {
-    Random random = new Random(seed + 0x9E3779B97F4A7C15L * (layer + 1));
-    double bound = last ? Math.sqrt(6.0 / ((double) k + n)) : Math.sqrt(6.0 / k);
+    LayerParameters parameters = new LayerParameters(seed, layer, k, n, last);
     long total = (long) k * n;
     int chunk = (int) Math.min(total, UPLOAD_FLOATS);
     ByteBuffer bytes = ByteBuffer.allocateDirect(4 * chunk).order(ByteOrder.LITTLE_ENDIAN);
@@ -173,17 +169,46 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
       int count = (int) Math.min(chunk, total - done);
       bytes.clear();
       for (int i = 0; i < count; i++) {
-        bytes.putFloat((float) ((2.0 * random.nextFloat() - 1.0) * bound));
+        bytes.putFloat(parameters.nextWeight());
       }
       bytes.flip();
       session.upload(w, 4 * done, bytes);
     }
     ByteBuffer bias = ByteBuffer.allocateDirect(4 * n).order(ByteOrder.LITTLE_ENDIAN);
     for (int i = 0; i < n; i++) {
-      bias.putFloat((float) ((2.0 * random.nextFloat() - 1.0) * 0.1));
+      bias.putFloat(parameters.nextBias());
     }
     bias.flip();
     session.upload(b, 0, bias);
+  }
+
+  /**
+   * The values of layer {@code layer}'s parameters, in order: its {@code k × n} weights row-major, then its
+   * {@code n} biases. Public so that another framework can load the very weights a config makes (the cold-start
+   * harness writes them as safetensors for PyTorch).
+   *
+   * <p>Each layer has its own {@link java.util.Random} (whose sequence the JDK specifies), seeded with
+   * {@code seed + 0x9E3779B97F4A7C15L * (layer + 1)}; each value is {@code (2 * nextFloat() - 1) * bound}
+   * computed in double and rounded to float. Bounds: He-uniform {@code sqrt(6 / k)} before a ReLU,
+   * Glorot-uniform {@code sqrt(6 / (k + n))} for the output layer; biases within 0.1, not zero, so that a
+   * kernel which drops them is caught. All weights must be taken before the first bias.
+   */
+  public static final class LayerParameters {
+    private final Random random;
+    private final double bound;
+
+    public LayerParameters(long seed, int layer, int k, int n, boolean last) {
+      this.random = new Random(seed + 0x9E3779B97F4A7C15L * (layer + 1));
+      this.bound = last ? Math.sqrt(6.0 / ((double) k + n)) : Math.sqrt(6.0 / k);
+    }
+
+    public float nextWeight() {
+      return (float) ((2.0 * random.nextFloat() - 1.0) * bound);
+    }
+
+    public float nextBias() {
+      return (float) ((2.0 * random.nextFloat() - 1.0) * 0.1);
+    }
   }
 
   @Override
