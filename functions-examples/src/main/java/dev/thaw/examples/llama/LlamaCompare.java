@@ -29,9 +29,9 @@ import java.util.Random;
  * DIR is the model {@code save_pretrained} wrote. Checks: the prompts' last-position logits (relative L2 against
  * the reference, and the same argmax or one the reference scores within {@code --tie-gap} of its own) and greedy
  * generation (same ids; a sequence that leaves the reference's at a step whose reference top-1/top-2 gap is
- * below {@code --tie-gap} is a near-tie, not a failure: bf16 rounding decides such a step either way). {@code --decode-tokens N}: warm decode time per token at batch 1, from
- * (generate 1 + N) − (generate 1) over the first prompt, median of {@code --runs}. {@code --prefill L}: a warm
- * L-token prompt pass with its head. Exit code: 0 all checks pass, 1 a check failed, 2 it could not run.
+ * below {@code --tie-gap} is a near-tie, not a failure: bf16 rounding decides such a step either way).
+ * {@code --decode-tokens N}: warm decode time per token at batch 1, from (generate 1 + N) − (generate 1) over the
+ * first prompt, median of {@code --runs}. {@code --prefill L}: a warm L-token prompt pass with its head. Exit code: 0 all checks pass, 1 a check failed, 2 it could not run.
  */
 public final class LlamaCompare {
 
