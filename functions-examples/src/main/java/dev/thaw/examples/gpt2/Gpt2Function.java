@@ -11,9 +11,11 @@ import dev.thaw.examples.gpt2.kernels.Gpt2Kernels;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.TensorSpec;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.GpuStream;
 import java.io.IOException;
@@ -23,6 +25,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Optional;
 import java.util.Set;
 
 /**
@@ -97,6 +100,17 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
   @Override
   public Class<State> stateType() {
     return State.class;
+  }
+
+  /**
+   * {@code tokens} INT32 [batch, prompt] in, {@code tokens} INT32 [batch, new] out; a language model on GPT-2's
+   * byte-pair encoding ({@code r50k_base}), whose requests and responses are this function's own.
+   */
+  @Override
+  public FunctionSignature signature(State s) {
+    return new FunctionSignature(List.of(TensorSpec.of("tokens", "INT32", -1, -1)),
+        List.of(TensorSpec.of("tokens", "INT32", -1, -1)),
+        Optional.of(new FunctionSignature.LanguageModel("r50k_base", s.config().vocabSize(), s.maxTokens())));
   }
 
   // ---- init ----
