@@ -20,6 +20,7 @@ work=${LLAMA_WORK:-/dev/shm/thaw-llama}
 mkdir -p "$OUT"
 rm -rf "$work" && mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
+trap 'exit 143' TERM INT
 export THAW_DEVICE=cuda
 status=0
 start=$(date +%s)
