@@ -80,7 +80,7 @@ final class BuildCommand implements Callable<Integer> {
     }
     PrintWriter out = spec.commandLine().getOut();
     try (GpuDriver driver = cli.openDriver(device.choice, spec); GpuContext ctx = driver.createContext(0);
-        ChunkStore s = cli.openStore(store.resolve(cli))) {
+        ChunkStore s = store.open(cli, StoreAccess.CREATE)) {
       BuildResult r = new ImageBuilder(s, ThawCli.chunker()).build(options, ctx, ConsoleProgress.forOutput(json));
       if (json) {
         ObjectNode node = Json.MAPPER.createObjectNode();

@@ -1,6 +1,7 @@
 package dev.thaw.cli;
 
-import dev.thaw.image.store.ChunkStore;
+import dev.thaw.image.store.ImageArchive;
+import dev.thaw.image.store.RocksChunkStore;
 import java.nio.file.Path;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
@@ -36,8 +37,8 @@ final class ExportCommand implements Callable<Integer> {
 
   @Override
   public Integer call() {
-    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
-      long bytes = cli.archives().export(s, tag, file, ConsoleProgress.forOutput(false));
+    try (RocksChunkStore s = store.open(cli, StoreAccess.READ)) {
+      long bytes = ImageArchive.export(s, tag, file);
       spec.commandLine().getOut().printf("exported %s to %s (%s)%n", tag, file, Format.bytes(bytes));
       spec.commandLine().getOut().flush();
       return ThawCli.EXIT_OK;

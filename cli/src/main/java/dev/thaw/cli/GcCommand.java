@@ -31,7 +31,7 @@ final class GcCommand implements Callable<Integer> {
 
   @Override
   public Integer call() {
-    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+    try (ChunkStore s = store.open(cli, StoreAccess.WRITE)) {
       ChunkStore.GarbageCollection gc = s.collectGarbage();
       if (json) {
         spec.commandLine().getOut().println(Json.write(Json.tree(gc)));

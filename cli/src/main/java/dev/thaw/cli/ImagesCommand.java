@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ImageVerifier;
 import dev.thaw.image.Images;
+import dev.thaw.image.InvalidManifestException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import java.io.PrintWriter;
@@ -27,7 +28,8 @@ import picocli.CommandLine.Spec;
         "",
         "SIZE is the device memory an image holds; UNIQUE the bytes of chunks no other",
         "image names (what 'thaw rm' then 'thaw gc' would free); SHARED the bytes of its",
-        "chunks that other images name too.",
+        "chunks that other images name too. An image whose manifest this Thaw cannot",
+        "read is listed as unreadable, with the reason; 'thaw rm' removes it.",
         ""})
 final class ImagesCommand implements Callable<Integer> {
 
@@ -49,20 +51,36 @@ final class ImagesCommand implements Callable<Integer> {
   @Override
   public Integer call() {
     PrintWriter out = spec.commandLine().getOut();
-    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+    try (ChunkStore s = store.open(cli, StoreAccess.READ)) {
       Map<String, ImageManifest> images = new LinkedHashMap<>();
+      Map<String, String> unreadable = new LinkedHashMap<>();
       Map<Digest, Integer> users = new HashMap<>();
       for (String tag : s.tags()) {
-        ImageManifest m = Images.manifest(s, tag);
-        images.put(tag, m);
-        ImageVerifier.chunkLengths(m).keySet().forEach(d -> users.merge(d, 1, Integer::sum));
+        try {
+          ImageManifest m = Images.manifest(s, tag);
+          images.put(tag, m);
+          ImageVerifier.chunkLengths(m).keySet().forEach(d -> users.merge(d, 1, Integer::sum));
+        } catch (InvalidManifestException e) {
+          // Listed, not fatal: the user must see it to 'thaw rm' it.
+          unreadable.put(tag, (e.getCause() != null ? e.getCause() : e).getMessage());
+        }
       }
       ArrayNode list = Json.MAPPER.createArrayNode();
       String row = "%-30s  %10s  %10s  %10s  %s%n";
       if (!json) {
         out.printf(Locale.ROOT, row, "TAG", "SIZE", "UNIQUE", "SHARED", "CREATED");
       }
-      images.forEach((tag, m) -> {
+      for (String tag : s.tags()) {
+        ImageManifest m = images.get(tag);
+        if (m == null) {
+          String why = unreadable.get(tag);
+          if (json) {
+            list.addObject().put("tag", tag).put("unreadable", why);
+          } else {
+            out.printf(Locale.ROOT, "%-30s  unreadable: %s%n", tag, why);
+          }
+          continue;
+        }
         long unique = 0;
         long shared = 0;
         for (Map.Entry<Digest, Integer> e : ImageVerifier.chunkLengths(m).entrySet()) {
@@ -80,7 +98,7 @@ final class ImagesCommand implements Callable<Integer> {
           out.printf(Locale.ROOT, row, tag, Format.bytes(m.totalBytes()), Format.bytes(unique), Format.bytes(shared),
               m.build().created());
         }
-      });
+      }
       if (json) {
         out.println(Json.write(list));
       }

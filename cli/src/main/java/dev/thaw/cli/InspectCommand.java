@@ -43,7 +43,7 @@ final class InspectCommand implements Callable<Integer> {
   @Override
   public Integer call() {
     PrintWriter out = spec.commandLine().getOut();
-    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+    try (ChunkStore s = store.open(cli, StoreAccess.READ)) {
       ImageManifest m = Images.manifest(s, tag);
       if (json) {
         out.println(Json.write(m.toTree()));

@@ -4,7 +4,10 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.SerializationFeature;
+import com.fasterxml.jackson.databind.module.SimpleModule;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.fasterxml.jackson.databind.ser.std.ToStringSerializer;
+import dev.thaw.image.store.Digest;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
@@ -13,7 +16,9 @@ import java.util.Map;
 /** The CLI's JSON output: pretty-printed, with unmeasured figures ({@code NaN}) as {@code null}. */
 final class Json {
 
-  static final ObjectMapper MAPPER = new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT);
+  static final ObjectMapper MAPPER = new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT)
+      // A digest prints as it reads everywhere else: sha256:<hex>.
+      .registerModule(new SimpleModule("thaw-digest").addSerializer(Digest.class, ToStringSerializer.instance));
 
   private Json() {}
 

@@ -33,7 +33,7 @@ final class RmCommand implements Callable<Integer> {
 
   @Override
   public Integer call() {
-    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+    try (ChunkStore s = store.open(cli, StoreAccess.WRITE)) {
       if (!s.delete(tag)) {
         throw new ImageNotFoundException(tag);
       }

@@ -2,10 +2,10 @@ package dev.thaw.cli;
 
 import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.InvalidManifestException;
-import dev.thaw.image.ProgressListener;
 import dev.thaw.image.build.Chunker;
 import dev.thaw.image.build.FastCdcChunker;
-import dev.thaw.image.store.ImageArchive;
+import dev.thaw.image.store.ArchiveException;
+import dev.thaw.image.store.StoreException;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.image.build.ImageBuildException;
@@ -25,6 +25,7 @@ import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.PrintWriter;
+import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.util.Locale;
 import java.util.Map;
@@ -46,7 +47,7 @@ import picocli.CommandLine.Spec;
     name = "thaw",
     mixinStandardHelpOptions = true,
     versionProvider = ThawCli.Version.class,
-    subcommands = {DemoCommand.class, DevicesCommand.class, CheckCommand.class, BuildCommand.class, ImagesCommand.class,
+    subcommands = {DemoCommand.class, ServeCommand.class, DevicesCommand.class, CheckCommand.class, BuildCommand.class, ImagesCommand.class,
         InspectCommand.class, RunCommand.class, VerifyCommand.class, RmCommand.class, GcCommand.class,
         ExportCommand.class, ImportCommand.class, PushCommand.class, PullCommand.class, CommandLine.HelpCommand.class},
     synopsisSubcommandLabel = "COMMAND",
@@ -62,8 +63,10 @@ import picocli.CommandLine.Spec;
     exitCodeListHeading = "%nExit codes:%n",
     exitCodeList = {
         "0:success",
-        "1:failed: a check failed, a build or restore failed, verify found a damaged chunk; any other error",
-        "2:usage error: an unknown option, a bad value, a bad tag, config or request file, a bad THAW_DEVICE",
+        "1:failed: a check failed, a build or restore failed, verify found a damaged chunk, the store is missing,"
+            + " damaged, read-only or in use, an archive is bad or cannot be written; any other error",
+        "2:usage error: an unknown option, a bad value, a bad tag, a bad or missing config, request or archive"
+            + " file, a request the function rejects, a bad THAW_DEVICE",
         "3:no usable device: cuda forced without a usable GPU, a driver that cannot be opened, or no such device",
         "4:no such image: no image has that tag"},
     footerHeading = "%nEnvironment:%n",
@@ -103,64 +106,34 @@ public final class ThawCli implements Callable<Integer> {
     GpuDriver open(DeviceChoice choice, SimOptions simOptions);
   }
 
-  /** How a command opens the image store: {@link #openDefaultStore}, or a stand-in in tests. */
-  @FunctionalInterface
-  interface StoreOpener {
-    ChunkStore open(Path directory);
-  }
-
-  /** Image archives ({@code thaw export}, {@code thaw import}). */
-  interface Archives {
-    /** Writes the image to {@code file}; returns the bytes written. */
-    long export(ChunkStore store, String tag, Path file, ProgressListener progress);
-
-    /** Reads an archive into the store; returns the tag it committed. */
-    String importFrom(ChunkStore store, Path file);
-  }
-
   @Spec
   CommandSpec spec;
 
   private final Map<String, String> environment;
   private final DriverOpener opener;
-  private final StoreOpener storeOpener;
-  private final Archives archives;
 
   public ThawCli() {
     this(System.getenv(), GpuDrivers::open);
   }
 
   ThawCli(Map<String, String> environment, DriverOpener opener) {
-    this(environment, opener, ThawCli::openDefaultStore, ROCKS_ARCHIVES);
-  }
-
-  ThawCli(Map<String, String> environment, DriverOpener opener, StoreOpener storeOpener, Archives archives) {
     this.environment = Map.copyOf(environment);
     this.opener = opener;
-    this.storeOpener = storeOpener;
-    this.archives = archives;
   }
 
-  /** The one place the CLI's store implementation is chosen: RocksDB at {@code directory}. */
-  static ChunkStore openDefaultStore(Path directory) {
-    return RocksChunkStore.open(new StoreOptions().setPath(directory));
+  /**
+   * The one place the CLI's store is opened: RocksDB at {@code directory}, read-only for the commands that only
+   * read (they work while a build holds the store), and created only for {@link StoreAccess#CREATE}.
+   */
+  RocksChunkStore openStore(Path directory, StoreAccess access) {
+    return RocksChunkStore.open(new StoreOptions().setPath(directory).setReadOnly(access == StoreAccess.READ)
+        .setCreate(access == StoreAccess.CREATE));
   }
 
-  /** Archives of the RocksDB store ({@link ImageArchive}). */
-  static final Archives ROCKS_ARCHIVES = new Archives() {
-    @Override
-    public long export(ChunkStore store, String tag, Path file, ProgressListener progress) {
-      if (!(store instanceof RocksChunkStore rocks)) {
-        throw new StoreUnavailableException("image archives need the RocksDB store");
-      }
-      return ImageArchive.export(rocks, tag, file);
-    }
-
-    @Override
-    public String importFrom(ChunkStore store, Path file) {
-      return ImageArchive.importArchive(store, file).tag();
-    }
-  };
+  /** Opens an existing store for writing. */
+  ChunkStore openStore(Path directory) {
+    return openStore(directory, StoreAccess.WRITE);
+  }
 
   /** The chunker builds use: the one place it is chosen. */
   static Chunker chunker() {
@@ -169,14 +142,6 @@ public final class ThawCli implements Callable<Integer> {
 
   String env(String name) {
     return environment.get(name);
-  }
-
-  ChunkStore openStore(Path directory) {
-    return storeOpener.open(directory);
-  }
-
-  Archives archives() {
-    return archives;
   }
 
   public static void main(String[] args) {
@@ -270,9 +235,14 @@ public final class ThawCli implements Callable<Integer> {
       err.flush();
       return EXIT_NOT_FOUND;
     }
+    if (e instanceof InvalidRequestException) {
+      err.println("thaw: bad request: " + describe(e));
+      err.flush();
+      return EXIT_USAGE;
+    }
     if (e instanceof ImageBuildException || e instanceof ImageRestoreException || e instanceof CorruptChunkException
         || e instanceof ChunkNotFoundException || e instanceof InvalidManifestException
-        || e instanceof StoreUnavailableException || e instanceof InvalidRequestException) {
+        || e instanceof StoreException || e instanceof ArchiveException || e instanceof UncheckedIOException) {
       err.println("thaw: " + describe(e));
       err.flush();
       return EXIT_FAILED;
@@ -280,13 +250,6 @@ public final class ThawCli implements Callable<Integer> {
     err.println("thaw: error: " + e.getClass().getSimpleName() + ": " + describe(e));
     err.flush();
     return EXIT_FAILED;
-  }
-
-  /** The store (or an archive) cannot be used in this build or at this path. */
-  static final class StoreUnavailableException extends RuntimeException {
-    StoreUnavailableException(String message) {
-      super(message, null, false, false);
-    }
   }
 
   /** No device can be used: the driver would not open, or the device asked for does not exist. */

@@ -1,7 +1,9 @@
 package dev.thaw.cli;
 
 import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageVerifier;
+import dev.thaw.image.InvalidManifestException;
 import dev.thaw.image.store.ChunkStore;
 import java.io.PrintWriter;
 import java.util.List;
@@ -18,7 +20,8 @@ import picocli.CommandLine.Spec;
 @Command(name = "verify",
     description = {
         "Read every chunk of an image (or of every image) and check it against its",
-        "digest. Exits 1 and names each missing or damaged chunk if any.",
+        "digest. Checks them all, names each missing or damaged chunk and each",
+        "unreadable manifest, and then exits 1 if there was any.",
         ""})
 final class VerifyCommand implements Callable<Integer> {
 
@@ -43,13 +46,26 @@ final class VerifyCommand implements Callable<Integer> {
   @Override
   public Integer call() {
     PrintWriter out = spec.commandLine().getOut();
-    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+    try (ChunkStore s = store.open(cli, StoreAccess.READ)) {
       ImageVerifier verifier = new ImageVerifier(s);
       List<String> tags = tag != null ? List.of(tag) : s.tags();
       boolean ok = true;
       ArrayNode reports = Json.MAPPER.createArrayNode();
       for (String t : tags) {
-        ImageVerifier.Report r = verifier.verify(t, ConsoleProgress.forOutput(json));
+        ImageVerifier.Report r;
+        try {
+          r = verifier.verify(t, ConsoleProgress.forOutput(json));
+        } catch (InvalidManifestException e) {
+          // One unreadable manifest must not hide the state of the other images.
+          ok = false;
+          if (json) {
+            ObjectNode n = reports.addObject();
+            n.put("tag", t).put("ok", false).put("unreadable", e.getMessage());
+          } else {
+            out.printf("FAIL  %s: unreadable manifest: %s%n", t, e.getMessage());
+          }
+          continue;
+        }
         ok &= r.ok();
         if (json) {
           reports.add(Json.tree(r).put("ok", r.ok()));

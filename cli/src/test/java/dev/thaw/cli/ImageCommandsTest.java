@@ -7,7 +7,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.image.ImageManifest;
-import dev.thaw.image.MemoryChunkStore;
+import dev.thaw.image.store.Digest;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.StoreOptions;
 import dev.thaw.cli.ThawCliTest.Run;
 import dev.thaw.runtime.function.SaxpyFunction;
 import dev.thaw.runtime.gpu.GpuDrivers;
@@ -20,7 +22,10 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-/** Pins the image commands end to end on the simulated device: output, JSON, exit codes, one-line errors. */
+/**
+ * Pins the image commands end to end on the simulated device and the real RocksDB store: output, JSON, exit codes,
+ * one-line errors.
+ */
 class ImageCommandsTest {
 
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -28,19 +33,20 @@ class ImageCommandsTest {
   @TempDir
   Path dir;
 
-  private MemoryChunkStore store;
-  private final List<Path> opened = new ArrayList<>();
+  private Path store;
   private ThawCli cli;
   private Path request;
 
   @BeforeEach
   void setUp() throws Exception {
-    store = new MemoryChunkStore();
-    cli = new ThawCli(Map.of("THAW_STORE", dir.resolve("from-env").toString()), GpuDrivers::open, path -> {
-      opened.add(path);
-      return store;
-    }, null);
+    store = dir.resolve("from-env");
+    cli = new ThawCli(Map.of("THAW_STORE", store.toString()), GpuDrivers::open);
     request = Files.writeString(dir.resolve("req.json"), "{\"a\": 2.5}");
+  }
+
+  /** The real store the commands use, opened read-only. */
+  private RocksChunkStore readStore() {
+    return RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true));
   }
 
   private Run thaw(String... args) {
@@ -61,12 +67,16 @@ class ImageCommandsTest {
     assertEquals(0, b.exit(), b.err());
     assertTrue(b.out().startsWith("built    saxpy:1\n" + CheckCommand.SIMULATED_NOTE), b.out());
     assertTrue(b.out().contains("snapshot") && b.out().contains("GB/s"), b.out());
-    assertEquals(List.of(dir.resolve("from-env")), opened, "THAW_STORE names the store");
+    assertTrue(Files.exists(store.resolve("CURRENT")), "THAW_STORE names the store");
 
-    Run r = thaw("run", "saxpy:1", "--device", "sim", "--request", request.toString(), "--store",
+    Run elsewhere = thaw("run", "saxpy:1", "--device", "sim", "--request", request.toString(), "--store",
         dir.resolve("opt").toString());
+    assertEquals(ThawCli.EXIT_FAILED, elsewhere.exit(), "--store overrides THAW_STORE");
+    assertOneLineError(elsewhere, "store " + dir.resolve("opt") + ": there is no store here");
+    assertTrue(Files.notExists(dir.resolve("opt")), "run never creates a store");
+
+    Run r = thaw("run", "saxpy:1", "--device", "sim", "--request", request.toString(), "--store", store.toString());
     assertEquals(0, r.exit(), r.err());
-    assertEquals(dir.resolve("opt"), opened.get(1), "--store overrides THAW_STORE");
     for (String phase : List.of("open manifest", "map allocations", "load modules", "copy + verify",
         "rebuild state", "invoke")) {
       assertTrue(r.out().contains("  " + phase), phase + " missing:\n" + r.out());
@@ -114,30 +124,37 @@ class ImageCommandsTest {
   void verifyNamesADamagedChunkAndExitsOne() throws Exception {
     build("saxpy:1");
     assertEquals(0, thaw("verify").exit());
-    ImageManifest m = ImageManifest.read(store.manifest("saxpy:1").orElseThrow());
-    var victim = m.allocations().get(0).chunks().get(0).digest();
-    store.corrupt(victim);
+    Digest victim;
+    try (RocksChunkStore s = readStore()) {
+      victim = ImageManifest.read(s.manifest("saxpy:1").orElseThrow()).allocations().get(0).chunks().get(0).digest();
+    }
+    StoreFiles.corrupt(store, victim);
     Run r = thaw("verify", "saxpy:1");
     assertEquals(ThawCli.EXIT_FAILED, r.exit());
-    assertTrue(r.out().contains("FAIL  saxpy:1") && r.out().contains(victim + " its bytes hash to"), r.out());
+    assertTrue(r.out().contains("FAIL  saxpy:1") && r.out().contains(victim.toString()), r.out());
 
     Run run = thaw("run", "saxpy:1", "--device", "sim", "--request", request.toString());
     assertEquals(ThawCli.EXIT_FAILED, run.exit());
-    assertOneLineError(run, "chunk " + victim + " is corrupt");
+    assertOneLineError(run, "chunk " + victim + " is damaged");
     assertEquals("", run.out(), "no response from unverified data");
   }
 
   @Test
   void rmThenGcFreesTheChunksAndAMissingTagExitsFour() throws Exception {
     build("saxpy:1");
-    int chunks = store.chunkCount();
+    long chunks;
+    try (RocksChunkStore s = readStore()) {
+      chunks = s.chunkCount();
+    }
     assertEquals(0, thaw("rm", "saxpy:1").exit());
     Run again = thaw("rm", "saxpy:1");
     assertEquals(ThawCli.EXIT_NOT_FOUND, again.exit());
     assertOneLineError(again, "no image tagged 'saxpy:1'");
     Run gc = thaw("gc");
     assertEquals("freed    " + chunks + " chunks, ", gc.out().substring(0, ("freed    " + chunks + " chunks, ").length()));
-    assertEquals(0, store.chunkCount());
+    try (RocksChunkStore s = readStore()) {
+      assertEquals(0, s.chunkCount());
+    }
     assertEquals(ThawCli.EXIT_NOT_FOUND, thaw("inspect", "nope").exit());
     assertEquals(ThawCli.EXIT_NOT_FOUND, thaw("run", "nope", "--device", "sim", "--request", request.toString())
         .exit());
@@ -163,7 +180,9 @@ class ImageCommandsTest {
         "{\"n\": 0}", "--tag", "t");
     assertEquals(ThawCli.EXIT_FAILED, init.exit());
     assertOneLineError(init, "init of " + SaxpyFunction.class.getName() + " failed: n must be positive");
-    assertTrue(store.tags().isEmpty());
+    try (RocksChunkStore s = readStore()) {
+      assertTrue(s.tags().isEmpty());
+    }
   }
 
   @Test

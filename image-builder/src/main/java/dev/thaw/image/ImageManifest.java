@@ -2,13 +2,16 @@ package dev.thaw.image;
 
 import dev.thaw.runtime.speculation.AccessProfile;
 
+import com.fasterxml.jackson.annotation.JacksonInject;
 import com.fasterxml.jackson.annotation.JsonInclude;
+import com.fasterxml.jackson.annotation.OptBoolean;
 import com.fasterxml.jackson.annotation.JsonPropertyOrder;
 import com.fasterxml.jackson.core.JsonGenerator;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.DeserializationContext;
 import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.InjectableValues;
 import com.fasterxml.jackson.databind.JsonDeserializer;
 import com.fasterxml.jackson.databind.JsonMappingException;
 import com.fasterxml.jackson.databind.JsonNode;
@@ -69,8 +72,13 @@ public record ImageManifest(
   /** The schema this Thaw writes and the only one it reads. */
   public static final int SCHEMA_VERSION = 1;
 
+  /** What a manifest without {@code profile.writtenAllocations} (built before it existed) reads as: unknown. */
+  static final String ABSENT_WRITTEN = "thaw.manifest.absent-writtenAllocations";
+  /** Injected for an absent {@code writtenAllocations}; recognised by identity and read as null. */
+  private static final List<String> UNKNOWN_WRITES = java.util.Collections.unmodifiableList(new ArrayList<>());
+
   private static final Pattern ARCH = Pattern.compile("sm_[0-9]{2,3}[a-z]?");
-  private static final ObjectMapper JSON = new ObjectMapper()
+  private static final ObjectMapper JSON = StrictJson.configure(new ObjectMapper())
       .registerModule(new SimpleModule("thaw-digest")
           .addSerializer(Digest.class, new DigestSerializer())
           .addDeserializer(Digest.class, new DigestDeserializer()))
@@ -78,7 +86,8 @@ public record ImageManifest(
       .enable(DeserializationFeature.FAIL_ON_NULL_FOR_PRIMITIVES)
       .enable(DeserializationFeature.FAIL_ON_NULL_CREATOR_PROPERTIES)
       .enable(DeserializationFeature.FAIL_ON_UNKNOWN_PROPERTIES)
-      .enable(SerializationFeature.INDENT_OUTPUT);
+      .enable(SerializationFeature.INDENT_OUTPUT)
+      .setInjectableValues(new InjectableValues.Std().addValue(ABSENT_WRITTEN, UNKNOWN_WRITES));
 
   public ImageManifest {
     allocations = List.copyOf(allocations);
@@ -190,14 +199,29 @@ public record ImageManifest(
    * @param firstAccessOrder allocation names in the order the invocations first touched them: the background
    *     order of on-demand restore
    * @param kernels per kernel ({@code module/entry}): {@code exact} or {@code unsafe}, with the reasons
+   * @param writtenAllocations allocations the profiled invocations wrote (kernel stores and host uploads), or null
+   *     (absent from the JSON) when unknown: images built before this field, or a profile that could not see every
+   *     write. Every other allocation is read-only ({@link ImageManifest#readOnlyAllocations()}).
    */
   @JsonInclude(JsonInclude.Include.ALWAYS)
   public record Profile(String orderSource, long launches, List<String> firstAccessOrder,
-      Map<String, AccessProfile.KernelProfile> kernels) {
+      Map<String, AccessProfile.KernelProfile> kernels,
+      @JsonInclude(JsonInclude.Include.NON_NULL)
+      @JacksonInject(value = ABSENT_WRITTEN, useInput = OptBoolean.TRUE)
+      List<String> writtenAllocations) {
 
     public Profile {
       firstAccessOrder = List.copyOf(firstAccessOrder);
       kernels = java.util.Collections.unmodifiableMap(new java.util.TreeMap<>(kernels));
+      // The injected stand-in for an absent field (Jackson refuses a null creator property) means unknown.
+      writtenAllocations = writtenAllocations == null || writtenAllocations == UNKNOWN_WRITES ? null
+          : List.copyOf(writtenAllocations);
+    }
+
+    /** A profile that does not say what was written (as every image built before {@code writtenAllocations}). */
+    public Profile(String orderSource, long launches, List<String> firstAccessOrder,
+        Map<String, AccessProfile.KernelProfile> kernels) {
+      this(orderSource, launches, firstAccessOrder, kernels, null);
     }
 
     public static Profile empty() {
@@ -205,7 +229,7 @@ public record ImageManifest(
     }
 
     public static Profile of(AccessProfile p) {
-      return new Profile(p.orderSource().json(), p.launches(), p.firstTouch(), p.kernels());
+      return new Profile(p.orderSource().json(), p.launches(), p.firstTouch(), p.kernels(), p.written());
     }
 
     /** How many kernels got each verdict, e.g. {@code 8 exact, 0 unsafe}. */
@@ -223,6 +247,20 @@ public record ImageManifest(
     allocations.forEach(a -> a.chunks().forEach(c -> all.add(c.digest())));
     modules.forEach(m -> all.add(m.cubin().digest()));
     return all;
+  }
+
+  /**
+   * The allocations the profile saw no write to, which the HBM tier may keep on the device and share read-only;
+   * empty when the profile does not say what was written.
+   */
+  public Set<String> readOnlyAllocations() {
+    if (profile.writtenAllocations() == null) {
+      return Set.of();
+    }
+    Set<String> out = new LinkedHashSet<>();
+    allocations.forEach(a -> out.add(a.name()));
+    profile.writtenAllocations().forEach(out::remove);
+    return out;
   }
 
   /** Device bytes the allocations hold. */

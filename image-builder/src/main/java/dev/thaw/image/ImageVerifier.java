@@ -3,6 +3,7 @@ package dev.thaw.image;
 import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
+import dev.thaw.image.store.StoreException;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -48,7 +49,10 @@ public final class ImageVerifier {
     return lengths;
   }
 
-  /** Reads and hashes every chunk of {@code tag}. */
+  /**
+   * Reads and hashes every chunk of {@code tag}; a chunk that is missing, does not hash to its name or cannot be
+   * read at all is recorded and the rest are still read.
+   */
   public Report verify(String tag, ProgressListener progress) {
     ImageManifest m = Images.manifest(store, tag);
     Map<Digest, Integer> lengths = chunkLengths(m);
@@ -68,6 +72,11 @@ public final class ImageVerifier {
           }
         } catch (ChunkNotFoundException e) {
           damage.add(new Damage(digest, "missing"));
+        } catch (dev.thaw.image.store.CorruptChunkException e) {
+          damage.add(new Damage(digest, "its bytes hash to " + e.actual()));
+        } catch (StoreException e) {
+          // The store's own checks (a blob or block checksum) caught the damage before the hash could.
+          damage.add(new Damage(digest, "unreadable: " + e.getMessage()));
         } catch (IllegalArgumentException e) {
           damage.add(new Damage(digest, "holds more than the " + length + " bytes the image says"));
         }

@@ -7,10 +7,12 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.KernelRef;
+import dev.thaw.runtime.function.TensorSpec;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.Dim3;
 import java.io.IOException;
@@ -22,6 +24,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Optional;
 import java.util.Random;
 import java.util.Set;
 
@@ -105,6 +108,14 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
     return State.class;
   }
 
+  /** {@code inputs} FP32 [rows, in] in; {@code outputs} FP32 [rows, out] and {@code argmax} INT64 [rows] out. */
+  @Override
+  public FunctionSignature signature(State s) {
+    return new FunctionSignature(List.of(TensorSpec.of("inputs", "FP32", -1, s.inputs())),
+        List.of(TensorSpec.of("outputs", "FP32", -1, s.outputs()), TensorSpec.of("argmax", "INT64", -1)),
+        Optional.empty());
+  }
+
   @Override
   public State init(FunctionSession session, JsonNode config) throws IOException {
     List<Integer> layers = layers(config);
@@ -145,16 +156,12 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
   }
 
   /**
-   * Generates and uploads layer {@code layer}'s parameters. Each layer has its own {@link java.util.Random}
-   * (whose sequence the JDK specifies), seeded with {@code seed + 0x9E3779B97F4A7C15L * (layer + 1)}: weights
-   * first, row-major, then biases, each {@code (2 * nextFloat() - 1) * bound} computed in double and rounded
-   * to float. Bounds: He-uniform {@code sqrt(6 / k)} before a ReLU, Glorot-uniform {@code sqrt(6 / (k + n))}
-   * for the output layer; biases within 0.1, not zero, so that a kernel which drops them is caught.
+   * Generates and uploads layer {@code layer}'s parameters (see {@link LayerParameters}), a bounded chunk at a
+   * time.
    */
   private static void initLayer(FunctionSession session, long seed, int layer, int k, int n, boolean last,
       BufferRef w, BufferRef b) {
-    Random random = new Random(seed + 0x9E3779B97F4A7C15L * (layer + 1));
-    double bound = last ? Math.sqrt(6.0 / ((double) k + n)) : Math.sqrt(6.0 / k);
+    LayerParameters parameters = new LayerParameters(seed, layer, k, n, last);
     long total = (long) k * n;
     int chunk = (int) Math.min(total, UPLOAD_FLOATS);
     ByteBuffer bytes = ByteBuffer.allocateDirect(4 * chunk).order(ByteOrder.LITTLE_ENDIAN);
@@ -162,17 +169,46 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
       int count = (int) Math.min(chunk, total - done);
       bytes.clear();
       for (int i = 0; i < count; i++) {
-        bytes.putFloat((float) ((2.0 * random.nextFloat() - 1.0) * bound));
+        bytes.putFloat(parameters.nextWeight());
       }
       bytes.flip();
       session.upload(w, 4 * done, bytes);
     }
     ByteBuffer bias = ByteBuffer.allocateDirect(4 * n).order(ByteOrder.LITTLE_ENDIAN);
     for (int i = 0; i < n; i++) {
-      bias.putFloat((float) ((2.0 * random.nextFloat() - 1.0) * 0.1));
+      bias.putFloat(parameters.nextBias());
     }
     bias.flip();
     session.upload(b, 0, bias);
+  }
+
+  /**
+   * The values of layer {@code layer}'s parameters, in order: its {@code k × n} weights row-major, then its
+   * {@code n} biases. Public so that another framework can load the very weights a config makes (the cold-start
+   * harness writes them as safetensors for PyTorch).
+   *
+   * <p>Each layer has its own {@link java.util.Random} (whose sequence the JDK specifies), seeded with
+   * {@code seed + 0x9E3779B97F4A7C15L * (layer + 1)}; each value is {@code (2 * nextFloat() - 1) * bound}
+   * computed in double and rounded to float. Bounds: He-uniform {@code sqrt(6 / k)} before a ReLU,
+   * Glorot-uniform {@code sqrt(6 / (k + n))} for the output layer; biases within 0.1, not zero, so that a
+   * kernel which drops them is caught. All weights must be taken before the first bias.
+   */
+  public static final class LayerParameters {
+    private final Random random;
+    private final double bound;
+
+    public LayerParameters(long seed, int layer, int k, int n, boolean last) {
+      this.random = new Random(seed + 0x9E3779B97F4A7C15L * (layer + 1));
+      this.bound = last ? Math.sqrt(6.0 / ((double) k + n)) : Math.sqrt(6.0 / k);
+    }
+
+    public float nextWeight() {
+      return (float) ((2.0 * random.nextFloat() - 1.0) * bound);
+    }
+
+    public float nextBias() {
+      return (float) ((2.0 * random.nextFloat() - 1.0) * 0.1);
+    }
   }
 
   @Override

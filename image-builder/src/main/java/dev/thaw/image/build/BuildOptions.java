@@ -7,6 +7,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import dev.thaw.image.Staging;
+import dev.thaw.image.StrictJson;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -71,24 +72,31 @@ public final class BuildOptions {
    * @throws IllegalArgumentException if it is neither a readable file nor a JSON object
    */
   public BuildOptions config(String value) {
-    String text = value;
-    Path file = null;
-    try {
-      Path p = Path.of(value);
-      if (!value.strip().startsWith("{") && Files.isRegularFile(p)) {
-        file = p;
-        text = Files.readString(p);
-      }
-    } catch (IOException | java.nio.file.InvalidPathException e) {
-      if (!value.strip().startsWith("{")) {
-        throw new IllegalArgumentException("cannot read config " + value + ": " + e.getMessage(), e);
+    if (value.strip().startsWith("{")) {
+      try {
+        return config(StrictJson.read(value));
+      } catch (JsonProcessingException e) {
+        throw new IllegalArgumentException("the config is not JSON: " + StrictJson.problem(e), e);
       }
     }
+    Path file;
+    String text;
     try {
-      return config(JSON.readTree(text));
+      file = Path.of(value);
+      text = Files.readString(file);
+    } catch (java.nio.file.InvalidPathException | java.nio.file.NoSuchFileException e) {
+      throw new IllegalArgumentException("config file " + value + " does not exist (give the config as a JSON"
+          + " object inline, or the path of a file that holds one)", e);
+    } catch (IOException e) {
+      throw new IllegalArgumentException("cannot read config file " + value + ": "
+          + (e.getMessage() == null ? "I/O error" : e.getMessage()), e);
+    }
+    try {
+      return config(StrictJson.read(text));
     } catch (JsonProcessingException e) {
-      throw new IllegalArgumentException((file == null ? "the config" : "config file " + file) + " is not JSON: "
-          + e.getOriginalMessage(), e);
+      throw new IllegalArgumentException("config file " + file + " is not JSON: " + StrictJson.problem(e), e);
+    } catch (IllegalArgumentException e) {
+      throw new IllegalArgumentException("config file " + file + ": " + e.getMessage(), e);
     }
   }
 
@@ -125,9 +133,9 @@ public final class BuildOptions {
   public BuildOptions addSampleRequest(Path file) {
     JsonNode node;
     try {
-      node = JSON.readTree(Files.readString(file));
+      node = StrictJson.read(Files.readString(file));
     } catch (JsonProcessingException e) {
-      throw new IllegalArgumentException("sample request " + file + " is not JSON: " + e.getOriginalMessage(), e);
+      throw new IllegalArgumentException("sample request " + file + " is not JSON: " + StrictJson.problem(e), e);
     } catch (java.nio.file.NoSuchFileException e) {
       throw new IllegalArgumentException("cannot read sample request " + file + ": no such file", e);
     } catch (IOException e) {

@@ -9,7 +9,7 @@ public class CorruptChunkException extends StoreException {
   private final transient Digest actual;
 
   public CorruptChunkException(Path path, Digest digest, Digest actual) {
-    super(path, "chunk " + digest + " is corrupt: its bytes hash to " + actual);
+    super(path, "chunk " + digest + " is damaged: its bytes hash to " + actual);
     this.digest = digest;
     this.actual = actual;
   }

@@ -4,20 +4,27 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ImageNotFoundException;
+import dev.thaw.image.ImageVerifier;
+import dev.thaw.image.InvalidManifestException;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.PosixFilePermission;
 import java.security.MessageDigest;
 import java.util.HashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Set;
 
 /**
@@ -46,16 +53,18 @@ public final class ImageArchive {
   private ImageArchive() {}
 
   /**
-   * Writes the image {@code tag} names to {@code file} (replacing it; through a temporary file beside it, so a
-   * failed export leaves no partial archive).
+   * Writes the image {@code tag} names to {@code file}: a new file, or a regular file it replaces. It writes a
+   * temporary file beside it, syncs it and renames it over the name, so a failed export leaves no partial
+   * archive; a new archive gets the umask's mode, a replaced one keeps its mode.
    *
    * @return the number of bytes written
-   * @throws IllegalArgumentException if the tag is not in the store
+   * @throws ImageNotFoundException if the tag is not in the store
+   * @throws ArchiveException if {@code file} is a symbolic link, a directory or a special file, or its
+   *     directory is missing or not writable, or the write fails; nothing is left behind
    */
   public static long export(RocksChunkStore store, String tag, Path file) {
     Tags.check(tag);
-    byte[] manifest = store.manifest(tag)
-        .orElseThrow(() -> new IllegalArgumentException("no image tagged " + tag + " in " + store.path()));
+    byte[] manifest = store.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
     List<Digest> chunks = store.chunksOf(tag).orElseThrow();
     Digest manifestDigest = Digest.of(manifest);
 
@@ -84,12 +93,13 @@ public final class ImageArchive {
     entry.putObject("annotations").put(REF_NAME, tag);
     index.putArray("manifests").add(entry);
 
-    Path dir = file.toAbsolutePath().getParent();
-    Path tmp = null;
+    Path target = file.toAbsolutePath();
+    Optional<Set<PosixFilePermission>> keep = checkTarget(target);
+    Path tmp = target.resolveSibling(".thaw-export-" + Long.toHexString(System.nanoTime()) + ".tmp");
     try {
-      tmp = Files.createTempFile(dir, ".thaw-export", ".tmp");
       long written;
-      try (FileChannel out = FileChannel.open(tmp, StandardOpenOption.WRITE, StandardOpenOption.TRUNCATE_EXISTING)) {
+      // No permission attribute: the file gets 0666 less the umask, as any file the user's tools make.
+      try (FileChannel out = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
         writeEntry(out, "oci-layout", ByteBuffer.wrap(bytes("{\"imageLayoutVersion\":\"1.0.0\"}")));
         writeEntry(out, "index.json", ByteBuffer.wrap(json(index)));
         writeEntry(out, blobName(ociDigest), ByteBuffer.wrap(ociBytes));
@@ -105,11 +115,16 @@ public final class ImageArchive {
         out.force(true);
         written = out.size();
       }
-      Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+      if (keep.isPresent()) {
+        Files.setPosixFilePermissions(tmp, keep.get());
+      }
+      checkTarget(target); // again: rename replaces whatever entry has the name by now, never through it
+      Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE);
       tmp = null;
+      syncDirectory(target.getParent());
       return written;
     } catch (IOException e) {
-      throw new UncheckedIOException("cannot export " + tag + " to " + file + ": " + e.getMessage(), e);
+      throw new ArchiveException("cannot export to " + target + ": " + StoreDirectory.describe(e), e);
     } finally {
       if (tmp != null) {
         try {
@@ -118,6 +133,48 @@ public final class ImageArchive {
           // best effort
         }
       }
+    }
+  }
+
+  /**
+   * What an export may write to: a new path in an existing, writable directory, or a regular file (whose mode
+   * it keeps). A symbolic link, a directory, a device or any other special file is refused, not replaced.
+   *
+   * @return the permissions of the regular file there, if there is one
+   */
+  private static Optional<Set<PosixFilePermission>> checkTarget(Path target) {
+    String refused = "cannot export to " + target + ": ";
+    if (Files.isSymbolicLink(target)) {
+      throw new ArchiveException(refused + "it is a symbolic link; name a new file or a regular file");
+    }
+    if (Files.exists(target, LinkOption.NOFOLLOW_LINKS)) {
+      if (Files.isDirectory(target, LinkOption.NOFOLLOW_LINKS)) {
+        throw new ArchiveException(refused + "it is a directory; name the archive file");
+      }
+      if (!Files.isRegularFile(target, LinkOption.NOFOLLOW_LINKS)) {
+        throw new ArchiveException(refused + "it is a device or special file, not a regular file");
+      }
+      try {
+        return Optional.of(Files.getPosixFilePermissions(target, LinkOption.NOFOLLOW_LINKS));
+      } catch (IOException | UnsupportedOperationException e) {
+        return Optional.empty();
+      }
+    }
+    Path dir = target.getParent();
+    if (!Files.isDirectory(dir)) {
+      throw new ArchiveException(refused + dir + (Files.exists(dir) ? " is not a directory" : " does not exist"));
+    }
+    if (!Files.isWritable(dir)) {
+      throw new ArchiveException(refused + "cannot write to " + dir + " (permission denied)");
+    }
+    return Optional.empty();
+  }
+
+  private static void syncDirectory(Path dir) {
+    try (FileChannel d = FileChannel.open(dir, StandardOpenOption.READ)) {
+      d.force(true);
+    } catch (IOException ignored) {
+      // Not every file system can sync a directory; the archive itself is synced.
     }
   }
 
@@ -177,12 +234,35 @@ public final class ImageArchive {
       }
       byte[] manifest = new byte[(int) configEntry.size()];
       Tar.readFully(in, ByteBuffer.wrap(manifest), configEntry.dataOffset());
+      // The chunk set comes from the Thaw manifest, never from the layers: the store keys it by the manifest's
+      // digest, so a set that disagreed with the manifest would decide what GC keeps of another image.
+      Map<Digest, Integer> named;
+      try {
+        named = ImageVerifier.chunkLengths(ImageManifest.read(manifest));
+      } catch (InvalidManifestException e) {
+        throw new ArchiveException("the archive's Thaw manifest is unreadable: " + e.getMessage(), e);
+      }
+      JsonNode layerList = oci.path("layers");
+      if (!layerList.isArray()) {
+        throw new ArchiveException("the image manifest has no layers array");
+      }
       Set<Digest> chunks = new LinkedHashSet<>();
       int largest = 0;
-      for (JsonNode layer : oci.path("layers")) {
+      for (JsonNode layer : layerList) {
         Digest d = digestOf(layer);
         long size = layer.path("size").asLong(-1);
-        chunks.add(d);
+        if (!chunks.add(d)) {
+          throw new ArchiveException("the image manifest's layers name chunk " + d + " twice");
+        }
+        Integer length = named.get(d);
+        if (length == null) {
+          throw new ArchiveException("the image manifest's layers name chunk " + d
+              + ", which the Thaw manifest does not");
+        }
+        if (length != size) {
+          throw new ArchiveException("the image manifest's layers give chunk " + d + " " + size
+              + " bytes; the Thaw manifest says " + length);
+        }
         Tar.Entry e = blobs.get(d);
         if (e != null) {
           if (e.size() != size) {
@@ -192,6 +272,12 @@ public final class ImageArchive {
         } else if (store.chunkSize(d).map(s -> s != size).orElse(true)) {
           throw new ArchiveException("the archive is incomplete: chunk " + d + " is neither in it nor in the store");
         }
+      }
+      if (!chunks.equals(named.keySet())) {
+        Set<Digest> absent = new LinkedHashSet<>(named.keySet());
+        absent.removeAll(chunks);
+        throw new ArchiveException("the image manifest's layers leave out " + absent.size() + " of the "
+            + named.size() + " chunks the Thaw manifest names, " + absent.iterator().next() + " first");
       }
       // Pass 2: store the chunks (re-checked: the file may have changed since pass 1), then commit.
       int newChunks = 0;

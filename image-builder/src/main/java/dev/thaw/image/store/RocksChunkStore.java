@@ -10,7 +10,9 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashSet;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
 import java.util.TreeSet;
@@ -36,7 +38,8 @@ import org.rocksdb.WriteOptions;
  * docs/image-store.md}.
  *
  * <p>One process opens a store for writing (RocksDB's {@code LOCK} file; a second gets {@link
- * StoreLockedException}); any number may open it {@linkplain StoreOptions#setReadOnly read-only} meanwhile.
+ * StoreLockedException}); any number may open it {@linkplain StoreOptions#setReadOnly read-only} meanwhile
+ * (RocksDB's read-only mode: no lock, nothing written; it sees the store as it was at the open).
  * Garbage collection protects the chunks this instance stored that no commit has named yet (its <em>pending
  * set</em>), so a build running in this process keeps its chunks; a build in another process cannot exist,
  * because the writer lock is per process.
@@ -47,8 +50,12 @@ public final class RocksChunkStore implements ChunkStore {
     RocksDB.loadLibrary();
   }
 
-  /** Bumped when the layout below changes; a store written by a newer layout is refused. */
-  public static final int SCHEMA_VERSION = 1;
+  /**
+   * Bumped when the layout below changes; a store written by a newer layout is refused. 1: chunk bytes in the
+   * {@code chunks} family's blob files. 2: new chunks in pack files, indexed by {@code chunk-packs}; a schema-1
+   * store is read as it is and becomes schema 2 at its first writable open (its chunks stay where they are).
+   */
+  public static final int SCHEMA_VERSION = 2;
 
   static final String CF_CHUNKS = "chunks";
   static final String CF_CHUNK_SIZES = "chunk-sizes";
@@ -56,9 +63,15 @@ public final class RocksChunkStore implements ChunkStore {
   static final String CF_REFS = "refs";
   static final String CF_TAGS = "tags";
   static final String CF_META = "meta";
+  static final String CF_CHUNK_PACKS = "chunk-packs";
   private static final List<String> FAMILIES =
-      List.of(CF_CHUNKS, CF_CHUNK_SIZES, CF_MANIFESTS, CF_REFS, CF_TAGS, CF_META);
+      List.of(CF_CHUNKS, CF_CHUNK_SIZES, CF_MANIFESTS, CF_REFS, CF_TAGS, CF_META, CF_CHUNK_PACKS);
   private static final byte[] META_SCHEMA = bytes("schema-version");
+  private static final byte[] META_NEXT_PACK = bytes("next-pack");
+  /** A pack whose live bytes fall under this share of its size is rewritten by GC. */
+  static final double COMPACT_BELOW = 0.5;
+  private static final int KEPT_INFO_LOGS = 3;
+  private static final long MAX_INFO_LOG_BYTES = 4L << 20;
 
   private final StoreOptions options;
   private final Path path;
@@ -71,17 +84,23 @@ public final class RocksChunkStore implements ChunkStore {
   private final ColumnFamilyHandle refs;
   private final ColumnFamilyHandle tags;
   private final ColumnFamilyHandle meta;
-  private final WriteOptions noSync;
-  /** Chunk writes skip the write-ahead log: {@link #sync()} flushes them to table and blob files instead. */
-  private final WriteOptions noWal;
+  /** Null only in a schema-1 store opened read-only, which has no packs. */
+  private final ColumnFamilyHandle chunkPacks;
   private final WriteOptions sync;
   private final ReadOptions read;
   private final ReadOptions scan;
-  private final Path secondaryDir;
   private final AtomicBoolean open = new AtomicBoolean(true);
 
   /** Chunks put and not yet named by a commit: never collected. Keys are raw 32-byte digests. */
   private final Set<ByteBuffer> pending = ConcurrentHashMap.newKeySet();
+  /**
+   * Chunks appended to a pack whose index entries {@link #sync()} has not written yet. The index reaches RocksDB
+   * only after the pack bytes are forced, so no crash leaves an entry naming bytes that are not on disk.
+   */
+  private final Map<ByteBuffer, PackFiles.Location> unsynced = new ConcurrentHashMap<>();
+  private final PackFiles packs;
+  /** One sync at a time: its snapshot of {@link #unsynced}, the force and the index write go together. */
+  private final Object syncLock = new Object();
   /** Puts hold it shared; GC's sweep holds it exclusively, so a put can't slip between GC's check and delete. */
   private final ReentrantReadWriteLock sweepLock = new ReentrantReadWriteLock();
   /** Commits, deletes and GC run one at a time. */
@@ -93,28 +112,55 @@ public final class RocksChunkStore implements ChunkStore {
   private RocksChunkStore(StoreOptions options) {
     this.options = new StoreOptions(options);
     this.path = options.path();
-    Path secondary = null;
     try {
       int cores = Runtime.getRuntime().availableProcessors();
       DBOptions dbOptions = track(new DBOptions().setMaxBackgroundJobs(Math.max(2, Math.min(8, cores))));
       dbOptions.setMaxBackgroundFlushes(Math.max(1, Math.min(4, cores / 2)));
+      // Each open writes an info log of ~120 KB and rotates the last one aside: keep a few, not every one.
+      dbOptions.setKeepLogFileNum(KEPT_INFO_LOGS).setMaxLogFileSize(MAX_INFO_LOG_BYTES);
+      boolean exists = StoreDirectory.exists(path);
+      List<String> present = new ArrayList<>(FAMILIES);
+      if (exists) {
+        try (org.rocksdb.Options o = new org.rocksdb.Options()) {
+          present = RocksDB.listColumnFamilies(o, path.toString()).stream().map(RocksChunkStore::string).toList();
+        }
+        for (String name : FAMILIES) {
+          if (!present.contains(name) && !name.equals(CF_CHUNK_PACKS)) {
+            throw new StoreException(path, "is damaged: it has no column family " + name + "; nothing was changed");
+          }
+        }
+      }
+      // A schema-1 store has no chunk-packs: read-only, go without it; writable, create it (the migration).
+      boolean withPacks = !options.readOnly() || present.contains(CF_CHUNK_PACKS);
       List<ColumnFamilyDescriptor> descriptors = new ArrayList<>();
       descriptors.add(new ColumnFamilyDescriptor(RocksDB.DEFAULT_COLUMN_FAMILY, track(new ColumnFamilyOptions())));
       for (String name : FAMILIES) {
-        descriptors.add(new ColumnFamilyDescriptor(bytes(name), familyOptions(name)));
+        if (withPacks || !name.equals(CF_CHUNK_PACKS)) {
+          descriptors.add(new ColumnFamilyDescriptor(bytes(name), familyOptions(name)));
+        }
       }
       List<ColumnFamilyHandle> handles = new ArrayList<>();
       if (options.readOnly()) {
-        if (!Files.isDirectory(path) || !Files.exists(path.resolve("CURRENT"))) {
-          throw new StoreException(path, "there is no store here to open read-only");
+        if (!exists) {
+          throw new StoreException(path, "there is no store here");
         }
-        secondary = Files.createTempDirectory("thaw-store-secondary");
-        dbOptions.setMaxOpenFiles(-1); // required of a secondary instance
-        db = RocksDB.openAsSecondary(dbOptions, path.toString(), secondary.toString(), descriptors, handles);
+        // RocksDB's read-only mode takes no lock and writes nothing, not even an info log.
+        db = RocksDB.openReadOnly(dbOptions, path.toString(), descriptors, handles);
       } else {
-        Files.createDirectories(path);
-        // Atomic flush: chunks and their sizes reach the files together, since their writes skip the WAL.
-        dbOptions.setCreateIfMissing(true).setCreateMissingColumnFamilies(true).setAtomicFlush(true);
+        if (!exists && !options.create()) {
+          throw new StoreException(path, "there is no store here");
+        }
+        if (exists && !Files.isWritable(path)) {
+          throw new StoreException(path, "is read-only: no permission to write to it");
+        }
+        if (!exists) {
+          try {
+            Files.createDirectories(path);
+          } catch (IOException e) {
+            throw new StoreException(path, "cannot create the store: " + StoreDirectory.describe(e), null, e);
+          }
+        }
+        dbOptions.setCreateIfMissing(!exists).setCreateMissingColumnFamilies(true);
         db = RocksDB.open(dbOptions, path.toString(), descriptors, handles);
       }
       // Handles close before the DB, the DB before the options it was opened with.
@@ -126,41 +172,40 @@ public final class RocksChunkStore implements ChunkStore {
       refs = handles.get(4);
       tags = handles.get(5);
       meta = handles.get(6);
-      noSync = track(new WriteOptions());
-      noWal = track(new WriteOptions().setDisableWAL(true));
+      chunkPacks = withPacks ? handles.get(7) : null;
       sync = track(new WriteOptions().setSync(true));
       read = track(new ReadOptions());
       scan = track(new ReadOptions().setFillCache(false));
-      secondaryDir = secondary;
-      if (options.readOnly()) {
-        db.tryCatchUpWithPrimary();
-      }
       checkSchema();
+      packs = new PackFiles(path, options.readOnly(), options.packFileSize(), this::newPackId);
     } catch (RocksDBException e) {
       closeResources();
-      deleteQuietly(secondary);
       if (e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.IOError
           && String.valueOf(e.getMessage()).contains("LOCK")) {
         throw new StoreLockedException(path, e);
       }
+      if (e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.Corruption) {
+        throw error("is damaged", e);
+      }
       throw error("cannot open", e);
-    } catch (IOException e) {
-      closeResources();
-      deleteQuietly(secondary);
-      throw new StoreException(path, "cannot open: " + e, null, e);
     } catch (RuntimeException e) {
       closeResources();
-      deleteQuietly(secondary);
       throw e;
     }
   }
 
-  /** Opens (creating if missing, unless read-only) the store {@code options} names. */
+  /**
+   * Opens the store {@code options} names: read-only, or for writing, creating it where there is nothing when
+   * {@link StoreOptions#create()} says so. A path that holds anything but a sound store fails, unchanged.
+   *
+   * @throws StoreException naming the path and what is wrong: no store, not a directory, damaged, read-only
+   * @throws StoreLockedException if another process has it open for writing
+   */
   public static RocksChunkStore open(StoreOptions options) {
     return new RocksChunkStore(options);
   }
 
-  /** Opens the store at {@code path} for writing, with default options. */
+  /** Opens the store at {@code path} for writing (creating it where there is nothing), with default options. */
   public static RocksChunkStore open(Path path) {
     return open(new StoreOptions().setPath(path));
   }
@@ -185,12 +230,7 @@ public final class RocksChunkStore implements ChunkStore {
           .setMinBlobSize(options.minBlobSize())
           .setBlobFileSize(options.blobFileSize())
           .setBlobCompressionType(CompressionType.NO_COMPRESSION)
-          .setEnableBlobGarbageCollection(true)
-          // Blob values stay in the memtable until a flush writes them out: a snapshot is a bulk load, so
-          // give it memtables many enough that writers do not stall, small enough that flushes overlap the
-          // snapshot rather than pile up at sync() (measured on the H200: 4 x 256 MiB left 0.63 s for sync).
-          .setWriteBufferSize(128L << 20)
-          .setMaxWriteBufferNumber(8);
+          .setEnableBlobGarbageCollection(true);
     }
     return cf;
   }
@@ -213,6 +253,10 @@ public final class RocksChunkStore implements ChunkStore {
       throw new StoreException(path, "written by a newer Thaw (schema " + found + ", this one reads up to "
           + SCHEMA_VERSION + ")");
     }
+    if (found < SCHEMA_VERSION && !options.readOnly()) {
+      // Schema 1 -> 2 adds chunk-packs (created at the open); a schema-1 Thaw must not write here any more.
+      db.put(meta, sync, META_SCHEMA, intBytes(SCHEMA_VERSION));
+    }
   }
 
   // ---------------------------------------------------------------------------------------------- chunks
@@ -225,46 +269,51 @@ public final class RocksChunkStore implements ChunkStore {
   @Override
   public Optional<Integer> chunkSize(Digest digest) {
     checkOpen();
+    byte[] key = digest.toBytes();
+    PackFiles.Location at = unsynced.get(ByteBuffer.wrap(key));
+    if (at != null) {
+      return Optional.of(at.length());
+    }
     try {
-      byte[] v = db.get(chunkSizes, read, digest.toBytes());
+      byte[] v = db.get(chunkSizes, read, key);
       return v == null ? Optional.empty() : Optional.of(ByteBuffer.wrap(v).getInt());
     } catch (RocksDBException e) {
       throw error("cannot read the size of " + digest, e);
     }
   }
 
+  /**
+   * {@inheritDoc}
+   *
+   * <p>The bytes are appended to the active pack file with one positional write (a direct {@code data} goes to
+   * the kernel as it is); the chunk is then found by this instance at once and by the store after {@link
+   * #sync()}, which forces the packs and only then writes the index.
+   */
   @Override
   public void putChunk(Digest digest, ByteBuffer data) {
     checkWritable();
     if (options.verifyWrites()) {
-      Digest actual = Digest.of(data);
+      Digest actual = Digest.of(data.duplicate());
       if (!actual.equals(digest)) {
         throw new IllegalArgumentException("chunk named " + digest + " hashes to " + actual);
       }
     }
     byte[] key = digest.toBytes();
+    ByteBuffer k = ByteBuffer.wrap(key);
     sweepLock.readLock().lock();
     try {
       // Pending before the presence check: a chunk found present is protected from GC all the same.
-      pending.add(ByteBuffer.wrap(key));
-      if (db.get(chunkSizes, read, key) != null) {
+      pending.add(k);
+      if (unsynced.containsKey(k) || db.get(chunkSizes, read, key) != null) {
         return;
       }
-      try (WriteBatch batch = new WriteBatch()) {
-        ByteBuffer value = data.duplicate();
-        if (value.isDirect()) {
-          ByteBuffer k = ByteBuffer.allocateDirect(32).put(key).flip();
-          batch.put(chunks, k, value);
-        } else {
-          byte[] copy = new byte[value.remaining()];
-          value.get(copy);
-          batch.put(chunks, key, copy);
-        }
-        batch.put(chunkSizes, key, intBytes(data.remaining()));
-        db.write(noWal, batch);
-      }
+      // Two threads putting the same new chunk both append; the first entry wins and the other copy is dead
+      // bytes that GC's pack compaction reclaims.
+      unsynced.putIfAbsent(k, packs.append(data.duplicate()));
     } catch (RocksDBException e) {
       throw error("cannot store chunk " + digest, e);
+    } catch (IOException e) {
+      throw new StoreException(path, "cannot store chunk " + digest + ": " + StoreDirectory.describe(e), null, e);
     } finally {
       sweepLock.readLock().unlock();
     }
@@ -273,50 +322,86 @@ public final class RocksChunkStore implements ChunkStore {
   /**
    * {@inheritDoc}
    *
-   * <p>Chunk writes skip the write-ahead log (each chunk would otherwise be written twice: measured as the
-   * snapshot's bottleneck on the GPU host), so this flushes the chunk families to table and blob files,
-   * atomically, and waits. A chunk lost in a crash before that was never named by a committed manifest.
+   * <p>Forces every pack file written since the last sync (a background thread has been forcing them as they
+   * grew, so this is mostly the tail), then writes the index entries of the chunks put since, in one synced
+   * batch: an index entry is never durable before the bytes it names.
    */
   @Override
   public void sync() {
     checkWritable();
-    try (org.rocksdb.FlushOptions f = new org.rocksdb.FlushOptions().setWaitForFlush(true)) {
-      db.flush(f, List.of(chunks, chunkSizes));
-    } catch (RocksDBException e) {
-      throw error("cannot flush the chunks to disk", e);
+    synchronized (syncLock) {
+      // Entries appear in unsynced only after their bytes are written: the snapshot's bytes are all forced below.
+      Map<ByteBuffer, PackFiles.Location> batch = new HashMap<>(unsynced);
+      try {
+        packs.force();
+        if (batch.isEmpty()) {
+          return;
+        }
+        try (WriteBatch wb = new WriteBatch()) {
+          for (Map.Entry<ByteBuffer, PackFiles.Location> e : batch.entrySet()) {
+            byte[] key = e.getKey().array();
+            wb.put(chunkSizes, key, intBytes(e.getValue().length()));
+            wb.put(chunkPacks, key, e.getValue().toBytes());
+          }
+          db.write(sync, wb);
+        }
+      } catch (IOException e) {
+        throw new StoreException(path, "cannot make the chunks durable: " + StoreDirectory.describe(e), null, e);
+      } catch (RocksDBException e) {
+        throw error("cannot make the chunks durable", e);
+      }
+      batch.forEach(unsynced::remove);
     }
+  }
+
+  /** Where a chunk's bytes are in the packs, or null if it is a schema-1 chunk (or not stored). */
+  private PackFiles.Location location(byte[] key) throws RocksDBException {
+    PackFiles.Location at = unsynced.get(ByteBuffer.wrap(key));
+    if (at != null || chunkPacks == null) {
+      return at;
+    }
+    byte[] v = db.get(chunkPacks, read, key);
+    return v == null ? null : PackFiles.Location.of(v);
   }
 
   /**
    * {@inheritDoc}
    *
-   * <p>A direct {@code dst} receives the bytes straight from RocksDB (its direct {@code get}, no copy on the
-   * Java side); a heap one through the array API. When {@link StoreOptions#verifyReads()} is on, the bytes
-   * are re-hashed before the position moves. If the chunk does not fit, the bytes from {@code dst}'s position
-   * to its limit may have been overwritten with a prefix of it; its position and limit are unchanged.
+   * <p>A chunk in a pack file is read with one positional read into {@code dst} (direct or heap); a schema-1
+   * chunk through RocksDB's {@code get} (direct {@code dst}: no copy on the Java side). When {@link
+   * StoreOptions#verifyReads()} is on, the bytes are re-hashed before the position moves. If the chunk does not
+   * fit, the bytes from {@code dst}'s position to its limit may have been overwritten with a prefix of it; its
+   * position and limit are unchanged.
    *
    * @throws CorruptChunkException if verifying and the bytes don't hash to {@code digest} (position unchanged)
+   * @throws StoreException if the chunk cannot be read (its pack file missing or short: the store is damaged)
    */
   @Override
   public int readChunk(Digest digest, ByteBuffer dst) {
     checkOpen();
     int n;
     try {
-      if (dst.isDirect()) {
-        ByteBuffer key = KEY.get().clear().put(digest.toBytes()).flip();
-        // RocksDB moves the key's position to its limit and sets the value's limit to the bytes it wrote:
-        // it gets a slice, so dst's own position and limit stay ours.
-        n = db.get(chunks, read, key, dst.slice());
+      byte[] key = digest.toBytes();
+      PackFiles.Location at = location(key);
+      if (at != null) {
+        if (at.length() > dst.remaining()) {
+          throw new IllegalArgumentException(
+              "chunk " + digest + " has " + at.length() + " bytes; the buffer has room for " + dst.remaining());
+        }
+        n = packs.read(at, dst);
       } else {
-        byte[] key = digest.toBytes();
-        n = db.get(chunks, read, key, 0, key.length, dst.array(), dst.arrayOffset() + dst.position(),
-            dst.remaining());
+        n = readLegacy(key, dst);
+        if (n == RocksDB.NOT_FOUND) {
+          throw new ChunkNotFoundException(digest);
+        }
       }
     } catch (RocksDBException e) {
-      throw error("cannot read chunk " + digest, e);
-    }
-    if (n == RocksDB.NOT_FOUND) {
-      throw new ChunkNotFoundException(digest);
+      throw error(corruption(e) ? "chunk " + digest + " is damaged" : "cannot read chunk " + digest, e);
+    } catch (java.nio.file.NoSuchFileException e) {
+      throw new StoreException(path, "chunk " + digest + " is damaged: its pack file "
+          + path.relativize(Path.of(e.getFile())) + " is missing", null, e);
+    } catch (IOException e) {
+      throw new StoreException(path, "chunk " + digest + " is damaged: " + StoreDirectory.describe(e), null, e);
     }
     if (n > dst.remaining()) {
       throw new IllegalArgumentException(
@@ -327,6 +412,18 @@ public final class RocksChunkStore implements ChunkStore {
     }
     dst.position(dst.position() + n);
     return n;
+  }
+
+  /** A schema-1 chunk, from the {@code chunks} family; its size, or {@link RocksDB#NOT_FOUND}. */
+  private int readLegacy(byte[] key, ByteBuffer dst) throws RocksDBException {
+    if (dst.isDirect()) {
+      ByteBuffer k = KEY.get().clear().put(key).flip();
+      // RocksDB moves the key's position to its limit and sets the value's limit to the bytes it wrote:
+      // it gets a slice, so dst's own position and limit stay ours.
+      return db.get(chunks, read, k, dst.slice());
+    }
+    return db.get(chunks, read, key, 0, key.length, dst.array(), dst.arrayOffset() + dst.position(),
+        dst.remaining());
   }
 
   private void checkDigest(Digest digest, ByteBuffer bytes) {
@@ -346,7 +443,7 @@ public final class RocksChunkStore implements ChunkStore {
     byte[] md = manifestDigest.toBytes();
     TreeSet<Digest> sorted = new TreeSet<>(chunkSet);
     ByteBuffer packed = ByteBuffer.allocate(32 * sorted.size());
-    // Chunks skip the WAL: make them durable before a manifest can name them (a no-op after sync()).
+    // Make the chunks durable and indexed before a manifest can name them (a no-op after sync()).
     sync();
     synchronized (catalogLock) {
       try {
@@ -356,6 +453,12 @@ public final class RocksChunkStore implements ChunkStore {
             throw new ChunkNotFoundException(d);
           }
           packed.put(key);
+        }
+        byte[] committed = db.get(refs, read, md);
+        if (committed != null && !Arrays.equals(committed, packed.array())) {
+          // GC reads reachability from refs alone: replacing the list would orphan chunks another tag needs.
+          throw new StoreException(path, "manifest " + manifestDigest + " is already committed with another chunk"
+              + " list (" + committed.length / 32 + " chunks; this commit names " + sorted.size() + "): refused");
         }
         try (WriteBatch batch = new WriteBatch()) {
           byte[] previous = db.get(tags, read, bytes(tag));
@@ -476,7 +579,11 @@ public final class RocksChunkStore implements ChunkStore {
    *
    * <p>Live chunks are those named by the chunk list of a manifest some tag points at, plus this instance's
    * pending set (stored since open and not yet named by a commit: an in-flight build's). Manifests no tag
-   * points at go too. Space comes back as compaction drops the deleted blobs' files.
+   * points at go too. Then the packs: a pack no live chunk is in is deleted; one whose live chunks fill less
+   * than {@link #COMPACT_BELOW} of it has them copied to the active pack (forced, re-indexed in one synced
+   * batch) and is deleted. Bytes no index entry names — a killed build's — count as dead, so they go the same
+   * way. The pack being appended to is never touched. Schema-1 chunks are deleted from RocksDB, whose
+   * compaction returns their blob files' space.
    */
   @Override
   public GarbageCollection collectGarbage() {
@@ -509,30 +616,81 @@ public final class RocksChunkStore implements ChunkStore {
         }
         long freedChunks = 0;
         long freedBytes = 0;
+        boolean freedLegacy = false;
         sweepLock.writeLock().lock();
-        try (WriteBatch batch = new WriteBatch(); RocksIterator it = db.newIterator(chunkSizes, scan)) {
-          for (it.seekToFirst(); it.isValid(); it.next()) {
-            ByteBuffer key = ByteBuffer.wrap(it.key());
-            if (live.contains(key) || pending.contains(key)) {
-              continue;
+        try {
+          sync(); // no put runs now: every chunk is indexed, and the unsynced ones are all pending anyway
+          try (WriteBatch batch = new WriteBatch(); RocksIterator it = db.newIterator(chunkSizes, scan)) {
+            for (it.seekToFirst(); it.isValid(); it.next()) {
+              ByteBuffer key = ByteBuffer.wrap(it.key());
+              if (live.contains(key) || pending.contains(key)) {
+                continue;
+              }
+              if (location(key.array()) == null) {
+                batch.delete(chunks, key.array());
+                freedLegacy = true;
+              } else {
+                batch.delete(chunkPacks, key.array());
+              }
+              batch.delete(chunkSizes, key.array());
+              freedChunks++;
+              freedBytes += ByteBuffer.wrap(it.value()).getInt();
             }
-            batch.delete(chunks, key.array());
-            batch.delete(chunkSizes, key.array());
-            freedChunks++;
-            freedBytes += ByteBuffer.wrap(it.value()).getInt();
+            status(it, "cannot scan chunks");
+            db.write(sync, batch);
           }
-          status(it, "cannot scan chunks");
-          db.write(sync, batch);
+          collectPacks();
         } finally {
           sweepLock.writeLock().unlock();
         }
-        if (freedChunks > 0) {
+        if (freedLegacy) {
           db.compactRange(chunks);
           db.compactRange(chunkSizes);
         }
         return new GarbageCollection(freedChunks, freedBytes);
       } catch (RocksDBException e) {
         throw error("garbage collection failed", e);
+      } catch (IOException e) {
+        throw new StoreException(path, "garbage collection failed: " + StoreDirectory.describe(e), null, e);
+      }
+    }
+  }
+
+  /** Deletes or compacts the packs that dead chunks left; holds the sweep lock, so no put runs meanwhile. */
+  private void collectPacks() throws RocksDBException, IOException {
+    Map<Long, Long> liveBytes = new HashMap<>();
+    Map<Long, List<Map.Entry<byte[], PackFiles.Location>>> liveChunks = new HashMap<>();
+    try (RocksIterator it = db.newIterator(chunkPacks, scan)) {
+      for (it.seekToFirst(); it.isValid(); it.next()) {
+        PackFiles.Location at = PackFiles.Location.of(it.value());
+        liveBytes.merge(at.pack(), (long) at.length(), Long::sum);
+        liveChunks.computeIfAbsent(at.pack(), x -> new ArrayList<>()).add(Map.entry(it.key(), at));
+      }
+      status(it, "cannot scan the pack index");
+    }
+    long active = packs.activeId();
+    for (long id : packs.onDisk()) {
+      if (id == active) {
+        continue;
+      }
+      long liveInPack = liveBytes.getOrDefault(id, 0L);
+      if (liveInPack == 0) {
+        packs.delete(id);
+      } else if (liveInPack < COMPACT_BELOW * packs.size(id)) {
+        List<Map.Entry<byte[], PackFiles.Location>> moving = liveChunks.get(id);
+        int largest = moving.stream().mapToInt(e -> e.getValue().length()).max().orElse(0);
+        ByteBuffer buf = ByteBuffer.allocateDirect(largest);
+        try (WriteBatch wb = new WriteBatch()) {
+          for (Map.Entry<byte[], PackFiles.Location> e : moving) {
+            buf.clear();
+            packs.read(e.getValue(), buf);
+            buf.limit(e.getValue().length());
+            wb.put(chunkPacks, e.getKey(), packs.append(buf).toBytes());
+          }
+          packs.force();
+          db.write(sync, wb); // the copies are durable before the index names them, and the old pack goes after
+        }
+        packs.delete(id);
       }
     }
   }
@@ -547,10 +705,10 @@ public final class RocksChunkStore implements ChunkStore {
     pending.clear();
   }
 
-  /** How many chunks are stored. */
+  /** How many chunks are stored (synced or not). */
   public long chunkCount() {
     checkOpen();
-    long n = 0;
+    long n = unsynced.size();
     try (RocksIterator it = db.newIterator(chunkSizes, scan)) {
       for (it.seekToFirst(); it.isValid(); it.next()) {
         n++;
@@ -561,82 +719,110 @@ public final class RocksChunkStore implements ChunkStore {
   }
 
   /**
-   * Re-hashes every stored chunk; returns the digests of those whose bytes no longer match (or whose size
-   * record disagrees with them, or that have a size record and no bytes), sorted. Empty: the store is sound.
+   * Re-reads and re-hashes every stored chunk; returns the digests of those whose bytes no longer match, cannot
+   * be read (a missing or short pack, a blob checksum error) or disagree with their size record, sorted. Empty:
+   * the store is sound.
    */
   public List<Digest> verify() {
     checkOpen();
     TreeSet<Digest> bad = new TreeSet<>();
-    Set<ByteBuffer> seen = new HashSet<>();
-    MessageDigest sha = Digest.sha256();
-    try (RocksIterator it = db.newIterator(chunks, scan)) {
+    List<byte[]> keys = new ArrayList<>();
+    List<Integer> sizes = new ArrayList<>();
+    try (RocksIterator it = db.newIterator(chunkSizes, scan)) {
       for (it.seekToFirst(); it.isValid(); it.next()) {
-        byte[] key = it.key();
-        byte[] value = it.value();
-        seen.add(ByteBuffer.wrap(key));
-        Digest d = Digest.fromBytes(key);
-        if (!Arrays.equals(sha.digest(value), key)) {
+        keys.add(it.key());
+        sizes.add(ByteBuffer.wrap(it.value()).getInt());
+      }
+      status(it, "cannot scan chunk sizes");
+    }
+    MessageDigest sha = Digest.sha256();
+    ByteBuffer buf = ByteBuffer.allocateDirect(1 << 20);
+    for (int i = 0; i < keys.size(); i++) {
+      byte[] key = keys.get(i);
+      Digest d = Digest.fromBytes(key);
+      try {
+        PackFiles.Location at = location(key);
+        int n;
+        int size = sizes.get(i);
+        int room = Math.max(size, at == null ? 0 : at.length());
+        if (buf.capacity() < room) {
+          buf = ByteBuffer.allocateDirect(room);
+        }
+        buf.clear();
+        if (at != null) {
+          n = at.length() == size ? packs.read(at, buf) : -1;
+        } else {
+          n = readLegacy(key, buf);
+        }
+        if (n != size) {
           bad.add(d);
           continue;
         }
-        byte[] size = db.get(chunkSizes, read, key);
-        if (size == null || ByteBuffer.wrap(size).getInt() != value.length) {
+        sha.update(buf.limit(n));
+        if (!Arrays.equals(sha.digest(), key)) {
           bad.add(d);
         }
+      } catch (RocksDBException | IOException e) {
+        bad.add(d);
       }
-      status(it, "cannot scan chunks");
-    } catch (RocksDBException e) {
-      throw error("verify failed", e);
-    }
-    try (RocksIterator it = db.newIterator(chunkSizes, scan)) {
-      for (it.seekToFirst(); it.isValid(); it.next()) {
-        if (!seen.contains(ByteBuffer.wrap(it.key()))) {
-          bad.add(Digest.fromBytes(it.key()));
-        }
-      }
-      status(it, "cannot scan chunk sizes");
     }
     return new ArrayList<>(bad);
   }
 
   /**
-   * Moves everything written so far out of the memtables into table and blob files (RocksDB {@code flush}):
-   * for benchmarks that must read from files, and before copying a store's directory.
+   * Makes every chunk durable and moves everything written so far out of the memtables into table files
+   * (RocksDB {@code flush}): for benchmarks that must read from files, and before copying a store's directory.
    */
   public void flush() {
     checkWritable();
+    sync();
     try (org.rocksdb.FlushOptions f = new org.rocksdb.FlushOptions().setWaitForFlush(true)) {
-      db.flush(f, List.of(chunks, chunkSizes, manifests, refs, tags, meta));
+      db.flush(f, List.of(chunks, chunkSizes, manifests, refs, tags, meta, chunkPacks));
     } catch (RocksDBException e) {
       throw error("cannot flush", e);
     }
   }
 
-  /** A read-only store catches up with what the writer has committed since; a no-op on a writable one. */
-  public void refresh() {
-    checkOpen();
-    if (options.readOnly()) {
-      try {
-        db.tryCatchUpWithPrimary();
-      } catch (RocksDBException e) {
-        throw error("cannot catch up with the writer", e);
-      }
+  /** A new pack's id, never one used before in this store (ids are not reused after GC deletes a pack). */
+  private long newPackId() {
+    try {
+      byte[] v = db.get(meta, read, META_NEXT_PACK);
+      long id = Math.max(v == null ? 1 : ByteBuffer.wrap(v).getLong(), packs.highestOnDisk() + 1);
+      db.put(meta, sync, META_NEXT_PACK, ByteBuffer.allocate(8).putLong(id + 1).array());
+      return id;
+    } catch (RocksDBException e) {
+      throw error("cannot start a pack file", e);
+    } catch (IOException e) {
+      throw new StoreException(path, "cannot start a pack file: " + StoreDirectory.describe(e), null, e);
     }
   }
 
+  /**
+   * Closes the store; a writable one first makes the chunks put since the last {@link #sync()} durable (so a
+   * clean close loses nothing, as a RocksDB close flushing its memtables did). Idempotent.
+   */
   @Override
   public void close() {
+    if (open.get() && !options.readOnly() && !unsynced.isEmpty()) {
+      try {
+        sync();
+      } catch (RuntimeException e) {
+        // Closing anyway: the chunks were never named by a commit, so nothing committed is lost.
+      }
+    }
     if (open.compareAndSet(true, false)) {
       // Wait out a running GC sweep or put; later calls fail at checkOpen.
       sweepLock.writeLock().lock();
       try {
         synchronized (catalogLock) {
+          if (packs != null) {
+            packs.close();
+          }
           closeResources();
         }
       } finally {
         sweepLock.writeLock().unlock();
       }
-      deleteQuietly(secondaryDir);
     }
   }
 
@@ -674,20 +860,13 @@ public final class RocksChunkStore implements ChunkStore {
     }
   }
 
+  private static boolean corruption(RocksDBException e) {
+    return e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.Corruption;
+  }
+
   private StoreException error(String what, RocksDBException e) {
     String code = e.getStatus() == null ? null : e.getStatus().getCodeString();
     return new StoreException(path, what + ": " + e.getMessage(), code, e);
-  }
-
-  private static void deleteQuietly(Path dir) {
-    if (dir == null) {
-      return;
-    }
-    try (var walk = Files.walk(dir)) {
-      walk.sorted(Collections.reverseOrder()).forEach(p -> p.toFile().delete());
-    } catch (IOException ignored) {
-      // A leftover temp directory is harmless.
-    }
   }
 
   private static byte[] bytes(String s) {

@@ -9,7 +9,7 @@ import java.nio.file.Path;
 public class StoreLockedException extends StoreException {
 
   public StoreLockedException(Path path, Throwable cause) {
-    super(path, "the store at " + path + " is in use by another process; open it read-only to read it meanwhile",
+    super(path, "is in use by another process that writes to it (one writer at a time; reading works meanwhile)",
         null, cause);
   }
 }

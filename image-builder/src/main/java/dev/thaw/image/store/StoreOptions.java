@@ -13,30 +13,45 @@ public final class StoreOptions {
 
   public static final Path DEFAULT_PATH = Path.of(System.getProperty("user.home"), ".thaw", "store");
   public static final boolean DEFAULT_READ_ONLY = false;
+  /**
+   * Create the store when there is none at the path (a missing or empty directory). Never over a directory that
+   * holds anything else: that is a damaged store, or not a store. The CLI creates only for a build or an import.
+   */
+  public static final boolean DEFAULT_CREATE = true;
   /** Re-hash every chunk read: a corrupt chunk is named, never handed to a GPU. Cost: see image-store.md. */
   public static final boolean DEFAULT_VERIFY_READS = true;
   /** Re-hash every chunk stored: off, because the builder has just hashed it to name it. */
   public static final boolean DEFAULT_VERIFY_WRITES = false;
-  /** Chunks from this size up go to blob files, out of the LSM tree: compaction never rewrites weights. */
+  /** Schema-1 stores: chunks from this size up are in blob files, out of the LSM tree. */
   public static final long DEFAULT_MIN_BLOB_SIZE = 4096;
   public static final long DEFAULT_BLOB_FILE_SIZE = 256L << 20;
+  /**
+   * Pack files (where chunk bytes go since schema 2) are started anew past this size. GC frees space a pack at a
+   * time, rewriting a pack whose live chunks fill less than half of it: smaller packs free space sooner, larger
+   * ones mean fewer files. 256 MiB: a GPT-2-large image is 6 packs.
+   */
+  public static final long DEFAULT_PACK_FILE_SIZE = 256L << 20;
 
   private Path path = DEFAULT_PATH;
   private boolean readOnly = DEFAULT_READ_ONLY;
+  private boolean create = DEFAULT_CREATE;
   private boolean verifyReads = DEFAULT_VERIFY_READS;
   private boolean verifyWrites = DEFAULT_VERIFY_WRITES;
   private long minBlobSize = DEFAULT_MIN_BLOB_SIZE;
   private long blobFileSize = DEFAULT_BLOB_FILE_SIZE;
+  private long packFileSize = DEFAULT_PACK_FILE_SIZE;
 
   public StoreOptions() {}
 
   public StoreOptions(StoreOptions o) {
     path = o.path;
     readOnly = o.readOnly;
+    create = o.create;
     verifyReads = o.verifyReads;
     verifyWrites = o.verifyWrites;
     minBlobSize = o.minBlobSize;
     blobFileSize = o.blobFileSize;
+    packFileSize = o.packFileSize;
   }
 
   /** Defaults, with the path from {@code THAW_STORE} when it is set and not blank. */
@@ -67,11 +82,21 @@ public final class StoreOptions {
   }
 
   /**
-   * Opens as a RocksDB secondary instance: no lock is taken, so it works while another process writes; it
-   * sees what was committed up to the open, and more after {@link RocksChunkStore#refresh()}.
+   * Opens with RocksDB's read-only mode: no lock is taken and nothing is written, so it works while another
+   * process writes, and on a store the user may not write to. It sees what was committed up to the open.
    */
   public StoreOptions setReadOnly(boolean readOnly) {
     this.readOnly = readOnly;
+    return this;
+  }
+
+  /** Whether a writable open creates the store when there is none; a read-only open never does. */
+  public boolean create() {
+    return create;
+  }
+
+  public StoreOptions setCreate(boolean create) {
+    this.create = create;
     return this;
   }
 
@@ -111,14 +136,28 @@ public final class StoreOptions {
     return this;
   }
 
+  public long packFileSize() {
+    return packFileSize;
+  }
+
+  public StoreOptions setPackFileSize(long packFileSize) {
+    if (packFileSize < 1) {
+      throw new IllegalArgumentException("packFileSize must be positive, not " + packFileSize);
+    }
+    this.packFileSize = packFileSize;
+    return this;
+  }
+
   public ObjectNode toJson() {
     ObjectNode n = new ObjectMapper().createObjectNode();
     n.put("path", path.toString());
     n.put("readOnly", readOnly);
+    n.put("create", create);
     n.put("verifyReads", verifyReads);
     n.put("verifyWrites", verifyWrites);
     n.put("minBlobSize", minBlobSize);
     n.put("blobFileSize", blobFileSize);
+    n.put("packFileSize", packFileSize);
     return n;
   }
 

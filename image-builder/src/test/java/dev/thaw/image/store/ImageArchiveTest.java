@@ -9,9 +9,13 @@ import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import dev.thaw.image.ImageManifest;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -28,12 +32,14 @@ class ImageArchiveTest {
   @BeforeEach
   void exportOne() throws Exception {
     archive = dir.resolve("mlp.tar");
-    manifest = "{\"format\":1,\"allocations\":[]}".getBytes(StandardCharsets.UTF_8);
     chunks = new LinkedHashSet<>();
+    List<byte[]> data = new ArrayList<>();
     try (RocksChunkStore s = RocksChunkStore.open(dir.resolve("source"))) {
       for (int i = 0; i < 5; i++) {
-        chunks.add(RocksChunkStoreTest.put(s, RocksChunkStoreTest.random(i, 10_000 + 3_333 * i)));
+        data.add(RocksChunkStoreTest.random(i, 10_000 + 3_333 * i));
+        chunks.add(RocksChunkStoreTest.put(s, data.get(i)));
       }
+      manifest = manifestOf(data);
       RocksChunkStoreTest.put(s, RocksChunkStoreTest.random(77, 1000)); // not in the image
       s.commit("mlp:v1", manifest, chunks);
       long size = ImageArchive.export(s, "mlp:v1", archive);
@@ -101,6 +107,103 @@ class ImageArchiveTest {
     Path bad = dir.resolve("header.tar");
     Files.write(bad, whole);
     assertImportsNothing(bad, "checksum mismatch");
+  }
+
+  /**
+   * Import once trusted the OCI layers for the chunk list and commit overwrote the refs entry that the manifest
+   * digest keys: an archive holding another image's manifest with no layers, under another tag, imported with
+   * exit 0 and the next gc deleted the first image's chunks.
+   */
+  @Test
+  void anArchiveWhoseLayersDisagreeWithItsManifestImportsNothingAndTheOtherImageKeepsItsChunks() throws Exception {
+    Path target = dir.resolve("target");
+    try (RocksChunkStore t = RocksChunkStore.open(target)) {
+      ImageArchive.importArchive(t, archive);
+    }
+    List<Digest> some = new ArrayList<>(chunks).subList(0, 2);
+    for (List<Digest> layers : List.of(List.<Digest>of(), some)) {
+      Path forged = dir.resolve("forged-" + layers.size() + ".tar");
+      writeArchive(forged, "other:v1", manifest, layers);
+      try (RocksChunkStore t = RocksChunkStore.open(target)) {
+        ArchiveException e = assertThrows(ArchiveException.class, () -> ImageArchive.importArchive(t, forged));
+        assertTrue(e.getMessage().contains("layers"), e.getMessage());
+        assertEquals(List.of("mlp:v1"), t.tags());
+        assertEquals(0, t.collectGarbage().chunks(), "gc frees nothing the first image names");
+        assertEquals(List.of(), t.verify());
+        assertEquals(chunks.size(), t.chunkCount());
+      }
+    }
+  }
+
+  @Test
+  void anArchiveWithAnUnreadableManifestImportsNothing() throws Exception {
+    Path forged = dir.resolve("unreadable.tar");
+    byte[] v2 = new String(manifest, StandardCharsets.UTF_8).replace("\"schemaVersion\" : 1", "\"schemaVersion\" : 2")
+        .getBytes(StandardCharsets.UTF_8);
+    writeArchive(forged, "mlp:v2", v2, new ArrayList<>(chunks));
+    assertImportsNothing(forged, "schemaVersion 2");
+  }
+
+  /** A valid manifest whose one allocation is {@code data}, chunk after chunk. */
+  static byte[] manifestOf(List<byte[]> data) {
+    List<ImageManifest.Chunk> cs = new ArrayList<>();
+    long offset = 0;
+    for (byte[] b : data) {
+      cs.add(new ImageManifest.Chunk(Digest.of(b), offset, b.length));
+      offset += b.length;
+    }
+    var json = new com.fasterxml.jackson.databind.ObjectMapper();
+    return new ImageManifest(ImageManifest.SCHEMA_VERSION,
+        new ImageManifest.Function("dev.example.Fn", json.createObjectNode()),
+        new ImageManifest.Device("sim", "9.0", "sm_90", "sim"),
+        List.of(new ImageManifest.Allocation("w", 0x7f0000200000L, offset, cs)), List.of(),
+        json.createObjectNode(), List.of(), new ImageManifest.Build("2026-11-23T06:00:00Z", "0.1.0", 1, offset,
+        offset, cs.size()), ImageManifest.Profile.empty()).toBytes();
+  }
+
+  /** An archive laid out as export writes one, with {@code layers} as the OCI layers, whatever the manifest says. */
+  private void writeArchive(Path file, String tag, byte[] thawManifest, List<Digest> layers) throws Exception {
+    Map<Digest, byte[]> bytes = new LinkedHashMap<>();
+    try (RocksChunkStore s = RocksChunkStore.open(dir.resolve("source"))) {
+      for (Digest d : layers) {
+        ByteBuffer b = ByteBuffer.allocate(s.chunkSize(d).orElseThrow());
+        s.readChunk(d, b);
+        bytes.put(d, b.array());
+      }
+    }
+    StringBuilder ls = new StringBuilder();
+    for (Digest d : layers) {
+      ls.append(ls.length() == 0 ? "" : ",").append(descriptor(ImageArchive.CHUNK_TYPE, d, bytes.get(d).length));
+    }
+    Digest md = Digest.of(thawManifest);
+    byte[] oci = ("{\"schemaVersion\":2,\"mediaType\":\"" + ImageArchive.OCI_MANIFEST_TYPE + "\",\"config\":"
+        + descriptor(ImageArchive.THAW_MANIFEST_TYPE, md, thawManifest.length) + ",\"layers\":[" + ls + "]}")
+        .getBytes(StandardCharsets.UTF_8);
+    Digest od = Digest.of(oci);
+    byte[] index = ("{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"" + ImageArchive.OCI_MANIFEST_TYPE
+        + "\",\"digest\":\"" + od + "\",\"size\":" + oci.length + ",\"annotations\":{\"" + ImageArchive.REF_NAME
+        + "\":\"" + tag + "\"}}]}").getBytes(StandardCharsets.UTF_8);
+    try (java.nio.channels.FileChannel out = java.nio.channels.FileChannel.open(file,
+        java.nio.file.StandardOpenOption.CREATE_NEW, java.nio.file.StandardOpenOption.WRITE)) {
+      entry(out, "oci-layout", "{\"imageLayoutVersion\":\"1.0.0\"}".getBytes(StandardCharsets.UTF_8));
+      entry(out, "index.json", index);
+      entry(out, "blobs/sha256/" + od.hex(), oci);
+      entry(out, "blobs/sha256/" + md.hex(), thawManifest);
+      for (Map.Entry<Digest, byte[]> e : bytes.entrySet()) {
+        entry(out, "blobs/sha256/" + e.getKey().hex(), e.getValue());
+      }
+      out.write(Tar.end());
+    }
+  }
+
+  private static String descriptor(String type, Digest d, long size) {
+    return "{\"mediaType\":\"" + type + "\",\"digest\":\"" + d + "\",\"size\":" + size + "}";
+  }
+
+  private static void entry(java.nio.channels.FileChannel out, String name, byte[] data) throws Exception {
+    out.write(Tar.header(name, data.length));
+    out.write(ByteBuffer.wrap(data));
+    out.write(ByteBuffer.allocate(Tar.padding(data.length)));
   }
 
   private void assertImportsNothing(Path bad, String why) {

@@ -116,6 +116,26 @@ class RocksChunkStoreTest {
     }
   }
 
+  /** The refs entry keyed by a manifest's digest is GC's only source of reachability: it is written once. */
+  @Test
+  void aManifestIsNeverRecommittedWithAnotherChunkList() {
+    try (RocksChunkStore s = open()) {
+      Digest a = put(s, random(6, 10_000));
+      Digest b = put(s, random(7, 10_000));
+      byte[] manifest = "{\"v\":2}".getBytes(StandardCharsets.UTF_8);
+      s.commit("first", manifest, Set.of(a, b));
+      for (Set<Digest> other : List.of(Set.<Digest>of(), Set.of(a))) {
+        StoreException e = assertThrows(StoreException.class, () -> s.commit("second", manifest, other));
+        assertTrue(e.getMessage().contains("already committed with another chunk list"), e.getMessage());
+      }
+      assertEquals(List.of("first"), s.tags());
+      assertEquals(List.of(a, b).stream().sorted().toList(), s.chunksOf("first").orElseThrow());
+      assertEquals(0, s.collectGarbage().chunks());
+      s.commit("second", manifest, Set.of(b, a)); // the same set: a second tag for the same image
+      assertEquals(List.of("first", "second"), s.tags());
+    }
+  }
+
   @Test
   void gcKeepsChunksOtherTagsUseAndDeletesTheRest() {
     Digest c1;
@@ -192,9 +212,7 @@ class RocksChunkStoreTest {
       good = put(s, random(41, 30_000));
       s.commit("t", new byte[] {1}, Set.of(d, good));
     }
-    byte[] flipped = data.clone();
-    flipped[12_345] ^= 0x01;
-    overwriteChunk(dir.resolve("store"), d, flipped);
+    flipOnDisk(dir.resolve("store"), data, 12_345);
 
     try (RocksChunkStore s = open()) {
       assertEquals(List.of(d), s.verify());
@@ -212,18 +230,141 @@ class RocksChunkStoreTest {
     }
   }
 
-  /** Rewrites a chunk's bytes behind the store's back, through RocksDB itself. */
-  static void overwriteChunk(Path path, Digest d, byte[] value) throws Exception {
+  /** Flips one bit of a chunk's bytes where they lie in the store's files, as a failing disk would. */
+  static void flipOnDisk(Path store, byte[] chunk, int at) throws Exception {
+    List<Path> files;
+    try (var walk = java.nio.file.Files.walk(store)) {
+      files = walk.filter(java.nio.file.Files::isRegularFile).toList();
+    }
+    for (Path f : files) {
+      byte[] all = java.nio.file.Files.readAllBytes(f);
+      for (int i = 0; i + chunk.length <= all.length; i++) {
+        if (all[i] == chunk[0] && java.util.Arrays.equals(all, i, i + chunk.length, chunk, 0, chunk.length)) {
+          all[i + at] ^= 0x01;
+          java.nio.file.Files.write(f, all);
+          return;
+        }
+      }
+    }
+    throw new AssertionError("the chunk is in no file of " + store);
+  }
+
+  /**
+   * A store as Thaw wrote it before pack files (schema 1): chunk bytes in the {@code chunks} family's blob
+   * files, written here through RocksDB with that layout.
+   */
+  static void writeSchema1Store(Path path, String tag, byte[] manifest, List<byte[]> chunks) throws Exception {
     List<ColumnFamilyDescriptor> cfs = new ArrayList<>();
     cfs.add(new ColumnFamilyDescriptor(RocksDB.DEFAULT_COLUMN_FAMILY));
-    for (String name : List.of(RocksChunkStore.CF_CHUNKS, RocksChunkStore.CF_CHUNK_SIZES,
-        RocksChunkStore.CF_MANIFESTS, RocksChunkStore.CF_REFS, RocksChunkStore.CF_TAGS, RocksChunkStore.CF_META)) {
+    org.rocksdb.ColumnFamilyOptions blobs = new org.rocksdb.ColumnFamilyOptions().setEnableBlobFiles(true)
+        .setMinBlobSize(4096);
+    cfs.add(new ColumnFamilyDescriptor(RocksChunkStore.CF_CHUNKS.getBytes(StandardCharsets.UTF_8), blobs));
+    for (String name : List.of(RocksChunkStore.CF_CHUNK_SIZES, RocksChunkStore.CF_MANIFESTS, RocksChunkStore.CF_REFS,
+        RocksChunkStore.CF_TAGS, RocksChunkStore.CF_META)) {
       cfs.add(new ColumnFamilyDescriptor(name.getBytes(StandardCharsets.UTF_8)));
     }
-    List<ColumnFamilyHandle> handles = new ArrayList<>();
-    try (DBOptions o = new DBOptions(); RocksDB db = RocksDB.open(o, path.toString(), cfs, handles)) {
-      db.put(handles.get(1), d.toBytes(), value);
-      handles.forEach(ColumnFamilyHandle::close);
+    List<ColumnFamilyHandle> h = new ArrayList<>();
+    java.util.TreeSet<Digest> sorted = new java.util.TreeSet<>();
+    try (DBOptions o = new DBOptions().setCreateIfMissing(true).setCreateMissingColumnFamilies(true);
+        RocksDB db = RocksDB.open(o, path.toString(), cfs, h)) {
+      for (byte[] c : chunks) {
+        Digest d = Digest.of(c);
+        sorted.add(d);
+        db.put(h.get(1), d.toBytes(), c);
+        db.put(h.get(2), d.toBytes(), ByteBuffer.allocate(4).putInt(c.length).array());
+      }
+      ByteBuffer refs = ByteBuffer.allocate(32 * sorted.size());
+      sorted.forEach(d -> refs.put(d.toBytes()));
+      byte[] md = Digest.of(manifest).toBytes();
+      db.put(h.get(3), md, manifest);
+      db.put(h.get(4), md, refs.array());
+      db.put(h.get(5), tag.getBytes(StandardCharsets.UTF_8), md);
+      db.put(h.get(6), "schema-version".getBytes(StandardCharsets.UTF_8), ByteBuffer.allocate(4).putInt(1).array());
+      try (org.rocksdb.FlushOptions f = new org.rocksdb.FlushOptions().setWaitForFlush(true)) {
+        db.flush(f, h);
+      }
+      h.forEach(ColumnFamilyHandle::close);
+    }
+    blobs.close();
+  }
+
+  /** Stores written before pack files stay readable, and become pack stores at their first writable open. */
+  @Test
+  void aSchema1StoreIsReadAsItIsAndTakesNewChunksInPacks() throws Exception {
+    Path store = dir.resolve("old");
+    byte[] a = random(70, 50_000);
+    byte[] b = random(71, 60_000);
+    byte[] manifest = "{\"old\": 1}".getBytes(StandardCharsets.UTF_8);
+    writeSchema1Store(store, "old:v1", manifest, List.of(a, b));
+    assertTrue(java.nio.file.Files.list(store).anyMatch(f -> f.toString().endsWith(".blob")), "blob files written");
+
+    try (RocksChunkStore ro = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
+      assertEquals(List.of("old:v1"), ro.tags());
+      ByteBuffer dst = ByteBuffer.allocateDirect(60_000);
+      assertEquals(50_000, ro.readChunk(Digest.of(a), dst));
+      assertEquals(List.of(), ro.verify());
+    }
+    Digest c;
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setCreate(false))) {
+      c = put(s, random(72, 70_000));
+      s.commit("new:v1", "{\"new\": 1}".getBytes(StandardCharsets.UTF_8), Set.of(Digest.of(a), c));
+      assertEquals(List.of(), s.verify());
+      ByteBuffer dst = ByteBuffer.allocate(70_000);
+      assertEquals(60_000, s.readChunk(Digest.of(b), dst));
+      assertTrue(s.delete("old:v1"));
+      assertEquals(new ChunkStore.GarbageCollection(1, 60_000), s.collectGarbage(), "the schema-1 chunk b goes");
+      assertEquals(List.of(), s.verify());
+    }
+    assertTrue(java.nio.file.Files.list(store.resolve("packs")).count() >= 1, "the new chunk went to a pack");
+    try (RocksChunkStore ro = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
+      assertEquals(List.of("new:v1"), ro.tags());
+      ro.readChunk(c, ByteBuffer.allocateDirect(70_000));
+      ro.readChunk(Digest.of(a), ByteBuffer.allocateDirect(70_000));
+    }
+  }
+
+  /** GC gives disk space back a pack at a time: empty packs are deleted, sparse ones rewritten. */
+  @Test
+  void gcDeletesEmptyPacksAndCompactsSparseOnes() throws Exception {
+    Path store = dir.resolve("packs-store");
+    StoreOptions small = new StoreOptions().setPath(store).setPackFileSize(130_000);
+    List<Digest> keep = new ArrayList<>();
+    List<Digest> drop = new ArrayList<>();
+    try (RocksChunkStore s = RocksChunkStore.open(small)) {
+      for (int i = 0; i < 12; i++) { // 12 x 40 KB in packs of at most 130 KB: 3 chunks each, 4 packs
+        (i % 4 == 0 ? keep : drop).add(put(s, random(100 + i, 40_000)));
+      }
+      s.commit("keep", "k".getBytes(StandardCharsets.UTF_8), Set.copyOf(keep));
+      s.commit("drop", "d".getBytes(StandardCharsets.UTF_8), Set.copyOf(drop));
+    }
+    assertEquals(4, packFiles(store));
+    try (RocksChunkStore s = RocksChunkStore.open(small)) {
+      assertTrue(s.delete("drop"));
+      assertEquals(new ChunkStore.GarbageCollection(9, 360_000), s.collectGarbage());
+      // Packs 0-2 each keep one chunk of three (a third live): their chunks move to one new pack and they go;
+      // pack 3 keeps nothing and goes.
+      assertEquals(List.of(), s.verify());
+      for (Digest d : keep) {
+        s.readChunk(d, ByteBuffer.allocateDirect(40_000));
+      }
+    }
+    assertEquals(1, packFiles(store), "the kept chunks now fill one pack");
+    try (RocksChunkStore s = RocksChunkStore.open(small)) {
+      for (Digest d : keep) {
+        s.readChunk(d, ByteBuffer.allocateDirect(40_000));
+      }
+      assertTrue(s.delete("keep"));
+      assertEquals(3, s.collectGarbage().chunks());
+    }
+    assertEquals(0, packFiles(store), "an empty store keeps no pack");
+  }
+
+  private static long packFiles(Path store) throws Exception {
+    if (!java.nio.file.Files.isDirectory(store.resolve("packs"))) {
+      return 0;
+    }
+    try (var list = java.nio.file.Files.list(store.resolve("packs"))) {
+      return list.count();
     }
   }
 
@@ -284,6 +425,54 @@ class RocksChunkStoreTest {
     java.nio.file.Files.writeString(file, "x");
     StoreException e = assertThrows(StoreException.class, () -> RocksChunkStore.open(file.resolve("store")));
     assertTrue(e.getMessage().contains(file.resolve("store").toString()), e.getMessage());
+  }
+
+  /**
+   * With CURRENT gone, the first open failed and the second created an empty store over the old one, deleting
+   * every table and blob file: a damaged store must fail to open, naming the damage, however often it is tried.
+   */
+  @Test
+  void aDamagedStoreFailsToOpenNamingTheDamageAndNothingIsChanged() throws Exception {
+    Path store = dir.resolve("store");
+    try (RocksChunkStore s = open()) {
+      s.commit("t", new byte[] {1}, Set.of(put(s, random(60, 50_000))));
+      s.flush();
+    }
+    java.nio.file.Files.delete(store.resolve("CURRENT"));
+    Map<String, Long> before = files(store);
+    for (StoreOptions o : List.of(new StoreOptions().setPath(store), new StoreOptions().setPath(store),
+        new StoreOptions().setPath(store).setReadOnly(true), new StoreOptions().setPath(store).setCreate(true))) {
+      StoreException e = assertThrows(StoreException.class, () -> RocksChunkStore.open(o));
+      assertTrue(e.getMessage().contains("is damaged") && e.getMessage().contains("CURRENT"), e.getMessage());
+      assertEquals(before, files(store), "a failed open changes nothing");
+    }
+  }
+
+  @Test
+  void onlyACreatingOpenMakesANewStore() {
+    Path none = dir.resolve("none");
+    StoreException e = assertThrows(StoreException.class,
+        () -> RocksChunkStore.open(new StoreOptions().setPath(none).setCreate(false)));
+    assertTrue(e.getMessage().contains("there is no store here"), e.getMessage());
+    assertFalse(java.nio.file.Files.exists(none));
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(none).setCreate(true))) {
+      assertEquals(List.of(), s.tags());
+    }
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(none).setCreate(false))) {
+      assertEquals(List.of(), s.tags());
+    }
+  }
+
+  /** Every file of a store directory with its size and modification time. */
+  static Map<String, Long> files(Path store) throws Exception {
+    Map<String, Long> out = new java.util.TreeMap<>();
+    try (var list = java.nio.file.Files.list(store)) {
+      for (Path f : list.toList()) {
+        out.put(f.getFileName().toString(), java.nio.file.Files.size(f) * 31
+            + java.nio.file.Files.getLastModifiedTime(f).toMillis());
+      }
+    }
+    return out;
   }
 
   @Test

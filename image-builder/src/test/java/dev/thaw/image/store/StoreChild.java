@@ -8,7 +8,8 @@ import java.util.Random;
 import java.util.Set;
 
 /**
- * The other process of {@link StoreProcessTest}: {@code StoreChild <mode> <store> <progress-file>}. It writes
+ * The other process of {@link StoreProcessTest} (and of the CLI's tests of a store held by a writer):
+ * {@code StoreChild <mode> <store> <progress-file>}. It writes
  * its progress to the file (one line per step, replaced atomically) and then waits to be killed.
  */
 public final class StoreChild {
@@ -27,6 +28,14 @@ public final class StoreChild {
           s.putChunk(Digest.of(b), ByteBuffer.wrap(b));
         }
         s.sync();
+        report(progress, "put=20");
+      }
+      case "put-no-sync" -> {
+        for (int i = 0; i < 20; i++) {
+          byte[] b = new byte[50_000];
+          r.nextBytes(b);
+          s.putChunk(Digest.of(b), ByteBuffer.wrap(b));
+        }
         report(progress, "put=20");
       }
       case "commit-forever" -> {
@@ -50,6 +59,7 @@ public final class StoreChild {
         s.commit("held", "held manifest".getBytes(), Set.of(d));
         report(progress, "holding");
       }
+      case "open" -> report(progress, "open");
       default -> throw new IllegalArgumentException(mode);
     }
     Thread.sleep(Long.MAX_VALUE);

@@ -69,6 +69,36 @@ class StoreProcessTest {
       assertEquals(20, s.collectGarbage().chunks());
       assertEquals(0, s.chunkCount());
     }
+    assertEquals(0, packFiles(store), "gc gave the killed build's pack back");
+  }
+
+  /** Appended but never synced: the bytes are in a pack, no index names them, and gc deletes the pack. */
+  @Test
+  void aBuildKilledBeforeSyncLeavesNoChunkAndGcDeletesItsPack() throws Exception {
+    Path store = dir.resolve("store");
+    Path progress = dir.resolve("progress");
+    Process p = start("put-no-sync", store, progress);
+    try {
+      await(p, progress, s -> s.equals("put=20"));
+    } finally {
+      kill(p);
+    }
+    assertEquals(1, packFiles(store), "the appended bytes are on disk");
+    try (RocksChunkStore s = RocksChunkStore.open(store)) {
+      assertEquals(0, s.chunkCount(), "no index entry names bytes that were never forced");
+      assertEquals(List.of(), s.verify());
+      assertEquals(0, s.collectGarbage().chunks());
+    }
+    assertEquals(0, packFiles(store));
+  }
+
+  private static long packFiles(Path store) throws Exception {
+    if (!Files.isDirectory(store.resolve("packs"))) {
+      return 0;
+    }
+    try (var list = Files.list(store.resolve("packs"))) {
+      return list.count();
+    }
   }
 
   @Test
@@ -112,14 +142,13 @@ class StoreProcessTest {
     try {
       await(p, progress, s -> s.equals("holding"));
       StoreLockedException e = assertThrows(StoreLockedException.class, () -> RocksChunkStore.open(store));
-      assertEquals("store " + store + ": the store at " + store
-          + " is in use by another process; open it read-only to read it meanwhile", e.getMessage());
+      assertEquals("store " + store + ": is in use by another process that writes to it (one writer at a time;"
+          + " reading works meanwhile)", e.getMessage());
       try (RocksChunkStore ro = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
         assertEquals(List.of("held"), ro.tags());
         Digest d = ro.chunksOf("held").orElseThrow().get(0);
         ByteBuffer dst = ByteBuffer.allocateDirect(100);
         assertEquals(10, ro.readChunk(d, dst));
-        ro.refresh();
       }
     } finally {
       kill(p);

@@ -6,11 +6,16 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.Kernel;
+import dev.thaw.runtime.gpu.Mapping;
+import dev.thaw.runtime.gpu.MemoryAccess;
+import dev.thaw.runtime.gpu.PhysicalMemory;
+import dev.thaw.runtime.gpu.VirtualRange;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.regex.Pattern;
 
 /**
@@ -37,7 +42,56 @@ public final class FunctionSession implements AutoCloseable {
   /** Bumped whenever an allocation is added or freed, so that indexes over them know when to rebuild. */
   private long allocationsVersion;
 
-  private record Allocation(DeviceBuffer buffer, long size) {}
+  /** A buffer: its own {@link DeviceBuffer} (per-buffer layout), or a piece of a slab ({@code buffer} null). */
+  private record Allocation(long address, long size, DeviceBuffer buffer) {}
+
+  /** How a recording session lays its buffers out on the device. */
+  public enum Packing {
+    /**
+     * Buffers are sub-allocated 256-byte aligned, back to back, from a few large slabs: no rounding of each
+     * buffer to the 2 MiB granularity, and an image that maps in a few calls. The default.
+     */
+    SLABS,
+    /** Each buffer is its own VMM allocation rounded up to the granularity, as images built before packing. */
+    PER_BUFFER
+  }
+
+  /** Physical memory for one slab of a rebuilt session, and the access to grant on it. */
+  public record SlabBacking(PhysicalMemory memory, MemoryAccess access) {}
+
+  /**
+   * Where a rebuilt session's slabs get their physical memory: fresh memory by default; the HBM tier hands in
+   * memory another worker left on the device, mapped read-only. The session owns (and closes) what it is given.
+   */
+  @FunctionalInterface
+  public interface SlabSource {
+
+    /** Fresh memory for every slab, read-write. */
+    SlabSource FRESH = (context, slab) -> new SlabBacking(context.createMemory(slab.size()), MemoryAccess.READ_WRITE);
+
+    /** Fresh memory, created exportable for read-only slabs so they can outlive this worker on the device. */
+    SlabSource EXPORTABLE_READ_ONLY = (context, slab) -> new SlabBacking(slab.readOnly()
+        ? context.createExportableMemory(slab.size()) : context.createMemory(slab.size()), MemoryAccess.READ_WRITE);
+
+    SlabBacking back(GpuContext context, MapPlan.Slab slab);
+  }
+
+  /** A slab mapped by this session: its plan, physical memory and mapping. */
+  public record MappedSlab(MapPlan.Slab slab, PhysicalMemory memory, Mapping mapping) {}
+
+  /** Growth of a recording session's slab space: at least this much, doubling up to {@link #MAX_GROWTH}. */
+  static final long MAX_GROWTH = 256L << 20;
+  static final long ALIGNMENT = 256;
+
+  private final Packing packing;
+  private final Set<String> hostWrites = java.util.concurrent.ConcurrentHashMap.newKeySet();
+  /** Mapped slabs, with the ranges that hold them; in the order made. */
+  private final List<MappedSlab> slabs = new ArrayList<>();
+  private final List<VirtualRange> slabRanges = new ArrayList<>();
+  /** Packing while recording: the next free byte and the end of the mapped run it lies in. */
+  private long cursor;
+  private long limit;
+  private long slabBytes;
 
   private record LoadedModule(GpuModule module, ModuleRecord record, Map<String, Kernel> kernels) {
 
@@ -47,15 +101,28 @@ public final class FunctionSession implements AutoCloseable {
   }
 
   private volatile LaunchInterceptor interceptor;
+  private RebuildTimings rebuildTimings = new RebuildTimings(0, 0);
 
-  private FunctionSession(GpuContext context) {
+  /**
+   * Where {@link #rebuild} spent its time, in nanoseconds: mapping the allocations at their recorded addresses,
+   * and loading the modules (a JIT from PTX on another architecture). Zero for a recorded session.
+   */
+  public record RebuildTimings(long mapNanos, long moduleNanos) {}
+
+  private FunctionSession(GpuContext context, Packing packing) {
     this.context = context;
+    this.packing = packing;
     this.stream = context.createStream();
   }
 
-  /** An empty session on {@code context}, recording from now on: the one {@code init} runs in. */
+  /** An empty session on {@code context}, recording from now on, packing buffers into slabs. */
   public static FunctionSession record(GpuContext context) {
-    return new FunctionSession(context);
+    return record(context, Packing.SLABS);
+  }
+
+  /** An empty session on {@code context}, recording from now on: the one {@code init} runs in. */
+  public static FunctionSession record(GpuContext context, Packing packing) {
+    return new FunctionSession(context, packing);
   }
 
   /**
@@ -65,19 +132,42 @@ public final class FunctionSession implements AutoCloseable {
    * @throws dev.thaw.runtime.gpu.AddressUnavailableException if a recorded address is taken in this process
    */
   public static FunctionSession rebuild(GpuContext context, SessionTable table) {
-    FunctionSession session = new FunctionSession(context);
+    return rebuild(context, table, Set.of(), SlabSource.FRESH);
+  }
+
+  /**
+   * Like {@link #rebuild(GpuContext, SessionTable)}, mapping the allocations as {@link MapPlan} groups them: a few
+   * slabs, read-only buffers ({@code readOnly}) in slabs of their own, each slab's memory from {@code source}.
+   * Images built with either {@link Packing} rebuild this way.
+   */
+  public static FunctionSession rebuild(GpuContext context, SessionTable table, Set<String> readOnly,
+      SlabSource source) {
+    FunctionSession session = new FunctionSession(context, Packing.SLABS);
     try {
+      long t = System.nanoTime();
       for (AllocationRecord a : table.allocations()) {
         checkName(a.name(), "buffer");
-        session.allocations.put(a.name(), new Allocation(context.allocateAt(a.address(), a.size()), a.size()));
+        if (a.size() <= 0 || session.allocations.containsKey(a.name())) {
+          throw new IllegalArgumentException("allocation '" + a.name() + "' is repeated or has size " + a.size());
+        }
+      }
+      MapPlan plan = MapPlan.of(table.allocations(), readOnly, context.granularity());
+      for (MapPlan.Slab slab : plan.slabs()) {
+        session.mapSlab(slab, source);
+      }
+      for (AllocationRecord a : table.allocations()) {
+        session.allocations.put(a.name(), new Allocation(a.address(), a.size(), null));
         session.allocationsVersion++;
       }
+      long mapNanos = System.nanoTime() - t;
+      t = System.nanoTime();
       String arch = context.device().smArch();
       for (ModuleRecord m : table.modules()) {
         GpuModule module = arch.equals(m.arch()) ? context.loadCubin(m.cubin()) : context.loadPtx(m.ptx());
         ModuleRecord kept = arch.equals(m.arch()) ? m : new ModuleRecord(m.name(), m.ptx(), module.cubin(), arch);
         session.modules.put(m.name(), new LoadedModule(module, kept));
       }
+      session.rebuildTimings = new RebuildTimings(mapNanos, System.nanoTime() - t);
       return session;
     } catch (RuntimeException e) {
       session.close();
@@ -87,6 +177,92 @@ public final class FunctionSession implements AutoCloseable {
 
   public GpuContext context() {
     return context;
+  }
+
+  /** How this session lays buffers out; a rebuilt session is always {@link Packing#SLABS}. */
+  public Packing packing() {
+    return packing;
+  }
+
+  /** The slabs this session mapped: while recording, its growth steps; rebuilt, its {@link MapPlan}'s slabs. */
+  public List<MappedSlab> slabs() {
+    return List.copyOf(slabs);
+  }
+
+  /** Maps one planned slab exactly at its address with memory from {@code source}. */
+  private void mapSlab(MapPlan.Slab slab, SlabSource source) {
+    VirtualRange range = context.reserveExact(slab.address(), slab.size());
+    PhysicalMemory memory = null;
+    try {
+      SlabBacking backing = source.back(context, slab);
+      memory = backing.memory();
+      if (memory.size() != slab.size()) {
+        throw new IllegalArgumentException("memory of " + memory.size() + " bytes for a slab of " + slab.size());
+      }
+      Mapping mapping = range.map(0, memory);
+      mapping.setAccess(backing.access());
+      slabs.add(new MappedSlab(slab, memory, mapping));
+      slabRanges.add(range);
+      slabBytes += slab.size();
+    } catch (RuntimeException e) {
+      if (memory != null) {
+        memory.close();
+      }
+      range.close();
+      throw e;
+    }
+  }
+
+  /**
+   * Sets every read-only slab's access to {@link MemoryAccess#READ}: once restored, a kernel that writes a buffer
+   * the profile called read-only faults instead of changing memory that outlives this instance on the device.
+   */
+  public void protectReadOnlySlabs() {
+    checkOpen();
+    for (MappedSlab s : slabs) {
+      if (s.slab().readOnly()) {
+        s.mapping().setAccess(MemoryAccess.READ);
+      }
+    }
+  }
+
+  /** Sub-allocates {@code size} bytes: 256-byte aligned after the last buffer, growing the slab space as needed. */
+  private long pack(long size) {
+    long at = (cursor + ALIGNMENT - 1) & -ALIGNMENT;
+    if (slabs.isEmpty() || at > limit - size) {
+      long g = context.granularity();
+      long growth = Math.max((size + g - 1) & -g, Math.min(MAX_GROWTH, Math.max(g, slabBytes)));
+      VirtualRange range = context.reserve(growth, limit);
+      boolean contiguous = !slabs.isEmpty() && range.address() == limit;
+      PhysicalMemory memory = null;
+      try {
+        memory = context.createMemory(growth);
+        Mapping mapping = range.map(0, memory);
+        mapping.setAccess(MemoryAccess.READ_WRITE);
+        slabs.add(new MappedSlab(new MapPlan.Slab(range.address(), growth, false, List.of()), memory, mapping));
+        slabRanges.add(range);
+        slabBytes += growth;
+      } catch (RuntimeException e) {
+        if (memory != null) {
+          memory.close();
+        }
+        range.close();
+        throw e;
+      }
+      if (contiguous && at <= range.address() + growth - size) {
+        limit = range.address() + growth;
+      } else {
+        at = range.address();
+        limit = range.address() + growth;
+      }
+    }
+    cursor = at + size;
+    return at;
+  }
+
+  /** Where {@link #rebuild} spent its time; zeros for a session that was recorded. */
+  public RebuildTimings rebuildTimings() {
+    return rebuildTimings;
   }
 
   /** The stream all of the function's device work runs on. */
@@ -111,15 +287,28 @@ public final class FunctionSession implements AutoCloseable {
     if (size <= 0) {
       throw new IllegalArgumentException("buffer '" + name + "' needs a positive size, not " + size);
     }
-    allocations.put(name, new Allocation(context.allocate(size), size));
+    if (packing == Packing.PER_BUFFER) {
+      DeviceBuffer b = context.allocate(size);
+      allocations.put(name, new Allocation(b.address(), size, b));
+    } else {
+      allocations.put(name, new Allocation(pack(size), size, null));
+    }
     allocationsVersion++;
     return new BufferRef(name);
   }
 
-  /** Frees a buffer; its name can be used again. */
+  /**
+   * Frees a buffer; its name can be used again. A packed buffer's bytes are reused only when it was the last one
+   * allocated.
+   */
   public void free(BufferRef ref) {
     checkOpen();
-    allocation(ref).buffer().close();
+    Allocation a = allocation(ref);
+    if (a.buffer() != null) {
+      a.buffer().close();
+    } else if (a.address() + a.size() == cursor) {
+      cursor = a.address();
+    }
     allocations.remove(ref.name());
     allocationsVersion++;
   }
@@ -134,7 +323,7 @@ public final class FunctionSession implements AutoCloseable {
 
   /** The device address of the buffer's first byte. */
   public long address(BufferRef ref) {
-    return allocation(ref).buffer().address();
+    return allocation(ref).address();
   }
 
   /** The buffer's size as allocated. */
@@ -142,22 +331,82 @@ public final class FunctionSession implements AutoCloseable {
     return allocation(ref).size();
   }
 
-  /** The buffer itself, for copies the session does not wrap. */
+  /**
+   * The buffer itself, for copies the session does not wrap.
+   *
+   * @throws IllegalStateException if the buffer is a piece of a slab (use {@link #address} and {@link #size})
+   */
   public DeviceBuffer buffer(BufferRef ref) {
-    return allocation(ref).buffer();
+    DeviceBuffer b = allocation(ref).buffer();
+    if (b == null) {
+      throw new IllegalStateException("buffer '" + ref.name() + "' is packed in a slab; it has no DeviceBuffer");
+    }
+    return b;
   }
 
-  /** Copies {@code src.remaining()} bytes to the buffer at {@code offset}, synchronously. */
+  /**
+   * Copies {@code src.remaining()} bytes to the buffer at {@code offset}, synchronously: every launch made after it
+   * returns sees them. A {@link CopyInterceptor} may instead queue the bytes on {@link #stream()} (on-demand restore
+   * does, while the buffer is not restored yet), which keeps that promise for work on the stream.
+   */
   public void upload(BufferRef ref, long offset, ByteBuffer src) {
     checkRange(ref, offset, src.remaining());
-    context.copyHostToDevice(address(ref) + offset, src);
+    hostWrites.add(ref.name());
+    long dst = address(ref) + offset;
+    if (interceptor instanceof CopyInterceptor c && c.uploadInstead(dst, src, stream)) {
+      return;
+    }
+    context.copyHostToDevice(dst, src);
+  }
+
+  /**
+   * The buffers {@link #upload} wrote since {@link #clearHostWrites()} (or since the session began): a profile
+   * counts them as written, like kernel stores, so they are never taken for read-only.
+   */
+  public Set<String> hostWrites() {
+    return Set.copyOf(hostWrites);
+  }
+
+  /** Starts a new {@link #hostWrites()} record, e.g. when profiling begins after {@code init}. */
+  public void clearHostWrites() {
+    hostWrites.clear();
   }
 
   /** Fills {@code dst.remaining()} bytes from the buffer at {@code offset}, after the stream's work is done. */
   public void download(BufferRef ref, long offset, ByteBuffer dst) {
     checkRange(ref, offset, dst.remaining());
+    long src = address(ref) + offset;
+    if (interceptor instanceof CopyInterceptor c) {
+      c.beforeDeviceAccess(src, dst.remaining(), stream);
+    }
     stream.synchronize();
-    context.copyDeviceToHost(dst, address(ref) + offset);
+    context.copyDeviceToHost(dst, src);
+  }
+
+  /**
+   * Queues a copy of {@code bytes} bytes from {@code src} at {@code srcOffset} to {@code dst} at {@code dstOffset}
+   * on {@link #stream()}.
+   */
+  public void copy(BufferRef dst, long dstOffset, BufferRef src, long srcOffset, long bytes) {
+    checkRange(dst, dstOffset, bytes);
+    checkRange(src, srcOffset, bytes);
+    long to = address(dst) + dstOffset;
+    long from = address(src) + srcOffset;
+    if (interceptor instanceof CopyInterceptor c) {
+      c.beforeDeviceAccess(from, bytes, stream);
+      c.beforeDeviceAccess(to, bytes, stream);
+    }
+    stream.copyDeviceToDeviceAsync(to, from, bytes);
+  }
+
+  /** Queues setting {@code bytes} bytes of the buffer at {@code offset} to {@code value} on {@link #stream()}. */
+  public void fill(BufferRef ref, long offset, long bytes, byte value) {
+    checkRange(ref, offset, bytes);
+    long to = address(ref) + offset;
+    if (interceptor instanceof CopyInterceptor c) {
+      c.beforeDeviceAccess(to, bytes, stream);
+    }
+    stream.memsetD8Async(to, value, bytes);
   }
 
   private void checkRange(BufferRef ref, long offset, long bytes) {
@@ -216,7 +465,8 @@ public final class FunctionSession implements AutoCloseable {
 
   /**
    * Makes every later launch of this session pass {@code interceptor} first; null removes it. If it is a
-   * {@link LaunchRedirect}, it may also run each launch in the kernel's place.
+   * {@link LaunchRedirect}, it may also run each launch in the kernel's place; if it is a {@link CopyInterceptor},
+   * it also sees the session's own uploads, downloads, copies and fills.
    */
   public void setLaunchInterceptor(LaunchInterceptor interceptor) {
     this.interceptor = interceptor;
@@ -270,7 +520,7 @@ public final class FunctionSession implements AutoCloseable {
   public SessionTable table() {
     checkOpen();
     List<AllocationRecord> a = new ArrayList<>(allocations.size());
-    allocations.forEach((name, alloc) -> a.add(new AllocationRecord(name, alloc.buffer().address(), alloc.size())));
+    allocations.forEach((name, alloc) -> a.add(new AllocationRecord(name, alloc.address(), alloc.size())));
     List<ModuleRecord> m = new ArrayList<>(modules.size());
     modules.values().forEach(loaded -> m.add(loaded.record()));
     return new SessionTable(a, m);
@@ -306,6 +556,8 @@ public final class FunctionSession implements AutoCloseable {
     }
     allocations.clear();
     modules.clear();
+    slabs.clear();
+    slabRanges.clear();
     if (failure != null) {
       throw failure;
     }
@@ -314,8 +566,13 @@ public final class FunctionSession implements AutoCloseable {
   private List<AutoCloseable> closeables() {
     List<AutoCloseable> all = new ArrayList<>();
     all.add(stream);
-    allocations.values().forEach(a -> all.add(a.buffer()));
+    allocations.values().stream().filter(a -> a.buffer() != null).forEach(a -> all.add(a.buffer()));
     modules.values().forEach(m -> all.add(m.module()));
+    for (int i = slabs.size() - 1; i >= 0; i--) {
+      all.add(slabs.get(i).mapping());
+      all.add(slabs.get(i).memory());
+      all.add(slabRanges.get(i));
+    }
     return all;
   }
 }

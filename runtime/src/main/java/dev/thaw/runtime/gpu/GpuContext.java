@@ -39,6 +39,15 @@ public interface GpuContext extends AutoCloseable {
   /** Blocks until all work in this context is done; reports the first asynchronous error. */
   void synchronize();
 
+  /**
+   * True when this context records the exact device bytes every launch reads and writes (the sim device, whose
+   * kernels touch memory only through checked views): validation there is exact, and needs no instrumentation.
+   * Ask this, never the context's class: a context may be wrapped.
+   */
+  default boolean recordsAccesses() {
+    return false;
+  }
+
   // ---- virtual memory management ----
 
   /** The allocation granularity, in bytes (2 MiB on an H100/H200 and on the sim device). */
@@ -61,6 +70,29 @@ public interface GpuContext extends AutoCloseable {
   /** Creates physical device memory of {@code size} bytes (rounded up to the granularity), not yet mapped. */
   PhysicalMemory createMemory(long size);
 
+  /**
+   * Creates physical memory like {@link #createMemory} that can also be {@link PhysicalMemory#exportPosixFd
+   * exported} as a POSIX file descriptor ({@code CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR}), so that another
+   * process can {@link #importMemory import} and map the same bytes.
+   *
+   * @throws CudaException {@code CUDA_ERROR_NOT_SUPPORTED} where the device cannot export memory
+   */
+  default PhysicalMemory createExportableMemory(long size) {
+    throw new UnsupportedOperationException(driver().name() + " contexts cannot create exportable memory");
+  }
+
+  /**
+   * Imports physical memory that this or another process exported ({@code cuMemImportFromShareableHandle}). The
+   * descriptor stays the caller's: close it when done; the memory lives while any handle, descriptor or
+   * mapping of it does, in any process.
+   *
+   * @param size the exported memory's size, a multiple of the granularity (a descriptor does not carry it)
+   * @throws CudaException if the descriptor is not exported GPU memory of this device
+   */
+  default PhysicalMemory importMemory(int fd, long size) {
+    throw new UnsupportedOperationException(driver().name() + " contexts cannot import memory");
+  }
+
   /** Reserves, creates, maps and grants read-write access: a buffer anywhere in the address space. */
   default DeviceBuffer allocate(long size) {
     return DeviceBuffer.allocate(this, size, 0L, false);
@@ -79,6 +111,21 @@ public interface GpuContext extends AutoCloseable {
 
   /** Page-locked host memory that the device can copy to and from asynchronously. */
   PinnedBuffer allocatePinned(long size);
+
+  /**
+   * Page-locks host memory this process already has mapped ({@code cuMemHostRegister_v2}, portable to every
+   * context), e.g. a shared-memory arena, so asynchronous copies read it at full speed. Registration is slow
+   * (about 0.12-0.17 s per GiB on an H200): do it once, off the cold path. Closing the returned buffer
+   * unregisters ({@code cuMemHostUnregister}) and leaves the memory mapped; unmapping it before that is the
+   * caller's error.
+   *
+   * @param readOnly the memory is mapped read-only in this process ({@code CU_MEMHOSTREGISTER_READ_ONLY}): the
+   *     device only reads it, and a copy into it is refused
+   * @throws CudaException {@code CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED} (712) if part of it is registered
+   */
+  default PinnedBuffer registerHost(long address, long size, boolean readOnly) {
+    throw new UnsupportedOperationException(driver().name() + " contexts cannot register host memory");
+  }
 
   // ---- synchronous copies and memset ----
 

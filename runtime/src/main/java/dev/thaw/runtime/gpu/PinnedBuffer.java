@@ -16,6 +16,14 @@ public interface PinnedBuffer extends AutoCloseable {
   long size();
 
   /**
+   * True for host memory {@linkplain GpuContext#registerHost registered} read-only: the device reads it and a
+   * copy into it is refused.
+   */
+  default boolean isReadOnly() {
+    return false;
+  }
+
+  /**
    * A view of the whole buffer, position 0 and limit {@link #size()}.
    *
    * @throws IllegalStateException if the buffer is larger than a {@code ByteBuffer} can be; use {@link #slice}

@@ -19,15 +19,25 @@ import java.util.TreeMap;
  * @param firstTouch allocation names, in the order launches first touched them; within one launch, in parameter
  *     order, then by address. Allocations no launch touched are not listed.
  * @param kernels per kernel ({@code module/entry}), sorted by name
+ * @param written allocations the invocations wrote, by kernel stores or host uploads ({@link
+ *     dev.thaw.runtime.function.FunctionSession#upload}), sorted; null when not every write could be seen (a
+ *     kernel launched unvalidated on a GPU). The others are read-only: the HBM tier keeps them on the device.
  */
 public record AccessProfile(int formatVersion, String image, OrderSource orderSource, long launches,
-    List<String> firstTouch, Map<String, KernelProfile> kernels) {
+    List<String> firstTouch, Map<String, KernelProfile> kernels, List<String> written) {
 
   public static final int FORMAT_VERSION = 1;
 
   public AccessProfile {
     firstTouch = List.copyOf(firstTouch);
     kernels = Collections.unmodifiableMap(new TreeMap<>(kernels));
+    written = written == null ? null : List.copyOf(new java.util.TreeSet<>(written));
+  }
+
+  /** A profile that does not say what was written. */
+  public AccessProfile(int formatVersion, String image, OrderSource orderSource, long launches,
+      List<String> firstTouch, Map<String, KernelProfile> kernels) {
+    this(formatVersion, image, orderSource, launches, firstTouch, kernels, null);
   }
 
   /** Where a first-touch order comes from. */

@@ -12,7 +12,6 @@ import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.Kernel;
 import dev.thaw.runtime.gpu.KernelArgs;
-import dev.thaw.runtime.gpu.sim.SimContext;
 import dev.thaw.runtime.ptx.instrument.AccessSite;
 import dev.thaw.runtime.ptx.instrument.GuardTable;
 import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
@@ -99,7 +98,7 @@ public final class GpuProfiler implements AccessProfiler {
    * @throws IllegalStateException if the session's interceptor is already a {@link LaunchRedirect}
    */
   public static GpuProfiler attach(FunctionSession session) {
-    if (session.context() instanceof SimContext) {
+    if (session.context().recordsAccesses()) {
       throw new IllegalArgumentException("this session runs on the sim device, whose kernels ignore the guard: "
           + "profile it with Profiler (Profiling.attach picks the right one)");
     }
@@ -126,6 +125,7 @@ public final class GpuProfiler implements AccessProfiler {
       throw e;
     }
     session.setLaunchInterceptor(p.redirect);
+    session.clearHostWrites();
     return p;
   }
 
@@ -165,12 +165,19 @@ public final class GpuProfiler implements AccessProfiler {
       // a module that could not be instrumented, whose kernels are unsafe already.
     }
     Set<String> order = new LinkedHashSet<>();
+    // Writes are known only where every launch was validated exact: then each stayed inside its speculated kinds.
+    Set<String> written = new java.util.TreeSet<>(session.hostWrites());
+    boolean writesKnown = true;
     Map<KernelRef, List<GpuLaunchCheck>> byKernel = new LinkedHashMap<>();
     for (GpuLaunchCheck c : checks) {
       AccessSet set = c.speculated();
+      writesKnown &= set != null && c.exact() && c.unchecked() == null;
       if (set != null) {
         for (int i = 0; i < set.size(); i++) {
           order.add(set.name(i));
+          if (set.kind(i).writes()) {
+            written.add(set.name(i));
+          }
         }
       }
       byKernel.computeIfAbsent(c.kernel(), k -> new ArrayList<>()).add(c);
@@ -178,7 +185,7 @@ public final class GpuProfiler implements AccessProfiler {
     Map<String, AccessProfile.KernelProfile> kernels = new TreeMap<>();
     byKernel.forEach((kernel, launches) -> kernels.put(kernel.toString(), verdict(kernel, launches)));
     return new AccessProfile(AccessProfile.FORMAT_VERSION, image, AccessProfile.OrderSource.SPECULATED,
-        checks.size(), List.copyOf(order), kernels);
+        checks.size(), List.copyOf(order), kernels, writesKnown ? List.copyOf(written) : null);
   }
 
   private AccessProfile.KernelProfile verdict(KernelRef kernel, List<GpuLaunchCheck> launches) {

@@ -43,7 +43,9 @@ public final class Profiler implements AccessProfiler {
    * @throws IllegalArgumentException if the session does not run on the sim device
    */
   public static Profiler attach(FunctionSession session) {
-    return new Profiler(session, SimValidator.attach(session));
+    Profiler p = new Profiler(session, SimValidator.attach(session));
+    session.clearHostWrites();
+    return p;
   }
 
   /** Invokes {@code function} once per sample with validation on and profiles what the invocations launched. */
@@ -72,15 +74,17 @@ public final class Profiler implements AccessProfiler {
     List<LaunchCheck> launches = new ArrayList<>(validator.launches());
     launches.sort((a, b) -> Long.compare(a.launch(), b.launch()));
     Set<String> order = new LinkedHashSet<>();
+    Set<String> written = new java.util.TreeSet<>(session.hostWrites());
     Map<KernelRef, List<LaunchCheck>> byKernel = new LinkedHashMap<>();
     for (LaunchCheck c : launches) {
       order.addAll(touched(c));
+      written.addAll(hit(c.speculated().allocations(), c.writes()));
       byKernel.computeIfAbsent(c.kernel(), k -> new ArrayList<>()).add(c);
     }
     Map<String, AccessProfile.KernelProfile> kernels = new TreeMap<>();
     byKernel.forEach((kernel, checks) -> kernels.put(kernel.toString(), verdict(kernel, checks)));
     return new AccessProfile(AccessProfile.FORMAT_VERSION, image, AccessProfile.OrderSource.RECORDED,
-        launches.size(), List.copyOf(order), kernels);
+        launches.size(), List.copyOf(order), kernels, List.copyOf(written));
   }
 
   private AccessProfile.KernelProfile verdict(KernelRef kernel, List<LaunchCheck> checks) {
@@ -111,6 +115,24 @@ public final class Profiler implements AccessProfiler {
     }
     return new AccessProfile.KernelProfile(problems == 0 ? AccessProfile.Verdict.EXACT
         : AccessProfile.Verdict.UNSAFE, checks.size(), reasons, notes);
+  }
+
+  /** The names of the allocations {@code log}'s ranges fall in. */
+  private static Set<String> hit(AllocationIndex index, AccessLog log) {
+    Set<String> out = new LinkedHashSet<>();
+    for (AddressRange r : log.ranges()) {
+      long a = r.start();
+      while (a < r.end()) {
+        int pos = index.find(a);
+        if (pos < 0) {
+          a = Math.min(r.end(), index.nextStartAfter(a));
+        } else {
+          out.add(index.name(pos));
+          a = Math.min(r.end(), index.end(pos));
+        }
+      }
+    }
+    return out;
   }
 
   /** The allocations a launch touched: those of its speculated set in slot order, then the others by address. */

@@ -111,8 +111,12 @@ final class CudaContext extends CudaResource implements GpuContext {
 
   /** A {@code CUmemAllocationProp} for pinned memory on this device, at {@code offset} of zeroed memory. */
   private void writeAllocationProp(Memory m, int offset) {
+    writeAllocationProp(m, offset, CudaNative.CU_MEM_HANDLE_TYPE_NONE);
+  }
+
+  private void writeAllocationProp(Memory m, int offset, int handleTypes) {
     m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_TYPE, CudaNative.CU_MEM_ALLOCATION_TYPE_PINNED);
-    m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_REQUESTED_HANDLE_TYPES, CudaNative.CU_MEM_HANDLE_TYPE_NONE);
+    m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_REQUESTED_HANDLE_TYPES, handleTypes);
     m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_LOCATION_TYPE, CudaNative.CU_MEM_LOCATION_TYPE_DEVICE);
     m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_LOCATION_ID, device.ordinal());
     m.setLong(offset + CudaNative.MEM_ALLOCATION_PROP_WIN32_META, 0L);
@@ -275,6 +279,46 @@ final class CudaContext extends CudaResource implements GpuContext {
       writeAllocationProp(s.memory, 0);
       check(CudaNative.cuMemCreate(s.address + 64, rounded, s.address, 0L), "cuMemCreate");
       return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded);
+    });
+  }
+
+  @Override
+  public PhysicalMemory createExportableMemory(long size) {
+    long rounded = roundUp(size);
+    return create(() -> {
+      CudaNative.Scratch s = CudaNative.Scratch.get().clear(64 + 8);
+      writeAllocationProp(s.memory, 0, CudaNative.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+      check(CudaNative.cuMemCreate(s.address + 64, rounded, s.address, 0L), "cuMemCreate");
+      return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded, true);
+    });
+  }
+
+  @Override
+  public PhysicalMemory importMemory(int fd, long size) {
+    if (fd < 0) {
+      throw new IllegalArgumentException("not a file descriptor: " + fd);
+    }
+    long rounded = roundUp(size);
+    if (rounded != size) {
+      throw new IllegalArgumentException("imported memory's size " + size + " is not a multiple of the granularity");
+    }
+    return create(() -> {
+      CudaNative.Scratch s = CudaNative.Scratch.get().clear(8);
+      check(CudaNative.cuMemImportFromShareableHandle(s.address, fd, CudaNative.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+          "cuMemImportFromShareableHandle");
+      return new CudaPhysicalMemory(this, s.memory.getLong(0), size, true);
+    });
+  }
+
+  @Override
+  public PinnedBuffer registerHost(long address, long size, boolean readOnly) {
+    if (address == 0 || size <= 0) {
+      throw new IllegalArgumentException(String.format("cannot register [0x%x, +%d)", address, size));
+    }
+    return create(() -> {
+      int flags = CudaNative.CU_MEMHOSTREGISTER_PORTABLE | (readOnly ? CudaNative.CU_MEMHOSTREGISTER_READ_ONLY : 0);
+      check(CudaNative.cuMemHostRegister_v2(address, size, flags), "cuMemHostRegister_v2");
+      return new CudaPinnedBuffer(this, address, size, true, readOnly);
     });
   }
 

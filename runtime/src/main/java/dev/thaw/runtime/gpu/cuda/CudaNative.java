@@ -46,10 +46,13 @@ final class CudaNative {
   static final int CU_EVENT_DISABLE_TIMING = 0x2;
   static final int CU_EVENT_WAIT_DEFAULT = 0x0;
   static final int CU_MEMHOSTALLOC_PORTABLE = 0x01;
+  static final int CU_MEMHOSTREGISTER_PORTABLE = 0x01;
+  static final int CU_MEMHOSTREGISTER_READ_ONLY = 0x08;
 
   // ---- virtual memory management enums ----
   static final int CU_MEM_ALLOCATION_TYPE_PINNED = 0x1;
   static final int CU_MEM_HANDLE_TYPE_NONE = 0x0;
+  static final int CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1;
   static final int CU_MEM_LOCATION_TYPE_DEVICE = 0x1;
   static final int CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0;
 
@@ -143,10 +146,20 @@ final class CudaNative {
 
   static native int cuMemSetAccess(long ptr, long size, long desc, long count);
 
+  /** {@code cuMemExportToShareableHandle(void *shareableHandle, handle, handleType, flags)}: an {@code int} fd out. */
+  static native int cuMemExportToShareableHandle(long shareableHandleOut, long handle, int handleType, long flags);
+
+  /** {@code cuMemImportFromShareableHandle(handle *out, void *osHandle, handleType)}: the fd itself as {@code osHandle}. */
+  static native int cuMemImportFromShareableHandle(long handleOut, long osHandle, int handleType);
+
   // ---- page-locked host memory ----
   static native int cuMemHostAlloc(long ppOut, long bytesize, int flags);
 
   static native int cuMemFreeHost(long p);
+
+  static native int cuMemHostRegister_v2(long p, long bytesize, int flags);
+
+  static native int cuMemHostUnregister(long p);
 
   // ---- copies and memset ----
 

@@ -9,11 +9,35 @@ final class CudaPhysicalMemory extends CudaResource implements PhysicalMemory {
 
   final long handle;
   private final long size;
+  private final boolean exportable;
 
   CudaPhysicalMemory(CudaContext context, long handle, long size) {
+    this(context, handle, size, false);
+  }
+
+  CudaPhysicalMemory(CudaContext context, long handle, long size, boolean exportable) {
     super(context, String.format("CUDA physical memory 0x%x (%d bytes)", handle, size));
     this.handle = handle;
     this.size = size;
+    this.exportable = exportable;
+  }
+
+  @Override
+  public boolean isExportable() {
+    return exportable;
+  }
+
+  @Override
+  public int exportPosixFd() {
+    checkOpen();
+    if (!exportable) {
+      throw new IllegalStateException(describe() + " was not created exportable");
+    }
+    context.ensureCurrent();
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(8);
+    check(CudaNative.cuMemExportToShareableHandle(s.address, handle, CudaNative.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        0L), "cuMemExportToShareableHandle");
+    return s.memory.getInt(0);
   }
 
   @Override

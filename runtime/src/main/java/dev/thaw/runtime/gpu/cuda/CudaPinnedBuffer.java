@@ -7,16 +7,33 @@ import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 
-/** Page-locked, portable host memory from {@code cuMemHostAlloc}. */
+/**
+ * Page-locked, portable host memory: from {@code cuMemHostAlloc} (freed on close), or memory of the process
+ * registered with {@code cuMemHostRegister_v2} (unregistered on close, never freed).
+ */
 final class CudaPinnedBuffer extends CudaResource implements PinnedBuffer {
 
   private final long address;
   private final long size;
+  private final boolean registered;
+  private final boolean readOnly;
 
   CudaPinnedBuffer(CudaContext context, long address, long size) {
-    super(context, String.format("CUDA pinned buffer 0x%x (%d bytes)", address, size));
+    this(context, address, size, false, false);
+  }
+
+  CudaPinnedBuffer(CudaContext context, long address, long size, boolean registered, boolean readOnly) {
+    super(context, String.format("CUDA %s 0x%x (%d bytes)", registered ? "registered host memory" : "pinned buffer",
+        address, size));
     this.address = address;
     this.size = size;
+    this.registered = registered;
+    this.readOnly = readOnly;
+  }
+
+  @Override
+  public boolean isReadOnly() {
+    return readOnly;
   }
 
   @Override
@@ -61,7 +78,8 @@ final class CudaPinnedBuffer extends CudaResource implements PinnedBuffer {
 
   @Override
   String describe() {
-    return String.format("CUDA pinned buffer 0x%x (%d bytes)", address, size);
+    return String.format("CUDA %s 0x%x (%d bytes%s)", registered ? "registered host memory" : "pinned buffer", address,
+        size, readOnly ? ", read-only" : "");
   }
 
   @Override
@@ -71,6 +89,10 @@ final class CudaPinnedBuffer extends CudaResource implements PinnedBuffer {
 
   @Override
   void free() {
-    check(CudaNative.cuMemFreeHost(address), "cuMemFreeHost");
+    if (registered) {
+      check(CudaNative.cuMemHostUnregister(address), "cuMemHostUnregister");
+    } else {
+      check(CudaNative.cuMemFreeHost(address), "cuMemFreeHost");
+    }
   }
 }

@@ -39,6 +39,9 @@ final class CudaStream extends CudaResource implements GpuStream {
   public void copyDeviceToHostAsync(PinnedBuffer dst, long dstOffset, long srcDevice, long bytes) {
     checkOpen();
     CudaPinnedBuffer pinned = pinned(dst, dstOffset, bytes);
+    if (pinned.isReadOnly()) {
+      throw new IllegalArgumentException(pinned.describe() + " is registered read-only: nothing can be copied into it");
+    }
     if (bytes == 0) {
       return;
     }

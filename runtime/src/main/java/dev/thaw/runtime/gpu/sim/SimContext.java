@@ -21,6 +21,9 @@ import dev.thaw.runtime.gpu.VirtualRange;
 import dev.thaw.runtime.ptx.PtxEntries;
 import dev.thaw.runtime.ptx.PtxModuleInfo;
 import dev.thaw.runtime.ptx.PtxSyntaxException;
+import dev.thaw.runtime.host.ProcessFds;
+import dev.thaw.runtime.host.SharedMemory;
+import java.io.IOException;
 import java.lang.ref.Reference;
 import java.nio.ByteBuffer;
 import java.nio.ReadOnlyBufferException;
@@ -116,6 +119,11 @@ public final class SimContext implements GpuContext {
   }
 
   @Override
+  public boolean recordsAccesses() {
+    return true;
+  }
+
+  @Override
   public void synchronize() {
     checkUsable("cuCtxSynchronize");
     for (SimStream s : streams) {
@@ -151,6 +159,62 @@ public final class SimContext implements GpuContext {
     long rounded = SimAddressSpace.roundUp(size);
     long host = driver.allocate(rounded);
     return own(new SimPhysicalMemory(this, rounded, host));
+  }
+
+  @Override
+  public PhysicalMemory createExportableMemory(long size) {
+    checkOpen();
+    if (size <= 0) {
+      throw new IllegalArgumentException("size must be positive: " + size);
+    }
+    long rounded = SimAddressSpace.roundUp(size);
+    driver.count("cuMemCreate", rounded);
+    try {
+      SharedMemory shared = SharedMemory.anonymous("thaw-sim-device-memory", rounded);
+      return own(new SimPhysicalMemory(this, rounded, shared.address(), shared, rounded));
+    } catch (IOException e) {
+      driver.uncount(rounded);
+      throw CudaError.exception("cuMemCreate", CudaError.CUDA_ERROR_OUT_OF_MEMORY, e.getMessage());
+    }
+  }
+
+  @Override
+  public PhysicalMemory importMemory(int fd, long size) {
+    String call = "cuMemImportFromShareableHandle";
+    checkOpen();
+    if (size <= 0 || size % SimAddressSpace.GRANULARITY != 0) {
+      throw new IllegalArgumentException("imported memory's size " + size + " is not a positive multiple of the "
+          + "granularity");
+    }
+    int own;
+    try {
+      own = ProcessFds.dup(fd);
+    } catch (IOException e) {
+      throw CudaError.exception(call, CudaError.CUDA_ERROR_INVALID_VALUE, e.getMessage());
+    }
+    try {
+      SharedMemory shared = SharedMemory.fromFd(own, size, false);
+      return own(new SimPhysicalMemory(this, size, shared.address(), shared, 0));
+    } catch (IOException | RuntimeException e) {
+      ProcessFds.close(own);
+      throw CudaError.exception(call, CudaError.CUDA_ERROR_INVALID_VALUE, "not exported device memory of " + size
+          + " bytes: " + e.getMessage());
+    }
+  }
+
+  @Override
+  public PinnedBuffer registerHost(long address, long size, boolean readOnly) {
+    String call = "cuMemHostRegister_v2";
+    checkUsable(call);
+    if (address == 0 || size <= 0) {
+      throw CudaError.exception(call, CudaError.CUDA_ERROR_INVALID_VALUE, String.format(
+          "cannot register [0x%x, +%d)", address, size));
+    }
+    if (!driver.register(address, size)) {
+      throw CudaError.exception(call, CudaError.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, String.format(
+          "[0x%x, +%d) overlaps registered memory", address, size));
+    }
+    return own(new SimPinnedBuffer(this, address, size, true, readOnly));
   }
 
   @Override

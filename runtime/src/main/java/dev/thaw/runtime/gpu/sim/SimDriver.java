@@ -184,17 +184,7 @@ public final class SimDriver implements GpuDriver {
   /** Zeroed host memory standing in for {@code bytes} of device memory. */
   long allocate(long bytes) {
     String call = "cuMemCreate";
-    long limit = options.memoryBytes();
-    for (;;) {
-      long used = memoryInUse.get();
-      if (bytes > limit - used) {
-        throw CudaError.exception(call, CudaError.CUDA_ERROR_OUT_OF_MEMORY, String.format(
-            "%d bytes asked for, %d of %d in use", bytes, used, limit));
-      }
-      if (memoryInUse.compareAndSet(used, used + bytes)) {
-        break;
-      }
-    }
+    count(call, bytes);
     long host = SimNative.allocateZeroed(bytes);
     if (host == 0) {
       memoryInUse.addAndGet(-bytes);
@@ -204,9 +194,49 @@ public final class SimDriver implements GpuDriver {
     return host;
   }
 
+  /** Counts {@code bytes} against the device's memory, or throws out-of-memory. */
+  void count(String call, long bytes) {
+    long limit = options.memoryBytes();
+    for (;;) {
+      long used = memoryInUse.get();
+      if (bytes > limit - used) {
+        throw CudaError.exception(call, CudaError.CUDA_ERROR_OUT_OF_MEMORY, String.format(
+            "%d bytes asked for, %d of %d in use", bytes, used, limit));
+      }
+      if (memoryInUse.compareAndSet(used, used + bytes)) {
+        return;
+      }
+    }
+  }
+
+  void uncount(long bytes) {
+    memoryInUse.addAndGet(-bytes);
+  }
+
   void free(long host, long bytes) {
     SimNative.free(host);
     memoryInUse.addAndGet(-bytes);
+  }
+
+  /** Host ranges registered with {@code cuMemHostRegister}, by start; guarded by itself. */
+  private final java.util.TreeMap<Long, Long> registered = new java.util.TreeMap<>();
+
+  /** Records a registration; false if it overlaps one, as CUDA's 712 says. */
+  boolean register(long address, long size) {
+    synchronized (registered) {
+      java.util.Map.Entry<Long, Long> below = registered.floorEntry(address + size - 1);
+      if (below != null && below.getKey() + below.getValue() > address) {
+        return false;
+      }
+      registered.put(address, size);
+      return true;
+    }
+  }
+
+  void unregister(long address) {
+    synchronized (registered) {
+      registered.remove(address);
+    }
   }
 
   /**

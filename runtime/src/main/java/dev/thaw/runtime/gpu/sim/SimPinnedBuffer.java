@@ -14,13 +14,27 @@ final class SimPinnedBuffer implements PinnedBuffer {
   private final SimContext context;
   private final long address;
   private final long size;
+  /** Host memory of the process registered, not allocated: unregistered on the last release, never freed. */
+  private final boolean registered;
+  private final boolean readOnly;
   private int refs = 1;
   private boolean closed;
 
   SimPinnedBuffer(SimContext context, long address, long size) {
+    this(context, address, size, false, false);
+  }
+
+  SimPinnedBuffer(SimContext context, long address, long size, boolean registered, boolean readOnly) {
     this.context = context;
     this.address = address;
     this.size = size;
+    this.registered = registered;
+    this.readOnly = readOnly;
+  }
+
+  @Override
+  public boolean isReadOnly() {
+    return readOnly;
   }
 
   SimContext context() {
@@ -44,14 +58,20 @@ final class SimPinnedBuffer implements PinnedBuffer {
     if (size > Integer.MAX_VALUE) {
       throw new IllegalStateException(size + " bytes are more than a ByteBuffer holds; use slice");
     }
-    return new Pointer(address).getByteBuffer(0, size).order(ByteOrder.LITTLE_ENDIAN);
+    return view(0, (int) size);
   }
 
   @Override
   public ByteBuffer slice(long offset, int length) {
     checkOpen();
     checkRange(offset, length);
-    return new Pointer(address).getByteBuffer(offset, length).order(ByteOrder.LITTLE_ENDIAN);
+    return view(offset, length);
+  }
+
+  /** Read-only registered memory may be mapped read-only: a store through a view would kill the process. */
+  private ByteBuffer view(long offset, int length) {
+    ByteBuffer b = new Pointer(address).getByteBuffer(offset, length).order(ByteOrder.LITTLE_ENDIAN);
+    return readOnly ? b.asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN) : b;
   }
 
   /** {@code [offset, offset + bytes)} must lie in the buffer. */
@@ -75,7 +95,11 @@ final class SimPinnedBuffer implements PinnedBuffer {
       free = --refs == 0;
     }
     if (free) {
-      SimNative.free(address);
+      if (registered) {
+        context.driver().unregister(address);
+      } else {
+        SimNative.free(address);
+      }
     }
   }
 
@@ -99,6 +123,7 @@ final class SimPinnedBuffer implements PinnedBuffer {
 
   @Override
   public String toString() {
-    return "SimPinnedBuffer[" + size + " bytes]";
+    return "SimPinnedBuffer[" + size + " bytes" + (registered ? ", registered" : "") + (readOnly ? ", read-only" : "")
+        + "]";
   }
 }

@@ -80,6 +80,9 @@ final class SimStream implements GpuStream {
     checkOpen();
     SimPinnedBuffer pinned = context.pinned(dst);
     pinned.checkRange(dstOffset, bytes);
+    if (pinned.isReadOnly()) {
+      throw new IllegalArgumentException(pinned + " is registered read-only: nothing can be copied into it");
+    }
     context.checkUsable(call);
     if (bytes == 0) {
       return;

@@ -11,6 +11,9 @@ import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.runtime.gpu.PhysicalMemory;
+import dev.thaw.runtime.gpu.VirtualRange;
+import dev.thaw.runtime.host.ProcessFds;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 
@@ -34,6 +37,8 @@ public final class ContractChild {
         case "map-at" -> mapAt(driver, Long.parseUnsignedLong(args[2], 16));
         case "illegal-address" -> illegalAddress(driver);
         case "write-read-only" -> writeReadOnly(driver);
+        case "import-read-only" -> importReadOnly(driver, Long.parseLong(args[2]), Integer.parseInt(args[3]),
+            Long.parseLong(args[4]));
         default -> throw new IllegalArgumentException("unknown scenario " + args[1]);
       }
     }
@@ -92,6 +97,37 @@ public final class ContractChild {
     buf.setAccess(MemoryAccess.READ);
     module.kernel(ContractKernels.STORE).launch(Dim3.of(1), Dim3.of(1), stream, buf.address(), 9);
     System.out.println("result.sync=" + codeOf(stream::synchronize));
+  }
+
+  /** Takes the parent's descriptor, imports the memory, maps it read-only, reads it all and tries a memset. */
+  private static void importReadOnly(GpuDriver driver, long pid, int parentFd, long size) throws Exception {
+    int fd = ProcessFds.take(pid, parentFd);
+    GpuContext ctx = driver.createContext(0);
+    PhysicalMemory mem = ctx.importMemory(fd, size);
+    ProcessFds.close(fd);
+    VirtualRange range = ctx.reserve(size, 0);
+    range.map(0, mem).setAccess(MemoryAccess.READ);
+    ByteBuffer all = ByteBuffer.allocateDirect((int) size).order(ByteOrder.LITTLE_ENDIAN);
+    ctx.copyDeviceToHost(all, range.address());
+    int first = all.getInt(0);
+    boolean same = true;
+    for (int i = 0; i < size; i += 4) {
+      same &= all.getInt(i) == first;
+    }
+    System.out.println("result.first=" + Integer.toHexString(first));
+    System.out.println("result.allSame=" + same);
+    System.out.println("result.memset=" + codeOrRefusal(() -> ctx.memsetD32(range.address(), 1, 1)));
+  }
+
+  private static String codeOrRefusal(Runnable r) {
+    try {
+      r.run();
+      return "ok";
+    } catch (CudaException e) {
+      return e.errorName();
+    } catch (RuntimeException e) {
+      return e.getClass().getSimpleName();
+    }
   }
 
   private static String codeOf(Runnable r) {

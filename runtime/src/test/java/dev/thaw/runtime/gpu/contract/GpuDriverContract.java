@@ -30,7 +30,11 @@ import dev.thaw.runtime.gpu.PhysicalMemory;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import dev.thaw.runtime.gpu.PtxCompileException;
 import dev.thaw.runtime.gpu.VirtualRange;
+import dev.thaw.runtime.host.ProcessFds;
+import dev.thaw.runtime.host.SharedMemory;
 import java.nio.ByteBuffer;
+import java.nio.ReadOnlyBufferException;
+import java.nio.file.Path;
 import java.nio.ByteOrder;
 import java.util.List;
 import java.util.Random;
@@ -262,6 +266,108 @@ public abstract class GpuDriverContract {
     assertEquals(0, child.exitCode(), child.output());
     System.out.println("store to read-only memory: " + child.get("sync"));
     assertNotEquals("ok", child.get("sync"), "a store to read-only memory must not succeed");
+  }
+
+  // ---- shared host memory and exported device memory (the pool's memory tiers) ----
+
+  @Test
+  void registersSharedHostMemoryForAsynchronousCopies() throws Exception {
+    try (SharedMemory shm = SharedMemory.anonymous("contract", 4 * MIB); DeviceBuffer d = ctx.allocate(4 * MIB);
+        GpuStream s = ctx.createStream()) {
+      shm.slice(0, 4096).putLong(0, 0x1122334455667788L).putLong(4088, 42L);
+      PinnedBuffer reg = ctx.registerHost(shm.address(), shm.size(), false);
+      assertFalse(reg.isReadOnly());
+      assertEquals(shm.address(), reg.address());
+      CudaException twice = assertThrows(CudaException.class, () -> ctx.registerHost(shm.address() + 4096, 4096, false));
+      assertEquals(CudaError.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, twice.code());
+      s.copyHostToDeviceAsync(d.address(), reg, 0, 4096);
+      s.copyDeviceToHostAsync(reg, 2 * MIB, d.address(), 4096);
+      s.synchronize();
+      ByteBuffer back = shm.slice(2 * MIB, 4096);
+      assertEquals(0x1122334455667788L, back.getLong(0));
+      assertEquals(42L, back.getLong(4088));
+      reg.close();
+      assertDoesNotThrowTwice(reg);
+      // Unregistered, the memory is still mapped and can be registered again.
+      ctx.registerHost(shm.address(), shm.size(), false).close();
+    }
+  }
+
+  @Test
+  void readOnlyRegisteredMemoryIsOnlyACopySource() throws Exception {
+    try (SharedMemory shm = SharedMemory.anonymous("contract-ro", 2 * MIB);
+        SharedMemory ro = SharedMemory.open(Path.of("/proc/self/fd/" + shm.fd()), true);
+        DeviceBuffer d = ctx.allocate(2 * MIB); GpuStream s = ctx.createStream()) {
+      shm.slice(0, 8).putLong(0, 77L);
+      PinnedBuffer reg;
+      try {
+        reg = ctx.registerHost(ro.address(), ro.size(), true);
+      } catch (CudaException e) {
+        Assumptions.assumeTrue(e.code() != CudaError.CUDA_ERROR_NOT_SUPPORTED,
+            "this device cannot register read-only host memory: " + e.getMessage());
+        throw e;
+      }
+      try (reg) {
+        assertTrue(reg.isReadOnly());
+        assertThrows(ReadOnlyBufferException.class, () -> reg.slice(0, 8).putLong(0, 1L));
+        s.copyHostToDeviceAsync(d.address(), reg, 0, 8);
+        s.synchronize();
+        assertEquals(77L, readLongs(ctx, d.address(), 1)[0]);
+        assertThrows(IllegalArgumentException.class, () -> s.copyDeviceToHostAsync(reg, 0, d.address(), 8));
+      }
+    }
+  }
+
+  @Test
+  void exportedMemoryMapsInASecondContextWithTheSameBytes() {
+    try (PhysicalMemory mem = ctx.createExportableMemory(2 * MIB); VirtualRange r1 = ctx.reserve(2 * MIB, 0)) {
+      assertTrue(mem.isExportable());
+      Mapping m1 = r1.map(0, mem);
+      m1.setAccess(MemoryAccess.READ_WRITE);
+      ctx.memsetD32(r1.address(), 0x5eed, 8);
+      int fd = mem.exportPosixFd();
+      try (GpuContext other = driver.createContext(0); PhysicalMemory imported = other.importMemory(fd, 2 * MIB);
+          VirtualRange r2 = other.reserve(2 * MIB, 0)) {
+        Mapping m2 = r2.map(0, imported);
+        m2.setAccess(MemoryAccess.READ);
+        assertEquals(MemoryAccess.READ, m2.access());
+        assertEquals(0x5eed, (int) readLongs(other, r2.address(), 1)[0]);
+        ctx.memsetD32(r1.address(), 0x0dd, 2);
+        assertEquals(0x0dd, (int) readLongs(other, r2.address(), 1)[0], "one memory behind both mappings");
+      } finally {
+        ProcessFds.close(fd);
+      }
+    }
+  }
+
+  @Test
+  void memoryNotCreatedExportableCannotBeExported() {
+    try (PhysicalMemory mem = ctx.createMemory(2 * MIB)) {
+      assertFalse(mem.isExportable());
+      assertThrows(IllegalStateException.class, mem::exportPosixFd);
+    }
+  }
+
+  @Test
+  void anotherProcessTakesTheDescriptorImportsAndMapsReadOnly() throws Exception {
+    try (PhysicalMemory mem = ctx.createExportableMemory(4 * MIB); VirtualRange r = ctx.reserve(4 * MIB, 0)) {
+      Mapping m = r.map(0, mem);
+      m.setAccess(MemoryAccess.READ_WRITE);
+      ctx.memsetD32(r.address(), 0xC0FFEE, MIB);
+      int fd = mem.exportPosixFd();
+      try {
+        ChildJvm.Result child = ChildJvm.run(deviceChoice(), "import-read-only", Long.toString(ProcessFds.currentPid()),
+            Integer.toString(fd), Long.toString(4 * MIB));
+        assertEquals(0, child.exitCode(), child.output());
+        System.out.println("imported in another process: " + child.values());
+        assertEquals(Integer.toHexString(0xC0FFEE), child.get("first"));
+        assertEquals("true", child.get("allSame"), "the importer sees every byte the exporter wrote");
+        assertNotEquals("ok", child.get("memset"), "a write through a read-only mapping must be refused");
+      } finally {
+        ProcessFds.close(fd);
+      }
+      assertEquals(0xC0FFEE, (int) readLongs(ctx, r.address() + 4 * MIB - 8, 1)[0], "the exporter's bytes unchanged");
+    }
   }
 
   // ---- host memory and copies ----
@@ -698,6 +804,14 @@ public abstract class GpuDriverContract {
     c.copyDeviceToHost(b, address);
     float[] a = new float[n];
     b.asFloatBuffer().get(a);
+    return a;
+  }
+
+  static long[] readLongs(GpuContext c, long address, int n) {
+    ByteBuffer b = ByteBuffer.allocateDirect(8 * n).order(ByteOrder.LITTLE_ENDIAN);
+    c.copyDeviceToHost(b, address);
+    long[] a = new long[n];
+    b.asLongBuffer().get(a);
     return a;
   }
 

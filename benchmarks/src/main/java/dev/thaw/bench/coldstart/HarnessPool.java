@@ -1,0 +1,67 @@
+package dev.thaw.bench.coldstart;
+
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.StoreOptions;
+import dev.thaw.pool.ContextPool;
+import dev.thaw.pool.ContextPoolOptions;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+
+/**
+ * The context pool the pooled contenders share: one per harness run, started the first time one asks for it
+ * and closed at the end. One idle worker, and one starting at a time, so no worker starts while a cold start is
+ * timed: a contender waits for the pool to be idle ({@link #ready}) before it starts its clock.
+ */
+final class HarnessPool implements AutoCloseable {
+
+  private final String device;
+  private final Path store;
+  private final Duration timeout;
+  private ContextPool pool;
+
+  HarnessPool(String device, Path store, Duration timeout) {
+    this.device = device;
+    this.store = store;
+    this.timeout = timeout;
+  }
+
+  /** The pool with its idle worker ready. */
+  synchronized ContextPool ready() throws InterruptedException, Contender.ContenderException {
+    if (pool == null) {
+      pool = ContextPool.create(new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(1).setMaxWorkers(2)
+          .setMaxStarting(1).setDeviceChoice(device).setStorePath(store));
+    }
+    if (!pool.awaitIdle(timeout)) {
+      throw new Contender.ContenderException("the context pool had no idle worker after " + timeout.toSeconds()
+          + " s: " + pool.stats());
+    }
+    return pool;
+  }
+
+  Path store() {
+    return store;
+  }
+
+  /**
+   * The image's manifest as stored, read once per model as a server's function registry holds it: reading it is
+   * no part of a cold start.
+   */
+  byte[] manifest(String tag) throws Contender.ContenderException {
+    return manifest(store, tag);
+  }
+
+  static byte[] manifest(Path store, String tag) throws Contender.ContenderException {
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
+      return s.manifest(tag).orElseThrow(() -> new Contender.ContenderException("the store has no image " + tag));
+    }
+  }
+
+  @Override
+  public synchronized void close() {
+    if (pool != null) {
+      pool.close();
+      pool = null;
+    }
+  }
+}

@@ -1,0 +1,69 @@
+package dev.thaw.pool;
+
+import dev.thaw.pool.impl.ContextPoolImpl;
+import java.time.Duration;
+import java.util.List;
+
+/**
+ * Per device, a set of warm worker processes ready to become any image (see {@code docs/design/context-pool.md}).
+ *
+ * <p>The pool keeps {@link ContextPoolOptions#idleTarget()} idle workers per device, never more than
+ * {@link ContextPoolOptions#maxWorkers()} alive, and refills in the background when one is taken or lost.
+ * {@link #acquire} hands an idle worker to one caller (microseconds: no process work on that path). Workers are
+ * never shared and never reused after becoming an image. A worker that dies is replaced; its caller sees a
+ * {@link WorkerLostException}.
+ *
+ * <pre>{@code
+ * try (ContextPool pool = ContextPool.create(new ContextPoolOptions().setIdleTarget(2))) {
+ *   Worker w = pool.acquire();                                  // PoolExhaustedException -> 503
+ *   w.becomeBlocking("gpt2:large", manifestBytes, ImageSource.store(storePath));
+ *   InvokeResult r = w.invokeBlocking("{\"tokens\": [[464]]}".getBytes(UTF_8));
+ *   w.release();                                                // the worker exits; a fresh one takes its place
+ * }
+ * }</pre>
+ */
+public interface ContextPool extends AutoCloseable {
+
+  /** Starts a pool; its first workers spawn at once, in the background. */
+  static ContextPool create(ContextPoolOptions options) {
+    return new ContextPoolImpl(options);
+  }
+
+  ContextPoolOptions options();
+
+  /**
+   * An idle worker on the first configured device, at once.
+   *
+   * @throws PoolExhaustedException if none is idle
+   */
+  default Worker acquire() {
+    return acquire(options().devices().get(0));
+  }
+
+  /** An idle worker on {@code device}, at once; {@link PoolExhaustedException} if none is idle. */
+  default Worker acquire(int device) {
+    return acquire(device, Duration.ZERO);
+  }
+
+  /**
+   * An idle worker on {@code device}, waiting up to {@code wait} for one to start when none is idle.
+   *
+   * @throws PoolExhaustedException if none is ready in time (the message says why: all in use, starts failing)
+   * @throws IllegalArgumentException if the pool does not serve {@code device}
+   * @throws IllegalStateException if the pool is closed
+   */
+  Worker acquire(int device, Duration wait);
+
+  /** Waits until every device has its idle target ready; false if {@code timeout} passed first. */
+  boolean awaitIdle(Duration timeout) throws InterruptedException;
+
+  /** One snapshot per device. */
+  List<PoolStats> stats();
+
+  /** Process ids of every worker alive now (idle, starting, in use). */
+  List<Long> pids();
+
+  /** Kills every worker, handed out or not, and waits for them to exit. Idempotent. */
+  @Override
+  void close();
+}

@@ -1,0 +1,343 @@
+package dev.thaw.pool;
+
+import com.fasterxml.jackson.annotation.JsonAutoDetect;
+import com.fasterxml.jackson.annotation.JsonProperty;
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * How a {@link ContextPool} runs its workers. Setters check and are fluent; {@link #toJson()} and
+ * {@link #fromJson} are the JSON form (durations in milliseconds, paths as strings).
+ */
+@JsonAutoDetect(fieldVisibility = JsonAutoDetect.Visibility.ANY, getterVisibility = JsonAutoDetect.Visibility.NONE,
+    isGetterVisibility = JsonAutoDetect.Visibility.NONE, setterVisibility = JsonAutoDetect.Visibility.NONE)
+public final class ContextPoolOptions {
+
+  public static final List<Integer> DEFAULT_DEVICES = List.of(0);
+  public static final int DEFAULT_IDLE_TARGET = 2;
+  public static final int DEFAULT_MAX_WORKERS = 8;
+  /** Serial GC: one collector thread per worker, not one per core; the heap holds manifests and requests only. */
+  public static final List<String> DEFAULT_JVM_OPTIONS = List.of("-XX:+UseSerialGC", "-Xmx2g");
+  public static final int DEFAULT_WARMUP_LAUNCHES = 3000;
+  public static final long DEFAULT_START_TIMEOUT_MILLIS = 60_000;
+  public static final long DEFAULT_BECOME_TIMEOUT_MILLIS = 120_000;
+  public static final long DEFAULT_INVOKE_TIMEOUT_MILLIS = 60_000;
+  public static final long DEFAULT_EXIT_GRACE_MILLIS = 2_000;
+  public static final int DEFAULT_MAX_FRAME_BYTES = 256 << 20;
+  /** Concurrent starts per device: JVM start and cuInit are CPU-bound; a burst of them slows every one. */
+  public static final int DEFAULT_MAX_STARTING = 2;
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  @JsonProperty private List<Integer> devices = DEFAULT_DEVICES;
+  @JsonProperty private int idleTarget = DEFAULT_IDLE_TARGET;
+  @JsonProperty private int maxWorkers = DEFAULT_MAX_WORKERS;
+  @JsonProperty private int maxStarting = DEFAULT_MAX_STARTING;
+  @JsonProperty private String deviceChoice;
+  @JsonProperty private String javaCommand;
+  @JsonProperty private String classPath;
+  @JsonProperty private List<String> jvmOptions = DEFAULT_JVM_OPTIONS;
+  @JsonProperty private Map<String, String> environment = Map.of();
+  @JsonProperty private String storePath;
+  @JsonProperty private String hostCachePath;
+  @JsonProperty private int warmupLaunches = DEFAULT_WARMUP_LAUNCHES;
+  @JsonProperty private String warmupImage;
+  @JsonProperty private long startTimeoutMillis = DEFAULT_START_TIMEOUT_MILLIS;
+  @JsonProperty private long becomeTimeoutMillis = DEFAULT_BECOME_TIMEOUT_MILLIS;
+  @JsonProperty private long invokeTimeoutMillis = DEFAULT_INVOKE_TIMEOUT_MILLIS;
+  @JsonProperty private long exitGraceMillis = DEFAULT_EXIT_GRACE_MILLIS;
+  @JsonProperty private int maxFrameBytes = DEFAULT_MAX_FRAME_BYTES;
+  @JsonProperty private String logDirectory;
+
+  public ContextPoolOptions() {}
+
+  public ContextPoolOptions(ContextPoolOptions other) {
+    ContextPoolOptions o = read(other.toJson());
+    devices = o.devices;
+    idleTarget = o.idleTarget;
+    maxWorkers = o.maxWorkers;
+    maxStarting = o.maxStarting;
+    deviceChoice = o.deviceChoice;
+    javaCommand = o.javaCommand;
+    classPath = o.classPath;
+    jvmOptions = o.jvmOptions;
+    environment = o.environment;
+    storePath = o.storePath;
+    hostCachePath = o.hostCachePath;
+    warmupLaunches = o.warmupLaunches;
+    warmupImage = o.warmupImage;
+    startTimeoutMillis = o.startTimeoutMillis;
+    becomeTimeoutMillis = o.becomeTimeoutMillis;
+    invokeTimeoutMillis = o.invokeTimeoutMillis;
+    exitGraceMillis = o.exitGraceMillis;
+    maxFrameBytes = o.maxFrameBytes;
+    logDirectory = o.logDirectory;
+  }
+
+  /** The device ordinals the pool keeps workers for. */
+  public List<Integer> devices() {
+    return devices;
+  }
+
+  public ContextPoolOptions setDevices(List<Integer> devices) {
+    if (devices.isEmpty() || devices.stream().anyMatch(d -> d == null || d < 0)
+        || devices.stream().distinct().count() != devices.size()) {
+      throw new IllegalArgumentException("devices must be distinct ordinals >= 0, at least one: " + devices);
+    }
+    this.devices = List.copyOf(devices);
+    return this;
+  }
+
+  /** Idle ready workers kept per device; 0 spawns only on demand ({@link ContextPool#acquire} with a wait). */
+  public int idleTarget() {
+    return idleTarget;
+  }
+
+  public ContextPoolOptions setIdleTarget(int idleTarget) {
+    if (idleTarget < 0 || idleTarget > 256) {
+      throw new IllegalArgumentException("idle target must be 0..256: " + idleTarget);
+    }
+    this.idleTarget = idleTarget;
+    return this;
+  }
+
+  /** Workers alive per device at most: idle, starting and in use. */
+  public int maxWorkers() {
+    return maxWorkers;
+  }
+
+  public ContextPoolOptions setMaxWorkers(int maxWorkers) {
+    if (maxWorkers < 1 || maxWorkers > 1024) {
+      throw new IllegalArgumentException("max workers must be 1..1024: " + maxWorkers);
+    }
+    this.maxWorkers = maxWorkers;
+    return this;
+  }
+
+  /** Workers starting at once per device. */
+  public int maxStarting() {
+    return maxStarting;
+  }
+
+  public ContextPoolOptions setMaxStarting(int maxStarting) {
+    if (maxStarting < 1 || maxStarting > 64) {
+      throw new IllegalArgumentException("max starting must be 1..64: " + maxStarting);
+    }
+    this.maxStarting = maxStarting;
+    return this;
+  }
+
+  /** {@code cuda}, {@code sim} or {@code auto} for the workers; null: {@code THAW_DEVICE}'s choice, as inherited. */
+  public String deviceChoice() {
+    return deviceChoice;
+  }
+
+  public ContextPoolOptions setDeviceChoice(String deviceChoice) {
+    if (deviceChoice != null) {
+      dev.thaw.runtime.gpu.DeviceChoice.parse(deviceChoice);
+    }
+    this.deviceChoice = deviceChoice;
+    return this;
+  }
+
+  /** The {@code java} binary for workers; null: the one running this process (the tarball's {@code runtime/}). */
+  public String javaCommand() {
+    return javaCommand;
+  }
+
+  public ContextPoolOptions setJavaCommand(String javaCommand) {
+    this.javaCommand = javaCommand;
+    return this;
+  }
+
+  /** The workers' class path; null: this process's {@code java.class.path}. */
+  public String classPath() {
+    return classPath;
+  }
+
+  public ContextPoolOptions setClassPath(String classPath) {
+    this.classPath = classPath;
+    return this;
+  }
+
+  public List<String> jvmOptions() {
+    return jvmOptions;
+  }
+
+  public ContextPoolOptions setJvmOptions(List<String> jvmOptions) {
+    this.jvmOptions = List.copyOf(jvmOptions);
+    return this;
+  }
+
+  /** Variables added to the workers' environment (which is otherwise this process's). */
+  public Map<String, String> environment() {
+    return environment;
+  }
+
+  public ContextPoolOptions setEnvironment(Map<String, String> environment) {
+    this.environment = Map.copyOf(environment);
+    return this;
+  }
+
+  /** The store workers open read-only at start, so a BECOME from it pays no open; null for none. */
+  public Path storePath() {
+    return storePath == null ? null : Path.of(storePath);
+  }
+
+  public ContextPoolOptions setStorePath(Path storePath) {
+    this.storePath = storePath == null ? null : storePath.toAbsolutePath().normalize().toString();
+    return this;
+  }
+
+  /**
+   * The host image cache's arena ({@code HostImageCache.path()}), which every worker maps read-only and registers
+   * at start (0.5-0.7 s for 4 GiB on an H200: paid while warming, never on a cold path); null for none.
+   */
+  public Path hostCachePath() {
+    return hostCachePath == null ? null : Path.of(hostCachePath);
+  }
+
+  public ContextPoolOptions setHostCachePath(Path hostCachePath) {
+    this.hostCachePath = hostCachePath == null ? null : hostCachePath.toString();
+    return this;
+  }
+
+  /** Kernel launches each worker runs at start to warm the launch path (JIT); 0 for none. */
+  public int warmupLaunches() {
+    return warmupLaunches;
+  }
+
+  public ContextPoolOptions setWarmupLaunches(int warmupLaunches) {
+    if (warmupLaunches < 0) {
+      throw new IllegalArgumentException("warm-up launches must be >= 0: " + warmupLaunches);
+    }
+    this.warmupLaunches = warmupLaunches;
+    return this;
+  }
+
+  /**
+   * A tag in {@link #storePath()} whose image each worker restores, invokes with its sample requests and drops at
+   * start, warming the whole restore and invoke path; null for none.
+   */
+  public String warmupImage() {
+    return warmupImage;
+  }
+
+  public ContextPoolOptions setWarmupImage(String warmupImage) {
+    this.warmupImage = warmupImage;
+    return this;
+  }
+
+  public Duration startTimeout() {
+    return Duration.ofMillis(startTimeoutMillis);
+  }
+
+  /** From spawn to READY; a worker slower than that is killed and counted as a failed start. */
+  public ContextPoolOptions setStartTimeout(Duration d) {
+    startTimeoutMillis = positive(d, "start timeout");
+    return this;
+  }
+
+  public Duration becomeTimeout() {
+    return Duration.ofMillis(becomeTimeoutMillis);
+  }
+
+  public ContextPoolOptions setBecomeTimeout(Duration d) {
+    becomeTimeoutMillis = positive(d, "become timeout");
+    return this;
+  }
+
+  public Duration invokeTimeout() {
+    return Duration.ofMillis(invokeTimeoutMillis);
+  }
+
+  public ContextPoolOptions setInvokeTimeout(Duration d) {
+    invokeTimeoutMillis = positive(d, "invoke timeout");
+    return this;
+  }
+
+  /** How long a released worker has to exit by itself before it is killed. */
+  public Duration exitGrace() {
+    return Duration.ofMillis(exitGraceMillis);
+  }
+
+  public ContextPoolOptions setExitGrace(Duration d) {
+    exitGraceMillis = positive(d, "exit grace");
+    return this;
+  }
+
+  /** The largest frame body either side accepts: a manifest, a request, a response. */
+  public int maxFrameBytes() {
+    return maxFrameBytes;
+  }
+
+  public ContextPoolOptions setMaxFrameBytes(int maxFrameBytes) {
+    if (maxFrameBytes < 1 << 16) {
+      throw new IllegalArgumentException("max frame bytes must be at least 64 KiB: " + maxFrameBytes);
+    }
+    this.maxFrameBytes = maxFrameBytes;
+    return this;
+  }
+
+  /** Where each worker's stderr goes ({@code worker-<pid>.log}); null: a temporary folder removed at close. */
+  public Path logDirectory() {
+    return logDirectory == null ? null : Path.of(logDirectory);
+  }
+
+  public ContextPoolOptions setLogDirectory(Path logDirectory) {
+    this.logDirectory = logDirectory == null ? null : logDirectory.toAbsolutePath().normalize().toString();
+    return this;
+  }
+
+  private static long positive(Duration d, String what) {
+    if (d.isNegative() || d.isZero()) {
+      throw new IllegalArgumentException(what + " must be positive: " + d);
+    }
+    return d.toMillis();
+  }
+
+  public ObjectNode toJson() {
+    return JSON.valueToTree(this);
+  }
+
+  /** Options from their JSON form; absent fields keep their defaults, and every value is checked. */
+  public static ContextPoolOptions fromJson(JsonNode json) {
+    return read(json);
+  }
+
+  private static ContextPoolOptions read(JsonNode json) {
+    ContextPoolOptions o;
+    try {
+      o = JSON.treeToValue(json, ContextPoolOptions.class);
+    } catch (JsonProcessingException e) {
+      throw new IllegalArgumentException("context pool options: " + e.getOriginalMessage(), e);
+    }
+    ContextPoolOptions checked = new ContextPoolOptions();
+    checked.setDevices(o.devices).setIdleTarget(o.idleTarget).setMaxWorkers(o.maxWorkers)
+        .setMaxStarting(o.maxStarting).setDeviceChoice(o.deviceChoice).setJavaCommand(o.javaCommand)
+        .setClassPath(o.classPath).setJvmOptions(new ArrayList<>(o.jvmOptions))
+        .setEnvironment(new LinkedHashMap<>(o.environment)).setWarmupLaunches(o.warmupLaunches)
+        .setWarmupImage(o.warmupImage).setMaxFrameBytes(o.maxFrameBytes);
+    checked.storePath = o.storePath;
+    checked.hostCachePath = o.hostCachePath;
+    checked.logDirectory = o.logDirectory;
+    checked.setStartTimeout(Duration.ofMillis(o.startTimeoutMillis))
+        .setBecomeTimeout(Duration.ofMillis(o.becomeTimeoutMillis))
+        .setInvokeTimeout(Duration.ofMillis(o.invokeTimeoutMillis))
+        .setExitGrace(Duration.ofMillis(o.exitGraceMillis));
+    return checked;
+  }
+
+  @Override
+  public String toString() {
+    return toJson().toString();
+  }
+}

@@ -1,0 +1,22 @@
+package dev.thaw.pool;
+
+/**
+ * A snapshot of one device's workers.
+ *
+ * @param device the device ordinal
+ * @param idle warm and waiting to be acquired
+ * @param starting spawned, not yet ready
+ * @param inUse handed out and not yet released
+ * @param started workers that reached READY since the pool opened
+ * @param failedStarts workers that died or timed out before READY
+ * @param lost handed-out workers that crashed, hung or were evicted
+ * @param lastFailure the last start failure or loss, or null
+ */
+public record PoolStats(int device, int idle, int starting, int inUse, long started, long failedStarts, long lost,
+    String lastFailure) {
+
+  /** Workers alive: idle, starting and in use. */
+  public int live() {
+    return idle + starting + inUse;
+  }
+}

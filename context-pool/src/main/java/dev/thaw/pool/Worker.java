@@ -1,0 +1,84 @@
+package dev.thaw.pool;
+
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * A pooled worker process handed out by {@link ContextPool#acquire}: warm, with a context on one device,
+ * belonging to its caller alone until {@link #release()} or {@link #evict()}.
+ *
+ * <p>A worker becomes <em>one</em> image in its life ({@link #become}), then serves requests ({@link #invoke}),
+ * one at a time. Async methods return a {@link CompletableFuture}; each has a blocking twin. Every operation
+ * has a deadline (from {@link ContextPoolOptions}, or given): a worker that misses it is killed.
+ *
+ * <p>Failures are {@link WorkerException}s. When {@link WorkerException#workerLost()} — the process crashed,
+ * missed a deadline, broke the protocol or hit a sticky CUDA error — the worker is dead, the pool replaces it,
+ * and every later call on this handle fails the same way. Other failures (a bad request, an image that does
+ * not restore, out of memory) leave it alive.
+ */
+public interface Worker extends AutoCloseable {
+
+  /** The worker's process id. */
+  long pid();
+
+  /** The device ordinal it runs on. */
+  int device();
+
+  /** How its start went. */
+  WorkerStart start();
+
+  /** The image it became, or null. */
+  String image();
+
+  /** False once the process is gone or the handle released. */
+  boolean isAlive();
+
+  /**
+   * Restores an image: the worker maps its allocations at their recorded addresses, loads its modules and copies
+   * its bytes from {@code source}, verifying every chunk.
+   *
+   * @param name names the image in messages and status (its tag)
+   * @param manifest the image's manifest, as stored
+   * @throws IllegalStateException (at once) if this worker already became an image or is busy
+   */
+  CompletableFuture<BecomeResult> become(String name, byte[] manifest, ImageSource source);
+
+  BecomeResult becomeBlocking(String name, byte[] manifest, ImageSource source);
+
+  /**
+   * Serves one request.
+   *
+   * @param json the request's JSON object, UTF-8
+   * @param binary raw bytes beside it, or null
+   * @param deadline how long the worker may take, or null for {@link ContextPoolOptions#invokeTimeout()}
+   * @throws IllegalStateException (at once) if the worker has not become an image or is busy
+   */
+  CompletableFuture<InvokeResult> invoke(byte[] json, ByteBuffer binary, Duration deadline);
+
+  default CompletableFuture<InvokeResult> invoke(byte[] json) {
+    return invoke(json, null, null);
+  }
+
+  InvokeResult invokeBlocking(byte[] json, ByteBuffer binary, Duration deadline);
+
+  default InvokeResult invokeBlocking(byte[] json) {
+    return invokeBlocking(json, null, null);
+  }
+
+  /** Asks the worker what it is doing; answered even while it restores or serves. */
+  CompletableFuture<WorkerStatus> status();
+
+  /**
+   * Done with this worker. One that never became an image goes back to the pool's idle set; one that did exits
+   * (its device memory goes with its process), so no later caller can see this one's data.
+   */
+  void release();
+
+  /** Kills the worker now. */
+  void evict();
+
+  /** {@link #release()}. */
+  @Override
+  void close();
+}

@@ -1,0 +1,424 @@
+package dev.thaw.pool.impl;
+
+import dev.thaw.pool.ContextPool;
+import dev.thaw.pool.ContextPoolOptions;
+import dev.thaw.pool.PoolExhaustedException;
+import dev.thaw.pool.PoolStats;
+import dev.thaw.pool.Worker;
+import dev.thaw.pool.WorkerErrorKind;
+import dev.thaw.pool.WorkerException;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.stream.Stream;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The pool: per device an idle deque, the starting and in-use sets, and one refill thread. One lock guards all
+ * of them; {@link #acquire} only takes it and polls, so a hand-out costs no process work. The refill thread
+ * spawns whenever a device has fewer idle-or-starting workers than its target (plus callers waiting), within the
+ * caps, backing off after failed starts so a broken configuration cannot spawn in a loop.
+ */
+public final class ContextPoolImpl implements ContextPool {
+
+  private static final Logger LOG = LoggerFactory.getLogger(ContextPool.class);
+  private static final long MAX_BACKOFF_MILLIS = 10_000;
+
+  private final ContextPoolOptions options;
+  private final Path logDirectory;
+  private final boolean ownsLogDirectory;
+  private final ScheduledThreadPoolExecutor timer;
+  private final ExecutorService io;
+  private final Map<Integer, DeviceWorkers> devices = new LinkedHashMap<>();
+  private final ReentrantLock lock = new ReentrantLock();
+  private final Condition changed = lock.newCondition();
+  private final AtomicBoolean closed = new AtomicBoolean();
+  private final AtomicInteger spawned = new AtomicInteger();
+  private final Thread refill;
+  private final Thread shutdownHook;
+  private final WorkerProcess.Listener listener = new Listener();
+
+  private static final class DeviceWorkers {
+    final int device;
+    final ArrayDeque<WorkerProcess> idle = new ArrayDeque<>();
+    final Set<WorkerProcess> starting = new LinkedHashSet<>();
+    final Set<WorkerProcess> inUse = new LinkedHashSet<>();
+    int waiting;
+    long started;
+    long failedStarts;
+    long lost;
+    int failuresInARow;
+    long backoffUntilNanos;
+    String lastFailure;
+
+    DeviceWorkers(int device) {
+      this.device = device;
+    }
+
+    int live() {
+      return idle.size() + starting.size() + inUse.size();
+    }
+  }
+
+  public ContextPoolImpl(ContextPoolOptions options) {
+    this.options = new ContextPoolOptions(options);
+    try {
+      if (this.options.logDirectory() != null) {
+        logDirectory = Files.createDirectories(this.options.logDirectory());
+        ownsLogDirectory = false;
+      } else {
+        logDirectory = Files.createTempDirectory("thaw-pool-");
+        ownsLogDirectory = true;
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException("cannot create the workers' log folder", e);
+    }
+    for (int d : this.options.devices()) {
+      devices.put(d, new DeviceWorkers(d));
+    }
+    timer = new ScheduledThreadPoolExecutor(1, daemon("thaw-pool-timer"));
+    timer.setRemoveOnCancelPolicy(true);
+    io = Executors.newCachedThreadPool(daemon("thaw-pool-io"));
+    shutdownHook = new Thread(this::killAll, "thaw-pool-shutdown");
+    Runtime.getRuntime().addShutdownHook(shutdownHook);
+    refill = new Thread(this::refillLoop, "thaw-pool-refill");
+    refill.setDaemon(true);
+    refill.start();
+  }
+
+  @Override
+  public ContextPoolOptions options() {
+    return new ContextPoolOptions(options);
+  }
+
+  // ---- acquire ----
+
+  @Override
+  public Worker acquire(int device, Duration wait) {
+    long deadline = System.nanoTime() + Math.max(0, wait.toNanos());
+    lock.lock();
+    DeviceWorkers d = devices.get(device);
+    if (d == null) {
+      lock.unlock();
+      throw new IllegalArgumentException("this pool serves devices " + devices.keySet() + ", not " + device);
+    }
+    boolean waits = !wait.isZero() && !wait.isNegative();
+    if (waits) {
+      d.waiting++;
+      changed.signalAll();
+    }
+    try {
+      while (true) {
+        if (closed.get()) {
+          throw new IllegalStateException("the context pool is closed");
+        }
+        WorkerProcess w;
+        while ((w = d.idle.pollFirst()) != null) {
+          if (w.isAlive()) {
+            d.inUse.add(w);
+            changed.signalAll();
+            return w;
+          }
+        }
+        long left = deadline - System.nanoTime();
+        if (left <= 0) {
+          throw exhausted(d);
+        }
+        changed.awaitNanos(left);
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new PoolExhaustedException(device, "interrupted while waiting for a worker on device " + device);
+    } finally {
+      if (waits) {
+        d.waiting--;
+      }
+      lock.unlock();
+    }
+  }
+
+  private PoolExhaustedException exhausted(DeviceWorkers d) {
+    return new PoolExhaustedException(d.device, "no ready worker on device " + d.device + ": " + d.inUse.size()
+        + " in use, " + d.starting.size() + " starting, at most " + options.maxWorkers()
+        + (d.lastFailure == null ? "" : "; last failure: " + d.lastFailure));
+  }
+
+  @Override
+  public boolean awaitIdle(Duration timeout) throws InterruptedException {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    lock.lock();
+    try {
+      while (devices.values().stream().anyMatch(d -> d.idle.size() < options.idleTarget())) {
+        long left = deadline - System.nanoTime();
+        if (left <= 0 || closed.get()) {
+          return false;
+        }
+        changed.awaitNanos(left);
+      }
+      return true;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  @Override
+  public List<PoolStats> stats() {
+    lock.lock();
+    try {
+      List<PoolStats> out = new ArrayList<>();
+      for (DeviceWorkers d : devices.values()) {
+        out.add(new PoolStats(d.device, d.idle.size(), d.starting.size(), d.inUse.size(), d.started,
+            d.failedStarts, d.lost, d.lastFailure));
+      }
+      return out;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  @Override
+  public List<Long> pids() {
+    return all().map(WorkerProcess::pid).sorted().toList();
+  }
+
+  private Stream<WorkerProcess> all() {
+    lock.lock();
+    try {
+      List<WorkerProcess> out = new ArrayList<>();
+      for (DeviceWorkers d : devices.values()) {
+        out.addAll(d.idle);
+        out.addAll(d.starting);
+        out.addAll(d.inUse);
+      }
+      return out.stream();
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  // ---- refill ----
+
+  private void refillLoop() {
+    while (!closed.get()) {
+      List<DeviceWorkers> toSpawn = new ArrayList<>();
+      lock.lock();
+      try {
+        long now = System.nanoTime();
+        for (DeviceWorkers d : devices.values()) {
+          if (now - d.backoffUntilNanos < 0) {
+            continue;
+          }
+          int want = options.idleTarget() + d.waiting - d.idle.size() - d.starting.size();
+          int room = Math.min(options.maxWorkers() - d.live(), options.maxStarting() - d.starting.size());
+          for (int i = 0; i < Math.min(want, room); i++) {
+            toSpawn.add(d);
+          }
+        }
+        if (toSpawn.isEmpty()) {
+          changed.await(200, TimeUnit.MILLISECONDS);
+          continue;
+        }
+      } catch (InterruptedException e) {
+        return;
+      } finally {
+        lock.unlock();
+      }
+      for (DeviceWorkers d : toSpawn) {
+        spawn(d);
+      }
+    }
+  }
+
+  private void spawn(DeviceWorkers d) {
+    Path log = logDirectory.resolve("worker-" + d.device + "-" + spawned.incrementAndGet() + ".log");
+    WorkerProcess w;
+    try {
+      w = WorkerProcess.spawn(options, d.device, log, timer, io, listener);
+    } catch (IOException | RuntimeException e) {
+      lock.lock();
+      try {
+        failed(d, "cannot start a worker process: " + e.getMessage());
+      } finally {
+        lock.unlock();
+      }
+      return;
+    }
+    lock.lock();
+    try {
+      // A worker already ready or ended here was handled by the listener, which waited for this lock.
+      if (w.endedBy() == null && !w.ready().isDone()) {
+        d.starting.add(w);
+      }
+      if (closed.get()) {
+        w.lose(WorkerErrorKind.CRASHED, null, "the pool closed");
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private void failed(DeviceWorkers d, String why) {
+    d.failedStarts++;
+    d.lastFailure = why;
+    d.failuresInARow++;
+    long backoff = Math.min(MAX_BACKOFF_MILLIS, 100L << Math.min(d.failuresInARow, 10));
+    d.backoffUntilNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(backoff);
+    LOG.warn("Worker start failed on device {} (retry in {} ms): {}", d.device, backoff, why);
+    changed.signalAll();
+  }
+
+  private final class Listener implements WorkerProcess.Listener {
+
+    @Override
+    public void ready(WorkerProcess w) {
+      lock.lock();
+      try {
+        DeviceWorkers d = devices.get(w.device());
+        if (d.starting.remove(w) || !d.idle.contains(w)) {
+          d.started++;
+          d.failuresInARow = 0;
+          if (closed.get()) {
+            w.lose(WorkerErrorKind.CRASHED, null, "the pool closed");
+            return;
+          }
+          d.idle.addLast(w);
+        }
+        changed.signalAll();
+      } finally {
+        lock.unlock();
+      }
+    }
+
+    @Override
+    public void ended(WorkerProcess w, WorkerException why, boolean lost) {
+      lock.lock();
+      try {
+        DeviceWorkers d = devices.get(w.device());
+        if (d.starting.remove(w) || (!d.idle.contains(w) && !d.inUse.contains(w) && w.start() == null)) {
+          if (!closed.get()) {
+            failed(d, why.getMessage());
+          }
+        } else if (d.idle.remove(w)) {
+          d.lastFailure = why.getMessage();
+        } else if (d.inUse.remove(w) && lost) {
+          d.lost++;
+          d.lastFailure = why.getMessage();
+        }
+        changed.signalAll();
+      } finally {
+        lock.unlock();
+      }
+    }
+
+    @Override
+    public void returned(WorkerProcess w) {
+      lock.lock();
+      try {
+        DeviceWorkers d = devices.get(w.device());
+        if (d.inUse.remove(w)) {
+          if (closed.get()) {
+            w.lose(WorkerErrorKind.CRASHED, null, "the pool closed");
+          } else {
+            d.idle.addFirst(w);
+          }
+        }
+        changed.signalAll();
+      } finally {
+        lock.unlock();
+      }
+    }
+  }
+
+  // ---- close ----
+
+  @Override
+  public void close() {
+    if (!closed.compareAndSet(false, true)) {
+      return;
+    }
+    refill.interrupt();
+    try {
+      refill.join(10_000);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    List<WorkerProcess> workers = killAll();
+    for (WorkerProcess w : workers) {
+      try {
+        w.process().waitFor(10, TimeUnit.SECONDS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        break;
+      }
+    }
+    lock.lock();
+    try {
+      changed.signalAll();
+    } finally {
+      lock.unlock();
+    }
+    timer.shutdownNow();
+    io.shutdownNow();
+    try {
+      Runtime.getRuntime().removeShutdownHook(shutdownHook);
+    } catch (IllegalStateException e) {
+      // The JVM is shutting down; the hook runs anyway.
+    }
+    if (ownsLogDirectory) {
+      deleteTree(logDirectory);
+    }
+  }
+
+  /** Kills every worker this pool started and has not seen end. Also the shutdown hook: no orphans. */
+  private List<WorkerProcess> killAll() {
+    closed.set(true);
+    List<WorkerProcess> workers = all().toList();
+    for (WorkerProcess w : workers) {
+      w.lose(WorkerErrorKind.CRASHED, null, "the pool closed");
+      w.process().destroyForcibly();
+    }
+    return workers;
+  }
+
+  private static void deleteTree(Path dir) {
+    try (Stream<Path> s = Files.walk(dir)) {
+      s.sorted(Comparator.reverseOrder()).forEach(p -> {
+        try {
+          Files.deleteIfExists(p);
+        } catch (IOException e) {
+          // Best effort: a log folder in /tmp.
+        }
+      });
+    } catch (IOException e) {
+      // Best effort.
+    }
+  }
+
+  private static java.util.concurrent.ThreadFactory daemon(String name) {
+    AtomicInteger n = new AtomicInteger();
+    return r -> {
+      Thread t = new Thread(r, name + "-" + n.incrementAndGet());
+      t.setDaemon(true);
+      return t;
+    };
+  }
+}

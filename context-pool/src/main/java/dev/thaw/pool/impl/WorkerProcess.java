@@ -1,0 +1,518 @@
+package dev.thaw.pool.impl;
+
+import com.fasterxml.jackson.core.type.TypeReference;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.pool.BecomeResult;
+import dev.thaw.pool.ContextPoolOptions;
+import dev.thaw.pool.ImageSource;
+import dev.thaw.pool.InvokeResult;
+import dev.thaw.pool.PoolException;
+import dev.thaw.pool.Worker;
+import dev.thaw.pool.WorkerErrorKind;
+import dev.thaw.pool.WorkerException;
+import dev.thaw.pool.WorkerStart;
+import dev.thaw.pool.WorkerStatus;
+import dev.thaw.pool.protocol.Frame;
+import dev.thaw.pool.protocol.FrameCodec;
+import dev.thaw.pool.protocol.FrameType;
+import dev.thaw.pool.protocol.ProtocolException;
+import dev.thaw.pool.worker.WorkerConfig;
+import dev.thaw.pool.worker.WorkerMain;
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.DataInputStream;
+import java.io.EOFException;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.io.RandomAccessFile;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+
+/**
+ * The parent's side of one worker process: its pipes, a reader thread that matches replies to requests by id,
+ * and the deadlines. Every way a worker can fail ends in {@link #lose}: the process is killed, every pending
+ * operation fails with the same {@link WorkerException}, and the pool is told once.
+ */
+final class WorkerProcess implements Worker {
+
+  /** What the pool hears from a worker. */
+  interface Listener {
+    void ready(WorkerProcess w);
+
+    /** The worker ended: lost (crashed, hung, broken, evicted) or retired after use. */
+    void ended(WorkerProcess w, WorkerException why, boolean lost);
+
+    /** The worker never became an image and goes back to the idle set. */
+    void returned(WorkerProcess w);
+  }
+
+  private static final ObjectMapper JSON = FrameCodec.json();
+  private static final Duration STATUS_TIMEOUT = Duration.ofSeconds(10);
+  private static final int LOG_TAIL_BYTES = 2000;
+
+  private final int device;
+  private final Process process;
+  private final long pid;
+  private final long spawnNanos;
+  private final Path log;
+  private final OutputStream out;
+  private final DataInputStream in;
+  private final ContextPoolOptions options;
+  private final ScheduledExecutorService timer;
+  private final Executor io;
+  private final Listener listener;
+
+  private final CompletableFuture<WorkerStart> ready = new CompletableFuture<>();
+  private final Map<Integer, CompletableFuture<Frame>> pending = new ConcurrentHashMap<>();
+  private final AtomicInteger ids = new AtomicInteger();
+  private final AtomicBoolean busy = new AtomicBoolean();
+  private final AtomicReference<WorkerException> ended = new AtomicReference<>();
+  private volatile boolean becameAnImage;
+  private volatile String image;
+
+  private WorkerProcess(int device, Process process, long spawnNanos, Path log, ContextPoolOptions options,
+      ScheduledExecutorService timer, Executor io, Listener listener) {
+    this.device = device;
+    this.process = process;
+    this.pid = process.pid();
+    this.spawnNanos = spawnNanos;
+    this.log = log;
+    this.out = new BufferedOutputStream(process.getOutputStream(), 1 << 16);
+    this.in = new DataInputStream(new BufferedInputStream(process.getInputStream(), 1 << 16));
+    this.options = options;
+    this.timer = timer;
+    this.io = io;
+    this.listener = listener;
+  }
+
+  /** Starts a worker process; READY arrives later through {@link Listener#ready}. */
+  static WorkerProcess spawn(ContextPoolOptions o, int device, Path log, ScheduledExecutorService timer, Executor io,
+      Listener listener) throws IOException {
+    long spawnNanos = System.nanoTime();
+    WorkerConfig config = new WorkerConfig(o.deviceChoice(), device,
+        o.storePath() == null ? null : o.storePath().toString(), o.warmupLaunches(), o.warmupImage(),
+        o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(), ProcessHandle.current().pid(), spawnNanos);
+    List<String> command = new ArrayList<>();
+    command.add(WorkerCommand.java(o));
+    // The JVM writes its own messages (a fatal error's report among them) to stdout, which carries frames here.
+    command.add("-XX:+DisplayVMOutputToStderr");
+    command.addAll(o.jvmOptions());
+    command.add("-cp");
+    command.add(WorkerCommand.classPath(o));
+    command.add(WorkerMain.class.getName());
+    command.add(config.toJson());
+    ProcessBuilder pb = new ProcessBuilder(command)
+        .redirectInput(ProcessBuilder.Redirect.PIPE)
+        .redirectOutput(ProcessBuilder.Redirect.PIPE)
+        .redirectError(log.toFile());
+    pb.environment().putAll(o.environment());
+    if (o.deviceChoice() != null) {
+      pb.environment().put(dev.thaw.runtime.gpu.DeviceChoice.ENV, o.deviceChoice());
+    }
+    Process p = pb.start();
+    WorkerProcess w = new WorkerProcess(device, p, spawnNanos, log, o, timer, io, listener);
+    Thread reader = new Thread(w::readLoop, "thaw-pool-worker-" + w.pid);
+    reader.setDaemon(true);
+    reader.start();
+    long startMs = o.startTimeout().toMillis();
+    timer.schedule(() -> {
+      if (!w.ready.isDone()) {
+        w.lose(WorkerErrorKind.DEADLINE, null, "not ready " + startMs + " ms after spawn; killed" + w.logTail());
+      }
+    }, startMs, TimeUnit.MILLISECONDS);
+    return w;
+  }
+
+  // ---- Worker ----
+
+  @Override
+  public long pid() {
+    return pid;
+  }
+
+  @Override
+  public int device() {
+    return device;
+  }
+
+  @Override
+  public WorkerStart start() {
+    return ready.getNow(null);
+  }
+
+  CompletableFuture<WorkerStart> ready() {
+    return ready;
+  }
+
+  @Override
+  public String image() {
+    return image;
+  }
+
+  @Override
+  public boolean isAlive() {
+    return ended.get() == null && process.isAlive();
+  }
+
+  /** Why the worker ended, or null while it lives. */
+  WorkerException endedBy() {
+    return ended.get();
+  }
+
+  Process process() {
+    return process;
+  }
+
+  @Override
+  public CompletableFuture<BecomeResult> become(String name, byte[] manifest, ImageSource source) {
+    checkUsable();
+    if (becameAnImage) {
+      throw new IllegalStateException("worker " + pid + " already became '" + image + "'; a worker becomes one "
+          + "image in its life");
+    }
+    claim();
+    becameAnImage = true;
+    image = name;
+    ObjectNode head = FrameCodec.head();
+    head.put("name", name);
+    head.set("source", source.toJson());
+    head.put("manifestBytes", manifest.length);
+    byte[] body = manifest;
+    if (source.placement() != null) {
+      byte[] placement = source.placement().toBytes();
+      body = java.util.Arrays.copyOf(manifest, manifest.length + placement.length);
+      System.arraycopy(placement, 0, body, manifest.length, placement.length);
+    }
+    long t = System.nanoTime();
+    return release(send(FrameType.BECOME, head, body, options.becomeTimeout()).thenApply(f -> {
+      JsonNode h = f.head();
+      return new BecomeResult(name, h.path("source").asText("store"), phases(h.path("phases")),
+          h.path("bytes").asLong(), millisSince(t));
+    }));
+  }
+
+  @Override
+  public BecomeResult becomeBlocking(String name, byte[] manifest, ImageSource source) {
+    return join(become(name, manifest, source));
+  }
+
+  @Override
+  public CompletableFuture<InvokeResult> invoke(byte[] json, ByteBuffer binary, Duration deadline) {
+    checkUsable();
+    if (!becameAnImage) {
+      throw new IllegalStateException("worker " + pid + " has not become an image");
+    }
+    claim();
+    byte[] body = json;
+    if (binary != null && binary.hasRemaining()) {
+      ByteBuffer b = binary.duplicate();
+      body = new byte[json.length + b.remaining()];
+      System.arraycopy(json, 0, body, 0, json.length);
+      b.get(body, json.length, b.remaining());
+    }
+    ObjectNode head = FrameCodec.head();
+    head.put("jsonBytes", json.length);
+    long t = System.nanoTime();
+    return release(send(FrameType.INVOKE, head, body, deadline == null ? options.invokeTimeout() : deadline)
+        .thenApply(f -> {
+          int n = Math.min(Math.max(f.head().path("jsonBytes").asInt(f.body().length), 0), f.body().length);
+          byte[] responseJson = n == f.body().length ? f.body() : java.util.Arrays.copyOf(f.body(), n);
+          ByteBuffer rest = ByteBuffer.wrap(f.body(), n, f.body().length - n).slice().asReadOnlyBuffer();
+          return new InvokeResult(responseJson, rest, phases(f.head().path("phases")), millisSince(t));
+        }));
+  }
+
+  @Override
+  public InvokeResult invokeBlocking(byte[] json, ByteBuffer binary, Duration deadline) {
+    return join(invoke(json, binary, deadline));
+  }
+
+  @Override
+  public CompletableFuture<WorkerStatus> status() {
+    return send(FrameType.STATUS, FrameCodec.head(), null, STATUS_TIMEOUT).thenApply(f -> {
+      JsonNode h = f.head();
+      return new WorkerStatus(h.path("pid").asLong(), h.path("state").asText(),
+          h.hasNonNull("image") ? h.get("image").asText() : null, h.path("invocations").asLong());
+    });
+  }
+
+  @Override
+  public void release() {
+    if (ended.get() != null) {
+      return;
+    }
+    if (!becameAnImage && !busy.get() && process.isAlive()) {
+      listener.returned(this);
+    } else {
+      retire("released after becoming '" + image + "'");
+    }
+  }
+
+  @Override
+  public void evict() {
+    lose(WorkerErrorKind.CRASHED, null, "evicted by its holder");
+  }
+
+  @Override
+  public void close() {
+    release();
+  }
+
+  // ---- ending ----
+
+  /** Asks the worker to exit and kills it if it has not after the grace period. Not a loss. */
+  void retire(String why) {
+    WorkerException e = new WorkerException(WorkerErrorKind.STATE, pid, null, "worker ended: " + why);
+    if (!ended.compareAndSet(null, e)) {
+      return;
+    }
+    io.execute(() -> {
+      try {
+        synchronized (out) {
+          FrameCodec.write(out, new Frame(FrameType.EXIT, ids.incrementAndGet(), FrameCodec.head()));
+        }
+      } catch (IOException ignored) {
+        // Already gone.
+      }
+    });
+    timer.schedule(process::destroyForcibly, options.exitGrace().toMillis(), TimeUnit.MILLISECONDS);
+    failPending(e);
+    listener.ended(this, e, false);
+  }
+
+  /** Kills the worker now and fails everything pending with one exception of {@code kind}. Idempotent. */
+  void lose(WorkerErrorKind kind, String remoteType, String message) {
+    lose(WorkerException.of(kind, pid, remoteType, message));
+  }
+
+  private void lose(WorkerException e) {
+    if (!ended.compareAndSet(null, e)) {
+      return;
+    }
+    process.destroyForcibly();
+    failPending(e);
+    listener.ended(this, e, true);
+  }
+
+  private void failPending(WorkerException e) {
+    ready.completeExceptionally(e);
+    for (CompletableFuture<Frame> f : pending.values()) {
+      f.completeExceptionally(e);
+    }
+  }
+
+  // ---- requests ----
+
+  private void checkUsable() {
+    WorkerException e = ended.get();
+    if (e != null) {
+      throw e.workerLost() ? WorkerException.of(e.kind(), pid, e.remoteType(), e.getMessage())
+          : new IllegalStateException(e.getMessage());
+    }
+  }
+
+  private void claim() {
+    if (!busy.compareAndSet(false, true)) {
+      throw new IllegalStateException("worker " + pid + " is busy: one BECOME or INVOKE at a time");
+    }
+  }
+
+  private <T> CompletableFuture<T> release(CompletableFuture<T> f) {
+    return f.whenComplete((r, e) -> busy.set(false));
+  }
+
+  private CompletableFuture<Frame> send(FrameType type, ObjectNode head, byte[] body, Duration timeout) {
+    int id = ids.incrementAndGet();
+    CompletableFuture<Frame> f = new CompletableFuture<>();
+    pending.put(id, f);
+    WorkerException e = ended.get();
+    if (e != null) {
+      f.completeExceptionally(e);
+    }
+    long ms = timeout.toMillis();
+    ScheduledFuture<?> deadline = timer.schedule(() -> lose(WorkerErrorKind.DEADLINE, null,
+        "no answer to " + type + " in " + ms + " ms; killed"), ms, TimeUnit.MILLISECONDS);
+    f.whenComplete((r, x) -> {
+      deadline.cancel(false);
+      pending.remove(id);
+    });
+    Frame frame = new Frame(type, id, head, body);
+    // Off the caller's thread: a worker that stops reading fills the pipe, and only its deadline may end that.
+    io.execute(() -> {
+      try {
+        synchronized (out) {
+          FrameCodec.write(out, frame);
+        }
+      } catch (IOException x) {
+        lose(WorkerErrorKind.CRASHED, null, "its stdin is closed (" + x.getMessage() + ")" + exitDescription());
+      }
+    });
+    return f;
+  }
+
+  // ---- the reader thread ----
+
+  private void readLoop() {
+    try {
+      while (true) {
+        Frame f = FrameCodec.read(in, options.maxFrameBytes());
+        switch (f.type()) {
+          case READY -> onReady(f);
+          case RESULT -> complete(f.id(), f);
+          case ERROR -> onError(f);
+          default -> throw new ProtocolException(f.type() + " is not a frame a worker sends");
+        }
+      }
+    } catch (EOFException e) {
+      lose(WorkerErrorKind.CRASHED, null, "the process ended" + exitDescription());
+    } catch (ProtocolException e) {
+      // A process dying mid-frame, or a runtime printing on its way down, looks like garbage: say which it was.
+      boolean exited = exitedSoon();
+      lose(exited ? WorkerErrorKind.CRASHED : WorkerErrorKind.PROTOCOL, null, "it wrote bytes that are not a frame ("
+          + e.getMessage() + ")" + (exited ? exitDescription() : "; killed" + logTail()));
+    } catch (IOException e) {
+      lose(WorkerErrorKind.CRASHED, null, "its stdout failed (" + e.getMessage() + ")" + exitDescription());
+    } catch (RuntimeException e) {
+      lose(WorkerErrorKind.PROTOCOL, null, "its frame did not read: " + e);
+    }
+  }
+
+  private void onReady(Frame f) {
+    JsonNode h = f.head();
+    JsonNode d = h.path("device");
+    WorkerStart start = new WorkerStart(pid, d.path("driver").asText(), d.path("simulated").asBoolean(),
+        d.path("name").asText(), phases(h.path("phases")), millisSince(spawnNanos));
+    if (ready.complete(start)) {
+      listener.ready(this);
+    }
+  }
+
+  private void onError(Frame f) {
+    JsonNode h = f.head();
+    WorkerErrorKind kind;
+    try {
+      kind = WorkerErrorKind.valueOf(h.path("kind").asText());
+    } catch (IllegalArgumentException e) {
+      kind = WorkerErrorKind.INTERNAL;
+    }
+    String type = h.hasNonNull("type") ? h.get("type").asText() : null;
+    String message = h.path("message").asText();
+    if (h.has("errorName")) {
+      message = message + " [" + h.path("call").asText() + ": " + h.path("errorName").asText() + "]";
+    }
+    if (f.id() == 0 || kind.workerLost()) {
+      lose(kind, type, message + (f.id() == 0 ? logTail() : ""));
+      return;
+    }
+    CompletableFuture<Frame> p = pending.get(f.id());
+    if (p != null) {
+      p.completeExceptionally(WorkerException.of(kind, pid, type, message));
+    }
+  }
+
+  private void complete(int id, Frame f) {
+    CompletableFuture<Frame> p = pending.get(id);
+    if (p != null) {
+      p.complete(f);
+    }
+  }
+
+  // ---- messages ----
+
+  private boolean exitedSoon() {
+    try {
+      return process.waitFor(200, TimeUnit.MILLISECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    }
+  }
+
+  private String exitDescription() {
+    try {
+      if (process.waitFor(2, TimeUnit.SECONDS)) {
+        int s = process.exitValue();
+        String what = s > 128 ? "killed by signal " + (s - 128)
+            : s == WorkerMain.EXIT_STICKY ? "a sticky CUDA error"
+            : s == WorkerMain.EXIT_PROTOCOL ? "a protocol error"
+            : s == WorkerMain.EXIT_STARTUP ? "a start-up failure"
+            : s == WorkerMain.EXIT_PARENT_GONE ? "its stdin closed"
+            : "exit status " + s;
+        return ": exit status " + s + " (" + what + ")" + logTail();
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    return logTail();
+  }
+
+  /** The end of the worker's stderr, for messages. */
+  String logTail() {
+    try (RandomAccessFile f = new RandomAccessFile(log.toFile(), "r")) {
+      long n = f.length();
+      if (n == 0) {
+        return "";
+      }
+      int take = (int) Math.min(n, LOG_TAIL_BYTES);
+      byte[] b = new byte[take];
+      f.seek(n - take);
+      f.readFully(b);
+      return "; its stderr ends:\n" + new String(b, StandardCharsets.UTF_8).strip();
+    } catch (IOException e) {
+      return "";
+    }
+  }
+
+  Path log() {
+    return log;
+  }
+
+  private static Map<String, Double> phases(JsonNode n) {
+    return JSON.convertValue(n, new TypeReference<java.util.LinkedHashMap<String, Double>>() {});
+  }
+
+  private static double millisSince(long nanos) {
+    return (System.nanoTime() - nanos) / 1e6;
+  }
+
+  static <T> T join(CompletableFuture<T> f) {
+    try {
+      return f.get();
+    } catch (ExecutionException e) {
+      Throwable c = e.getCause();
+      while (c instanceof CompletionException && c.getCause() != null) {
+        c = c.getCause();
+      }
+      if (c instanceof RuntimeException r) {
+        throw r;
+      }
+      throw new PoolException(String.valueOf(c), c);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new PoolException("interrupted while waiting for a worker", e);
+    }
+  }
+
+  @Override
+  public String toString() {
+    return "Worker[pid " + pid + ", device " + device + (image == null ? "" : ", " + image) + "]";
+  }
+}

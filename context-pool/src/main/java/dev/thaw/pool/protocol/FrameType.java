@@ -1,0 +1,39 @@
+package dev.thaw.pool.protocol;
+
+/** The kinds of frame the parent and a worker exchange; the byte is what travels. */
+public enum FrameType {
+  /** Worker → parent, unsolicited, id 0: started and warm; the head holds the start-up phases. */
+  READY(1),
+  /** Parent → worker: restore the image whose manifest is the body, from the source the head names. */
+  BECOME(2),
+  /** Parent → worker: one request; the head says how many body bytes are JSON, the rest is raw. */
+  INVOKE(3),
+  /** Parent → worker: what are you doing. Answered even while a BECOME or INVOKE runs. */
+  STATUS(4),
+  /** Parent → worker: answer, then exit 0. */
+  EXIT(5),
+  /** Worker → parent: the answer to the request with the same id. */
+  RESULT(16),
+  /** Worker → parent: the request with the same id failed (id 0: the worker itself failed and exits). */
+  ERROR(17);
+
+  private final int code;
+
+  FrameType(int code) {
+    this.code = code;
+  }
+
+  public int code() {
+    return code;
+  }
+
+  /** The type with that byte, or null when none has it. */
+  public static FrameType of(int code) {
+    for (FrameType t : values()) {
+      if (t.code == code) {
+        return t;
+      }
+    }
+    return null;
+  }
+}

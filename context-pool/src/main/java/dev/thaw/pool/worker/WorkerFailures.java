@@ -1,0 +1,76 @@
+package dev.thaw.pool.worker;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.ImageNotFoundException;
+import dev.thaw.image.InvalidManifestException;
+import dev.thaw.image.restore.ImageRestoreException;
+import dev.thaw.image.store.ChunkNotFoundException;
+import dev.thaw.image.store.StoreException;
+import dev.thaw.pool.WorkerErrorKind;
+import dev.thaw.pool.protocol.FrameCodec;
+import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.gpu.AddressUnavailableException;
+import dev.thaw.runtime.gpu.CudaException;
+import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
+import java.util.Set;
+
+/** Turns what a worker caught into the kind the parent acts on, and into an ERROR frame's head. */
+final class WorkerFailures {
+
+  /**
+   * CUresults after which the context, and so the process, is unusable: "any further CUDA work will return the
+   * same error; the process must be terminated and relaunched" (illegal address, launch timeout, hardware stack
+   * error, illegal instruction, misaligned address, invalid address space, invalid PC, launch failed), and
+   * CUDA_ERROR_UNKNOWN, which promises nothing.
+   */
+  static final Set<Integer> STICKY = Set.of(700, 702, 714, 715, 716, 717, 718, 719, 999);
+
+  private WorkerFailures() {}
+
+  static WorkerErrorKind kindOf(Throwable t, boolean restoring) {
+    for (Throwable c = t; c != null; c = c.getCause()) {
+      if (c instanceof CudaOutOfMemoryException) {
+        return WorkerErrorKind.OUT_OF_MEMORY;
+      }
+      if (c instanceof CudaException e) {
+        return STICKY.contains(e.code()) ? WorkerErrorKind.CUDA_STICKY : WorkerErrorKind.CUDA;
+      }
+    }
+    if (t instanceof dev.thaw.image.restore.CorruptChunkException
+        || t instanceof dev.thaw.image.store.CorruptChunkException) {
+      return WorkerErrorKind.CORRUPT_CHUNK;
+    }
+    if (t instanceof ImageNotFoundException || t instanceof InvalidManifestException
+        || t instanceof ImageRestoreException || t instanceof ChunkNotFoundException || t instanceof StoreException
+        || t instanceof AddressUnavailableException) {
+      return WorkerErrorKind.IMAGE;
+    }
+    if (t instanceof InvalidRequestException || (!restoring && t instanceof JsonProcessingException)) {
+      return WorkerErrorKind.INVALID_REQUEST;
+    }
+    return restoring ? WorkerErrorKind.INTERNAL : WorkerErrorKind.FUNCTION;
+  }
+
+  static ObjectNode head(WorkerErrorKind kind, Throwable t) {
+    ObjectNode h = FrameCodec.head();
+    h.put("kind", kind.name());
+    h.put("type", t.getClass().getName());
+    String m = t instanceof JsonProcessingException j ? j.getOriginalMessage() : t.getMessage();
+    h.put("message", m == null ? t.getClass().getSimpleName() : m);
+    for (Throwable c = t; c != null; c = c.getCause()) {
+      if (c instanceof CudaException e) {
+        h.put("call", e.call()).put("code", e.code()).put("errorName", e.errorName());
+        break;
+      }
+    }
+    return h;
+  }
+
+  static ObjectNode head(WorkerErrorKind kind, String message) {
+    ObjectNode h = FrameCodec.head();
+    h.put("kind", kind.name());
+    h.put("message", message);
+    return h;
+  }
+}

@@ -1,0 +1,413 @@
+package dev.thaw.pool.worker;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ProgressListener;
+import dev.thaw.image.restore.ImageRestoreException;
+import dev.thaw.image.restore.ImageRestorer;
+import dev.thaw.image.restore.RestoredFunction;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.StoreOptions;
+import dev.thaw.pool.WorkerErrorKind;
+import dev.thaw.pool.cache.ChunkPlacement;
+import dev.thaw.pool.cache.HostCacheView;
+import dev.thaw.pool.cache.PinnedChunks;
+import dev.thaw.pool.protocol.Frame;
+import dev.thaw.pool.protocol.FrameCodec;
+import dev.thaw.pool.protocol.FrameType;
+import dev.thaw.pool.protocol.ProtocolException;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.gpu.DeviceChoice;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.runtime.gpu.GpuDrivers;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.DataInputStream;
+import java.io.EOFException;
+import java.io.FileDescriptor;
+import java.io.FileInputStream;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.ByteBuffer;
+import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
+
+/**
+ * A pooled worker process: one device, one context, warm, serving the frame protocol ({@link FrameCodec}) with
+ * its parent over stdin (requests) and stdout (replies).
+ *
+ * <p>Start-up: open the driver ({@code cuInit}), create the context, the restore and compute streams and their
+ * events, open the store read-only, warm up ({@link WorkerWarmup}); then send READY with the time of each phase.
+ * After that it serves one BECOME (restore an image) and any number of INVOKEs, one at a time, on its main
+ * thread. A reader thread takes frames off stdin and answers STATUS and EXIT itself, so the parent can ask and
+ * stop a worker that is busy.
+ *
+ * <p>Invariants: stdout carries only frames — {@code System.out} is pointed at stderr before anything else runs,
+ * so a function that prints cannot corrupt the protocol. The worker never outlives its parent: end of stdin
+ * (the parent's end of the pipe closed, which the kernel does when the parent dies, even by SIGKILL) or the
+ * parent's pid gone makes it halt at once. Bytes on stdin that are not a frame get one ERROR frame naming
+ * what was wrong, then exit status {@value #EXIT_PROTOCOL}: the stream is out of step and cannot be trusted.
+ * A sticky CUDA error (the context is poisoned) is reported and the worker exits {@value #EXIT_STICKY}.
+ */
+public final class WorkerMain {
+
+  public static final int EXIT_STARTUP = 2;
+  public static final int EXIT_PROTOCOL = 3;
+  public static final int EXIT_STICKY = 4;
+  public static final int EXIT_PARENT_GONE = 5;
+
+  private enum State { STARTING, BLANK, BECOMING, READY, INVOKING }
+
+  private final WorkerConfig config;
+  private final DataInputStream in;
+  private final OutputStream out;
+  private final ObjectMapper json = FrameCodec.json();
+  private final BlockingQueue<Frame> work = new LinkedBlockingQueue<>();
+  private final long pid = ProcessHandle.current().pid();
+
+  private volatile State state = State.STARTING;
+  private volatile String image;
+  private volatile long invocations;
+
+  private GpuDriver driver;
+  private GpuContext context;
+  private RocksChunkStore store;
+  private GpuStream restoreStream;
+  private HostCacheView cache;
+  private Instance instance;
+
+  private WorkerMain(WorkerConfig config, DataInputStream in, OutputStream out) {
+    this.config = config;
+    this.in = in;
+    this.out = out;
+  }
+
+  public static void main(String[] args) {
+    long entered = System.nanoTime();
+    OutputStream protocol = new BufferedOutputStream(new FileOutputStream(FileDescriptor.out), 1 << 16);
+    System.setOut(System.err);
+    if (args.length != 1) {
+      System.err.println("usage: WorkerMain '<config JSON>' (started by the context pool, not by hand)");
+      System.exit(EXIT_STARTUP);
+    }
+    WorkerConfig config = WorkerConfig.fromJson(args[0]);
+    DataInputStream in = new DataInputStream(new BufferedInputStream(new FileInputStream(FileDescriptor.in), 1 << 16));
+    new WorkerMain(config, in, protocol).run(entered);
+  }
+
+  private void run(long entered) {
+    Thread reader = new Thread(this::readLoop, "thaw-worker-reader");
+    reader.setDaemon(true);
+    reader.start();
+    Thread watch = new Thread(this::watchParent, "thaw-worker-parent-watch");
+    watch.setDaemon(true);
+    watch.start();
+
+    Map<String, Double> phases = new LinkedHashMap<>();
+    if (config.spawnNanos() != 0) {
+      phases.put("jvm", (entered - config.spawnNanos()) / 1e6);
+    }
+    try {
+      long t = System.nanoTime();
+      driver = GpuDrivers.open(config.device() == null ? DeviceChoice.fromEnvironment()
+          : DeviceChoice.parse(config.device()), SimOptions.fromEnvironment());
+      t = phase(phases, "driver", t);
+      context = driver.createContext(config.ordinal());
+      t = phase(phases, "context", t);
+      // The streams and events a restore and its function run on; created now so the cold path does not.
+      restoreStream = context.createStream();
+      GpuStream computeStream = context.createStream();
+      GpuEvent restored = context.createEvent(false);
+      restoreStream.record(restored);
+      computeStream.waitFor(restored);
+      computeStream.synchronize();
+      t = phase(phases, "streams", t);
+      if (config.storePath() != null) {
+        store = RocksChunkStore.open(new StoreOptions().setPath(Path.of(config.storePath())).setReadOnly(true));
+        t = phase(phases, "store", t);
+      }
+      if (config.hostCache() != null) {
+        cache = HostCacheView.attach(Path.of(config.hostCache()), context);
+        t = phase(phases, "hostCache", t);
+      }
+      WorkerWarmup.launches(context, config.warmupLaunches(), json);
+      WorkerWarmup.manifests();
+      t = phase(phases, "warmup", t);
+      if (config.warmupImage() != null && store != null) {
+        WorkerWarmup.image(context, store, config.warmupImage());
+        phase(phases, "warmupImage", t);
+      }
+    } catch (Throwable e) {
+      e.printStackTrace();
+      send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.STARTUP, e)));
+      Runtime.getRuntime().halt(EXIT_STARTUP);
+    }
+    ObjectNode ready = FrameCodec.head();
+    ready.put("pid", pid);
+    ready.put("protocol", FrameCodec.VERSION);
+    ObjectNode device = ready.putObject("device");
+    device.put("driver", driver.name());
+    device.put("simulated", driver.isSimulated());
+    device.put("name", context.device().name());
+    device.put("ordinal", config.ordinal());
+    ready.set("phases", json.valueToTree(phases));
+    state = State.BLANK;
+    send(new Frame(FrameType.READY, 0, ready));
+    serve();
+  }
+
+  private static long phase(Map<String, Double> phases, String name, long since) {
+    long now = System.nanoTime();
+    phases.put(name, (now - since) / 1e6);
+    return now;
+  }
+
+  // ---- the main thread: BECOME and INVOKE, one at a time ----
+
+  private void serve() {
+    while (true) {
+      Frame f;
+      try {
+        f = work.take();
+      } catch (InterruptedException e) {
+        return;
+      }
+      Frame reply;
+      boolean restoring = f.type() == FrameType.BECOME;
+      try {
+        reply = restoring ? become(f) : invoke(f);
+      } catch (Throwable e) {
+        WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
+        if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
+          e.printStackTrace();
+        }
+        send(new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(kind, e)));
+        if (kind == WorkerErrorKind.CUDA_STICKY) {
+          Runtime.getRuntime().halt(EXIT_STICKY);
+        }
+        if (restoring && state == State.BECOMING) {
+          state = State.BLANK;
+          image = null;
+        } else if (state == State.INVOKING) {
+          state = State.READY;
+        }
+        continue;
+      }
+      send(reply);
+    }
+  }
+
+  private Frame become(Frame f) throws Exception {
+    if (state != State.BLANK) {
+      return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
+          "this worker already became '" + image + "'; a worker becomes one image in its life"));
+    }
+    String name = f.head().path("name").asText("image");
+    image = name;
+    state = State.BECOMING;
+    long start = System.nanoTime();
+    byte[] body = f.body();
+    int manifestBytes = f.head().path("manifestBytes").asInt(body.length);
+    if (manifestBytes < 0 || manifestBytes > body.length) {
+      throw new ImageRestoreException("BECOME says its manifest has " + manifestBytes + " of the body's "
+          + body.length + " bytes", null);
+    }
+    byte[] manifestBody = manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
+    ImageManifest manifest = ImageManifest.read(manifestBody);
+    Map<String, Double> phases = new LinkedHashMap<>();
+    phases.put("manifest", (System.nanoTime() - start) / 1e6);
+    JsonNode source = f.head().path("source");
+    String from = "store";
+    if (source.path("kind").asText().equals("cache")) {
+      long t = System.nanoTime();
+      PinnedChunks chunks = cacheChunks(Arrays.copyOfRange(body, manifestBytes, body.length));
+      boolean covered = CacheRestore.covers(manifest, chunks);
+      phases.put("placement", (System.nanoTime() - t) / 1e6);
+      if (covered) {
+        instance = CacheRestore.restore(name, manifest, context, restoreStream, chunks, phases);
+        from = "cache";
+      } else {
+        from = "store (the host cache lacks some of the image's chunks)";
+      }
+    }
+    if (instance == null) {
+      long t = System.nanoTime();
+      RocksChunkStore store = storeFor(source, name, manifestBody);
+      phases.put("store", (System.nanoTime() - t) / 1e6);
+      RestoredFunction<?> f2 = new ImageRestorer(store).restore(name, manifest, context, ProgressListener.NONE);
+      f2.timings().phases().forEach(phases::put);
+      instance = Instance.of(f2);
+    }
+    state = State.READY;
+    phases.put("total", (System.nanoTime() - start) / 1e6);
+    ObjectNode h = FrameCodec.head();
+    h.set("phases", json.valueToTree(phases));
+    h.put("bytes", manifest.totalBytes());
+    h.put("source", from);
+    return new Frame(FrameType.RESULT, f.id(), h);
+  }
+
+  private PinnedChunks cacheChunks(byte[] placement) {
+    if (cache == null) {
+      throw new ImageRestoreException("BECOME names the host cache, and this worker maps none (start the pool "
+          + "with a host cache path)", null);
+    }
+    try {
+      return cache.chunks(ChunkPlacement.fromBytes(placement));
+    } catch (IllegalArgumentException e) {
+      throw new ImageRestoreException("the host cache placement does not fit this worker's arena: "
+          + e.getMessage(), e);
+    }
+  }
+
+  /**
+   * The store a BECOME names. A read-only store sees what was committed when it was opened, so the one opened at
+   * start serves an image only when it holds that image's manifest, byte for byte (then it holds all its chunks:
+   * a commit names only chunks already stored); otherwise the store is opened again, now.
+   */
+  private RocksChunkStore storeFor(JsonNode source, String name, byte[] manifest) {
+    String kind = source.path("kind").asText("store");
+    if (!kind.equals("store") && !kind.equals("cache")) {
+      throw new ImageRestoreException("image source '" + kind + "' is not one this worker reads", null);
+    }
+    Path path = Path.of(source.path("path").asText(config.storePath() == null ? "" : config.storePath()))
+        .toAbsolutePath().normalize();
+    if (store != null && store.path().equals(path)
+        && store.manifest(name).map(m -> Arrays.equals(m, manifest)).orElse(false)) {
+      return store;
+    }
+    if (store != null) {
+      store.close();
+    }
+    store = RocksChunkStore.open(new StoreOptions().setPath(path).setReadOnly(true));
+    return store;
+  }
+
+  private Frame invoke(Frame f) throws Exception {
+    if (state != State.READY) {
+      return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
+          "INVOKE before this worker became an image"));
+    }
+    state = State.INVOKING;
+    long start = System.nanoTime();
+    int jsonBytes = f.head().path("jsonBytes").asInt(f.body().length);
+    if (jsonBytes < 0 || jsonBytes > f.body().length) {
+      throw new ProtocolException("jsonBytes " + jsonBytes + " outside the body's " + f.body().length);
+    }
+    JsonNode body = json.readTree(f.body(), 0, jsonBytes);
+    if (body == null || !body.isObject()) {
+      throw new dev.thaw.runtime.function.InvalidRequestException("the request is not a JSON object");
+    }
+    Optional<ByteBuffer> binary = jsonBytes == f.body().length ? Optional.empty()
+        : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
+    long t = System.nanoTime();
+    double decodeMs = (t - start) / 1e6;
+    FunctionResponse r = instance.invoke(new FunctionRequest(body, binary));
+    long t2 = System.nanoTime();
+    byte[] responseJson = json.writeValueAsBytes(r.json());
+    byte[] out = responseJson;
+    if (r.binary().isPresent()) {
+      ByteBuffer b = r.binary().get().duplicate();
+      out = new byte[responseJson.length + b.remaining()];
+      System.arraycopy(responseJson, 0, out, 0, responseJson.length);
+      b.get(out, responseJson.length, b.remaining());
+    }
+    invocations++;
+    state = State.READY;
+    ObjectNode h = FrameCodec.head();
+    h.put("jsonBytes", responseJson.length);
+    ObjectNode p = h.putObject("phases");
+    p.put("decode", decodeMs);
+    p.put("invoke", (t2 - t) / 1e6);
+    p.put("encode", (System.nanoTime() - t2) / 1e6);
+    return new Frame(FrameType.RESULT, f.id(), h, out);
+  }
+
+  // ---- the reader thread ----
+
+  private void readLoop() {
+    while (true) {
+      Frame f;
+      try {
+        f = FrameCodec.read(in, config.maxFrameBytes());
+      } catch (EOFException e) {
+        // The parent closed our stdin or died: nothing of ours may outlive it.
+        Runtime.getRuntime().halt(EXIT_PARENT_GONE);
+        return;
+      } catch (ProtocolException e) {
+        System.err.println("worker " + pid + ": protocol error on stdin: " + e.getMessage());
+        send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.PROTOCOL, e.getMessage())));
+        Runtime.getRuntime().halt(EXIT_PROTOCOL);
+        return;
+      } catch (IOException e) {
+        Runtime.getRuntime().halt(EXIT_PARENT_GONE);
+        return;
+      }
+      switch (f.type()) {
+        case STATUS -> send(new Frame(FrameType.RESULT, f.id(), status()));
+        case EXIT -> {
+          send(new Frame(FrameType.RESULT, f.id(), FrameCodec.head()));
+          Runtime.getRuntime().halt(0);
+        }
+        case BECOME, INVOKE -> work.add(f);
+        default -> {
+          String m = f.type() + " is not a request a worker takes";
+          send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.PROTOCOL, m)));
+          Runtime.getRuntime().halt(EXIT_PROTOCOL);
+        }
+      }
+    }
+  }
+
+  private ObjectNode status() {
+    ObjectNode h = FrameCodec.head();
+    h.put("pid", pid);
+    h.put("state", state.name());
+    if (image != null) {
+      h.put("image", image);
+    }
+    h.put("invocations", invocations);
+    h.put("queued", work.size());
+    return h;
+  }
+
+  private void watchParent() {
+    while (true) {
+      try {
+        Thread.sleep(250);
+      } catch (InterruptedException e) {
+        return;
+      }
+      boolean alive = ProcessHandle.of(config.parentPid()).map(ProcessHandle::isAlive).orElse(false);
+      long parent = ProcessHandle.current().parent().map(ProcessHandle::pid).orElse(-1L);
+      if (!alive || parent != config.parentPid()) {
+        System.err.println("worker " + pid + ": parent " + config.parentPid() + " is gone; exiting");
+        Runtime.getRuntime().halt(EXIT_PARENT_GONE);
+      }
+    }
+  }
+
+  private void send(Frame f) {
+    synchronized (out) {
+      try {
+        FrameCodec.write(out, f);
+      } catch (IOException e) {
+        // The parent is gone.
+        Runtime.getRuntime().halt(EXIT_PARENT_GONE);
+      }
+    }
+  }
+}

@@ -1,0 +1,100 @@
+package dev.thaw.pool.worker;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.Images;
+import dev.thaw.image.ProgressListener;
+import dev.thaw.image.restore.ImageRestorer;
+import dev.thaw.image.restore.RestoredFunction;
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.runtime.check.CheckKernels;
+import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.KernelRef;
+import dev.thaw.runtime.gpu.Dim3;
+import dev.thaw.runtime.gpu.GpuContext;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+
+/**
+ * What a worker runs before it says READY, so that a cold invoke does not pay for a fresh JVM's cold code:
+ * class loading and JIT of the launch path (a loop of real launches through {@link FunctionSession}), Jackson's
+ * request and response path, and optionally a whole restore + invoke of a warm-up image. Everything it
+ * allocates is freed again, so the address space an image maps into is empty when it ends.
+ */
+final class WorkerWarmup {
+
+  private static final int ELEMENTS = 1024;
+
+  private WorkerWarmup() {}
+
+  /**
+   * Launches {@code thaw_fill_u32} {@code launches} times and checks the last fill landed: a warm-up that also
+   * proves the device computes.
+   */
+  static void launches(GpuContext context, int launches, ObjectMapper json) throws Exception {
+    if (launches <= 0) {
+      return;
+    }
+    try (FunctionSession s = FunctionSession.record(context)) {
+      s.loadModule("thaw-warmup", CheckKernels.ptx());
+      KernelRef fill = s.kernelRef("thaw-warmup", CheckKernels.FILL_U32);
+      BufferRef b = s.allocate("thaw-warmup", 4L * ELEMENTS);
+      for (int i = 1; i <= launches; i++) {
+        s.launch(fill, Dim3.of(4), Dim3.of(256), b, i, ELEMENTS);
+      }
+      s.synchronize();
+      ByteBuffer out = ByteBuffer.allocateDirect(4 * ELEMENTS).order(ByteOrder.LITTLE_ENDIAN);
+      s.download(b, 0, out);
+      if (out.getInt(0) != launches || out.getInt(4 * (ELEMENTS - 1)) != launches) {
+        throw new IllegalStateException("warm-up kernel wrote " + out.getInt(0) + ", expected " + launches);
+      }
+    }
+    // The request and response path: JSON in, a tree, JSON out.
+    for (int i = 0; i < 200; i++) {
+      JsonNode tree = json.readTree("{\"tokens\": [[464, 2068, " + i + "]], \"maxNewTokens\": 1, \"x\": [0.5, 1.5]}");
+      FunctionRequest.of(tree);
+      json.writeValueAsBytes(tree);
+    }
+  }
+
+  /**
+   * Parses a real manifest (an MLP image's, PTX elided) a few times: the first {@link ImageManifest#read} in a JVM
+   * pays for Jackson's introspection of every manifest record, hundreds of milliseconds a BECOME must not pay.
+   * Best effort: a manifest the format has outgrown still warms most of the parser, and is not an error.
+   */
+  static void manifests() {
+    byte[] bytes;
+    try (java.io.InputStream in = WorkerWarmup.class.getResourceAsStream("warmup-manifest.json")) {
+      if (in == null) {
+        return;
+      }
+      bytes = in.readAllBytes();
+    } catch (java.io.IOException e) {
+      return;
+    }
+    for (int i = 0; i < 20; i++) {
+      try {
+        ImageManifest m = ImageManifest.read(bytes);
+        m.totalBytes();
+        m.chunkDigests();
+        m.toBytes();
+      } catch (RuntimeException e) {
+        return;
+      }
+    }
+  }
+
+  /** Restores {@code tag}, invokes it with each of its sample requests and closes it: the whole cold path, warm. */
+  static void image(GpuContext context, ChunkStore store, String tag) throws Exception {
+    ImageManifest manifest = Images.manifest(store, tag);
+    try (RestoredFunction<?> f = new ImageRestorer(store).restore(tag, manifest, context, ProgressListener.NONE)) {
+      for (ImageManifest.Sample sample : manifest.samples()) {
+        f.invoke(FunctionRequest.of(sample.request()));
+      }
+      f.session().synchronize();
+    }
+  }
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The cold-start harness on a GPU host: Thaw's fresh process (thaw run), Thaw's pooled worker (cold and warm),
+# PyTorch from scratch and NVIDIA's driver checkpoint, side by side, on the MLP and GPT-2-large (5 cold starts
+# each); then 1, 2, 4, 8 GPT-2-large cold starts at once through the context pool; then the image-size sweep
+# (GPT-2 small, medium, xl; 3 each, for Thaw and the driver checkpoint). What has not begun by 240 s is skipped
+# and the report says so.
+# Writes into $OUT: env.txt, harness.log, cold-start.json (every sample), cold-start.md (the tables), plots/.
+# Finishes in about 4 minutes (the sweep stops being started at 240 s; nothing runs past 6 minutes).
+# Usage (on the GPU machine): OUT=<dir> scripts/gpu/harness-run.sh <unpacked thaw dir | thaw tarball>
+# Exit status: the harness's (0: every contender that could run ran and every answer agreed).
+set -uo pipefail
+OUT=${OUT:?set OUT to a folder for the results}
+arg=${1:-$(ls .device/thaw-*-linux-x86_64.tar.xz 2>/dev/null | head -1)}
+if [[ -f "$arg" ]]; then
+  root=/tmp/thaw-harness
+  rm -rf "$root" && mkdir -p "$root" && tar xJf "$arg" -C "$root"
+  thaw_home="$root/thaw"
+elif [[ -x "$arg/bin/thaw-bench" ]]; then
+  thaw_home="$arg"
+else
+  echo "usage: OUT=<dir> $0 <unpacked thaw dir | thaw tarball>" >&2
+  exit 2
+fi
+# Weights (GPT-2 small to xl: 5.7 GB) and the image store (as much again) go here, not into $OUT.
+work=/tmp/thaw-harness-work
+rm -rf "$work"
+mkdir -p "$OUT"
+
+{
+  echo "date: $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current \
+      --format=csv,noheader
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+  "$thaw_home/runtime/bin/java" -version 2>&1 | head -1
+  nproc; free -g | head -2; df -h /tmp | tail -1
+} > "$OUT/env.txt" 2>&1
+
+# --device cuda: Thaw fails rather than fall back to the simulated device.
+timeout 350 "$thaw_home/bin/thaw-bench" cold-start --device cuda \
+    --models mlp,gpt2-large --runs 5 \
+    --sweep gpt2,gpt2-medium,gpt2-xl --sweep-runs 3 --concurrency 1,2,4,8 --deadline 240 \
+    --out "$OUT" --work "$work" > "$OUT/harness.log" 2>&1
+status=$?
+[[ $status -eq 124 ]] && echo "harness-run.sh: the harness ran past 350 s and was stopped" >> "$OUT/harness.log"
+rm -rf "$work"
+tail -5 "$OUT/harness.log"
+exit $status
