@@ -8,20 +8,25 @@ set -euo pipefail
 work=${1:-/tmp/thaw-registry-bench}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 thaw="$repo/distribution/target/thaw/bin/thaw"
-rm -rf "$work" && mkdir -p "$work"
+# A store from an earlier run is kept (building GPT-2-large on the sim device takes minutes); the rest is redone.
+mkdir -p "$work" && find "$work" -mindepth 1 -maxdepth 1 ! -name a -exec rm -rf {} +
 addr=$(bash "$repo/scripts/test-registry.sh" start "$work/registry")
 trap 'bash "$repo/scripts/test-registry.sh" stop "$work/registry"' EXIT
 export THAW_DEVICE=sim THAW_SIM_MEMORY=8g THAW_JAVA_OPTS="-Xmx3g"
 out="$work/results.txt"
 {
   echo "registry $addr: $(docker-registry --version 2>/dev/null || true); $(nproc) cores; $(date -u +%FT%TZ)"
-  echo "== build gpt2-large (sim) and a variant (same weights, another KV-cache shape)"
-  THAW_STORE="$work/a" "$thaw" build --function dev.thaw.examples.gpt2.Gpt2Function \
-      --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --tag gpt2-large
-  THAW_STORE="$work/a" "$thaw" build --function dev.thaw.examples.gpt2.Gpt2Function \
-      --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 2, "maxTokens": 128}' --tag gpt2-large:b2
-  for layout in chunks packs; do
-    for transfers in 4 8; do
+  echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  if ! THAW_STORE="$work/a" "$thaw" images 2>/dev/null | grep -q "gpt2-large:b2"; then
+    echo "== build gpt2-large (sim) and a variant (same weights, another KV-cache shape)"
+    THAW_STORE="$work/a" "$thaw" build --function dev.thaw.examples.gpt2.Gpt2Function \
+        --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --tag gpt2-large
+    THAW_STORE="$work/a" "$thaw" build --function dev.thaw.examples.gpt2.Gpt2Function \
+        --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 2, "maxTokens": 128}' --tag gpt2-large:b2
+  fi
+  for run in "chunks 4" "packs 8"; do
+    read -r layout transfers <<< "$run"
+    {
       echo "== push ($layout, $transfers transfers, empty repository)"
       THAW_STORE="$work/a" "$thaw" push gpt2-large "$addr/bench/$layout-$transfers:1" --layout "$layout" \
           --transfers "$transfers" --json
@@ -29,7 +34,8 @@ out="$work/results.txt"
       THAW_STORE="$work/p-$layout-$transfers" "$thaw" pull "$addr/bench/$layout-$transfers:1" gpt2-large \
           --transfers "$transfers" --json
       rm -rf "$work/p-$layout-$transfers"
-    done
+      echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+    }
   done
   echo "== push again (same image, same repository)"
   THAW_STORE="$work/a" "$thaw" push gpt2-large "$addr/bench/chunks-4:1" --json
