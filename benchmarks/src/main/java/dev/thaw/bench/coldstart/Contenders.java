@@ -10,7 +10,8 @@ final class Contenders {
 
   private static final List<Contender> ALL = List.of(
       new ThawProcessContender(),
-      new ThawPoolColdContender(),
+      new ThawPoolColdContender(false),
+      new ThawPoolColdContender(true),
       new ThawPoolWarmContender(),
       new PytorchScratchContender(),
       new DriverCheckpointContender());

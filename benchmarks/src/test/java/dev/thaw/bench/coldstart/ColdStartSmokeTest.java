@@ -60,15 +60,21 @@ class ColdStartSmokeTest {
       assertTrue(s.phases().get("copy + verify") > 0, s.phases().toString());
       assertEquals(mlp.imageBytes(), s.extra().get("restoredBytes"), 0.5, "the whole image is restored");
     }
-    ContenderResult pooled = mlp.contender(ThawPoolColdContender.ID).orElseThrow();
-    assertEquals(Status.RAN, pooled.status(), pooled.reason());
-    assertEquals(2, pooled.samples().size());
-    for (Sample s : pooled.samples()) {
-      double sum = s.phases().values().stream().mapToDouble(Double::doubleValue).sum();
-      assertEquals(s.ttfrMillis(), sum, 0.01 * s.ttfrMillis(), "the phases add up to the time: " + s.phases());
-      assertTrue(s.phases().containsKey("copy + verify") && s.phases().containsKey("acquire"), s.phases().toString());
-      assertEquals(mlp.imageBytes(), s.extra().get("restoredBytes"), 0.5, "the whole image is restored");
+    for (String id : List.of(ThawPoolColdContender.ID, ThawPoolColdContender.CACHE_ID)) {
+      ContenderResult pooled = mlp.contender(id).orElseThrow();
+      assertEquals(Status.RAN, pooled.status(), pooled.reason());
+      assertEquals(2, pooled.samples().size());
+      for (Sample s : pooled.samples()) {
+        double sum = s.phases().values().stream().mapToDouble(Double::doubleValue).sum();
+        assertEquals(s.ttfrMillis(), sum, 0.01 * s.ttfrMillis(), id + ": the phases add up to the time: " + s.phases());
+        assertTrue(s.phases().containsKey("acquire") && s.phases().containsKey("rebuild state"), s.phases().toString());
+        assertEquals(mlp.imageBytes(), s.extra().get("restoredBytes"), 0.5, "the whole image is restored");
+      }
     }
+    assertTrue(mlp.contender(ThawPoolColdContender.ID).orElseThrow().samples().get(0).phases()
+        .containsKey("copy + verify"), "from the store, every chunk is verified on the way in");
+    assertTrue(mlp.contender(ThawPoolColdContender.CACHE_ID).orElseThrow().samples().get(0).extra()
+        .containsKey("stageMillis"), "the image was staged into the host cache before the clock started");
     ContenderResult warm = mlp.contender(ThawPoolWarmContender.ID).orElseThrow();
     assertEquals(Status.RAN, warm.status(), warm.reason());
     assertEquals(2, warm.samples().size());
