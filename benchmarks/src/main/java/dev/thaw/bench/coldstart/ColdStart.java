@@ -25,8 +25,9 @@ import picocli.CommandLine.Spec;
     subcommands = ColdStart.Plot.class,
     description = {
         "Cold-start every contender on each model, N times each, from fresh state:",
-        "Thaw in a fresh process (thaw run), PyTorch from scratch (a new python3),",
-        "and a PyTorch server suspended and resumed by NVIDIA's driver checkpoint.",
+        "Thaw in a fresh process (thaw run); a pooled Thaw worker restoring from the",
+        "store or from the host cache (and warm); PyTorch from scratch (a new",
+        "python3); a PyTorch server suspended and resumed by NVIDIA's driver checkpoint.",
         "Writes cold-start.json (raw samples), cold-start.md and plots/ into --out.",
         "Contenders that cannot run here (no GPU, no PyTorch) are skipped with the",
         "reason; on the simulated device every output says SIMULATED.",
@@ -49,8 +50,14 @@ public final class ColdStart implements Callable<Integer> {
   List<String> sweep = List.of();
 
   @Option(names = "--contenders", split = ",", paramLabel = "ID",
-      description = "Which contenders (default: all): thaw-process, pytorch-scratch, driver-checkpoint.")
+      description = "Which contenders (default: all): thaw-process, thaw-pool-cold, thaw-pool-cold-cache, "
+          + "thaw-pool-warm, pytorch-scratch, driver-checkpoint.")
   List<String> contenders;
+
+  @Option(names = "--sweep-contenders", split = ",", paramLabel = "ID",
+      description = "Which contenders run the sweep models (default: every chosen one that sweeps: thaw-process, "
+          + "thaw-pool-cold, thaw-pool-cold-cache, driver-checkpoint).")
+  List<String> sweepContenders;
 
   @Option(names = "--runs", paramLabel = "N", description = "Cold starts per contender and model (default: ${DEFAULT-VALUE}).")
   int runs = ColdStartOptions.DEFAULT_RUNS;
@@ -76,7 +83,7 @@ public final class ColdStart implements Callable<Integer> {
   String python = ColdStartOptions.DEFAULT_PYTHON;
 
   @Option(names = "--deadline", paramLabel = "SECONDS",
-      description = "Skip sweep models not begun by then (the report says which).")
+      description = "Skip the sweep models and concurrency levels not begun by then (the report says which).")
   Integer deadlineSeconds;
 
   @Option(names = "--child-timeout", paramLabel = "SECONDS",
@@ -88,7 +95,7 @@ public final class ColdStart implements Callable<Integer> {
 
   @Option(names = "--concurrency", split = ",", paramLabel = "N",
       description = "Also N cold starts at once through the context pool, per level (e.g. 1,2,4,8), after the "
-          + "models; subject to --deadline.")
+          + "main models and before the sweep; subject to --deadline.")
   List<Integer> concurrency = List.of();
 
   @Option(names = "--concurrency-model", paramLabel = "MODEL",
@@ -127,6 +134,9 @@ public final class ColdStart implements Callable<Integer> {
           .concurrencyModel(concurrencyModel);
       if (contenders != null) {
         options.contenders(contenders);
+      }
+      if (sweepContenders != null) {
+        options.sweepContenders(sweepContenders);
       }
       if (deadlineSeconds != null) {
         options.deadline(Duration.ofSeconds(deadlineSeconds));

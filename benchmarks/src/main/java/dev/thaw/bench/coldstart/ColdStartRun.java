@@ -131,7 +131,7 @@ final class ColdStartRun {
         }
         List<ContenderResult> results = new ArrayList<>();
         for (Contender c : contenders) {
-          if (!p.sweep() || c.sweeps()) {
+          if (!p.sweep() || options.sweepContenders().contains(c.id())) {
             results.add(runOne(bench, c, p));
           }
         }
