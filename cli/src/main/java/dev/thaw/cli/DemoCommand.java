@@ -7,16 +7,23 @@ import dev.thaw.image.ImageManifest;
 import dev.thaw.image.build.BuildOptions;
 import dev.thaw.image.build.BuildResult;
 import dev.thaw.image.build.ImageBuilder;
-import dev.thaw.image.restore.ImageRestorer;
 import dev.thaw.image.restore.RestoreCheck;
-import dev.thaw.image.restore.RestoredFunction;
 import dev.thaw.image.store.ChunkStore;
-import dev.thaw.runtime.function.FunctionRequest;
-import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.server.FunctionOptions;
+import dev.thaw.server.ServerOptions;
+import dev.thaw.server.ThawServer;
+import dev.thaw.server.impl.InProcessInstances;
 import java.io.PrintWriter;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+import java.util.LinkedHashMap;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
@@ -28,18 +35,22 @@ import picocli.CommandLine.Spec;
 
 /**
  * {@code thaw demo}: the whole cycle on an example function, with the defaults: build an image of the MLP
- * example into the store (profiling it with a sample request), restore it into a fresh context, check the
- * restored device memory and response against the image, and print what each step cost.
+ * example into the store (profiling it with a sample request), serve it from a restore server started in this
+ * process, invoke it cold and then warm over HTTP, check both responses against the build's, and print what
+ * each step cost: the build's phases and each invoke's {@code Server-Timing}.
  */
 @Command(name = "demo",
     description = {
-        "Build an image of the example MLP function into the store, restore it into a",
-        "fresh context, check it against the image and invoke it: Thaw's cycle in one",
-        "command. Uses the GPU when there is one, else the simulated device.",
+        "Build an image of the example MLP function into the store, serve it from a",
+        "restore server in this process and invoke it cold and warm over HTTP, checking",
+        "each response against the build's: Thaw's cycle in one command. Uses the GPU",
+        "when there is one, else the simulated device.",
         ""})
 final class DemoCommand implements Callable<Integer> {
 
   static final String FUNCTION = "dev.thaw.examples.mlp.MlpFunction";
+  /** The function's name on the demo's server. */
+  static final String NAME = "mlp";
   static final int INPUTS = 64;
 
   @ParentCommand
@@ -77,6 +88,7 @@ final class DemoCommand implements Callable<Integer> {
       try (GpuContext ctx = driver.createContext(0)) {
         built = new ImageBuilder(s, ThawCli.chunker()).build(options, ctx, ConsoleProgress.forOutput(false));
       }
+      // The server restores it into contexts of its own, as a cold start does.
       ImageManifest m = built.manifest();
       out.printf(Locale.ROOT, "%n1. built %s: %s in %d allocations, %d chunks, %s new in the store (%s)%n", tag,
           Format.bytes(m.totalBytes()), m.allocations().size(), m.build().chunkCount(), Format.bytes(built.newBytes()),
@@ -84,25 +96,53 @@ final class DemoCommand implements Callable<Integer> {
       out.print(Format.phases(built.timings().phases()));
       out.printf("   profile: %s; restore order %s%n", m.profile().summary(), m.profile().firstAccessOrder());
 
-      try (GpuContext fresh = driver.createContext(0);
-          RestoredFunction<?> f = new ImageRestorer(s).restore(tag, fresh, ConsoleProgress.forOutput(false))) {
-        out.printf(Locale.ROOT, "%n2. restored into a fresh context in %s (init did not run)%n",
-            Format.millis(f.timings().totalMillis()));
-        out.print(Format.phases(f.timings().phases()));
-        RestoreCheck.Result memory = RestoreCheck.deviceMemory(f);
-        long t = System.nanoTime();
-        FunctionResponse response = f.invoke(FunctionRequest.of(request));
-        double invokeMs = (System.nanoTime() - t) / 1e6;
-        boolean same = RestoreCheck.buildResponse(m, request).map(r -> RestoreCheck.sameJson(r, response.json()))
-            .orElse(false);
-        out.printf(Locale.ROOT, "%n3. invoked in %s: argmax %s%n", Format.millis(invokeMs), response.json().get("argmax"));
-        out.printf("   device memory %s the image (%d chunks); response %s the build's%n",
-            memory.identical() ? "byte-identical to" : "DIFFERS from", memory.chunks(), same ? "identical to" : "DIFFERS from");
-        out.printf("%nnext: thaw images | thaw inspect %s | thaw run %s --request FILE --check%n", tag, tag);
+      ServerOptions serverOptions = new ServerOptions().setPort(0)
+          .addFunction(NAME, new FunctionOptions().setImage(tag));
+      try (ThawServer server = ThawServer.start(serverOptions, s, new InProcessInstances(driver, s))) {
+        out.printf("%n2. serving it as '%s' at %s (instances: %s)%n", NAME, server.url(), server.instances());
+        JsonNode built0 = RestoreCheck.buildResponse(m, request).orElse(null);
+        boolean same = true;
+        for (String expected : new String[] {"cold", "warm"}) {
+          HttpResponse<String> r = invoke(server, request);
+          if (r.statusCode() != 200) {
+            out.printf("   POST /v1/functions/%s/invoke -> %d: %s%n", NAME, r.statusCode(), r.body());
+            out.flush();
+            return ThawCli.EXIT_FAILED;
+          }
+          JsonNode response = Json.MAPPER.readTree(r.body());
+          String start = r.headers().firstValue("Thaw-Start").orElse("?");
+          boolean matches = built0 != null && RestoreCheck.sameJson(built0, response);
+          same &= matches && start.equals(expected);
+          out.printf(Locale.ROOT, "%n%d. %s invoke over HTTP: argmax %s (Thaw-Start: %s)%n", expected.equals("cold") ? 3 : 4,
+              expected, response.get("argmax"), start);
+          out.print(serverTiming(r.headers().firstValue("Server-Timing").orElse("")));
+        }
+        out.printf("%n   responses %s the build's%n", same ? "identical to" : "DIFFER from");
+        out.printf("%nnext: thaw serve --function %s=%s, then curl -s localhost:8080/v1/functions/%s/invoke "
+            + "-H 'Content-Type: application/json' -d @request.json%n", NAME, tag, NAME);
         out.flush();
-        return memory.identical() && same ? ThawCli.EXIT_OK : ThawCli.EXIT_FAILED;
+        return same ? ThawCli.EXIT_OK : ThawCli.EXIT_FAILED;
       }
     }
+  }
+
+  private static HttpResponse<String> invoke(ThawServer server, JsonNode request) throws Exception {
+    HttpRequest r = HttpRequest.newBuilder(URI.create(server.url() + "/v1/functions/" + NAME + "/invoke"))
+        .timeout(Duration.ofMinutes(5)).header("Content-Type", "application/json")
+        .POST(HttpRequest.BodyPublishers.ofString(Json.MAPPER.writeValueAsString(request))).build();
+    return HttpClient.newHttpClient().send(r, HttpResponse.BodyHandlers.ofString());
+  }
+
+  /** {@code queue;dur=0.012, invoke;dur=1.3} as one phase a line, the way the other steps print theirs. */
+  static String serverTiming(String header) {
+    Map<String, Double> phases = new LinkedHashMap<>();
+    for (String part : header.split(",")) {
+      String[] kv = part.trim().split(";dur=");
+      if (kv.length == 2) {
+        phases.put(kv[0], Double.parseDouble(kv[1]));
+      }
+    }
+    return Format.phases(phases);
   }
 
   /** Two seeded rows of inputs for the demo MLP. */

@@ -3,6 +3,8 @@ package dev.thaw.cli;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.StrictJson;
+import dev.thaw.image.registry.ImagePull;
+import dev.thaw.image.registry.RegistryReference;
 import dev.thaw.image.restore.ImageRestorer;
 import dev.thaw.image.restore.RestoreCheck;
 import dev.thaw.image.restore.RestoredFunction;
@@ -47,7 +49,12 @@ final class RunCommand implements Callable<Integer> {
   @Mixin
   StoreOption store;
 
-  @Parameters(index = "0", paramLabel = "TAG", description = "The image's tag.")
+  @Mixin
+  RegistryOption registry;
+
+  @Parameters(index = "0", paramLabel = "TAG|REF", description = {"The image's tag, or a registry reference",
+      "(HOST[:PORT]/REPOSITORY[:TAG]): the restore starts once the manifests are pulled,",
+      "and the image is committed to the store when every chunk has arrived."})
   String tag;
 
   @Option(names = "--request", required = true, paramLabel = "FILE", description = "The request: a JSON file.")
@@ -83,9 +90,12 @@ final class RunCommand implements Callable<Integer> {
     }
     PrintWriter out = spec.commandLine().getOut();
     long started = System.nanoTime();
-    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = store.open(cli, StoreAccess.READ);
+    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = store.open(cli,
+            RegistryReference.looksLikeReference(tag) ? StoreAccess.CREATE : StoreAccess.READ);
+        RegistrySource source = RegistrySource.open(cli, s, tag, registry, spec);
         GpuContext ctx = driver.createContext(0);
-        RestoredFunction<?> f = new ImageRestorer(s).restore(tag, ctx, ConsoleProgress.forOutput(json))) {
+        RestoredFunction<?> f = new ImageRestorer(source.store()).restore(source.tag(), ctx,
+            ConsoleProgress.forOutput(json))) {
       // Opening the driver and the store and creating the context: what the restore's own phases leave out.
       double setupMillis = (System.nanoTime() - started) / 1e6 - f.timings().totalMillis();
       RestoreCheck.Result memory = check ? RestoreCheck.deviceMemory(f) : null;
@@ -93,6 +103,7 @@ final class RunCommand implements Callable<Integer> {
       FunctionResponse response = f.invoke(FunctionRequest.of(body));
       double invokeMs = (System.nanoTime() - t) / 1e6;
       Optional<JsonNode> recorded = check ? RestoreCheck.buildResponse(f.manifest(), body) : Optional.empty();
+      ImagePull.Result pulled = source.finish();
       boolean sameResponse = recorded.map(r -> RestoreCheck.sameJson(r, response.json())).orElse(true);
       if (json) {
         ObjectNode node = Json.MAPPER.createObjectNode();
@@ -102,6 +113,10 @@ final class RunCommand implements Callable<Integer> {
         node.put("invokeMillis", invokeMs);
         node.put("simulated", driver.isSimulated());
         node.set("notes", Json.MAPPER.valueToTree(f.notes()));
+        if (pulled != null) {
+          ObjectNode pull = Json.MAPPER.valueToTree(pulled);
+          node.set("pull", pull.put("manifestDigest", pulled.manifestDigest().toString()));
+        }
         if (check) {
           node.set("check", Json.MAPPER.valueToTree(memory));
           if (recorded.isPresent()) {
@@ -121,6 +136,10 @@ final class RunCommand implements Callable<Integer> {
         out.printf(Locale.ROOT, "  %-15s  %12s%n", "invoke", Format.millis(invokeMs));
         out.printf(Locale.ROOT, "restored %s in %s (%.2f GB/s copy + verify)%n", Format.bytes(f.timings().bytes()),
             Format.millis(f.timings().totalMillis()), f.timings().copyGBps());
+        if (pulled != null) {
+          out.printf(Locale.ROOT, "pulled lazily from %s: %d blobs fetched, committed as %s after %.3f s%n",
+              pulled.reference(), pulled.fetched(), pulled.tag(), pulled.seconds());
+        }
         if (check) {
           out.printf(Locale.ROOT, "check: device memory %s: %d chunks, %s%n",
               memory.identical() ? "byte-identical to the image" : "DIFFERS from the image", memory.chunks(),

@@ -47,9 +47,9 @@ import picocli.CommandLine.Spec;
     name = "thaw",
     mixinStandardHelpOptions = true,
     versionProvider = ThawCli.Version.class,
-    subcommands = {DemoCommand.class, DevicesCommand.class, CheckCommand.class, BuildCommand.class, ImagesCommand.class,
+    subcommands = {DemoCommand.class, ServeCommand.class, DevicesCommand.class, CheckCommand.class, BuildCommand.class, ImagesCommand.class,
         InspectCommand.class, RunCommand.class, VerifyCommand.class, RmCommand.class, GcCommand.class,
-        ExportCommand.class, ImportCommand.class, CommandLine.HelpCommand.class},
+        ExportCommand.class, ImportCommand.class, PushCommand.class, PullCommand.class, CommandLine.HelpCommand.class},
     synopsisSubcommandLabel = "COMMAND",
     description = {
         "Thaw makes serverless GPU inference functions start in milliseconds: their",

@@ -16,14 +16,19 @@ class DemoCommandTest {
   Path dir;
 
   @Test
-  void buildsRestoresChecksAndInvokesTheExampleAndDedupsOnTheSecondRun() {
+  void buildsServesAndInvokesTheExampleColdThenWarmOverHttpAndDedupsOnTheSecondRun() {
     ThawCli cli = new ThawCli(Map.of("THAW_STORE", dir.resolve("store").toString()), GpuDrivers::open);
     ThawCliTest.Run first = ThawCliTest.run(cli, "demo", "--device", "sim");
     assertEquals(0, first.exit(), first.out() + first.err());
     assertTrue(first.out().contains("1. built demo:mlp"), first.out());
     assertTrue(first.out().contains("profile: 1 exact, 0 unsafe"), first.out());
-    assertTrue(first.out().contains("device memory byte-identical to the image"), first.out());
-    assertTrue(first.out().contains("response identical to the build's"), first.out());
+    assertTrue(first.out().contains("3. cold invoke over HTTP"), first.out());
+    assertTrue(first.out().contains("(Thaw-Start: cold)"), first.out());
+    assertTrue(first.out().contains("(Thaw-Start: warm)"), first.out());
+    for (String phase : new String[] {"queue", "acquire", "map", "restore-wait", "invoke"}) {
+      assertTrue(first.out().contains(phase), phase + " in " + first.out());
+    }
+    assertTrue(first.out().contains("responses identical to the build's"), first.out());
     assertTrue(first.out().contains("SIMULATED device"), first.out());
 
     ThawCliTest.Run second = ThawCliTest.run(cli, "demo", "--device", "sim");

@@ -3,6 +3,7 @@ package dev.thaw.examples;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import dev.thaw.examples.gpt2.kernels.Gpt2Kernels;
+import dev.thaw.examples.llama.kernels.LlamaKernels;
 import dev.thaw.examples.mlp.MlpFunction;
 import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
 import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
@@ -23,13 +24,20 @@ import org.junit.jupiter.params.provider.ValueSource;
 class InstrumentedExamplesPtxTest {
 
   @ParameterizedTest
-  @ValueSource(strings = {"gpt2", "mlp"})
+  @ValueSource(strings = {"gpt2", "llama", "mlp"})
   void everyKernelInstrumentsAndAssembles(String example) throws Exception {
-    String ptx = example.equals("gpt2") ? Gpt2Kernels.ptx() : MlpFunction.ptx();
-    List<String> kernels = example.equals("gpt2")
-        ? List.of(Gpt2Kernels.EMBED, Gpt2Kernels.LAYERNORM, Gpt2Kernels.MATMUL, Gpt2Kernels.MATMUL_RESIDUAL,
-            Gpt2Kernels.KV_APPEND, Gpt2Kernels.ATTENTION, Gpt2Kernels.LM_HEAD, Gpt2Kernels.ARGMAX)
-        : List.of("mlp_linear");
+    String ptx = switch (example) {
+      case "gpt2" -> Gpt2Kernels.ptx();
+      case "llama" -> LlamaKernels.ptx();
+      default -> MlpFunction.ptx();
+    };
+    List<String> kernels = switch (example) {
+      case "gpt2" -> List.of(Gpt2Kernels.EMBED, Gpt2Kernels.LAYERNORM, Gpt2Kernels.MATMUL,
+          Gpt2Kernels.MATMUL_RESIDUAL, Gpt2Kernels.KV_APPEND, Gpt2Kernels.ATTENTION, Gpt2Kernels.LM_HEAD,
+          Gpt2Kernels.ARGMAX);
+      case "llama" -> LlamaKernels.ENTRIES;
+      default -> List.of("mlp_linear");
+    };
     InstrumentedModule m = PtxInstrumenter.instrument(ptx);
     assertEquals(kernels, m.kernels());
     for (String kernel : m.kernels()) {

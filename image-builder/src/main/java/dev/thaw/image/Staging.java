@@ -1,8 +1,9 @@
 package dev.thaw.image;
 
 /**
- * The pinned staging that builds and restores stream device memory through: its defaults and limits, shared by
- * {@link dev.thaw.image.build.BuildOptions} and {@link dev.thaw.image.restore.RestoreOptions}.
+ * The defaults and limits of the pinned staging ({@link StagingRing}) that builds and restores stream device memory
+ * through, shared by {@link dev.thaw.image.build.BuildOptions}, {@link dev.thaw.image.restore.RestoreOptions} and
+ * {@link dev.thaw.image.restore.RestoreResources}.
  */
 public final class Staging {
 

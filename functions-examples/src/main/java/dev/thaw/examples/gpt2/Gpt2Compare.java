@@ -194,7 +194,7 @@ public final class Gpt2Compare {
     return ms;
   }
 
-  static double median(double[] v) {
+  public static double median(double[] v) {
     double[] s = v.clone();
     Arrays.sort(s);
     int n = s.length;
@@ -202,8 +202,8 @@ public final class Gpt2Compare {
   }
 
   /** How far {@code got} is from {@code expected}. */
-  record Diff(double maxAbs, double relL2, boolean sameArgmax) {
-    static Diff of(float[] expected, float[] got) {
+  public record Diff(double maxAbs, double relL2, boolean sameArgmax) {
+    public static Diff of(float[] expected, float[] got) {
       if (expected.length != got.length) {
         return new Diff(Double.POSITIVE_INFINITY, Double.POSITIVE_INFINITY, false);
       }
@@ -224,7 +224,7 @@ public final class Gpt2Compare {
     }
   }
 
-  static int[][] ints(JsonNode rows) {
+  public static int[][] ints(JsonNode rows) {
     List<int[]> out = new ArrayList<>();
     for (JsonNode r : rows) {
       out.add(ints1(r));
@@ -232,7 +232,7 @@ public final class Gpt2Compare {
     return out.toArray(new int[0][]);
   }
 
-  private static int[] ints1(JsonNode r) {
+  public static int[] ints1(JsonNode r) {
     int[] v = new int[r.size()];
     for (int i = 0; i < v.length; i++) {
       v[i] = r.get(i).asInt();
@@ -240,7 +240,7 @@ public final class Gpt2Compare {
     return v;
   }
 
-  static float[] floats(JsonNode r) {
+  public static float[] floats(JsonNode r) {
     float[] v = new float[r.size()];
     for (int i = 0; i < v.length; i++) {
       v[i] = (float) r.get(i).asDouble();

@@ -4,18 +4,20 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.function.SessionModule;
+import dev.thaw.examples.function.StagedUpload;
+import dev.thaw.examples.function.TokenRequest;
 import dev.thaw.examples.gpt2.kernels.Gpt2Kernels;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.TensorSpec;
 import dev.thaw.runtime.function.ThawFunction;
-import dev.thaw.runtime.gpu.GpuContext;
-import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
-import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -23,6 +25,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Optional;
 import java.util.Set;
 
 /**
@@ -55,7 +58,7 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
 
   public static final String MODULE = "gpt2";
   public static final int DEFAULT_MAX_BATCH = 4;
-  public static final int DEFAULT_MAX_NEW_TOKENS = 16;
+  public static final int DEFAULT_MAX_NEW_TOKENS = TokenRequest.DEFAULT_MAX_NEW_TOKENS;
   /** A bound on maxBatch: the KV cache and scratch grow with it, and the request loop is per sequence. */
   public static final int MAX_BATCH_LIMIT = 64;
   /** Pinned staging for the weight upload: two halves of this size, filled and copied alternately. */
@@ -97,6 +100,17 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
   @Override
   public Class<State> stateType() {
     return State.class;
+  }
+
+  /**
+   * {@code tokens} INT32 [batch, prompt] in, {@code tokens} INT32 [batch, new] out; a language model on GPT-2's
+   * byte-pair encoding ({@code r50k_base}), whose requests and responses are this function's own.
+   */
+  @Override
+  public FunctionSignature signature(State s) {
+    return new FunctionSignature(List.of(TensorSpec.of("tokens", "INT32", -1, -1)),
+        List.of(TensorSpec.of("tokens", "INT32", -1, -1)),
+        Optional.of(new FunctionSignature.LanguageModel("r50k_base", s.config().vocabSize(), s.maxTokens())));
   }
 
   // ---- init ----
@@ -193,34 +207,12 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
    * of -1, and the embedding kernel would read outside wte.
    */
   static void upload(FunctionSession session, Gpt2Weights weights, List<Gpt2Tensor> tensors) throws IOException {
-    GpuContext ctx = session.context();
-    GpuStream stream = session.stream();
-    try (PinnedBuffer pinned = ctx.allocatePinned(2L * STAGING_BYTES);
-        GpuEvent free0 = ctx.createEvent(false);
-        GpuEvent free1 = ctx.createEvent(false)) {
-      GpuEvent[] free = {free0, free1};
-      boolean[] inFlight = new boolean[2];
-      int slot = 0;
-      try {
-        for (Gpt2Tensor t : tensors) {
-          long device = session.address(new BufferRef(t.name()));
-          for (long at = 0; at < t.halfBytes(); at += STAGING_BYTES) {
-            int len = (int) Math.min(STAGING_BYTES, t.halfBytes() - at);
-            if (inFlight[slot]) {
-              free[slot].synchronize();
-            }
-            ByteBuffer view = pinned.slice((long) slot * STAGING_BYTES, len);
-            weights.read(t, at, view);
-            checkFinite(t, view, at);
-            stream.copyHostToDeviceAsync(device + at, pinned, (long) slot * STAGING_BYTES, len);
-            free[slot].record(stream);
-            inFlight[slot] = true;
-            slot ^= 1;
-          }
-        }
-      } finally {
-        // Never free the staging while a copy may still read it.
-        stream.synchronize();
+    try (StagedUpload staging = new StagedUpload(session, STAGING_BYTES)) {
+      for (Gpt2Tensor t : tensors) {
+        staging.copy(session.address(new BufferRef(t.name())), t.halfBytes(), (at, view) -> {
+          weights.read(t, at, view);
+          checkFinite(t, view, at);
+        });
       }
     }
   }
@@ -245,81 +237,19 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
 
   // ---- invoke ----
 
-  /** A checked request. */
-  record Request(int[][] prompts, int maxNewTokens, boolean returnLogits) {}
-
   /**
    * Checks the request against the state's limits.
    *
    * @throws InvalidRequestException naming the first thing that is wrong
    */
-  static Request parse(State s, JsonNode json) {
-    if (json == null || !json.isObject()) {
-      throw new InvalidRequestException("the request is a JSON object with 'tokens'");
-    }
-    for (Iterator<String> it = json.fieldNames(); it.hasNext(); ) {
-      String f = it.next();
-      if (!REQUEST_FIELDS.contains(f)) {
-        throw new InvalidRequestException("unknown field '" + f + "'; known: " + REQUEST_FIELDS);
-      }
-    }
-    int maxNew = DEFAULT_MAX_NEW_TOKENS;
-    JsonNode n = json.get("maxNewTokens");
-    if (n != null) {
-      if (!n.isIntegralNumber() || !n.canConvertToInt() || n.asInt() < 0) {
-        throw new InvalidRequestException("'maxNewTokens' must be an integer of at least 0, not " + n);
-      }
-      maxNew = n.asInt();
-    }
-    boolean returnLogits = false;
-    JsonNode r = json.get("returnLogits");
-    if (r != null) {
-      if (!r.isBoolean()) {
-        throw new InvalidRequestException("'returnLogits' must be true or false, not " + r);
-      }
-      returnLogits = r.asBoolean();
-    }
-    JsonNode tokens = json.get("tokens");
-    if (tokens == null || !tokens.isArray()) {
-      throw new InvalidRequestException("'tokens' must be a list of prompts, each a list of token ids");
-    }
-    for (int b = 0; b < tokens.size(); b++) {
-      if (!tokens.get(b).isArray()) {
-        throw new InvalidRequestException("prompt " + b + " must be a list of token ids, not "
-            + tokens.get(b).getNodeType());
-      }
-    }
-    if (tokens.size() == 0 || tokens.size() > s.maxBatch()) {
-      throw new InvalidRequestException("'tokens' holds " + tokens.size() + " prompts; 1 to " + s.maxBatch()
-          + " (maxBatch) are allowed");
-    }
-    int vocab = s.config().vocabSize();
-    int[][] prompts = new int[tokens.size()][];
-    for (int b = 0; b < prompts.length; b++) {
-      JsonNode p = tokens.get(b);
-      if (p.size() == 0) {
-        throw new InvalidRequestException("prompt " + b + " is empty");
-      }
-      if ((long) p.size() + maxNew > s.maxTokens()) {
-        throw new InvalidRequestException("prompt " + b + " has " + p.size() + " tokens; with " + maxNew
-            + " new tokens that exceeds the " + s.maxTokens() + " positions of the KV cache (maxTokens)");
-      }
-      prompts[b] = new int[p.size()];
-      for (int t = 0; t < p.size(); t++) {
-        JsonNode id = p.get(t);
-        if (!id.isIntegralNumber() || !id.canConvertToInt() || id.asInt() < 0 || id.asInt() >= vocab) {
-          throw new InvalidRequestException("prompt " + b + ", position " + t + ": " + id
-              + " is not a token id in [0, " + vocab + ")");
-        }
-        prompts[b][t] = id.asInt();
-      }
-    }
-    return new Request(prompts, maxNew, returnLogits);
+  static TokenRequest parse(State s, JsonNode json) {
+    return TokenRequest.parse(json, REQUEST_FIELDS, new TokenRequest.Limits(s.maxBatch(), s.maxTokens(),
+        s.config().vocabSize()));
   }
 
   @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
-    Request req = parse(s, request.json());
+    TokenRequest req = parse(s, request.json());
     Run run = new Run(session, s, req);
     run.execute();
     return FunctionResponse.of(run.response());
@@ -329,7 +259,7 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
   private static final class Run {
     private final FunctionSession session;
     private final State s;
-    private final Request req;
+    private final TokenRequest req;
     private final Gpt2Kernels k;
     private final GpuStream stream;
     private final int batch;
@@ -362,7 +292,7 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
         "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
         "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
 
-    Run(FunctionSession session, State s, Request req) {
+    Run(FunctionSession session, State s, TokenRequest req) {
       this.session = session;
       this.s = s;
       this.req = req;

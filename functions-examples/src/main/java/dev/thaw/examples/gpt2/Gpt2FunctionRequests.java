@@ -1,8 +1,7 @@
 package dev.thaw.examples.gpt2;
 
-import com.fasterxml.jackson.databind.node.ArrayNode;
-import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.function.TokenRequest;
 
 /** Builds {@link Gpt2Function} request bodies. */
 public final class Gpt2FunctionRequests {
@@ -11,14 +10,6 @@ public final class Gpt2FunctionRequests {
 
   /** {@code {"tokens": prompts, "maxNewTokens": n, "returnLogits": logits}}. */
   public static ObjectNode of(int[][] prompts, int maxNewTokens, boolean returnLogits) {
-    ObjectNode r = JsonNodeFactory.instance.objectNode();
-    ArrayNode all = r.putArray("tokens");
-    for (int[] p : prompts) {
-      ArrayNode row = all.addArray();
-      for (int t : p) {
-        row.add(t);
-      }
-    }
-    return r.put("maxNewTokens", maxNewTokens).put("returnLogits", returnLogits);
+    return TokenRequest.body(prompts, maxNewTokens, returnLogits);
   }
 }

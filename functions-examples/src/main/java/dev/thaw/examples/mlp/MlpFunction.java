@@ -7,10 +7,12 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.KernelRef;
+import dev.thaw.runtime.function.TensorSpec;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.Dim3;
 import java.io.IOException;
@@ -22,6 +24,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Optional;
 import java.util.Random;
 import java.util.Set;
 
@@ -103,6 +106,14 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
   @Override
   public Class<State> stateType() {
     return State.class;
+  }
+
+  /** {@code inputs} FP32 [rows, in] in; {@code outputs} FP32 [rows, out] and {@code argmax} INT64 [rows] out. */
+  @Override
+  public FunctionSignature signature(State s) {
+    return new FunctionSignature(List.of(TensorSpec.of("inputs", "FP32", -1, s.inputs())),
+        List.of(TensorSpec.of("outputs", "FP32", -1, s.outputs()), TensorSpec.of("argmax", "INT64", -1)),
+        Optional.empty());
   }
 
   @Override

@@ -3,6 +3,7 @@ package dev.thaw.image.build;
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ProgressListener;
+import dev.thaw.image.StagingRing;
 import dev.thaw.image.ThawVersion;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
@@ -19,7 +20,6 @@ import dev.thaw.runtime.function.SessionTable;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.GpuContext;
-import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.KernelParam;
 import dev.thaw.runtime.gpu.ParamLayout;
@@ -32,8 +32,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.concurrent.ArrayBlockingQueue;
-import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
@@ -252,23 +250,14 @@ public final class ImageBuilder {
 
   private void copyAllocations(GpuContext context, SessionTable table, BuildOptions options, Snapshot snap,
       ProgressListener progress, long stagingBytes) {
-    int slots = options.stagingBuffers();
-    List<AutoCloseable> owned = new ArrayList<>();
     ExecutorService watcher = Executors.newSingleThreadExecutor(daemon("thaw-snapshot-copy"));
     ExecutorService hashers = Executors.newFixedThreadPool(options.hashThreads(), daemon("thaw-snapshot-hash"));
+    List<AutoCloseable> owned = new ArrayList<>();
     try {
+      StagingRing staging = StagingRing.allocate(context, options.stagingBuffers(), Math.max(stagingBytes, 4096));
+      owned.add(staging);
       GpuStream stream = context.createStream();
       owned.add(stream);
-      PinnedBuffer[] staging = new PinnedBuffer[slots];
-      GpuEvent[] copied = new GpuEvent[slots];
-      BlockingQueue<Integer> free = new ArrayBlockingQueue<>(slots);
-      for (int i = 0; i < slots; i++) {
-        staging[i] = context.allocatePinned(stagingBytes);
-        owned.add(staging[i]);
-        copied[i] = context.createEvent(false);
-        owned.add(copied[i]);
-        free.add(i);
-      }
       AtomicReference<Throwable> failure = new AtomicReference<>();
       List<CompletableFuture<List<ImageManifest.Chunk>>> segments = new ArrayList<>();
       List<Segment> order = new ArrayList<>();
@@ -276,22 +265,21 @@ public final class ImageBuilder {
         AllocationRecord alloc = table.allocations().get(a);
         for (long off = 0; off < alloc.size() && failure.get() == null; off += stagingBytes) {
           Segment seg = new Segment(a, off, (int) Math.min(stagingBytes, alloc.size() - off));
-          int slot = take(free, failure);
-          if (slot < 0) {
-            break;
-          }
-          stream.copyDeviceToHostAsync(staging[slot], 0, alloc.address() + seg.offset(), seg.length());
-          stream.record(copied[slot]);
+          // Every slot taken is released when its segment is stored or has failed, so this cannot wait forever.
+          int slot = staging.acquire();
+          PinnedBuffer buffer = staging.buffer(slot);
+          stream.copyDeviceToHostAsync(buffer, 0, alloc.address() + seg.offset(), seg.length());
+          staging.queued(slot, stream);
           // Copies complete in stream order, so one watcher waiting on the events in order loses nothing.
           CompletableFuture<List<ImageManifest.Chunk>> f = CompletableFuture
-              .runAsync(copied[slot]::synchronize, watcher)
-              .thenApplyAsync(v -> chunker.cut(staging[slot].slice(0, seg.length())), hashers)
-              .thenCompose(lengths -> hashAndStore(staging[slot], seg, lengths, snap, progress, hashers));
+              .runAsync(() -> staging.awaitDevice(slot), watcher)
+              .thenApplyAsync(v -> chunker.cut(buffer.slice(0, seg.length())), hashers)
+              .thenCompose(lengths -> hashAndStore(buffer, seg, lengths, snap, progress, hashers));
           f.whenComplete((chunks, e) -> {
             if (e != null) {
               failure.compareAndSet(null, e);
             }
-            free.add(slot);
+            staging.release(slot);
           });
           segments.add(f);
           order.add(seg);
@@ -338,21 +326,6 @@ public final class ImageBuilder {
     }
     return CompletableFuture.allOf(chunks.toArray(CompletableFuture[]::new))
         .thenApply(v -> chunks.stream().map(CompletableFuture::join).toList());
-  }
-
-  private static int take(BlockingQueue<Integer> free, AtomicReference<Throwable> failure) {
-    try {
-      while (failure.get() == null) {
-        Integer slot = free.poll(50, TimeUnit.MILLISECONDS);
-        if (slot != null) {
-          return slot;
-        }
-      }
-      return -1;
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new IllegalStateException("interrupted while snapshotting", e);
-    }
   }
 
   private static <T> T join(CompletableFuture<T> f) {

@@ -3,6 +3,7 @@ package dev.thaw.image.restore;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.Images;
 import dev.thaw.image.ProgressListener;
+import dev.thaw.image.StagingRing;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.function.FunctionLoader;
@@ -12,7 +13,6 @@ import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.AddressUnavailableException;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.GpuContext;
-import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.nio.ByteBuffer;
@@ -27,7 +27,6 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ThreadFactory;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
@@ -47,14 +46,30 @@ public final class ImageRestorer {
 
   private final ChunkStore store;
   private final RestoreOptions options;
+  private final StagingRing ring;
+  private final ExecutorService readers;
 
   public ImageRestorer(ChunkStore store) {
     this(store, new RestoreOptions());
   }
 
+  /** A restorer that makes its staging and read threads per restore, as {@code options} say (one-shot commands). */
   public ImageRestorer(ChunkStore store, RestoreOptions options) {
     this.store = store;
     this.options = options;
+    this.ring = null;
+    this.readers = null;
+  }
+
+  /**
+   * A restorer that streams through its owner's staging ring and read threads, made once for many restores (a
+   * pooled worker). One restore at a time uses them.
+   */
+  public ImageRestorer(ChunkStore store, StagingRing ring, ExecutorService readers) {
+    this.store = store;
+    this.options = new RestoreOptions();
+    this.ring = ring;
+    this.readers = readers;
   }
 
   public RestoredFunction<?> restore(String tag, GpuContext context) {
@@ -128,18 +143,15 @@ public final class ImageRestorer {
     }
     double cubinMs = millisSince(t);
 
-    ModuleTimingContext timed = new ModuleTimingContext(context);
-    t = System.nanoTime();
     FunctionSession session;
     try {
-      session = FunctionSession.rebuild(timed, manifest.sessionTable(cubins));
+      session = FunctionSession.rebuild(context, manifest.sessionTable(cubins));
     } catch (AddressUnavailableException e) {
       throw new ImageRestoreException("image '" + tag + "' needs its device addresses, and one is taken in this "
           + "process: " + e.getMessage(), e);
     }
-    double rebuildMs = millisSince(t);
-    double modulesMs = cubinMs + timed.moduleNanos() / 1e6;
-    double mapMs = rebuildMs - timed.moduleNanos() / 1e6;
+    double modulesMs = cubinMs + session.rebuildTimings().moduleNanos() / 1e6;
+    double mapMs = session.rebuildTimings().mapNanos() / 1e6;
 
     try {
       t = System.nanoTime();
@@ -182,65 +194,62 @@ public final class ImageRestorer {
     }
     long largestChunk = manifest.allocations().stream().flatMap(a -> a.chunks().stream())
         .mapToLong(ImageManifest.Chunk::length).max().orElse(0);
-    long stagingBytes = Math.max(Math.min(options.stagingBytes(), largestAllocation), largestChunk);
-    List<Batch> batches = batches(manifest, stagingBytes);
-
     GpuContext context = session.context();
-    int slots = Math.min(options.stagingBuffers(), batches.size());
-    List<AutoCloseable> owned = new ArrayList<>();
-    ExecutorService readers = Executors.newFixedThreadPool(options.readThreads(), daemon("thaw-restore-read"));
-    progress.start("restore", manifest.totalBytes());
-    try {
-      GpuStream stream = context.createStream();
-      owned.add(stream);
-      PinnedBuffer[] staging = new PinnedBuffer[slots];
-      GpuEvent[] copied = new GpuEvent[slots];
-      ArrayDeque<Integer> free = new ArrayDeque<>();
-      for (int i = 0; i < slots; i++) {
-        staging[i] = context.allocatePinned(stagingBytes);
-        owned.add(staging[i]);
-        copied[i] = context.createEvent(false);
-        owned.add(copied[i]);
-        free.add(i);
+    if (ring != null) {
+      if (largestChunk > ring.bytes()) {
+        throw new ImageRestoreException("a chunk of " + largestChunk + " bytes does not fit the staging buffers ("
+            + ring.bytes() + " bytes)");
       }
-      ArrayDeque<InFlight> reading = new ArrayDeque<>();
-      ArrayDeque<Integer> copying = new ArrayDeque<>();
+      pipeline(manifest, context, batches(manifest, ring.bytes()), ring, readers, progress);
+      return;
+    }
+    long stagingBytes = Math.max(Math.min(options.stagingBytes(), largestAllocation), Math.max(largestChunk, 4096));
+    List<Batch> batches = batches(manifest, stagingBytes);
+    int slots = Math.max(2, Math.min(options.stagingBuffers(), batches.size()));
+    ExecutorService pool = Executors.newFixedThreadPool(options.readThreads(), daemon("thaw-restore-read"));
+    try (StagingRing own = StagingRing.allocate(context, slots, stagingBytes)) {
+      pipeline(manifest, context, batches, own, pool, progress);
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  /**
+   * Reads batches into the ring's slots, verifying each chunk, and queues each batch's copy once all its chunks are
+   * verified, in order; returns when every copy has completed. On failure it waits for the reads still running (they
+   * write into the ring) and hands every slot back, so the ring can be lent again.
+   */
+  private void pipeline(ImageManifest manifest, GpuContext context, List<Batch> batches, StagingRing staging,
+      ExecutorService pool, ProgressListener progress) {
+    progress.start("restore", manifest.totalBytes());
+    ArrayDeque<InFlight> reading = new ArrayDeque<>();
+    try (GpuStream stream = context.createStream()) {
       for (Batch batch : batches) {
-        while (free.isEmpty()) {
-          if (!copying.isEmpty()) {
-            int slot = copying.poll();
-            copied[slot].synchronize();
-            free.add(slot);
-          } else {
-            copyToDevice(reading.poll(), stream, staging, copied, copying);
-          }
+        if (reading.size() == staging.size()) {
+          copyToDevice(reading.poll(), stream, staging);
         }
-        int slot = free.poll();
-        reading.add(new InFlight(batch, slot, readBatch(batch, staging[slot], readers, progress)));
+        int slot = staging.acquire();
+        reading.add(new InFlight(batch, slot, readBatch(batch, staging.buffer(slot), pool, progress)));
         while (!reading.isEmpty() && reading.peek().verified().isDone()) {
-          copyToDevice(reading.poll(), stream, staging, copied, copying);
+          copyToDevice(reading.poll(), stream, staging);
         }
       }
       while (!reading.isEmpty()) {
-        copyToDevice(reading.poll(), stream, staging, copied, copying);
+        copyToDevice(reading.poll(), stream, staging);
       }
       stream.synchronize();
+    } catch (RuntimeException | Error e) {
+      for (InFlight f : reading) {
+        try {
+          f.verified().join();
+        } catch (RuntimeException ignored) {
+          // The failure that got us here is the one to report.
+        }
+        staging.release(f.slot());
+      }
+      throw e;
     } finally {
       progress.finish();
-      readers.shutdownNow();
-      try {
-        // Reads still running write into staging: let them stop before it is freed.
-        readers.awaitTermination(30, TimeUnit.SECONDS);
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-      }
-      for (int i = owned.size() - 1; i >= 0; i--) {
-        try {
-          owned.get(i).close();
-        } catch (Exception e) {
-          // Teardown must not hide the failure that got us here.
-        }
-      }
     }
   }
 
@@ -280,33 +289,21 @@ public final class ImageRestorer {
   }
 
   /** The copy is queued only once every chunk of the batch is verified: the invariant of this class. */
-  private static void copyToDevice(InFlight f, GpuStream stream, PinnedBuffer[] staging, GpuEvent[] copied,
-      ArrayDeque<Integer> copying) {
-    join(f.verified());
-    stream.copyHostToDeviceAsync(f.batch().device() + f.batch().offset(), staging[f.slot()], 0, f.batch().bytes());
-    stream.record(copied[f.slot()]);
-    copying.add(f.slot());
+  private static void copyToDevice(InFlight f, GpuStream stream, StagingRing staging) {
+    try {
+      join(f.verified());
+    } catch (RuntimeException | Error e) {
+      staging.release(f.slot());
+      throw e;
+    }
+    stream.copyHostToDeviceAsync(f.batch().device() + f.batch().offset(), staging.buffer(f.slot()), 0,
+        f.batch().bytes());
+    staging.queued(f.slot(), stream);
+    staging.release(f.slot());
   }
 
-  /** Reads a chunk into exactly {@code dst.remaining()} bytes and checks its digest. */
   private void readVerified(Digest digest, ByteBuffer dst, String where) {
-    int expected = dst.remaining();
-    ByteBuffer view = dst.duplicate();
-    int n;
-    try {
-      n = store.readChunk(digest, view);
-    } catch (IllegalArgumentException e) {
-      throw new CorruptChunkException(digest, "it holds more than the " + expected + " bytes the image says ("
-          + where + ")");
-    }
-    if (n != expected) {
-      throw new CorruptChunkException(digest, "it holds " + n + " bytes, the image says " + expected + " ("
-          + where + ")");
-    }
-    Digest actual = Digest.of(dst.duplicate());
-    if (!actual.equals(digest)) {
-      throw new CorruptChunkException(digest, "its bytes hash to " + actual + " (" + where + ")");
-    }
+    VerifiedChunks.read(store, digest, dst, where);
   }
 
   private static void join(CompletableFuture<?> f) {

@@ -37,9 +37,10 @@ public final class ImageArchive {
 
   public static final String OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json";
   public static final String OCI_INDEX_TYPE = "application/vnd.oci.image.index.v1+json";
-  public static final String ARTIFACT_TYPE = "application/vnd.thaw.image.v1";
-  public static final String THAW_MANIFEST_TYPE = "application/vnd.thaw.image.manifest.v1+json";
-  public static final String CHUNK_TYPE = "application/vnd.thaw.chunk.v1";
+  /** Media types as ModelPack and KitOps shape theirs (docs/image-format.md); the registry uses the same. */
+  public static final String ARTIFACT_TYPE = "application/vnd.thaw.image.manifest.v1+json";
+  public static final String THAW_MANIFEST_TYPE = "application/vnd.thaw.image.config.v1+json";
+  public static final String CHUNK_TYPE = "application/vnd.thaw.image.chunk.v1.raw";
   public static final String REF_NAME = "org.opencontainers.image.ref.name";
   /** An index or manifest bigger than this is not one we wrote. */
   private static final long MAX_JSON = 64L << 20;

@@ -101,6 +101,13 @@ public final class FunctionSession implements AutoCloseable {
   }
 
   private volatile LaunchInterceptor interceptor;
+  private RebuildTimings rebuildTimings = new RebuildTimings(0, 0);
+
+  /**
+   * Where {@link #rebuild} spent its time, in nanoseconds: mapping the allocations at their recorded addresses,
+   * and loading the modules (a JIT from PTX on another architecture). Zero for a recorded session.
+   */
+  public record RebuildTimings(long mapNanos, long moduleNanos) {}
 
   private FunctionSession(GpuContext context, Packing packing) {
     this.context = context;
@@ -137,6 +144,7 @@ public final class FunctionSession implements AutoCloseable {
       SlabSource source) {
     FunctionSession session = new FunctionSession(context, Packing.SLABS);
     try {
+      long t = System.nanoTime();
       for (AllocationRecord a : table.allocations()) {
         checkName(a.name(), "buffer");
         if (a.size() <= 0 || session.allocations.containsKey(a.name())) {
@@ -151,12 +159,15 @@ public final class FunctionSession implements AutoCloseable {
         session.allocations.put(a.name(), new Allocation(a.address(), a.size(), null));
         session.allocationsVersion++;
       }
+      long mapNanos = System.nanoTime() - t;
+      t = System.nanoTime();
       String arch = context.device().smArch();
       for (ModuleRecord m : table.modules()) {
         GpuModule module = arch.equals(m.arch()) ? context.loadCubin(m.cubin()) : context.loadPtx(m.ptx());
         ModuleRecord kept = arch.equals(m.arch()) ? m : new ModuleRecord(m.name(), m.ptx(), module.cubin(), arch);
         session.modules.put(m.name(), new LoadedModule(module, kept));
       }
+      session.rebuildTimings = new RebuildTimings(mapNanos, System.nanoTime() - t);
       return session;
     } catch (RuntimeException e) {
       session.close();
@@ -249,6 +260,11 @@ public final class FunctionSession implements AutoCloseable {
     return at;
   }
 
+  /** Where {@link #rebuild} spent its time; zeros for a session that was recorded. */
+  public RebuildTimings rebuildTimings() {
+    return rebuildTimings;
+  }
+
   /** The stream all of the function's device work runs on. */
   public GpuStream stream() {
     return stream;
@@ -328,11 +344,19 @@ public final class FunctionSession implements AutoCloseable {
     return b;
   }
 
-  /** Copies {@code src.remaining()} bytes to the buffer at {@code offset}, synchronously. */
+  /**
+   * Copies {@code src.remaining()} bytes to the buffer at {@code offset}, synchronously: every launch made after it
+   * returns sees them. A {@link CopyInterceptor} may instead queue the bytes on {@link #stream()} (on-demand restore
+   * does, while the buffer is not restored yet), which keeps that promise for work on the stream.
+   */
   public void upload(BufferRef ref, long offset, ByteBuffer src) {
     checkRange(ref, offset, src.remaining());
-    context.copyHostToDevice(address(ref) + offset, src);
     hostWrites.add(ref.name());
+    long dst = address(ref) + offset;
+    if (interceptor instanceof CopyInterceptor c && c.uploadInstead(dst, src, stream)) {
+      return;
+    }
+    context.copyHostToDevice(dst, src);
   }
 
   /**
@@ -351,8 +375,38 @@ public final class FunctionSession implements AutoCloseable {
   /** Fills {@code dst.remaining()} bytes from the buffer at {@code offset}, after the stream's work is done. */
   public void download(BufferRef ref, long offset, ByteBuffer dst) {
     checkRange(ref, offset, dst.remaining());
+    long src = address(ref) + offset;
+    if (interceptor instanceof CopyInterceptor c) {
+      c.beforeDeviceAccess(src, dst.remaining(), stream);
+    }
     stream.synchronize();
-    context.copyDeviceToHost(dst, address(ref) + offset);
+    context.copyDeviceToHost(dst, src);
+  }
+
+  /**
+   * Queues a copy of {@code bytes} bytes from {@code src} at {@code srcOffset} to {@code dst} at {@code dstOffset}
+   * on {@link #stream()}.
+   */
+  public void copy(BufferRef dst, long dstOffset, BufferRef src, long srcOffset, long bytes) {
+    checkRange(dst, dstOffset, bytes);
+    checkRange(src, srcOffset, bytes);
+    long to = address(dst) + dstOffset;
+    long from = address(src) + srcOffset;
+    if (interceptor instanceof CopyInterceptor c) {
+      c.beforeDeviceAccess(from, bytes, stream);
+      c.beforeDeviceAccess(to, bytes, stream);
+    }
+    stream.copyDeviceToDeviceAsync(to, from, bytes);
+  }
+
+  /** Queues setting {@code bytes} bytes of the buffer at {@code offset} to {@code value} on {@link #stream()}. */
+  public void fill(BufferRef ref, long offset, long bytes, byte value) {
+    checkRange(ref, offset, bytes);
+    long to = address(ref) + offset;
+    if (interceptor instanceof CopyInterceptor c) {
+      c.beforeDeviceAccess(to, bytes, stream);
+    }
+    stream.memsetD8Async(to, value, bytes);
   }
 
   private void checkRange(BufferRef ref, long offset, long bytes) {
@@ -411,7 +465,8 @@ public final class FunctionSession implements AutoCloseable {
 
   /**
    * Makes every later launch of this session pass {@code interceptor} first; null removes it. If it is a
-   * {@link LaunchRedirect}, it may also run each launch in the kernel's place.
+   * {@link LaunchRedirect}, it may also run each launch in the kernel's place; if it is a {@link CopyInterceptor},
+   * it also sees the session's own uploads, downloads, copies and fills.
    */
   public void setLaunchInterceptor(LaunchInterceptor interceptor) {
     this.interceptor = interceptor;

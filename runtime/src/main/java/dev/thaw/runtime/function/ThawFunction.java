@@ -63,4 +63,13 @@ public interface ThawFunction<S> {
    * @throws InvalidRequestException if the request cannot be served, naming what is wrong
    */
   FunctionResponse invoke(FunctionSession session, S state, FunctionRequest request) throws Exception;
+
+  /**
+   * What the requests and responses hold, for serving protocols that need to know (tensors for the KServe
+   * v2 protocol, a language model for completions). Read from the host state alone: a server calls it without
+   * restoring the image. {@link FunctionSignature#UNDECLARED} by default.
+   */
+  default FunctionSignature signature(S state) {
+    return FunctionSignature.UNDECLARED;
+  }
 }

@@ -39,6 +39,15 @@ public interface GpuContext extends AutoCloseable {
   /** Blocks until all work in this context is done; reports the first asynchronous error. */
   void synchronize();
 
+  /**
+   * True when this context records the exact device bytes every launch reads and writes (the sim device, whose
+   * kernels touch memory only through checked views): validation there is exact, and needs no instrumentation.
+   * Ask this, never the context's class: a context may be wrapped.
+   */
+  default boolean recordsAccesses() {
+    return false;
+  }
+
   // ---- virtual memory management ----
 
   /** The allocation granularity, in bytes (2 MiB on an H100/H200 and on the sim device). */

@@ -12,7 +12,6 @@ import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.Kernel;
 import dev.thaw.runtime.gpu.KernelArgs;
-import dev.thaw.runtime.gpu.sim.SimContext;
 import dev.thaw.runtime.ptx.instrument.AccessSite;
 import dev.thaw.runtime.ptx.instrument.GuardTable;
 import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
@@ -99,7 +98,7 @@ public final class GpuProfiler implements AccessProfiler {
    * @throws IllegalStateException if the session's interceptor is already a {@link LaunchRedirect}
    */
   public static GpuProfiler attach(FunctionSession session) {
-    if (session.context() instanceof SimContext) {
+    if (session.context().recordsAccesses()) {
       throw new IllegalArgumentException("this session runs on the sim device, whose kernels ignore the guard: "
           + "profile it with Profiler (Profiling.attach picks the right one)");
     }

@@ -36,7 +36,7 @@ public final class ArgmaxSimKernel implements SimKernel {
   }
 
   /** The rule of gpt2.cu: primitive comparisons, so NaN compares false and -0.0 == 0.0. */
-  static int argmax(float[] row, int len) {
+  public static int argmax(float[] row, int len) {
     float best = Float.NEGATIVE_INFINITY;
     int bestIndex = Integer.MAX_VALUE;
     for (int v = 0; v < len; v++) {

@@ -8,12 +8,12 @@ import java.util.Random;
  * Kernel cases shared by the sim test (device vs. a plain fp64 reference written here, independently of the
  * sim kernels) and the GPU equivalence test (CUDA vs. sim). Inputs are seeded and never zero.
  */
-final class Gpt2Cases {
+public final class Gpt2Cases {
 
   private Gpt2Cases() {}
 
   /** One tensor a case produces: compared exactly (bits), or within {@code rtol*|e| + atolRms*rms(e)}. */
-  record Output(String name, float[] values, int width, boolean exact, double rtol, double atolRms) {
+  public record Output(String name, float[] values, int width, boolean exact, double rtol, double atolRms) {
 
     static Output exact(String name, float[] values, int width) {
       return new Output(name, values, width, true, 0, 0);
@@ -76,7 +76,7 @@ final class Gpt2Cases {
    * Compares outputs; returns null when they agree, else a message naming the case, the tensor, the first
    * bad indices (with row and column), expected vs got, and how many are bad.
    */
-  static String compare(String caseName, String expectedFrom, List<Output> expected, String gotFrom,
+  public static String compare(String caseName, String expectedFrom, List<Output> expected, String gotFrom,
       List<Output> got) {
     if (expected.size() != got.size()) {
       return caseName + ": " + expected.size() + " outputs vs " + got.size();

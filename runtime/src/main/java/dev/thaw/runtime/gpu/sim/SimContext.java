@@ -119,6 +119,11 @@ public final class SimContext implements GpuContext {
   }
 
   @Override
+  public boolean recordsAccesses() {
+    return true;
+  }
+
+  @Override
   public void synchronize() {
     checkUsable("cuCtxSynchronize");
     for (SimStream s : streams) {

@@ -74,7 +74,8 @@ public final class ValidatingLauncher implements AutoCloseable {
 
   /**
    * Checks that {@code instrumented} is {@code original} plus one trailing {@code .u64}: same count plus one,
-   * and the same offset, size and type for each original parameter.
+   * and the same offset, size and type for each original parameter (any type for an untyped one: a kernel loaded
+   * from a cubin knows only its parameters' offsets and sizes).
    *
    * @throws IllegalArgumentException naming the first difference
    */
@@ -86,7 +87,8 @@ public final class ValidatingLauncher implements AutoCloseable {
     for (int i = 0; i < original.count(); i++) {
       KernelParam o = original.get(i);
       KernelParam p = instrumented.get(i);
-      if (o.offset() != p.offset() || o.size() != p.size() || o.type() != p.type()) {
+      if (o.offset() != p.offset() || o.size() != p.size()
+          || (o.type() != p.type() && o.type() != ParamType.UNTYPED)) {
         throw new IllegalArgumentException("instrumented kernel " + kernel + ": parameter " + i + " is "
             + p.describe() + ", the original's is " + o.describe());
       }
@@ -98,14 +100,21 @@ public final class ValidatingLauncher implements AutoCloseable {
     }
   }
 
-  /** Copies every parameter of {@code from} into the same index of {@code to}, by type. */
+  /**
+   * Copies every parameter of {@code from} into the same index of {@code to}, by type; an untyped one (from a cubin)
+   * by the type {@code to} gives it, the bytes unchanged.
+   */
   static void copy(KernelArgs from, KernelArgs to) {
     ByteBuffer s = from.slab();
     ParamLayout layout = from.layout();
     for (int i = 0; i < layout.count(); i++) {
       KernelParam p = layout.get(i);
       int at = p.offset();
-      ParamType type = p.type() == ParamType.UNTYPED ? untyped(p.size()) : p.type();
+      ParamType type = p.type();
+      if (type == ParamType.UNTYPED) {
+        ParamType target = to.layout().get(i).type();
+        type = target == ParamType.UNTYPED ? untyped(p.size()) : target;
+      }
       switch (type) {
         case INT8 -> to.set(i, s.get(at));
         case INT16 -> to.set(i, s.getShort(at));

@@ -1,4 +1,4 @@
-package dev.thaw.examples.gpt2;
+package dev.thaw.examples.function;
 
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.KernelRef;
@@ -9,17 +9,17 @@ import java.util.Optional;
 
 /**
  * A session's module seen as a {@link GpuModule} whose kernels are the session's: so a launcher class built
- * on a module ({@code Gpt2Kernels}) launches through {@link FunctionSession#kernel}, and every launch passes
+ * on a module ({@code Gpt2Kernels}, {@code LlamaKernels}) launches through {@link FunctionSession#kernel}, and every launch passes
  * the session's interceptor (speculation, validation, restore gating). Closing it does nothing: the session
  * owns the module.
  */
-final class SessionModule implements GpuModule {
+public final class SessionModule implements GpuModule {
 
   private final FunctionSession session;
   private final String name;
   private final GpuModule module;
 
-  SessionModule(FunctionSession session, String name, String anyEntry) {
+  public SessionModule(FunctionSession session, String name, String anyEntry) {
     this.session = session;
     this.name = name;
     this.module = session.kernel(new KernelRef(name, anyEntry)).module();

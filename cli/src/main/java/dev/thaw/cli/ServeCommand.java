@@ -1,0 +1,248 @@
+package dev.thaw.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.server.FunctionOptions;
+import dev.thaw.server.ServerOptions;
+import dev.thaw.server.ThawServer;
+import dev.thaw.server.impl.Endpoints;
+import dev.thaw.server.impl.InProcessInstances;
+import dev.thaw.server.impl.PoolInstances;
+import dev.thaw.server.spi.InstanceFactory;
+import dev.thaw.pool.ContextPool;
+import dev.thaw.pool.ContextPoolOptions;
+import java.util.ArrayList;
+import java.util.List;
+import java.io.IOException;
+import java.io.PrintWriter;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.ParameterException;
+import picocli.CommandLine.ParentCommand;
+import picocli.CommandLine.Spec;
+
+/**
+ * {@code thaw serve}: the restore server in the foreground until SIGTERM or SIGINT, which drain it (new requests
+ * refused, queued and in-flight ones finished within the drain timeout) and exit 0.
+ *
+ * <p>Under Knative ({@code K_SERVICE} set) it obeys the runtime contract: {@code $PORT}, the {@code K_*} names on
+ * every log line and metric, readiness on {@code /v2/health/ready} once the functions can serve, the store opened
+ * read-only and nothing written outside {@code /tmp}, SIGTERM drain.
+ */
+@Command(name = "serve",
+    description = {
+        "Serve functions from the image store over HTTP: the native API (/v1/functions),",
+        "KServe v2 (/v2), OpenAI-style completions (/v1/completions) and /metrics.",
+        "Runs until SIGTERM or SIGINT, then drains and exits 0.",
+        ""},
+    footerHeading = "%nEnvironment:%n",
+    footer = {
+        "  PORT                 the port when --port is not given (Knative sets it)",
+        "  K_SERVICE, K_REVISION, K_CONFIGURATION",
+        "                       Knative's names: labels on every log line and metric;",
+        "                       K_SERVICE also opens the store read-only",
+        "  THAW_ADMIN_TOKEN     the admin API's bearer token (default: the file",
+        "                       admin-token in the store, made at first start, mode 0600)",
+        "",
+        "Examples:",
+        "  thaw serve --function mlp=demo:mlp",
+        "  curl -s localhost:8080/v1/functions/mlp/invoke -H 'Content-Type: application/json' \\",
+        "       -d '{\"inputs\": [[0.1, 0.2, ...]]}'"})
+final class ServeCommand implements Callable<Integer> {
+
+  @ParentCommand
+  ThawCli cli;
+
+  @Spec
+  CommandSpec spec;
+
+  @Mixin
+  DeviceOption device;
+
+  @Mixin
+  StoreOption store;
+
+  @Option(names = "--host", paramLabel = "ADDRESS",
+      description = "Address to listen on (default: 127.0.0.1; 0.0.0.0 for every interface).")
+  String host;
+
+  @Option(names = "--port", paramLabel = "PORT", description = "Port to listen on (default: $PORT, else 8080; 0: any).")
+  Integer port;
+
+  @Option(names = "--invoke-port", paramLabel = "PORT",
+      description = "A separate port for the invoke endpoints only, keeping the admin API and metrics off it.")
+  Integer invokePort;
+
+  @Option(names = "--function", paramLabel = "NAME=TAG", description = "Serve the image TAG as NAME (repeatable).")
+  Map<String, String> functions = new LinkedHashMap<>();
+
+  @Option(names = "--config", paramLabel = "FILE", description = "Server options as JSON (see docs/design/server.md).")
+  Path config;
+
+  @Option(names = "--instances", paramLabel = "pool|in-process", defaultValue = "pool",
+      description = {"How instances run: pool (the default: one worker process each, from a pool of warm ones) or",
+          "in-process (contexts in this process; one tenant, images must not share addresses)."})
+  String instances;
+
+  @Option(names = "--idle-workers", paramLabel = "N", defaultValue = "1",
+      description = "Warm idle workers the pool keeps per device (default: ${DEFAULT-VALUE}).")
+  int idleWorkers;
+
+  @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept). "
+          + "Implied under Knative.")
+  boolean readOnlyStore;
+
+  @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
+  boolean help;
+
+  @Override
+  public Integer call() throws Exception {
+    ServerOptions options = options();
+    // Under Knative the store belongs to the container image: read it, write nothing there (no lock, no log, no
+    // admin token); the contract allows writes to /tmp only.
+    boolean knative = cli.env("K_SERVICE") != null;
+    boolean readOnly = readOnlyStore || knative;
+    Path storePath = store.resolve(cli);
+    if (!readOnly) {
+      options.setStorePath(storePath);
+    }
+    // One INFO line per request; the rest of the libraries stay at the CLI's WARN.
+    System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.REQUEST_LOG, "info");
+    PrintWriter out = spec.commandLine().getOut();
+    GpuDriver driver = cli.openDriver(device.choice, spec);
+    ChunkStore s;
+    try {
+      s = cli.openStore(storePath, readOnly ? StoreAccess.READ : StoreAccess.WRITE);
+    } catch (RuntimeException e) {
+      driver.close();
+      throw e;
+    }
+    ThawServer server;
+    try {
+      server = ThawServer.start(options, s, factory(driver, s, storePath, options));
+    } catch (IllegalArgumentException e) {
+      s.close();
+      driver.close();
+      throw new ParameterException(spec.commandLine(), e.getMessage(), e);
+    } catch (RuntimeException e) {
+      s.close();
+      driver.close();
+      throw e;
+    }
+    out.printf("device   %s (%s)%n", driver.devices().get(0).describe(), driver.name());
+    if (driver.isSimulated()) {
+      out.println(CheckCommand.SIMULATED_NOTE);
+    }
+    out.printf("store    %s%s%n", storePath, readOnly ? " (read-only)" : "");
+    options.functions().forEach((name, f) -> out.printf("function %s = %s%n", name, f.image()));
+    out.println("admin    " + (server.adminTokenFile() != null ? "bearer token in " + server.adminTokenFile()
+        : options.adminToken() != null ? "bearer token from THAW_ADMIN_TOKEN or the config"
+        : "no token kept (read-only store): the admin API is closed; set THAW_ADMIN_TOKEN to open it"));
+    if (server.invokePort() != ServerOptions.NO_INVOKE_PORT) {
+      out.printf("invoke   http://%s:%d%n", options.host(), server.invokePort());
+    }
+    out.printf("listening on %s (instances: %s)%n", server.url(), server.instances());
+    out.flush();
+
+    CountDownLatch stopped = new CountDownLatch(1);
+    Duration drain = options.drainTimeout();
+    Runnable stop = () -> {
+      boolean drained = server.drain(drain);
+      server.close();
+      s.close();
+      driver.close();
+      out.println(drained ? "drained; bye" : "drain timed out after " + drain.toMillis() + " ms; bye");
+      out.flush();
+      stopped.countDown();
+      // A signal's exit status would be 143; a drained server exits 0, as the Knative contract expects.
+      System.exit(drained ? ThawCli.EXIT_OK : ThawCli.EXIT_FAILED);
+    };
+    // SIGTERM and SIGINT are handled, not left to shutdown hooks: hooks run all at once, and the pool's would kill
+    // the workers of in-flight requests while the drain waits for them.
+    for (String signal : new String[] {"TERM", "INT"}) {
+      sun.misc.Signal.handle(new sun.misc.Signal(signal), sig -> new Thread(stop, "thaw-serve-drain").start());
+    }
+    stopped.await();
+    return ThawCli.EXIT_OK;
+  }
+
+  private InstanceFactory factory(GpuDriver driver, ChunkStore s, Path storePath, ServerOptions options) {
+    switch (instances) {
+      case "in-process":
+        return new InProcessInstances(driver, s);
+      case "pool":
+        List<Integer> devices = new ArrayList<>();
+        driver.devices().forEach(d -> devices.add(d.ordinal()));
+        ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(devices)
+            .setIdleTarget(idleWorkers).setDeviceChoice(driver.name()).setStorePath(storePath));
+        return new PoolInstances(pool, s, storePath, driver.devices(), Duration.ofSeconds(120), options.retryAfter());
+      default:
+        throw new ParameterException(spec.commandLine(), "--instances is pool or in-process, not " + instances);
+    }
+  }
+
+  private ServerOptions options() {
+    ServerOptions o;
+    if (config != null) {
+      try {
+        JsonNode json = Json.MAPPER.readTree(Files.readString(config));
+        o = ServerOptions.fromJson(json);
+      } catch (IOException | IllegalArgumentException e) {
+        throw new ParameterException(spec.commandLine(), "config " + config + ": "
+            + (e instanceof com.fasterxml.jackson.core.JsonProcessingException j ? j.getOriginalMessage() : e.getMessage()),
+            e);
+      }
+    } else {
+      o = new ServerOptions();
+    }
+    try {
+      if (host != null) {
+        o.setHost(host);
+      }
+      String envPort = cli.env("PORT");
+      if (port != null) {
+        o.setPort(port);
+      } else if (envPort != null && !envPort.isBlank()) {
+        try {
+          o.setPort(Integer.parseInt(envPort.trim()));
+        } catch (NumberFormatException e) {
+          throw new IllegalArgumentException("PORT=" + envPort + " is not a port number");
+        }
+      }
+      if (invokePort != null) {
+        o.setInvokePort(invokePort);
+      }
+      String token = cli.env("THAW_ADMIN_TOKEN");
+      if (token != null && !token.isBlank()) {
+        o.setAdminToken(token.trim());
+      }
+      for (Map.Entry<String, String> f : functions.entrySet()) {
+        FunctionOptions existing = o.functions().get(f.getKey());
+        o.addFunction(f.getKey(), (existing == null ? new FunctionOptions() : existing).setImage(f.getValue()));
+      }
+      label(o, "service", "K_SERVICE");
+      label(o, "revision", "K_REVISION");
+      label(o, "configuration", "K_CONFIGURATION");
+    } catch (IllegalArgumentException e) {
+      throw new ParameterException(spec.commandLine(), e.getMessage(), e);
+    }
+    return o;
+  }
+
+  private void label(ServerOptions o, String label, String env) {
+    String v = cli.env(env);
+    if (v != null && !v.isBlank()) {
+      o.putLabel(label, v);
+    }
+  }
+}

@@ -1,0 +1,162 @@
+package dev.thaw.cli;
+
+import static dev.thaw.server.ServerFixture.get;
+import static dev.thaw.server.ServerFixture.json;
+import static dev.thaw.server.ServerFixture.postJson;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.server.GateFunction;
+import dev.thaw.server.ServerFixture;
+import java.io.IOException;
+import java.net.ConnectException;
+import java.net.ServerSocket;
+import java.net.http.HttpResponse;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * {@code thaw serve} as a child process, started the way a kubelet starts a Knative container: {@code $PORT} and
+ * the {@code K_*} variables in the environment, readiness probed on {@code /v2/health/ready}, SIGTERM to stop.
+ */
+class ServeCommandTest {
+
+  @TempDir
+  Path dir;
+
+  Process child;
+  Path log;
+
+  @BeforeEach
+  void images() throws Exception {
+    try (RocksChunkStore store = ServerFixture.openStore(dir.resolve("store"))) {
+      ServerFixture.buildMlp(store, "mlp:1");
+      ServerFixture.build(store, "gate:1", GateFunction.class.getName(), "{}", null, 64L << 20);
+    }
+  }
+
+  @AfterEach
+  void kill() throws Exception {
+    if (log != null) {
+      System.out.println(read());
+    }
+    if (child != null && child.isAlive()) {
+      child.destroyForcibly().waitFor(30, TimeUnit.SECONDS);
+    }
+  }
+
+  private int start(Map<String, String> env, String... args) throws IOException {
+    int port;
+    try (ServerSocket s = new ServerSocket(0)) {
+      port = s.getLocalPort();
+    }
+    List<String> command = new ArrayList<>(List.of(ProcessHandle.current().info().command().orElse("java"), "-Xmx256m",
+        "-cp", System.getProperty("java.class.path"), ThawCli.class.getName(), "serve", "--device", "sim"));
+    command.addAll(List.of(args));
+    ProcessBuilder pb = new ProcessBuilder(command).redirectErrorStream(true);
+    log = dir.resolve("serve.log");
+    pb.redirectOutput(log.toFile());
+    pb.environment().put("PORT", Integer.toString(port));
+    pb.environment().put("THAW_STORE", dir.resolve("store").toString());
+    pb.environment().putAll(env);
+    child = pb.start();
+    return port;
+  }
+
+  /** Polls readiness as a kubelet does, until 200. */
+  private void awaitReady(int port) throws Exception {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+    while (System.nanoTime() < deadline) {
+      assertTrue(child.isAlive(), () -> "thaw serve exited: " + read());
+      try {
+        if (get(port, "/v2/health/ready").statusCode() == 200) {
+          return;
+        }
+      } catch (ConnectException notYet) {
+        // Not listening yet.
+      }
+      Thread.sleep(50);
+    }
+    throw new AssertionError("never ready: " + read());
+  }
+
+  private String read() {
+    try {
+      return Files.readString(log);
+    } catch (IOException e) {
+      return e.toString();
+    }
+  }
+
+  private static Map<String, Long> files(Path root) throws IOException {
+    Map<String, Long> m = new TreeMap<>();
+    try (Stream<Path> s = Files.walk(root)) {
+      for (Path p : s.filter(Files::isRegularFile).toList()) {
+        m.put(root.relativize(p).toString(), Files.getLastModifiedTime(p).toMillis() ^ Files.size(p));
+      }
+    }
+    return m;
+  }
+
+  @Test
+  void underKnativeItServesOnPortLabelsLogsAndMetricsWritesNothingToTheStoreAndDrainsOnSigterm() throws Exception {
+    Map<String, Long> before = files(dir.resolve("store"));
+    int port = start(Map.of("K_SERVICE", "mlp-svc", "K_REVISION", "mlp-svc-00001", "K_CONFIGURATION", "mlp-svc"),
+        "--function", "mlp=mlp:1", "--function", "gate=gate:1");
+    awaitReady(port);
+
+    HttpResponse<String> cold = postJson(port, "/v1/functions/mlp/invoke", ServerFixture.MLP_REQUEST);
+    assertEquals(200, cold.statusCode(), cold.body());
+    assertEquals("cold", cold.headers().firstValue("Thaw-Start").orElseThrow());
+    String metrics = get(port, "/metrics").body();
+    assertTrue(metrics.contains("service=\"mlp-svc\"") && metrics.contains("revision=\"mlp-svc-00001\"")
+        && metrics.contains("configuration=\"mlp-svc\""), "K_* labels on metrics");
+
+    // A request in flight when SIGTERM comes finishes; then the process exits 0.
+    CompletableFuture<HttpResponse<String>> inFlight = ServerFixture.background(
+        () -> postJson(port, "/v1/functions/gate/invoke", "{\"sleepMillis\": 1500}"));
+    awaitBusy(port, "gate");
+    child.destroy();
+    HttpResponse<String> held = inFlight.get(30, TimeUnit.SECONDS);
+    assertEquals(200, held.statusCode(), held.body());
+    assertTrue(child.waitFor(30, TimeUnit.SECONDS), "exits within the drain deadline");
+    assertEquals(0, child.exitValue(), read());
+    String out = read();
+    assertTrue(out.contains("listening on http://127.0.0.1:" + port), out);
+    assertTrue(out.contains("store    " + dir.resolve("store") + " (read-only)"), out);
+    assertTrue(out.contains("POST /v1/functions/mlp/invoke 200") && out.contains("mlp cold queue="), out);
+    assertTrue(out.contains("service=mlp-svc revision=mlp-svc-00001 configuration=mlp-svc"), out);
+    assertTrue(out.contains("drained; bye"), out);
+    assertEquals(before, files(dir.resolve("store")), "the store is only read under Knative");
+  }
+
+  @Test
+  void anUnknownImageIsAUsageErrorAndNothingListens() throws Exception {
+    start(Map.of(), "--function", "mlp=none:1");
+    assertTrue(child.waitFor(60, TimeUnit.SECONDS));
+    assertEquals(ThawCli.EXIT_USAGE, child.exitValue(), read());
+    assertTrue(read().contains("function 'mlp'") && read().contains("none:1"), read());
+  }
+
+  private static void awaitBusy(int port, String function) throws Exception {
+    for (int i = 0; i < 1000; i++) {
+      if (json(get(port, "/v1/functions/" + function)).toString().contains("\"state\":\"busy\"")) {
+        return;
+      }
+      Thread.sleep(10);
+    }
+    throw new AssertionError(function + " never got busy");
+  }
+}

@@ -1,0 +1,585 @@
+package dev.thaw.examples.llama;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.function.SessionModule;
+import dev.thaw.examples.function.StagedUpload;
+import dev.thaw.examples.function.TokenRequest;
+import dev.thaw.examples.llama.kernels.HalfType;
+import dev.thaw.examples.llama.kernels.LlamaKernels;
+import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
+import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.InvalidConfigException;
+import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.ThawFunction;
+import dev.thaw.runtime.gpu.GpuStream;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * Text generation for the Llama family (Llama 3.x, Qwen2/2.5, Mistral): greedy decoding with a KV cache on the
+ * kernels of {@link LlamaKernels}.
+ *
+ * <h2>Config</h2>
+ * <pre>{@code
+ * {"model": "llama-3.1-8b", "seed": 1}   // seeded random weights of a named shape (LlamaConfig.names())
+ *   "dtype": "bf16" | "fp16"             //   their type (default bf16)
+ *   "layers": 2                          //   fewer decoder layers than the shape has (every dimension kept)
+ * {"path": "/dir"}                       // a Hugging Face directory: config.json + model.safetensors, or shards
+ *                                        //   with model.safetensors.index.json
+ *   "maxBatch": 4                        // sequences per request (default 4)
+ *   "maxTokens": 2048                    // KV cache length: prompt + new tokens (default min(2048, context))
+ * }</pre>
+ * {@code init} loads the module, allocates the weights, streams them up through pinned staging, allocates a
+ * KV cache of maxBatch × maxTokens positions per layer ({@code kv.<layer>.k|v}, [maxBatch, Hkv, maxTokens, D])
+ * and scratch for maxBatch × maxTokens prompt rows ({@code act.*}, {@code io.*}), and runs one request to warm
+ * up. Weight buffers keep Hugging Face's names, except that a layer's q, k and v projections are one buffer
+ * {@code model.layers.<i>.self_attn.qkv_proj.weight} (rows q | k | v; its bias likewise for Qwen2) and its gate
+ * and up projections one {@code model.layers.<i>.mlp.gate_up_proj.weight} (rows gate | up): one product each.
+ *
+ * <h2>Requests</h2>
+ * As GPT-2's ({@link TokenRequest}): {@code {"tokens": [[...], ...], "maxNewTokens": 16, "returnLogits": false}}
+ * → {@code {"tokens": [[...], ...], "logits": [[...], ...]}}. With a {@code tokenizer.json} in the checkpoint that
+ * {@link ByteLevelBpe} reads (Llama 3, Qwen2), {@code "text": "..."} or a list of strings may stand for
+ * {@code tokens}; the response then adds {@code "text"}, the new tokens decoded (special tokens left out); the
+ * tokenizer is read again on the first text request of a restored instance, from the same path. Prompts may
+ * have different lengths: each sequence
+ * has its own positions and cache row, no padding. The prompt runs in one pass of M = Σ len rows (tensor-core
+ * products), then each step runs one row per sequence (the weight-streaming products). Everything about a
+ * request is checked before anything is launched, so a refused request leaves the device as it was.
+ */
+public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
+
+  public static final String MODULE = "llama";
+  public static final int DEFAULT_MAX_BATCH = 4;
+  public static final int DEFAULT_MAX_TOKENS = 2048;
+  /** A bound on maxBatch: the KV cache and scratch grow with it, and the request loop is per sequence. */
+  public static final int MAX_BATCH_LIMIT = 64;
+  /** Pinned staging for the weight upload: two halves of this size, filled and copied alternately. */
+  static final int STAGING_BYTES = 32 << 20;
+
+  private static final Set<String> CONFIG_FIELDS = Set.of("model", "seed", "dtype", "layers", "path", "maxBatch",
+      "maxTokens");
+  private static final Set<String> REQUEST_FIELDS = Set.of("tokens", "maxNewTokens", "returnLogits");
+  private static final Set<String> TEXT_FIELDS = Set.of("text", "maxNewTokens", "returnLogits");
+  /** The checkpoint file text requests are tokenized with. */
+  public static final String TOKENIZER_FILE = "tokenizer.json";
+  /** Tokenizers by path, loaded on the first text request (a restored instance may never see one). */
+  private static final Map<String, ByteLevelBpe> TOKENIZERS = new java.util.concurrent.ConcurrentHashMap<>();
+
+  /**
+   * The host state: the model's shape, sizes, and references to every buffer.
+   *
+   * @param weights where the weights came from (a path, or {@code seeded:<model>:<type>:<seed>})
+   * @param tokenizer the checkpoint's {@code tokenizer.json} when it is one {@link ByteLevelBpe} reads, else null
+   * @param noText why text requests are refused (no tokenizer, or which field of it is unsupported), or null
+   */
+  public record State(LlamaConfig config, String weights, int maxBatch, int maxTokens, String module,
+      Scratch scratch, List<BufferRef> kCache, List<BufferRef> vCache, String tokenizer, String noText) {
+
+    public State {
+      kCache = List.copyOf(kCache);
+      vCache = List.copyOf(vCache);
+    }
+  }
+
+  /**
+   * Per-request device memory. {@code tokens} holds the prompt rows and then each step's chosen ids (step s of
+   * sequence b at prompt rows + s × batch + b), so a step reads its input where the previous step's argmax wrote
+   * it and the host waits only once, at the end. {@code invFreq} is the model's rotary inverse frequencies.
+   */
+  public record Scratch(BufferRef tokens, BufferRef positions, BufferRef cacheRows, BufferRef invFreq, BufferRef x,
+      BufferRef h, BufferRef qkv, BufferRef attn, BufferRef gateUp, BufferRef act, BufferRef last,
+      BufferRef logits) {}
+
+  /** One device weight buffer and the checkpoint tensors laid end to end in it. */
+  record DeviceWeight(String name, List<LlamaTensor> parts) {
+    long bytes() {
+      return parts.stream().mapToLong(LlamaTensor::bytes).sum();
+    }
+  }
+
+  /** Buffer names of the fused weights, per layer. */
+  static String qkvWeight(int i) {
+    return LlamaTensor.layer(i, "self_attn.qkv_proj.weight");
+  }
+
+  static String qkvBias(int i) {
+    return LlamaTensor.layer(i, "self_attn.qkv_proj.bias");
+  }
+
+  static String gateUpWeight(int i) {
+    return LlamaTensor.layer(i, "mlp.gate_up_proj.weight");
+  }
+
+  /** The device buffers of a model, in upload order, each with the tensors it holds. */
+  static List<DeviceWeight> deviceWeights(LlamaConfig config) {
+    Map<String, LlamaTensor> byName = new LinkedHashMap<>();
+    for (LlamaTensor t : LlamaTensor.all(config)) {
+      byName.put(t.name(), t);
+    }
+    List<DeviceWeight> out = new ArrayList<>();
+    out.add(one(byName, "model.embed_tokens.weight"));
+    for (int i = 0; i < config.layers(); i++) {
+      out.add(one(byName, LlamaTensor.layer(i, "input_layernorm.weight")));
+      out.add(fused(byName, qkvWeight(i), i, "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+          "self_attn.v_proj.weight"));
+      if (config.qkvBias()) {
+        out.add(fused(byName, qkvBias(i), i, "self_attn.q_proj.bias", "self_attn.k_proj.bias",
+            "self_attn.v_proj.bias"));
+      }
+      out.add(one(byName, LlamaTensor.layer(i, "self_attn.o_proj.weight")));
+      out.add(one(byName, LlamaTensor.layer(i, "post_attention_layernorm.weight")));
+      out.add(fused(byName, gateUpWeight(i), i, "mlp.gate_proj.weight", "mlp.up_proj.weight"));
+      out.add(one(byName, LlamaTensor.layer(i, "mlp.down_proj.weight")));
+    }
+    out.add(one(byName, "model.norm.weight"));
+    if (!config.tieEmbeddings()) {
+      out.add(one(byName, "lm_head.weight"));
+    }
+    return List.copyOf(out);
+  }
+
+  private static DeviceWeight one(Map<String, LlamaTensor> byName, String name) {
+    return new DeviceWeight(name, List.of(byName.get(name)));
+  }
+
+  private static DeviceWeight fused(Map<String, LlamaTensor> byName, String name, int layer, String... parts) {
+    List<LlamaTensor> ts = new ArrayList<>();
+    for (String p : parts) {
+      ts.add(byName.get(LlamaTensor.layer(layer, p)));
+    }
+    return new DeviceWeight(name, ts);
+  }
+
+  @Override
+  public Class<State> stateType() {
+    return State.class;
+  }
+
+  // ---- init ----
+
+  @Override
+  public State init(FunctionSession session, JsonNode config) throws IOException {
+    if (config == null || !config.isObject()) {
+      throw new InvalidConfigException("the llama config is a JSON object");
+    }
+    for (Iterator<String> it = config.fieldNames(); it.hasNext(); ) {
+      String f = it.next();
+      if (!CONFIG_FIELDS.contains(f)) {
+        throw new InvalidConfigException("unknown config field '" + f + "'; known: " + CONFIG_FIELDS);
+      }
+    }
+    try (LlamaWeights weights = openWeights(config)) {
+      LlamaConfig c = weights.config();
+      int contextLimit = Math.min(c.maxPositions(), LlamaKernels.MAX_CONTEXT);
+      int maxBatch = intSetting(config, "maxBatch", DEFAULT_MAX_BATCH, 1, MAX_BATCH_LIMIT);
+      int maxTokens = intSetting(config, "maxTokens", Math.min(DEFAULT_MAX_TOKENS, contextLimit), 1, contextLimit);
+      c.checkContext(maxTokens);
+      session.loadModule(MODULE, LlamaKernels.ptx());
+      List<DeviceWeight> dw = deviceWeights(c);
+      for (DeviceWeight w : dw) {
+        session.allocate(w.name(), w.bytes());
+      }
+      try (StagedUpload staging = new StagedUpload(session, STAGING_BYTES)) {
+        for (DeviceWeight w : dw) {
+          long at = session.address(new BufferRef(w.name()));
+          for (LlamaTensor t : w.parts()) {
+            staging.copy(at, t.bytes(), (offset, view) -> weights.read(t, offset, view));
+            at += t.bytes();
+          }
+        }
+      }
+
+      long rows = (long) maxBatch * maxTokens;
+      long cap = rows + maxBatch; // prompt rows, then one id per sequence per step (see Scratch)
+      long cc = c.hiddenSize();
+      float[] freq = c.inverseFrequencies();
+      BufferRef invFreq = session.allocate("rope.inv_freq", 4L * freq.length);
+      ByteBuffer f = ByteBuffer.allocateDirect(4 * freq.length).order(ByteOrder.LITTLE_ENDIAN);
+      f.asFloatBuffer().put(freq);
+      session.upload(invFreq, 0, f);
+      Scratch scratch = new Scratch(
+          session.allocate("io.tokens", 4 * cap),
+          session.allocate("io.positions", 4 * cap),
+          session.allocate("io.cache_rows", 4 * cap),
+          invFreq,
+          session.allocate("act.x", 4 * rows * cc),
+          session.allocate("act.h", 2 * rows * cc),
+          session.allocate("act.qkv", 2 * rows * c.qkvWidth()),
+          session.allocate("act.attn", 2 * rows * c.attentionWidth()),
+          session.allocate("act.gate_up", 2 * rows * 2 * c.intermediateSize()),
+          session.allocate("act.mlp", 2 * rows * c.intermediateSize()),
+          session.allocate("act.last", 2L * maxBatch * cc),
+          session.allocate("act.logits", 4L * maxBatch * c.vocabSize()));
+      List<BufferRef> k = new ArrayList<>();
+      List<BufferRef> v = new ArrayList<>();
+      long cacheBytes = 2 * rows * c.kvHeads() * c.headDim();
+      for (int i = 0; i < c.layers(); i++) {
+        k.add(session.allocate("kv." + i + ".k", cacheBytes));
+        v.add(session.allocate("kv." + i + ".v", cacheBytes));
+      }
+      String tokenizer = null;
+      String noText = "these weights have no " + TOKENIZER_FILE + ": send 'tokens'";
+      JsonNode path = config.get("path");
+      if (path != null && java.nio.file.Files.isRegularFile(Path.of(path.asText(), TOKENIZER_FILE))) {
+        Path file = Path.of(path.asText(), TOKENIZER_FILE).toAbsolutePath();
+        try {
+          TOKENIZERS.put(file.toString(), ByteLevelBpe.load(file));
+          tokenizer = file.toString();
+          noText = null;
+        } catch (InvalidConfigException e) {
+          noText = e.getMessage() + ": send 'tokens'";
+        }
+      }
+      State state = new State(c, weights.describe(), maxBatch, maxTokens, MODULE, scratch, k, v, tokenizer, noText);
+      warmUp(session, state);
+      return state;
+    }
+  }
+
+  private static LlamaWeights openWeights(JsonNode config) throws IOException {
+    JsonNode model = config.get("model");
+    JsonNode path = config.get("path");
+    if ((model == null) == (path == null)) {
+      throw new InvalidConfigException("the config needs exactly one of 'model' (one of " + LlamaConfig.names()
+          + ") and 'path' (a Hugging Face directory)");
+    }
+    if (path != null) {
+      if (!path.isTextual() || path.asText().isEmpty()) {
+        throw new InvalidConfigException("'path' must be a directory name, not " + path);
+      }
+      for (String f : List.of("seed", "dtype", "layers")) {
+        if (config.has(f)) {
+          throw new InvalidConfigException("'" + f + "' goes with 'model', not with 'path' (the checkpoint has its "
+              + "own)");
+        }
+      }
+      return LlamaCheckpoint.open(Path.of(path.asText()));
+    }
+    if (!model.isTextual()) {
+      throw new InvalidConfigException("'model' must be a name, one of " + LlamaConfig.names());
+    }
+    JsonNode seed = config.path("seed");
+    if (!seed.isMissingNode() && !(seed.isIntegralNumber() && seed.canConvertToLong())) {
+      throw new InvalidConfigException("'seed' must be an integer, not " + seed);
+    }
+    HalfType type = HalfType.BF16;
+    JsonNode dtype = config.get("dtype");
+    if (dtype != null) {
+      try {
+        type = HalfType.parse(dtype.asText());
+      } catch (IllegalArgumentException e) {
+        throw new InvalidConfigException("'dtype' must be \"bf16\" or \"fp16\", not " + dtype);
+      }
+    }
+    LlamaConfig shape = LlamaConfig.named(model.asText()).withType(type);
+    if (config.has("layers")) {
+      shape = shape.withLayers(intSetting(config, "layers", shape.layers(), 1, shape.layers()));
+    }
+    return new SeededLlamaWeights(shape, seed.asLong(1));
+  }
+
+  private static int intSetting(JsonNode config, String field, int fallback, int min, int max) {
+    JsonNode v = config.get(field);
+    if (v == null) {
+      return fallback;
+    }
+    if (!v.isIntegralNumber() || !v.canConvertToInt() || v.asInt() < min || v.asInt() > max) {
+      throw new InvalidConfigException("'" + field + "' must be an integer in [" + min + ", " + max + "], not " + v);
+    }
+    return v.asInt();
+  }
+
+  private void warmUp(FunctionSession session, State state) {
+    ObjectNode json = JsonNodeFactory.instance.objectNode();
+    json.putArray("tokens").addArray().add(0);
+    json.put("maxNewTokens", Math.min(2, state.maxTokens() - 1));
+    invoke(session, state, FunctionRequest.of(json));
+  }
+
+  // ---- invoke ----
+
+  /**
+   * Checks the request against the state's limits.
+   *
+   * @throws dev.thaw.runtime.function.InvalidRequestException naming the first thing that is wrong
+   */
+  static TokenRequest parse(State s, JsonNode json) {
+    return TokenRequest.parse(json, REQUEST_FIELDS, new TokenRequest.Limits(s.maxBatch(), s.maxTokens(),
+        s.config().vocabSize()));
+  }
+
+  @Override
+  public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
+    JsonNode json = request.json();
+    ByteLevelBpe text = json != null && json.has("text") ? tokenizer(s) : null;
+    TokenRequest req = parse(s, text == null ? json : encode(text, json));
+    Run run = new Run(session, s, req);
+    run.execute();
+    ObjectNode out = run.response();
+    if (text != null) {
+      ArrayNode texts = out.putArray("text");
+      for (JsonNode ids : out.get("tokens")) {
+        int[] v = new int[ids.size()];
+        for (int i = 0; i < v.length; i++) {
+          v[i] = ids.get(i).asInt();
+        }
+        texts.add(text.decode(v, true));
+      }
+    }
+    return FunctionResponse.of(out);
+  }
+
+  private static ByteLevelBpe tokenizer(State s) {
+    if (s.tokenizer() == null) {
+      throw new InvalidRequestException("'text' needs a tokenizer: " + s.noText());
+    }
+    try {
+      return TOKENIZERS.computeIfAbsent(s.tokenizer(), p -> {
+        try {
+          return ByteLevelBpe.load(Path.of(p));
+        } catch (IOException e) {
+          throw new java.io.UncheckedIOException(e);
+        }
+      });
+    } catch (RuntimeException e) {
+      throw new InvalidRequestException("'text' needs " + s.tokenizer() + ", which cannot be read here ("
+          + e.getMessage() + "): send 'tokens'");
+    }
+  }
+
+  /** The request with {@code text} (a string or a list of them) replaced by the ids of each. */
+  private static ObjectNode encode(ByteLevelBpe bpe, JsonNode json) {
+    for (Iterator<String> it = json.fieldNames(); it.hasNext(); ) {
+      String f = it.next();
+      if (!TEXT_FIELDS.contains(f)) {
+        throw new InvalidRequestException(f.equals("tokens") ? "send one of 'text' and 'tokens', not both"
+            : "unknown field '" + f + "'; known: " + TEXT_FIELDS);
+      }
+    }
+    JsonNode text = json.get("text");
+    List<String> prompts = new ArrayList<>();
+    if (text.isTextual()) {
+      prompts.add(text.asText());
+    } else if (text.isArray()) {
+      for (JsonNode t : text) {
+        if (!t.isTextual()) {
+          throw new InvalidRequestException("'text' must be a string or a list of strings, not " + text);
+        }
+        prompts.add(t.asText());
+      }
+    } else {
+      throw new InvalidRequestException("'text' must be a string or a list of strings, not " + text);
+    }
+    ObjectNode out = ((ObjectNode) json).deepCopy();
+    out.remove("text");
+    ArrayNode all = out.putArray("tokens");
+    for (String p : prompts) {
+      ArrayNode row = all.addArray();
+      for (int id : bpe.encode(p)) {
+        row.add(id);
+      }
+    }
+    return out;
+  }
+
+  /** One request's device work, and the addresses it uses. */
+  private static final class Run {
+    private final FunctionSession session;
+    private final State s;
+    private final TokenRequest req;
+    private final LlamaKernels k;
+    private final GpuStream stream;
+    private final LlamaConfig cfg;
+    private final int batch;
+    private final int promptRows;
+    private final float scale;
+    private final long embed;
+    private final long lmHead;
+    private final long finalNorm;
+    private final Layer[] layers;
+    private final long tokens;
+    private final long positions;
+    private final long cacheRows;
+    private final long invFreq;
+    private final long x;
+    private final long h;
+    private final long qkv;
+    private final long attn;
+    private final long gateUp;
+    private final long act;
+    private final long last;
+    private final long logits;
+
+    /** A layer's weight and cache addresses; qkvBias is 0 without biases. */
+    private record Layer(long inNorm, long qkv, long qkvBias, long o, long postNorm, long gateUp, long down,
+        long kCache, long vCache) {}
+
+    Run(FunctionSession session, State s, TokenRequest req) {
+      this.session = session;
+      this.s = s;
+      this.req = req;
+      this.cfg = s.config();
+      this.k = new LlamaKernels(new SessionModule(session, s.module(), LlamaKernels.EMBED), cfg.type());
+      this.stream = session.stream();
+      this.batch = req.prompts().length;
+      int rows = 0;
+      for (int[] p : req.prompts()) {
+        rows += p.length;
+      }
+      this.promptRows = rows;
+      this.scale = (float) (1.0 / Math.sqrt(cfg.headDim()));
+      this.embed = addr("model.embed_tokens.weight");
+      this.lmHead = cfg.tieEmbeddings() ? embed : addr("lm_head.weight");
+      this.finalNorm = addr("model.norm.weight");
+      this.layers = new Layer[cfg.layers()];
+      for (int i = 0; i < layers.length; i++) {
+        layers[i] = new Layer(addr(LlamaTensor.layer(i, "input_layernorm.weight")), addr(qkvWeight(i)),
+            cfg.qkvBias() ? addr(qkvBias(i)) : 0, addr(LlamaTensor.layer(i, "self_attn.o_proj.weight")),
+            addr(LlamaTensor.layer(i, "post_attention_layernorm.weight")), addr(gateUpWeight(i)),
+            addr(LlamaTensor.layer(i, "mlp.down_proj.weight")), session.address(s.kCache().get(i)),
+            session.address(s.vCache().get(i)));
+      }
+      Scratch sc = s.scratch();
+      this.tokens = session.address(sc.tokens());
+      this.positions = session.address(sc.positions());
+      this.cacheRows = session.address(sc.cacheRows());
+      this.invFreq = session.address(sc.invFreq());
+      this.x = session.address(sc.x());
+      this.h = session.address(sc.h());
+      this.qkv = session.address(sc.qkv());
+      this.attn = session.address(sc.attn());
+      this.gateUp = session.address(sc.gateUp());
+      this.act = session.address(sc.act());
+      this.last = session.address(sc.last());
+      this.logits = session.address(sc.logits());
+    }
+
+    private long addr(String buffer) {
+      return session.address(new BufferRef(buffer));
+    }
+
+    void execute() {
+      int steps = req.maxNewTokens();
+      int[] tok = new int[promptRows];
+      int[] pos = new int[promptRows + Math.max(0, steps - 1) * batch];
+      int[] rows = new int[promptRows + batch];
+      int[] lastRow = new int[batch];
+      int m = 0;
+      for (int b = 0; b < batch; b++) {
+        int[] p = req.prompts()[b];
+        for (int t = 0; t < p.length; t++, m++) {
+          tok[m] = p[t];
+          pos[m] = t;
+          rows[m] = b;
+        }
+        lastRow[b] = m - 1;
+        rows[promptRows + b] = b;
+        for (int step = 1; step < steps; step++) {
+          pos[promptRows + (step - 1) * batch + b] = p.length + step - 1;
+        }
+      }
+      session.upload(s.scratch().tokens(), 0, ints(tok));
+      session.upload(s.scratch().positions(), 0, ints(pos));
+      // Synchronous copies are complete when they return, so the kernels below read these inputs.
+      session.upload(s.scratch().cacheRows(), 0, ints(rows));
+
+      // Prompt: one pass over all rows; the head runs on each sequence's last row only.
+      forward(promptRows, tokens, positions, cacheRows);
+      int c = cfg.hiddenSize();
+      for (int b = 0; b < batch; b++) {
+        k.rmsnorm(stream, x + 4L * c * lastRow[b], finalNorm, last + 2L * c * b, 1, c, cfg.rmsNormEps());
+      }
+      head(0);
+      // Each step feeds the ids the previous one chose, one row per sequence.
+      for (int step = 1; step < steps; step++) {
+        long in = 4L * (promptRows + (long) (step - 1) * batch);
+        forward(batch, tokens + in, positions + in, cacheRows + 4L * promptRows);
+        k.rmsnorm(stream, x, finalNorm, last, batch, c, cfg.rmsNormEps());
+        head(step);
+      }
+    }
+
+    /** Logits of the rows in {@code last}, and their argmax into step {@code step}'s ids. */
+    private void head(int step) {
+      k.linear(stream, last, lmHead, 0, logits, batch, cfg.vocabSize(), cfg.hiddenSize(), Epilogue.FLOAT);
+      k.argmax(stream, logits, tokens + 4L * (promptRows + (long) step * batch), batch, cfg.vocabSize());
+    }
+
+    private void forward(int rows, long tok, long pos, long cacheRow) {
+      int c = cfg.hiddenSize();
+      int hq = cfg.heads();
+      int hkv = cfg.kvHeads();
+      int d = cfg.headDim();
+      int inter = cfg.intermediateSize();
+      int maxT = s.maxTokens();
+      float eps = cfg.rmsNormEps();
+      k.embed(stream, embed, tok, x, rows, c, cfg.vocabSize());
+      for (Layer l : layers) {
+        k.rmsnorm(stream, x, l.inNorm(), h, rows, c, eps);
+        k.linear(stream, h, l.qkv(), l.qkvBias(), qkv, rows, cfg.qkvWidth(), c, Epilogue.STORE);
+        k.ropeKv(stream, qkv, l.kCache(), l.vCache(), invFreq, pos, cacheRow, rows, hq, hkv, d, maxT);
+        k.attention(stream, qkv, l.kCache(), l.vCache(), attn, pos, cacheRow, rows, hq, hkv, d, maxT, scale);
+        k.linear(stream, attn, l.o(), 0, x, rows, c, cfg.attentionWidth(), Epilogue.RESIDUAL);
+        k.rmsnorm(stream, x, l.postNorm(), h, rows, c, eps);
+        k.linear(stream, h, l.gateUp(), 0, gateUp, rows, 2 * inter, c, Epilogue.STORE);
+        k.swiglu(stream, gateUp, act, rows, inter);
+        k.linear(stream, act, l.down(), 0, x, rows, c, inter, Epilogue.RESIDUAL);
+      }
+    }
+
+    ObjectNode response() {
+      int steps = req.maxNewTokens();
+      ObjectNode out = JsonNodeFactory.instance.objectNode();
+      ArrayNode ids = out.putArray("tokens");
+      ByteBuffer gen = ByteBuffer.allocateDirect(4 * Math.max(1, steps * batch)).order(ByteOrder.LITTLE_ENDIAN);
+      if (steps > 0) {
+        session.download(s.scratch().tokens(), 4L * promptRows, gen.limit(4 * steps * batch));
+      }
+      for (int b = 0; b < batch; b++) {
+        ArrayNode row = ids.addArray();
+        for (int step = 0; step < steps; step++) {
+          row.add(gen.getInt(4 * (step * batch + b)));
+        }
+      }
+      if (req.returnLogits()) {
+        int vocab = cfg.vocabSize();
+        ByteBuffer l = ByteBuffer.allocateDirect(4 * batch * vocab).order(ByteOrder.LITTLE_ENDIAN);
+        session.download(s.scratch().logits(), 0, l);
+        ArrayNode all = out.putArray("logits");
+        for (int b = 0; b < batch; b++) {
+          ArrayNode row = all.addArray();
+          for (int v = 0; v < vocab; v++) {
+            row.add(l.getFloat(4 * (b * vocab + v)));
+          }
+        }
+      } else {
+        // Nothing to download: still wait, so the request's device work is done when it returns.
+        session.synchronize();
+      }
+      return out;
+    }
+
+    private static ByteBuffer ints(int[] v) {
+      ByteBuffer b = ByteBuffer.allocateDirect(4 * Math.max(1, v.length)).order(ByteOrder.LITTLE_ENDIAN);
+      for (int i = 0; i < v.length; i++) {
+        b.putInt(4 * i, v[i]);
+      }
+      return b.limit(4 * v.length);
+    }
+  }
+}

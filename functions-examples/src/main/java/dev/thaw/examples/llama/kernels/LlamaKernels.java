@@ -1,0 +1,379 @@
+package dev.thaw.examples.llama.kernels;
+
+import dev.thaw.runtime.gpu.Dim3;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuModule;
+import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.Kernel;
+import dev.thaw.runtime.gpu.KernelArgs;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/**
+ * The Llama-family kernels of {@code llama.ptx} (source: {@code src/main/cuda/llama.cu}), one typed method per
+ * kernel, for one {@link HalfType}.
+ *
+ * <p>Each method checks its shapes and alignments, then launches on {@code stream} with the grid and block the
+ * kernel is written for. Arguments are device addresses ({@code long}) and sizes; the caller keeps the buffers
+ * alive until the stream has run the launch. Linear weights are W [N, K] as Hugging Face stores them, so a
+ * product is {@code X W^T}. Contents are not checked: positions and cache rows must be in range (token ids
+ * outside the vocabulary embed as zeros).
+ *
+ * <p>The hot path allocates nothing: each kernel has one pre-built {@link KernelArgs} and a cached grid. Hence
+ * <b>not thread-safe</b>: use one instance per context and launching thread.
+ */
+public final class LlamaKernels implements AutoCloseable {
+
+  /** The classpath resource holding the module. */
+  public static final String PTX_RESOURCE = "/dev/thaw/examples/llama/llama.ptx";
+
+  public static final String EMBED = "llama_embed";
+  public static final String RMSNORM = "llama_rmsnorm";
+  public static final String GEMV = "llama_gemv";
+  public static final String MATMUL = "llama_matmul";
+  public static final String ROPE_KV = "llama_rope_kv";
+  public static final String ATTENTION = "llama_attention";
+  public static final String SWIGLU = "llama_swiglu";
+  public static final String ARGMAX = "llama_argmax";
+  /** Every entry of the module. */
+  public static final List<String> ENTRIES = List.of(EMBED, RMSNORM, GEMV, MATMUL, ROPE_KV, ATTENTION, SWIGLU,
+      ARGMAX);
+
+  /** The longest context {@link #attention} supports (its scores live in shared memory). */
+  public static final int MAX_CONTEXT = 4096;
+  /** The largest head size {@link #attention} supports. */
+  public static final int MAX_HEAD_SIZE = 256;
+  /** The most rows {@link #gemv} takes; {@link #linear} uses the tensor-core {@link #matmul} above it. */
+  public static final int GEMV_MAX_ROWS = 8;
+  /** K of a matmul must be a multiple of this (the tensor-core kernel's K step). */
+  public static final int K_MULTIPLE = 32;
+  /** Alignment, in bytes, of the operands read with 16-byte loads. */
+  public static final int ALIGNMENT = 16;
+
+  static final int GEMV_COLUMNS = 8;
+  static final int GEMV_THREADS = 256;
+  static final int MATMUL_TILE = 64;
+  static final int MATMUL_THREADS = 128;
+  static final int ATTENTION_THREADS = 128;
+  static final int ROW_THREADS = 256;
+  static final int ELEMENTWISE_THREADS = 256;
+  /** Grid-stride kernels need no more blocks than this to fill a GPU. */
+  static final int MAX_ELEMENTWISE_BLOCKS = 4096;
+  /** gridDim.y is at most 65535. */
+  static final int MAX_GRID_Y = 65535;
+
+  /** What a product does with its fp32 sums. */
+  public enum Epilogue {
+    /** {@code Y = T(acc + bias)} in the 16-bit type; bias optional. */
+    STORE(0),
+    /** {@code R = R + acc}: the fp32 residual stream. */
+    RESIDUAL(1),
+    /** {@code L = acc} in fp32: logits. */
+    FLOAT(2);
+
+    final int code;
+
+    Epilogue(int code) {
+      this.code = code;
+    }
+
+    static Epilogue of(int code) {
+      for (Epilogue e : values()) {
+        if (e.code == code) {
+          return e;
+        }
+      }
+      throw new IllegalArgumentException("no epilogue " + code);
+    }
+  }
+
+  private final GpuModule module;
+  private final HalfType type;
+  private final boolean ownsModule;
+  private final AtomicBoolean closed = new AtomicBoolean();
+  private final Launch embed;
+  private final Launch rmsnorm;
+  private final Launch gemv;
+  private final Launch matmul;
+  private final Launch ropeKv;
+  private final Launch attention;
+  private final Launch swiglu;
+  private final Launch argmax;
+
+  /** Uses kernels of a module loaded from {@link #ptx()} (or its cubin); the caller keeps and closes it. */
+  public LlamaKernels(GpuModule module, HalfType type) {
+    this(module, type, false);
+  }
+
+  private LlamaKernels(GpuModule module, HalfType type, boolean ownsModule) {
+    this.module = module;
+    this.type = type;
+    this.ownsModule = ownsModule;
+    this.embed = new Launch(module.kernel(EMBED), ELEMENTWISE_THREADS);
+    this.rmsnorm = new Launch(module.kernel(RMSNORM), ROW_THREADS);
+    this.gemv = new Launch(module.kernel(GEMV), GEMV_THREADS);
+    this.matmul = new Launch(module.kernel(MATMUL), MATMUL_THREADS);
+    this.ropeKv = new Launch(module.kernel(ROPE_KV), ELEMENTWISE_THREADS);
+    this.attention = new Launch(module.kernel(ATTENTION), ATTENTION_THREADS);
+    this.swiglu = new Launch(module.kernel(SWIGLU), ELEMENTWISE_THREADS);
+    this.argmax = new Launch(module.kernel(ARGMAX), ROW_THREADS);
+  }
+
+  /** Loads {@link #ptx()} into {@code context}; {@link #close()} unloads it. */
+  public static LlamaKernels load(GpuContext context, HalfType type) {
+    GpuModule module = context.loadPtx(ptx());
+    try {
+      return new LlamaKernels(module, type, true);
+    } catch (RuntimeException e) {
+      module.close();
+      throw e;
+    }
+  }
+
+  /** The module's PTX text. */
+  public static String ptx() {
+    try (InputStream in = LlamaKernels.class.getResourceAsStream(PTX_RESOURCE)) {
+      if (in == null) {
+        throw new IllegalStateException(PTX_RESOURCE + " is missing from the classpath");
+      }
+      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  public GpuModule module() {
+    return module;
+  }
+
+  public HalfType type() {
+    return type;
+  }
+
+  /** {@code x[m,c] = float(table[tokens[m],c])}, x fp32 [M, C]; ids outside [0, V) give a row of zeros. */
+  public void embed(GpuStream stream, long table, long tokens, long x, int M, int C, int V) {
+    positive("M", M);
+    positive("C", C);
+    positive("V", V);
+    address("table", table);
+    address("tokens", tokens);
+    address("x", x);
+    embed.args.set(0, table).set(1, tokens).set(2, x).set(3, M).set(4, C).set(5, V).set(6, type.flag());
+    embed.launch(stream, elementwiseBlocks((long) M * C), 1);
+  }
+
+  /** Per row of fp32 x [M, C]: {@code y = T(x * rsqrt(mean(x^2) + eps) * w)}. */
+  public void rmsnorm(GpuStream stream, long x, long w, long y, int M, int C, float eps) {
+    positive("M", M);
+    positive("C", C);
+    address("x", x);
+    address("w", w);
+    address("y", y);
+    if (!(eps >= 0f) || Float.isInfinite(eps)) {
+      throw new IllegalArgumentException("eps must be finite and not negative: " + eps);
+    }
+    rmsnorm.args.set(0, x).set(1, w).set(2, y).set(3, M).set(4, C).set(5, eps).set(6, type.flag());
+    rmsnorm.launch(stream, M, 1);
+  }
+
+  /** {@code out = epilogue(X W^T)}: {@link #gemv} for M up to {@link #GEMV_MAX_ROWS}, else {@link #matmul}. */
+  public void linear(GpuStream stream, long X, long W, long bias, long out, int M, int N, int K, Epilogue e) {
+    if (M <= GEMV_MAX_ROWS) {
+      gemv(stream, X, W, bias, out, M, N, K, e);
+    } else {
+      matmul(stream, X, W, bias, out, M, N, K, e);
+    }
+  }
+
+  /**
+   * {@code out = epilogue(X W^T)} for 1..8 rows, streaming W with 16-byte loads: X [M, K], W [N, K], out [M, N];
+   * {@code bias} [N] (0 for none) only with {@link Epilogue#STORE}.
+   *
+   * @throws IllegalArgumentException unless M is 1..8, N is positive, K a positive multiple of 8, and X and W
+   *     16-byte aligned
+   */
+  public void gemv(GpuStream stream, long X, long W, long bias, long out, int M, int N, int K, Epilogue e) {
+    if (M <= 0 || M > GEMV_MAX_ROWS) {
+      throw new IllegalArgumentException("M must be 1.." + GEMV_MAX_ROWS + " for gemv: " + M);
+    }
+    checkProduct(X, W, bias, out, N, K, 8, e);
+    gemv.args.set(0, X).set(1, W).set(2, bias).set(3, out).set(4, M).set(5, N).set(6, K).set(7, e.code)
+        .set(8, bias != 0 ? 1 : 0).set(9, type.flag());
+    gemv.launch(stream, (N + GEMV_COLUMNS - 1) / GEMV_COLUMNS, 1);
+  }
+
+  /**
+   * {@code out = epilogue(X W^T)} on the tensor cores, as {@link #gemv} for any M; K a positive multiple of 32.
+   */
+  public void matmul(GpuStream stream, long X, long W, long bias, long out, int M, int N, int K, Epilogue e) {
+    positive("M", M);
+    checkProduct(X, W, bias, out, N, K, K_MULTIPLE, e);
+    int rowTiles = (M + MATMUL_TILE - 1) / MATMUL_TILE;
+    if (rowTiles > MAX_GRID_Y) {
+      throw new IllegalArgumentException("M must be at most " + (long) MAX_GRID_Y * MATMUL_TILE + ": " + M);
+    }
+    matmul.args.set(0, X).set(1, W).set(2, bias).set(3, out).set(4, M).set(5, N).set(6, K).set(7, e.code)
+        .set(8, bias != 0 ? 1 : 0).set(9, type.flag());
+    matmul.launch(stream, (N + MATMUL_TILE - 1) / MATMUL_TILE, rowTiles);
+  }
+
+  /**
+   * Rotary embedding and KV-cache append: in each row of qkv [M, (Hq + 2 Hkv) D] rotates the Hq query heads in
+   * place, writes the Hkv rotated key heads and the value heads to {@code kcache/vcache[cacheRows[m], kv,
+   * positions[m], :]} (caches [B, Hkv, maxT, D]). Pair (d, d + D/2) turns by {@code positions[m] * invFreq[d]}
+   * (fp32 [D/2]).
+   */
+  public void ropeKv(GpuStream stream, long qkv, long kcache, long vcache, long invFreq, long positions,
+      long cacheRows, int M, int Hq, int Hkv, int D, int maxT) {
+    checkHeads(M, Hq, Hkv, D, maxT);
+    address("qkv", qkv);
+    address("kcache", kcache);
+    address("vcache", vcache);
+    address("invFreq", invFreq);
+    address("positions", positions);
+    address("cacheRows", cacheRows);
+    ropeKv.args.set(0, qkv).set(1, kcache).set(2, vcache).set(3, invFreq).set(4, positions).set(5, cacheRows)
+        .set(6, M).set(7, Hq).set(8, Hkv).set(9, D).set(10, maxT).set(11, type.flag());
+    ropeKv.launch(stream, elementwiseBlocks((long) M * (Hq + 2L * Hkv) * (D / 2)), 1);
+  }
+
+  /**
+   * Causal grouped-query attention of each row m and query head h over cache positions
+   * {@code 0..positions[m]} of key-value head {@code h / (Hq / Hkv)}: scores {@code scale * q.k} and softmax in
+   * fp32, {@code out[m, h*D + d] = T(sum_t p_t v_t[d])}, out [M, Hq D]. q is head h of the qkv row (rotated by
+   * {@link #ropeKv}, which also put the row's k and v in the cache: run it first).
+   */
+  public void attention(GpuStream stream, long qkv, long kcache, long vcache, long out, long positions,
+      long cacheRows, int M, int Hq, int Hkv, int D, int maxT, float scale) {
+    checkHeads(M, Hq, Hkv, D, maxT);
+    if (M > MAX_GRID_Y) {
+      throw new IllegalArgumentException("M must be at most " + MAX_GRID_Y + ": " + M);
+    }
+    if (!Float.isFinite(scale)) {
+      throw new IllegalArgumentException("scale must be finite: " + scale);
+    }
+    aligned("qkv", qkv);
+    aligned("kcache", kcache);
+    aligned("vcache", vcache);
+    address("out", out);
+    address("positions", positions);
+    address("cacheRows", cacheRows);
+    attention.args.set(0, qkv).set(1, kcache).set(2, vcache).set(3, out).set(4, positions).set(5, cacheRows)
+        .set(6, M).set(7, Hq).set(8, Hkv).set(9, D).set(10, maxT).set(11, scale).set(12, type.flag());
+    attention.launch(stream, Hq, M);
+  }
+
+  /** {@code y[m,i] = T(silu(gu[m,i]) * gu[m,I+i])}: gu [M, 2I] is gate | up, y [M, I]. */
+  public void swiglu(GpuStream stream, long gu, long y, int M, int I) {
+    positive("M", M);
+    positive("I", I);
+    address("gu", gu);
+    address("y", y);
+    swiglu.args.set(0, gu).set(1, y).set(2, M).set(3, I).set(4, type.flag());
+    swiglu.launch(stream, elementwiseBlocks((long) M * I), 1);
+  }
+
+  /**
+   * {@code out[m]} = the index of the largest of row m of logits [M, V], the lowest on ties; NaN never wins; -1
+   * when the whole row is NaN.
+   */
+  public void argmax(GpuStream stream, long logits, long out, int M, int V) {
+    positive("M", M);
+    positive("V", V);
+    address("logits", logits);
+    address("out", out);
+    argmax.args.set(0, logits).set(1, out).set(2, M).set(3, V);
+    argmax.launch(stream, M, 1);
+  }
+
+  /** Unloads the module if {@link #load} loaded it. Idempotent. */
+  @Override
+  public void close() {
+    if (closed.compareAndSet(false, true) && ownsModule) {
+      module.close();
+    }
+  }
+
+  // ---- checks ----
+
+  private static void checkProduct(long X, long W, long bias, long out, int N, int K, int kMultiple, Epilogue e) {
+    positive("N", N);
+    if (K <= 0 || K % kMultiple != 0) {
+      throw new IllegalArgumentException("K must be a positive multiple of " + kMultiple + ": " + K);
+    }
+    aligned("X", X);
+    aligned("W", W);
+    address("out", out);
+    if (bias != 0 && e != Epilogue.STORE) {
+      throw new IllegalArgumentException("a bias goes only with the STORE epilogue, not " + e);
+    }
+  }
+
+  private static void checkHeads(int M, int Hq, int Hkv, int D, int maxT) {
+    positive("M", M);
+    positive("Hq", Hq);
+    positive("Hkv", Hkv);
+    positive("maxT", maxT);
+    if (Hq % Hkv != 0) {
+      throw new IllegalArgumentException("Hkv " + Hkv + " must divide Hq " + Hq);
+    }
+    if (D <= 0 || D % 8 != 0 || D > MAX_HEAD_SIZE) {
+      throw new IllegalArgumentException("D must be a multiple of 8 and at most " + MAX_HEAD_SIZE + ": " + D);
+    }
+    if (maxT > MAX_CONTEXT) {
+      throw new IllegalArgumentException("maxT must be at most " + MAX_CONTEXT + ": " + maxT);
+    }
+    if ((long) (Hq + 2 * Hkv) * D > Integer.MAX_VALUE / 2) {
+      throw new IllegalArgumentException("(Hq + 2 Hkv) D is too large");
+    }
+  }
+
+  private static int elementwiseBlocks(long elements) {
+    return (int) Math.min((elements + ELEMENTWISE_THREADS - 1) / ELEMENTWISE_THREADS, MAX_ELEMENTWISE_BLOCKS);
+  }
+
+  private static void positive(String name, int value) {
+    if (value <= 0) {
+      throw new IllegalArgumentException(name + " must be positive: " + value);
+    }
+  }
+
+  private static void address(String name, long address) {
+    if (address == 0) {
+      throw new IllegalArgumentException(name + " is a null device address");
+    }
+  }
+
+  private static void aligned(String name, long address) {
+    address(name, address);
+    if (address % ALIGNMENT != 0) {
+      throw new IllegalArgumentException(String.format("%s must be %d-byte aligned: 0x%x", name, ALIGNMENT,
+          address));
+    }
+  }
+
+  /** One kernel's launch state: its argument slab, its block, the last grid (reused while unchanged). */
+  private static final class Launch {
+    final Kernel kernel;
+    final KernelArgs args;
+    final Dim3 block;
+    Dim3 grid = Dim3.of(1);
+
+    Launch(Kernel kernel, int threads) {
+      this.kernel = kernel;
+      this.args = kernel.newArgs();
+      this.block = Dim3.of(threads);
+    }
+
+    void launch(GpuStream stream, int gridX, int gridY) {
+      if (grid.x() != gridX || grid.y() != gridY) {
+        grid = Dim3.of(gridX, gridY);
+      }
+      kernel.launch(grid, block, 0, stream, args);
+    }
+  }
+}

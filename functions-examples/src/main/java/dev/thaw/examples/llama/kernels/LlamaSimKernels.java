@@ -1,0 +1,439 @@
+package dev.thaw.examples.llama.kernels;
+
+import dev.thaw.examples.gpt2.kernels.ArgmaxSimKernel;
+import dev.thaw.runtime.gpu.Dim3;
+import dev.thaw.runtime.gpu.sim.DeviceMemory;
+import dev.thaw.runtime.gpu.sim.SimKernel;
+import dev.thaw.runtime.gpu.sim.SimLaunch;
+import java.util.Arrays;
+
+/**
+ * The Java twins of the kernels in {@code llama.cu}, for the simulated device: the same functions with the same
+ * roundings to the 16-bit type at the same points, touching exactly the bytes the CUDA kernels touch for the
+ * launches {@link LlamaKernels} makes (kernels that are not grid-stride refuse any other grid).
+ *
+ * <p>Bit-exact against the GPU: embed, argmax, the v copy of rope_kv. Otherwise the twins sum in another order
+ * (the GPU: tensor-core or warp-tree order, {@code rsqrtf}, {@code expf}, {@code sincosf}, fused multiply-adds;
+ * the twins: sequential fp32, and {@code Math.exp}/{@code sin}/{@code cos} in double, then cast), so fp32
+ * results agree to a few ulp of the sum of magnitudes and 16-bit results to one ulp of their type.
+ */
+public final class LlamaSimKernels {
+
+  private LlamaSimKernels() {}
+
+  /** {@code llama_embed(table, tokens, x, M, C, V, bf16)}. */
+  public static final class Embed implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.EMBED;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      long table = launch.pointer(0);
+      long tokens = launch.pointer(1);
+      long x = launch.pointer(2);
+      int M = launch.intArg(3);
+      int C = launch.intArg(4);
+      int V = launch.intArg(5);
+      HalfType type = HalfType.ofFlag(launch.intArg(6));
+      DeviceMemory memory = launch.memory();
+      int[] ids = ints(memory, tokens, M);
+      short[] h = new short[C];
+      float[] row = new float[C];
+      for (int m = 0; m < M; m++) {
+        if (ids[m] >= 0 && ids[m] < V) {
+          memory.getShorts(table + 2L * ids[m] * C, h, 0, C);
+          type.toFloats(h, 0, row, 0, C);
+        } else {
+          Arrays.fill(row, 0f);
+        }
+        memory.putFloats(x + 4L * m * C, row, 0, C);
+      }
+    }
+  }
+
+  /** {@code llama_rmsnorm(x, w, y, M, C, eps, bf16)}: {@code y = T((x * r) * w)}, r = 1/sqrt(mean(x^2) + eps). */
+  public static final class RmsNorm implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.RMSNORM;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      long x = launch.pointer(0);
+      long w = launch.pointer(1);
+      long y = launch.pointer(2);
+      int M = launch.intArg(3);
+      int C = launch.intArg(4);
+      float eps = launch.floatArg(5);
+      HalfType type = HalfType.ofFlag(launch.intArg(6));
+      DeviceMemory memory = launch.memory();
+      float[] gamma = halves(memory, type, w, C);
+      float[] row = new float[C];
+      short[] out = new short[C];
+      for (int m = 0; m < M; m++) {
+        memory.getFloats(x + 4L * m * C, row, 0, C);
+        float s = 0f;
+        for (int c = 0; c < C; c++) {
+          s += row[c] * row[c];
+        }
+        float r = (float) (1.0 / Math.sqrt(s / C + eps));
+        for (int c = 0; c < C; c++) {
+          out[c] = type.fromFloat(row[c] * r * gamma[c]);
+        }
+        memory.putShorts(y + 2L * m * C, out, 0, C);
+      }
+    }
+  }
+
+  /** {@code llama_gemv(X, W, bias, out, M, N, K, mode, has_bias, bf16)}, grid ceil(N/8) x 256. */
+  public static final class Gemv implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.GEMV;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      int M = launch.intArg(4);
+      int N = launch.intArg(5);
+      if (M <= 0 || M > LlamaKernels.GEMV_MAX_ROWS || N <= 0) {
+        throw new IllegalArgumentException("llama_gemv: bad shape M=" + M + " N=" + N);
+      }
+      expectShape(launch, ceilDiv(N, LlamaKernels.GEMV_COLUMNS), 1, LlamaKernels.GEMV_THREADS);
+      product(launch);
+    }
+  }
+
+  /** {@code llama_matmul(X, W, bias, out, M, N, K, mode, has_bias, bf16)}, grid (ceil(N/64), ceil(M/64)) x 128. */
+  public static final class Matmul implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.MATMUL;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      int M = launch.intArg(4);
+      int N = launch.intArg(5);
+      if (M <= 0 || N <= 0) {
+        throw new IllegalArgumentException("llama_matmul: bad shape M=" + M + " N=" + N);
+      }
+      expectShape(launch, ceilDiv(N, LlamaKernels.MATMUL_TILE), ceilDiv(M, LlamaKernels.MATMUL_TILE),
+          LlamaKernels.MATMUL_THREADS);
+      product(launch);
+    }
+  }
+
+  /** Rows computed per sweep over W in {@link #product}: bounds the heap at ROW_BLOCK * (N + K) floats. */
+  private static final int ROW_BLOCK = 64;
+
+  /**
+   * Both products: {@code out = epilogue(X W^T)}, fp32 sums in k order. Reads X [0, M K), W [0, N K), bias [0, N)
+   * when has_bias, and R [0, M N) for the residual epilogue; writes out [0, M N).
+   */
+  static void product(SimLaunch launch) {
+    long X = launch.pointer(0);
+    long W = launch.pointer(1);
+    long bias = launch.pointer(2);
+    long out = launch.pointer(3);
+    int M = launch.intArg(4);
+    int N = launch.intArg(5);
+    int K = launch.intArg(6);
+    LlamaKernels.Epilogue epilogue = LlamaKernels.Epilogue.of(launch.intArg(7));
+    boolean hasBias = launch.intArg(8) != 0;
+    HalfType type = HalfType.ofFlag(launch.intArg(9));
+    if (K <= 0 || K % 8 != 0) {
+      throw new IllegalArgumentException(launch.kernelName() + ": bad K " + K);
+    }
+    DeviceMemory memory = launch.memory();
+    float[] b = hasBias && epilogue == LlamaKernels.Epilogue.STORE ? halves(memory, type, bias, N) : null;
+    int rowBlock = Math.min(M, ROW_BLOCK);
+    float[] xs = new float[rowBlock * K];
+    short[] h = new short[Math.max(rowBlock * K, Math.max(K, rowBlock * N))];
+    float[] w = new float[K];
+    float[] acc = new float[rowBlock * N];
+    for (int m0 = 0; m0 < M; m0 += rowBlock) {
+      int rows = Math.min(rowBlock, M - m0);
+      memory.getShorts(X + 2L * m0 * K, h, 0, rows * K);
+      type.toFloats(h, 0, xs, 0, rows * K);
+      for (int n = 0; n < N; n++) {
+        memory.getShorts(W + 2L * n * K, h, 0, K);
+        type.toFloats(h, 0, w, 0, K);
+        for (int r = 0; r < rows; r++) {
+          float s = 0f;
+          int xb = r * K;
+          for (int k = 0; k < K; k++) {
+            s += xs[xb + k] * w[k];
+          }
+          acc[r * N + n] = s;
+        }
+      }
+      long first = (long) m0 * N;
+      int count = rows * N;
+      switch (epilogue) {
+        case STORE -> {
+          if (b != null) {
+            for (int i = 0; i < count; i++) {
+              acc[i] = acc[i] + b[i % N];
+            }
+          }
+          type.fromFloats(acc, 0, h, 0, count);
+          memory.putShorts(out + 2L * first, h, 0, count);
+        }
+        case RESIDUAL -> {
+          float[] res = new float[count];
+          memory.getFloats(out + 4L * first, res, 0, count);
+          for (int i = 0; i < count; i++) {
+            res[i] = res[i] + acc[i];
+          }
+          memory.putFloats(out + 4L * first, res, 0, count);
+        }
+        case FLOAT -> memory.putFloats(out + 4L * first, acc, 0, count);
+        default -> throw new IllegalStateException(epilogue.toString());
+      }
+    }
+  }
+
+  /** {@code llama_rope_kv(qkv, kcache, vcache, inv_freq, positions, cache_rows, M, Hq, Hkv, D, maxT, bf16)}. */
+  public static final class RopeKv implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.ROPE_KV;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      long qkv = launch.pointer(0);
+      long kcache = launch.pointer(1);
+      long vcache = launch.pointer(2);
+      long invFreq = launch.pointer(3);
+      long positions = launch.pointer(4);
+      long cacheRows = launch.pointer(5);
+      int M = launch.intArg(6);
+      int Hq = launch.intArg(7);
+      int Hkv = launch.intArg(8);
+      int D = launch.intArg(9);
+      int maxT = launch.intArg(10);
+      HalfType type = HalfType.ofFlag(launch.intArg(11));
+      DeviceMemory memory = launch.memory();
+      int hd = D / 2;
+      int width = (Hq + 2 * Hkv) * D;
+      int[] pos = ints(memory, positions, M);
+      int[] rows = ints(memory, cacheRows, M);
+      float[] freq = new float[hd];
+      memory.getFloats(invFreq, freq, 0, hd);
+      short[] row = new short[width];
+      short[] head = new short[D];
+      for (int m = 0; m < M; m++) {
+        long rowAt = qkv + 2L * m * width;
+        memory.getShorts(rowAt, row, 0, width);
+        for (int hh = 0; hh < Hq + Hkv; hh++) {
+          int base = hh * D;
+          for (int d = 0; d < hd; d++) {
+            float angle = (float) pos[m] * freq[d];
+            float c = (float) Math.cos(angle);
+            float s = (float) Math.sin(angle);
+            float x1 = type.toFloat(row[base + d]);
+            float x2 = type.toFloat(row[base + d + hd]);
+            head[d] = type.fromFloat(x1 * c - x2 * s);
+            head[d + hd] = type.fromFloat(x2 * c + x1 * s);
+          }
+          if (hh < Hq) {
+            memory.putShorts(rowAt + 2L * base, head, 0, D);
+          } else {
+            memory.putShorts(kcache + 2L * cacheAt(rows[m], hh - Hq, pos[m], Hkv, maxT, D), head, 0, D);
+          }
+        }
+        for (int hh = 0; hh < Hkv; hh++) {
+          memory.putShorts(vcache + 2L * cacheAt(rows[m], hh, pos[m], Hkv, maxT, D), row, (Hq + Hkv + hh) * D, D);
+        }
+      }
+    }
+  }
+
+  private static long cacheAt(int row, int kvHead, int pos, int Hkv, int maxT, int D) {
+    return (((long) row * Hkv + kvHead) * maxT + pos) * D;
+  }
+
+  /** {@code llama_attention(qkv, kcache, vcache, out, positions, cache_rows, M, Hq, Hkv, D, maxT, scale, bf16)}. */
+  public static final class Attention implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.ATTENTION;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      long qkv = launch.pointer(0);
+      long kcache = launch.pointer(1);
+      long vcache = launch.pointer(2);
+      long out = launch.pointer(3);
+      long positions = launch.pointer(4);
+      long cacheRows = launch.pointer(5);
+      int M = launch.intArg(6);
+      int Hq = launch.intArg(7);
+      int Hkv = launch.intArg(8);
+      int D = launch.intArg(9);
+      int maxT = launch.intArg(10);
+      float scale = launch.floatArg(11);
+      HalfType type = HalfType.ofFlag(launch.intArg(12));
+      expectShape(launch, Hq, M, LlamaKernels.ATTENTION_THREADS);
+      if (D <= 0 || D > LlamaKernels.MAX_HEAD_SIZE || D % 8 != 0 || Hkv <= 0 || Hq % Hkv != 0) {
+        throw new IllegalArgumentException("llama_attention: bad heads Hq=" + Hq + " Hkv=" + Hkv + " D=" + D);
+      }
+      DeviceMemory memory = launch.memory();
+      int[] pos = ints(memory, positions, M);
+      int[] rows = ints(memory, cacheRows, M);
+      int limit = Math.min(maxT, LlamaKernels.MAX_CONTEXT);
+      int maxLen = 0;
+      for (int m = 0; m < M; m++) {
+        if (pos[m] < 0 || pos[m] >= limit) {
+          throw new IllegalArgumentException("llama_attention: positions[" + m + "] = " + pos[m] + " outside [0, "
+              + limit + ")");
+        }
+        maxLen = Math.max(maxLen, pos[m] + 1);
+      }
+      int width = (Hq + 2 * Hkv) * D;
+      int group = Hq / Hkv;
+      float[] q = new float[D];
+      float[] o = new float[D];
+      short[] h = new short[Math.max(maxLen * D, D)];
+      float[] k = new float[maxLen * D];
+      float[] v = new float[maxLen * D];
+      float[] p = new float[maxLen];
+      for (int m = 0; m < M; m++) {
+        int len = pos[m] + 1;
+        for (int hq = 0; hq < Hq; hq++) {
+          memory.getShorts(qkv + 2L * ((long) m * width + (long) hq * D), h, 0, D);
+          type.toFloats(h, 0, q, 0, D);
+          long head = 2L * cacheAt(rows[m], hq / group, 0, Hkv, maxT, D);
+          memory.getShorts(kcache + head, h, 0, len * D);
+          type.toFloats(h, 0, k, 0, len * D);
+          memory.getShorts(vcache + head, h, 0, len * D);
+          type.toFloats(h, 0, v, 0, len * D);
+          float mx = Float.NEGATIVE_INFINITY;
+          for (int t = 0; t < len; t++) {
+            float dot = 0f;
+            for (int d = 0; d < D; d++) {
+              dot += q[d] * k[t * D + d];
+            }
+            p[t] = scale * dot;
+            mx = Math.max(mx, p[t]);
+          }
+          float sum = 0f;
+          for (int t = 0; t < len; t++) {
+            p[t] = (float) Math.exp(p[t] - mx);
+            sum += p[t];
+          }
+          Arrays.fill(o, 0f);
+          for (int t = 0; t < len; t++) {
+            for (int d = 0; d < D; d++) {
+              o[d] += p[t] * v[t * D + d];
+            }
+          }
+          for (int d = 0; d < D; d++) {
+            o[d] = o[d] / sum;
+          }
+          type.fromFloats(o, 0, h, 0, D);
+          memory.putShorts(out + 2L * ((long) m * Hq * D + (long) hq * D), h, 0, D);
+        }
+      }
+    }
+  }
+
+  /** {@code llama_swiglu(gu, y, M, I, bf16)}: {@code y = T((g / (1 + exp(-g))) * u)}. */
+  public static final class Swiglu implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.SWIGLU;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      long gu = launch.pointer(0);
+      long y = launch.pointer(1);
+      int M = launch.intArg(2);
+      int I = launch.intArg(3);
+      HalfType type = HalfType.ofFlag(launch.intArg(4));
+      DeviceMemory memory = launch.memory();
+      short[] row = new short[2 * I];
+      short[] out = new short[I];
+      for (int m = 0; m < M; m++) {
+        memory.getShorts(gu + 4L * m * I, row, 0, 2 * I);
+        for (int i = 0; i < I; i++) {
+          out[i] = type.fromFloat(silu(type.toFloat(row[i])) * type.toFloat(row[I + i]));
+        }
+        memory.putShorts(y + 2L * m * I, out, 0, I);
+      }
+    }
+  }
+
+  /** silu as llama.cu computes it: {@code g / (1 + exp(-g))} in fp32, exp taken in double. */
+  public static float silu(float g) {
+    return g / (1f + (float) Math.exp(-g));
+  }
+
+  /** {@code llama_argmax(logits, out, M, V)}: the rule of gpt2_argmax. */
+  public static final class Argmax implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.ARGMAX;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      long logits = launch.pointer(0);
+      long out = launch.pointer(1);
+      int M = launch.intArg(2);
+      int V = launch.intArg(3);
+      if (M <= 0) {
+        return;
+      }
+      DeviceMemory memory = launch.memory();
+      float[] row = new float[Math.max(V, 0)];
+      int[] result = new int[M];
+      for (int m = 0; m < M; m++) {
+        memory.getFloats(logits + 4L * m * V, row, 0, row.length);
+        result[m] = ArgmaxSimKernel.argmax(row, row.length);
+      }
+      memory.putInts(out, result, 0, M);
+    }
+  }
+
+  // ---- shared ----
+
+  static float[] halves(DeviceMemory memory, HalfType type, long address, int n) {
+    short[] h = new short[n];
+    memory.getShorts(address, h, 0, n);
+    float[] f = new float[n];
+    type.toFloats(h, 0, f, 0, n);
+    return f;
+  }
+
+  static int[] ints(DeviceMemory memory, long address, int n) {
+    int[] out = new int[n];
+    memory.getInts(address, out, 0, n);
+    return out;
+  }
+
+  static int ceilDiv(int a, int b) {
+    return (a + b - 1) / b;
+  }
+
+  /**
+   * A kernel that is not grid-stride touches what its grid covers; its twin computes that only for the grid
+   * {@link LlamaKernels} launches, and refuses any other (failing the launch) rather than touch other bytes.
+   */
+  static void expectShape(SimLaunch launch, int gridX, int gridY, int threads) {
+    Dim3 g = launch.grid();
+    Dim3 b = launch.block();
+    if (g.x() != gridX || g.y() != gridY || g.z() != 1 || b.x() != threads || b.y() != 1 || b.z() != 1) {
+      throw new IllegalArgumentException(String.format(
+          "%s is written for grid (%d, %d, 1) x block (%d, 1, 1); launched as grid %s x block %s",
+          launch.kernelName(), gridX, gridY, threads, g, b));
+    }
+  }
+}

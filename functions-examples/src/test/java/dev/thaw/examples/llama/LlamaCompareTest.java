@@ -1,0 +1,75 @@
+package dev.thaw.examples.llama;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.nio.file.Path;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** The GPU comparison's verdicts, run on the sim device against the CPU reference standing in for transformers. */
+class LlamaCompareTest {
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  @TempDir Path dir;
+
+  private ObjectNode reference(int[][] prompts, int newTokens) throws Exception {
+    SeededLlamaWeights weights = new SeededLlamaWeights(LlamaConfig.named("tiny"), 9);
+    LlamaCheckpoint.save(weights, dir.resolve("hf"), 1);
+    LlamaReference ref = LlamaReference.load(weights);
+    ObjectNode r = JSON.createObjectNode().put("model", "tiny").put("max_new_tokens", newTokens);
+    r.set("prompts", JSON.valueToTree(prompts));
+    r.set("forward_logits", JSON.valueToTree(ref.generate(prompts, 0).logits()));
+    r.set("generated", JSON.valueToTree(ref.generate(prompts, newTokens).tokens()));
+    ArrayNode gaps = r.putArray("generate_step_gaps");
+    for (int[] p : prompts) {
+      ArrayNode row = gaps.addArray();
+      for (int i = 0; i < newTokens; i++) {
+        row.add(1.0);
+      }
+    }
+    r.putObject("timing_ms").put("decode_ms_per_token", 1.0).put("prefill_ms", 1.0);
+    return r;
+  }
+
+  private int compare(JsonNode reference, String name, String... extra) throws Exception {
+    Path file = dir.resolve(name + ".json");
+    JSON.writeValue(file.toFile(), reference);
+    String[] base = {"--dir", dir.resolve("hf").toString(), "--reference", file.toString(), "--out",
+        dir.resolve(name + "-summary.json").toString(), "--runs", "1"};
+    String[] args = new String[base.length + extra.length];
+    System.arraycopy(base, 0, args, 0, base.length);
+    System.arraycopy(extra, 0, args, base.length, extra.length);
+    return LlamaCompare.run(args);
+  }
+
+  @Test
+  void passesTheRightAnswerFailsAWrongOneAndForgivesANearTie() throws Exception {
+    ObjectNode ref = reference(new int[][] {{1, 2, 3, 4, 5, 6}, {60, 50, 40, 30, 20, 10}}, 5);
+    assertEquals(0, compare(ref, "right", "--decode-tokens", "2", "--prefill", "20"));
+    JsonNode summary = JSON.readTree(dir.resolve("right-summary.json").toFile());
+    assertTrue(summary.get("pass").asBoolean());
+    assertTrue(summary.get("timing_ms").has("decode_ms_per_token"));
+    assertTrue(summary.get("timing_ms").get("prefill_ms").asDouble() > 0);
+
+    ObjectNode wrong = ref.deepCopy();
+    ArrayNode seq = (ArrayNode) wrong.get("generated").get(1);
+    seq.set(2, seq.get(2).asInt() == 0 ? 1 : 0);
+    assertEquals(1, compare(wrong, "wrong"));
+
+    ((ArrayNode) wrong.get("generate_step_gaps").get(1)).set(2, 0.001);
+    assertEquals(0, compare(wrong, "tie"));
+
+    ObjectNode badLogits = ref.deepCopy();
+    ArrayNode logits = (ArrayNode) badLogits.get("forward_logits").get(0);
+    for (int v = 0; v < logits.size(); v++) {
+      logits.set(v, logits.get(v).asDouble() * 1.5);
+    }
+    assertEquals(1, compare(badLogits, "logits"));
+  }
+}

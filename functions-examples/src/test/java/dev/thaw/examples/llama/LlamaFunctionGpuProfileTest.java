@@ -1,0 +1,113 @@
+package dev.thaw.examples.llama;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.examples.function.TokenRequest;
+import dev.thaw.examples.llama.kernels.LlamaKernels;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.gpu.DriverAvailability;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.cuda.CudaDriver;
+import dev.thaw.runtime.speculation.AccessProfile;
+import dev.thaw.runtime.speculation.AccessProfiler;
+import dev.thaw.runtime.speculation.Profiling;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * A Llama-family model profiled on a GPU, as the image build will: every one of the 8 kernels {@code exact} (each launch stayed
+ * inside its speculated set, checked by PTX instrumentation), and responses, logits included, identical to
+ * unprofiled ones. Prints the profiling overhead ({@code gpu profiling overhead: ...}). Skipped, with the
+ * reason, where no GPU is usable.
+ */
+class LlamaFunctionGpuProfileTest {
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  @BeforeEach
+  void needsAGpu() {
+    DriverAvailability a = CudaDriver.availability();
+    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+  }
+
+  static Stream<String> configs() {
+    return Stream.of("{\"model\": \"tiny-qwen2\", \"seed\": 3, \"maxBatch\": 2, \"maxTokens\": 32}",
+        "{\"model\": \"qwen2.5-0.5b\", \"seed\": 1, \"layers\": 2, \"maxBatch\": 2, \"maxTokens\": 64}",
+        "{\"model\": \"llama-3.2-1b\", \"seed\": 1, \"layers\": 2, \"dtype\": \"fp16\", \"maxBatch\": 2, "
+            + "\"maxTokens\": 64}");
+  }
+
+  /** Two prompts of different lengths with logits, and one prompt with no new token (the prompt pass only). */
+  private static List<FunctionRequest> samples() {
+    return List.of(
+        FunctionRequest.of(TokenRequest.body(new int[][] {{5, 17, 42, 8, 90, 6, 7, 8, 9, 10}, {1, 2, 3}}, 4, true)),
+        FunctionRequest.of(TokenRequest.body(new int[][] {{60, 61, 62, 63, 64, 65, 66}}, 0, true)),
+        FunctionRequest.of(TokenRequest.body(new int[][] {{7}}, 6, false)));
+  }
+
+  @ParameterizedTest
+  @MethodSource("configs")
+  void everyKernelIsExactAndResponsesAreThoseOfAnUnprofiledRun(String config) throws Exception {
+    LlamaFunction f = new LlamaFunction();
+    List<FunctionRequest> samples = samples();
+    try (CudaDriver driver = CudaDriver.open(); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State s = f.init(session, JSON.readTree(config));
+      List<JsonNode> plain = new ArrayList<>();
+      for (FunctionRequest r : samples) {
+        f.invoke(session, s, r); // warm: the timed pass below is steady state
+      }
+      long t0 = System.nanoTime();
+      for (FunctionRequest r : samples) {
+        plain.add(f.invoke(session, s, r).json());
+      }
+      long plainNs = System.nanoTime() - t0;
+
+      List<JsonNode> profiled = new ArrayList<>();
+      AccessProfile profile;
+      long a0 = System.nanoTime();
+      long attachNs;
+      long profiledNs;
+      try (AccessProfiler p = Profiling.attach(session)) {
+        attachNs = System.nanoTime() - a0;
+        long t1 = System.nanoTime();
+        for (FunctionRequest r : samples) {
+          profiled.add(f.invoke(session, s, r).json());
+        }
+        profiledNs = System.nanoTime() - t1;
+        profile = p.finish("llama-profile-test");
+      }
+
+      for (int i = 0; i < samples.size(); i++) {
+        assertEquals(plain.get(i), profiled.get(i), config + ": request " + i + " answered differently when profiled");
+      }
+      assertEquals(AccessProfile.OrderSource.SPECULATED, profile.orderSource());
+      Set<String> expected = new TreeSet<>();
+      for (String k : LlamaKernels.ENTRIES) {
+        expected.add(LlamaFunction.MODULE + "/" + k);
+      }
+      assertEquals(expected, profile.kernels().keySet(), config);
+      profile.kernels().forEach((name, k) -> assertEquals(AccessProfile.Verdict.EXACT, k.verdict(),
+          config + ": " + name + ": " + k.reasons()));
+      assertEquals(session.table().allocations().size(), profile.firstTouch().size(),
+          config + ": every buffer is an argument of some launch: " + profile.firstTouch());
+
+      double plainMs = plainNs / 1e6 / samples.size();
+      double profiledMs = profiledNs / 1e6 / samples.size();
+      System.out.printf("gpu profiling overhead [%s]: llama %s: plain %.2f ms/request, profiled %.2f ms/request "
+          + "(%.1fx), %d launches in %d requests; attach (instrument + JIT) %.1f ms%n", ctx.device().name(),
+          s.config().name(), plainMs, profiledMs, profiledMs / plainMs, profile.launches(), samples.size(),
+          attachNs / 1e6);
+    }
+  }
+}

@@ -1,0 +1,300 @@
+package dev.thaw.examples.llama;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.examples.function.TokenRequest;
+import dev.thaw.examples.llama.kernels.HalfType;
+import dev.thaw.examples.llama.kernels.LlamaKernels;
+import dev.thaw.runtime.function.AllocationRecord;
+import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.HostStates;
+import dev.thaw.runtime.function.InvalidConfigException;
+import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.SessionTable;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.sim.SimDriver;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.runtime.speculation.AccessProfile;
+import dev.thaw.runtime.speculation.Profiler;
+import java.nio.ByteBuffer;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Random;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The function on the sim device against the CPU reference (both families of test shape, both 16-bit types,
+ * prompt passes on the tensor-core product and decode steps on the weight-streaming one), its request and
+ * config checks, the SPI round trip from a sharded checkpoint, and profiling: every kernel exact.
+ */
+class LlamaFunctionTest {
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  static JsonNode json(String s) {
+    try {
+      return JSON.readTree(s);
+    } catch (Exception e) {
+      throw new IllegalArgumentException(s, e);
+    }
+  }
+
+  static int[][] tokens(JsonNode response) {
+    JsonNode t = response.get("tokens");
+    int[][] out = new int[t.size()][];
+    for (int b = 0; b < t.size(); b++) {
+      out[b] = new int[t.get(b).size()];
+      for (int i = 0; i < out[b].length; i++) {
+        out[b][i] = t.get(b).get(i).asInt();
+      }
+    }
+    return out;
+  }
+
+  /** Logits agree to 16-bit tolerance: each within 2e-2 of its size plus 2e-3 of the row's RMS. */
+  static void assertLogitsClose(float[] expected, JsonNode got, String what) {
+    assertEquals(expected.length, got.size(), what);
+    double rms = 0;
+    for (float e : expected) {
+      rms += (double) e * e;
+    }
+    rms = Math.sqrt(rms / expected.length);
+    for (int v = 0; v < expected.length; v++) {
+      double g = got.get(v).asDouble();
+      double tol = 2e-2 * Math.abs(expected[v]) + 2e-3 * rms;
+      int at = v;
+      assertTrue(Math.abs(g - expected[v]) <= tol,
+          () -> what + " logit " + at + ": expected " + expected[at] + ", got " + g);
+    }
+  }
+
+  static int[][] prompts(int batch, int length, int vocab, long seed) {
+    Random r = new Random(seed);
+    int[][] p = new int[batch][length];
+    for (int[] row : p) {
+      for (int i = 0; i < length; i++) {
+        row[i] = r.nextInt(vocab);
+      }
+    }
+    return p;
+  }
+
+  private static void checkAgainstReference(String model, String dtype, int[][] prompts, int maxNew, int maxBatch)
+      throws Exception {
+    LlamaConfig config = LlamaConfig.named(model).withType(HalfType.parse(dtype));
+    LlamaReference ref = LlamaReference.load(new SeededLlamaWeights(config, 7));
+    LlamaReference.Result expected = ref.generate(prompts, maxNew);
+    LlamaFunction f = new LlamaFunction();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State s = f.init(session, json("{\"model\": \"" + model + "\", \"seed\": 7, \"dtype\": \""
+          + dtype + "\", \"maxBatch\": " + maxBatch + ", \"maxTokens\": 40}"));
+      JsonNode got = f.invoke(session, s, FunctionRequest.of(TokenRequest.body(prompts, maxNew, true))).json();
+      int[][] ids = tokens(got);
+      for (int b = 0; b < prompts.length; b++) {
+        assertArrayEquals(expected.tokens()[b], ids[b], model + " " + dtype + " sequence " + b + ": greedy tokens");
+        assertLogitsClose(expected.logits()[b], got.get("logits").get(b), model + " " + dtype + " sequence " + b);
+      }
+    }
+  }
+
+  @Test
+  void llamaWithLlama3RopeScalingMatchesTheCpuReference() throws Exception {
+    // 2 x 3 prompt rows: the prompt pass streams weights too (M <= 8).
+    checkAgainstReference("tiny", "bf16", prompts(2, 3, 97, 1), 12, 2);
+  }
+
+  @Test
+  void raggedQwen2PromptsWithBiasesAndTiedEmbeddingsMatchTheReference() throws Exception {
+    // 4 + 1 + 9 + 20 = 34 prompt rows: the prompt pass runs on the tensor-core product.
+    int[][] prompts = {{5, 17, 100, 3}, {99}, {9, 9, 9, 9, 9, 9, 9, 9, 60}, prompts(1, 20, 101, 3)[0]};
+    checkAgainstReference("tiny-qwen2", "bf16", prompts, 6, 4);
+  }
+
+  @Test
+  void fp16WeightsMatchTheReference() throws Exception {
+    checkAgainstReference("tiny", "fp16", prompts(3, 11, 97, 2), 5, 3);
+  }
+
+  @Test
+  void withNoNewTokensTheLogitsAreThePromptsLastPosition() throws Exception {
+    checkAgainstReference("tiny-qwen2", "bf16", prompts(1, 5, 101, 2), 0, 1);
+  }
+
+  @Test
+  void everyLaunchGoesThroughTheSessionAndBadRequestsLaunchNothing() throws Exception {
+    LlamaFunction f = new LlamaFunction();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State s = f.init(session, json("{\"model\": \"tiny\", \"maxBatch\": 2, \"maxTokens\": 32}"));
+      AtomicInteger launches = new AtomicInteger();
+      session.setLaunchInterceptor((kernel, grid, block, shared, stream, args) -> launches.incrementAndGet());
+      JsonNode good = json("{\"tokens\": [[1, 2, 3], [4, 5, 6]], \"maxNewTokens\": 4}");
+      JsonNode first = f.invoke(session, s, FunctionRequest.of(good)).json();
+      int forward = 1 + 9 * s.config().layers();
+      // prompt pass + one final norm per sequence + head (2); then 3 steps of forward + norm + head
+      assertEquals(forward + 2 + 2 + 3 * (forward + 1 + 2), launches.get());
+
+      String[] bad = {
+          "{\"tokens\": [[1, 97]]}",
+          "{\"tokens\": [[1, -1]]}",
+          "{\"tokens\": [[1], [2], [3]]}",
+          "{\"tokens\": [[1, 2]], \"maxNewTokens\": 31}",
+          "{\"tokens\": [[]]}",
+          "{\"tokens\": [[1, 2]], \"temperature\": 1}",
+      };
+      String[] says = {"97 is not a token id in [0, 97)", "-1 is not a token id", "1 to 2 (maxBatch)",
+          "exceeds the 32 positions", "prompt 0 is empty", "unknown field 'temperature'"};
+      int before = launches.get();
+      for (int i = 0; i < bad.length; i++) {
+        JsonNode r = json(bad[i]);
+        int at = i;
+        InvalidRequestException e = assertThrows(InvalidRequestException.class,
+            () -> f.invoke(session, s, FunctionRequest.of(r)), bad[i]);
+        assertTrue(e.getMessage().contains(says[i]), () -> bad[at] + " -> " + e.getMessage());
+      }
+      assertEquals(before, launches.get(), "a refused request launches nothing");
+      assertEquals(first, f.invoke(session, s, FunctionRequest.of(good)).json(), "the next request is served");
+    }
+  }
+
+  @Test
+  void refusesConfigsItCannotBuild() throws Exception {
+    LlamaFunction f = new LlamaFunction();
+    String[] bad = {
+        "{}", "{\"model\": \"tiny\", \"path\": \"/x\"}", "{\"model\": \"llama-9\"}",
+        "{\"model\": \"tiny\", \"maxTokens\": 65}", "{\"model\": \"tiny\", \"dtype\": \"fp32\"}",
+        "{\"path\": \"/x\", \"dtype\": \"bf16\"}", "{\"model\": \"tiny\", \"maxBatch\": 0}",
+        "{\"model\": \"tiny\", \"temperature\": 1}", "{\"path\": \"/no/such/dir\"}"};
+    String[] says = {"exactly one of", "exactly one of", "'llama-9'", "'maxTokens' must be an integer in [1, 64]",
+        "'dtype' must be", "'dtype' goes with 'model'", "'maxBatch'", "unknown config field 'temperature'",
+        "config.json does not exist"};
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
+      for (int i = 0; i < bad.length; i++) {
+        try (FunctionSession session = FunctionSession.record(ctx)) {
+          JsonNode c = json(bad[i]);
+          InvalidConfigException e = assertThrows(InvalidConfigException.class, () -> f.init(session, c), bad[i]);
+          int at = i;
+          assertTrue(e.getMessage().contains(says[i]), () -> bad[at] + " -> " + e.getMessage());
+        }
+      }
+      assertEquals(0, driver.memoryInUse(), "closed sessions leave nothing behind");
+    }
+  }
+
+  /**
+   * The SPI's point: init's table, device bytes and state JSON rebuild a session on another (simulated) device
+   * that serves the same response without init. The weights come from a sharded checkpoint.
+   */
+  @Test
+  void aRebuiltSessionFromAShardedCheckpointServesTheSameResponseWithoutInit(@TempDir Path dir) throws Exception {
+    LlamaCheckpoint.save(new SeededLlamaWeights(LlamaConfig.named("tiny-qwen2"), 3), dir, 3);
+    LlamaFunction f = new LlamaFunction();
+    JsonNode request = TokenRequest.body(new int[][] {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8, 9, 7, 9}}, 5, true);
+    SessionTable table;
+    List<ByteBuffer> contents = new ArrayList<>();
+    JsonNode stateJson;
+    JsonNode first;
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State state = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, "
+          + "\"maxTokens\": 24}"));
+      first = f.invoke(session, state, FunctionRequest.of(request)).json();
+      table = session.table();
+      for (AllocationRecord a : table.allocations()) {
+        ByteBuffer b = ByteBuffer.allocateDirect((int) a.size());
+        session.download(new BufferRef(a.name()), 0, b);
+        contents.add(b);
+      }
+      stateJson = HostStates.write(state);
+    }
+    assertEquals("model.embed_tokens.weight", table.allocations().get(0).name());
+    assertEquals("model.layers.0.self_attn.qkv_proj.weight", table.allocations().get(2).name());
+    assertEquals("model.layers.0.self_attn.qkv_proj.bias", table.allocations().get(3).name());
+    assertEquals(2, stateJson.get("kCache").size());
+    assertEquals(dir.toString(), stateJson.get("weights").asText());
+
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession restored = FunctionSession.rebuild(ctx, table)) {
+      for (int i = 0; i < table.allocations().size(); i++) {
+        AllocationRecord a = table.allocations().get(i);
+        assertEquals(a.address(), restored.address(new BufferRef(a.name())), a.name());
+        restored.upload(new BufferRef(a.name()), 0, contents.get(i));
+      }
+      LlamaFunction.State state = HostStates.read(stateJson, LlamaFunction.State.class);
+      assertEquals(first, f.invoke(restored, state, FunctionRequest.of(request)).json());
+    }
+  }
+
+  /** What the image builder does with sample requests: every one of the 8 kernels is exact on the sim device. */
+  @Test
+  void profilingFindsEveryKernelExact() throws Exception {
+    LlamaFunction f = new LlamaFunction();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State s = f.init(session, json("{\"model\": \"tiny-qwen2\", \"maxBatch\": 2, "
+          + "\"maxTokens\": 32}"));
+      List<FunctionRequest> samples = List.of(
+          FunctionRequest.of(TokenRequest.body(new int[][] {prompts(1, 12, 101, 5)[0], {1, 2, 3}}, 4, true)),
+          FunctionRequest.of(TokenRequest.body(new int[][] {{7}}, 3, false)));
+      AccessProfile profile = Profiler.profile("llama-test", f, session, s, samples);
+      Set<String> expected = new TreeSet<>();
+      for (String k : LlamaKernels.ENTRIES) {
+        expected.add(LlamaFunction.MODULE + "/" + k);
+      }
+      assertEquals(expected, profile.kernels().keySet());
+      profile.kernels().forEach((name, k) -> assertEquals(AccessProfile.Verdict.EXACT, k.verdict(),
+          name + ": " + k.reasons()));
+      assertEquals(session.table().allocations().size(), profile.firstTouch().size(),
+          "every buffer is an argument of some launch: " + profile.firstTouch());
+    }
+  }
+
+  /** Text in and out through the checkpoint's tokenizer.json: the same ids as the token request, decoded. */
+  @Test
+  void textRequestsAreTokenizedWithTheCheckpointsTokenizer(@TempDir Path dir) throws Exception {
+    LlamaConfig t = LlamaConfig.named("tiny");
+    LlamaConfig withBytes = new LlamaConfig("tiny-text", t.architecture(), t.hiddenSize(), t.layers(), t.heads(),
+        t.kvHeads(), t.headDim(), t.intermediateSize(), 320, t.maxPositions(), t.rmsNormEps(), t.ropeTheta(),
+        t.ropeScaling(), t.tieEmbeddings(), t.qkvBias(), t.slidingWindow(), t.type()).validate();
+    LlamaCheckpoint.save(new SeededLlamaWeights(withBytes, 4), dir, 1);
+    ByteLevelBpe bpe = ByteLevelBpe.load(ByteLevelBpeTest.write(dir));
+    LlamaFunction f = new LlamaFunction();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State s = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, "
+          + "\"maxTokens\": 32}"));
+      JsonNode byText = f.invoke(session, s, FunctionRequest.of(json(
+          "{\"text\": [\"hello world\", \"or\"], \"maxNewTokens\": 6}"))).json();
+      int[][] prompts = {bpe.encode("hello world"), bpe.encode("or")};
+      JsonNode byIds = f.invoke(session, s, FunctionRequest.of(TokenRequest.body(prompts, 6, false))).json();
+      assertEquals(byIds.get("tokens"), byText.get("tokens"));
+      for (int b = 0; b < 2; b++) {
+        assertEquals(bpe.decode(tokens(byIds)[b], true), byText.get("text").get(b).asText());
+      }
+      assertTrue(assertThrows(InvalidRequestException.class, () -> f.invoke(session, s, FunctionRequest.of(json(
+          "{\"text\": \"hi\", \"tokens\": [[1]]}")))).getMessage().contains("not both"));
+      assertTrue(assertThrows(InvalidRequestException.class, () -> f.invoke(session, s, FunctionRequest.of(json(
+          "{\"text\": 3}")))).getMessage().contains("'text' must be a string"));
+    }
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State s = f.init(session, json("{\"model\": \"tiny\", \"maxBatch\": 1, \"maxTokens\": 16}"));
+      InvalidRequestException e = assertThrows(InvalidRequestException.class, () -> f.invoke(session, s,
+          FunctionRequest.of(json("{\"text\": \"hello\"}"))));
+      assertTrue(e.getMessage().contains("no tokenizer.json"), e.getMessage());
+    }
+  }
+}

@@ -1,0 +1,386 @@
+package dev.thaw.examples.llama.kernels;
+
+import dev.thaw.examples.gpt2.kernels.Gpt2Cases;
+import dev.thaw.examples.gpt2.kernels.Gpt2Cases.Output;
+import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
+import java.util.List;
+import java.util.Random;
+
+/**
+ * Kernel cases shared by the sim test (device vs. a plain fp64 reference written here, independently of the
+ * twins) and the GPU equivalence test (CUDA vs. sim). Inputs are seeded and never zero. Outputs and their
+ * comparison are GPT-2's ({@link Gpt2Cases#compare}).
+ */
+final class LlamaCases {
+
+  private LlamaCases() {}
+
+  /** A kernel launch with its inputs; {@link #run} on a device, {@link #reference} in fp64 on the host. */
+  abstract static class Case {
+    final String name;
+
+    Case(String name) {
+      this.name = name;
+    }
+
+    abstract List<Output> run(LlamaDevice dev);
+
+    abstract List<Output> reference();
+
+    @Override
+    public String toString() {
+      return name;
+    }
+  }
+
+  static Output exact(String name, float[] values, int width) {
+    return new Output(name, values, width, true, 0, 0);
+  }
+
+  static Output exact(String name, int[] values, int width) {
+    float[] f = new float[values.length];
+    for (int i = 0; i < f.length; i++) {
+      f[i] = values[i];
+    }
+    return exact(name, f, width);
+  }
+
+  /** 16-bit outputs: one rounding (2^-9 relative for bf16, 2^-12 for fp16) plus fp32 noise, either side. */
+  static Output half(HalfType type, String name, short[] values, int width) {
+    float[] f = new float[values.length];
+    type.toFloats(values, 0, f, 0, f.length);
+    return tolerant(type, name, f, width);
+  }
+
+  static Output tolerant(HalfType type, String name, float[] values, int width) {
+    return type == HalfType.BF16 ? new Output(name, values, width, false, 2e-2, 4e-3)
+        : new Output(name, values, width, false, 1e-2, 1e-3);
+  }
+
+  static Output fp32(String name, float[] values, int width) {
+    return new Output(name, values, width, false, 1e-4, 1e-4);
+  }
+
+  static float[] floats(double[] a) {
+    float[] f = new float[a.length];
+    for (int i = 0; i < a.length; i++) {
+      f[i] = (float) a[i];
+    }
+    return f;
+  }
+
+  /** 16-bit values of magnitude in [0.05, 1] * scale, random sign: never zero. */
+  static short[] random(HalfType type, Random rnd, int n, double scale) {
+    short[] out = new short[n];
+    for (int i = 0; i < n; i++) {
+      double v = (0.05 + 0.95 * rnd.nextDouble()) * scale * (rnd.nextBoolean() ? 1 : -1);
+      out[i] = type.fromFloat((float) v);
+    }
+    return out;
+  }
+
+  static float[] randomFloats(Random rnd, int n, double scale) {
+    float[] out = new float[n];
+    for (int i = 0; i < n; i++) {
+      out[i] = (float) ((0.05 + 0.95 * rnd.nextDouble()) * scale * (rnd.nextBoolean() ? 1 : -1));
+    }
+    return out;
+  }
+
+  static double[] values(HalfType type, short[] a) {
+    double[] d = new double[a.length];
+    for (int i = 0; i < a.length; i++) {
+      d[i] = type.toFloat(a[i]);
+    }
+    return d;
+  }
+
+  // ---- the kernels ----
+
+  static Case embed(long seed, HalfType type, int M, int C, int V) {
+    Random rnd = new Random(seed);
+    short[] table = random(type, rnd, V * C, 1);
+    int[] tokens = new int[M];
+    for (int m = 0; m < M; m++) {
+      tokens[m] = m == 0 ? V - 1 : m == 1 ? -1 : m == 2 ? V : rnd.nextInt(V);
+    }
+    return new Case(String.format("llama_embed %s M=%d C=%d V=%d", type, M, C, V)) {
+      @Override
+      List<Output> run(LlamaDevice dev) {
+        long x = dev.upload(randomFloats(rnd, M * C, 1));
+        dev.kernels(type).embed(dev.stream, dev.upload(table), dev.upload(tokens), x, M, C, V);
+        return List.of(exact("x", dev.floats(x, M * C), C));
+      }
+
+      @Override
+      List<Output> reference() {
+        double[] t = values(type, table);
+        float[] x = new float[M * C];
+        for (int m = 0; m < M; m++) {
+          for (int c = 0; c < C; c++) {
+            x[m * C + c] = tokens[m] >= 0 && tokens[m] < V ? (float) t[tokens[m] * C + c] : 0f;
+          }
+        }
+        return List.of(exact("x", x, C));
+      }
+    };
+  }
+
+  static Case rmsnorm(long seed, HalfType type, int M, int C) {
+    Random rnd = new Random(seed);
+    float[] x = randomFloats(rnd, M * C, 3);
+    short[] w = random(type, rnd, C, 1.5);
+    float eps = 1e-5f;
+    return new Case(String.format("llama_rmsnorm %s M=%d C=%d", type, M, C)) {
+      @Override
+      List<Output> run(LlamaDevice dev) {
+        long y = dev.upload(new short[M * C]);
+        dev.kernels(type).rmsnorm(dev.stream, dev.upload(x), dev.upload(w), y, M, C, eps);
+        return List.of(half(type, "y", dev.halves(y, M * C), C));
+      }
+
+      @Override
+      List<Output> reference() {
+        double[] wd = values(type, w);
+        double[] y = new double[M * C];
+        for (int m = 0; m < M; m++) {
+          double s = 0;
+          for (int c = 0; c < C; c++) {
+            s += (double) x[m * C + c] * x[m * C + c];
+          }
+          double r = 1 / Math.sqrt(s / C + eps);
+          for (int c = 0; c < C; c++) {
+            y[m * C + c] = x[m * C + c] * r * wd[c];
+          }
+        }
+        return List.of(tolerant(type, "y", floats(y), C));
+      }
+    };
+  }
+
+  /**
+   * {@code out = epilogue(X W^T)} through {@link LlamaKernels#linear} (so M <= 8 is the gemv, else the
+   * tensor-core matmul); {@code bias} only with STORE.
+   */
+  static Case linear(long seed, HalfType type, int M, int N, int K, Epilogue epilogue, boolean bias) {
+    Random rnd = new Random(seed);
+    double xs = 1.0 / Math.sqrt(K);
+    short[] X = random(type, rnd, M * K, 1);
+    short[] W = random(type, rnd, N * K, 2 * xs);
+    short[] b = bias ? random(type, rnd, N, 0.5) : null;
+    float[] r0 = randomFloats(rnd, M * N, 1);
+    String kernel = M <= LlamaKernels.GEMV_MAX_ROWS ? "llama_gemv" : "llama_matmul";
+    return new Case(String.format("%s %s M=%d N=%d K=%d %s%s", kernel, type, M, N, K, epilogue,
+        bias ? "+bias" : "")) {
+      @Override
+      List<Output> run(LlamaDevice dev) {
+        long out = epilogue == Epilogue.STORE ? dev.upload(new short[M * N]) : dev.upload(r0);
+        dev.kernels(type).linear(dev.stream, dev.upload(X), dev.upload(W), bias ? dev.upload(b) : 0, out, M, N, K,
+            epilogue);
+        if (epilogue == Epilogue.STORE) {
+          return List.of(half(type, "Y", dev.halves(out, M * N), N));
+        }
+        return List.of(fp32(epilogue == Epilogue.RESIDUAL ? "R" : "L", dev.floats(out, M * N), N));
+      }
+
+      @Override
+      List<Output> reference() {
+        double[] x = values(type, X);
+        double[] w = values(type, W);
+        double[] y = new double[M * N];
+        for (int m = 0; m < M; m++) {
+          for (int n = 0; n < N; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) {
+              s += x[m * K + k] * w[n * K + k];
+            }
+            y[m * N + n] = switch (epilogue) {
+              case STORE -> bias ? s + type.toFloat(b[n]) : s;
+              case RESIDUAL -> r0[m * N + n] + s;
+              case FLOAT -> s;
+            };
+          }
+        }
+        if (epilogue == Epilogue.STORE) {
+          return List.of(tolerant(type, "Y", floats(y), N));
+        }
+        return List.of(fp32(epilogue == Epilogue.RESIDUAL ? "R" : "L", floats(y), N));
+      }
+    };
+  }
+
+  /** Rows of a random qkv with positions and cache rows; the caches start random (rows not written survive). */
+  static Case ropeKv(long seed, HalfType type, int B, int Hq, int Hkv, int D, int maxT, float[] invFreq,
+      int[] cacheRows, int[] positions) {
+    Random rnd = new Random(seed);
+    int M = positions.length;
+    int width = (Hq + 2 * Hkv) * D;
+    short[] qkv = random(type, rnd, M * width, 1);
+    int cacheLen = B * Hkv * maxT * D;
+    short[] k0 = random(type, rnd, cacheLen, 1);
+    short[] v0 = random(type, rnd, cacheLen, 1);
+    return new Case(String.format("llama_rope_kv %s M=%d Hq=%d Hkv=%d D=%d maxT=%d", type, M, Hq, Hkv, D, maxT)) {
+      @Override
+      List<Output> run(LlamaDevice dev) {
+        long q = dev.upload(qkv);
+        long kc = dev.upload(k0);
+        long vc = dev.upload(v0);
+        dev.kernels(type).ropeKv(dev.stream, q, kc, vc, dev.upload(invFreq), dev.upload(positions),
+            dev.upload(cacheRows), M, Hq, Hkv, D, maxT);
+        return List.of(half(type, "qkv", dev.halves(q, M * width), width), half(type, "kcache",
+            dev.halves(kc, cacheLen), D), exact("vcache", floats(values(type, dev.halves(vc, cacheLen))), D));
+      }
+
+      @Override
+      List<Output> reference() {
+        double[] q = values(type, qkv);
+        double[] kc = values(type, k0);
+        double[] vc = values(type, v0);
+        int hd = D / 2;
+        for (int m = 0; m < M; m++) {
+          for (int h = 0; h < Hq + Hkv; h++) {
+            for (int d = 0; d < hd; d++) {
+              double angle = (float) positions[m] * invFreq[d];
+              double x1 = q[m * width + h * D + d];
+              double x2 = q[m * width + h * D + d + hd];
+              double y1 = x1 * Math.cos(angle) - x2 * Math.sin(angle);
+              double y2 = x2 * Math.cos(angle) + x1 * Math.sin(angle);
+              if (h < Hq) {
+                q[m * width + h * D + d] = y1;
+                q[m * width + h * D + d + hd] = y2;
+              } else {
+                int at = ((cacheRows[m] * Hkv + h - Hq) * maxT + positions[m]) * D + d;
+                kc[at] = y1;
+                kc[at + hd] = y2;
+              }
+            }
+          }
+          for (int h = 0; h < Hkv; h++) {
+            int at = ((cacheRows[m] * Hkv + h) * maxT + positions[m]) * D;
+            for (int d = 0; d < D; d++) {
+              vc[at + d] = q[m * width + (Hq + Hkv + h) * D + d];
+            }
+          }
+        }
+        return List.of(tolerant(type, "qkv", floats(q), width), tolerant(type, "kcache", floats(kc), D),
+            exact("vcache", floats(vc), D));
+      }
+    };
+  }
+
+  static Case attention(long seed, HalfType type, int B, int Hq, int Hkv, int D, int maxT, int[] cacheRows,
+      int[] positions) {
+    Random rnd = new Random(seed);
+    int M = positions.length;
+    int width = (Hq + 2 * Hkv) * D;
+    short[] qkv = random(type, rnd, M * width, 1);
+    int cacheLen = B * Hkv * maxT * D;
+    short[] kc = random(type, rnd, cacheLen, 1);
+    short[] vc = random(type, rnd, cacheLen, 1);
+    float scale = (float) (1 / Math.sqrt(D));
+    return new Case(String.format("llama_attention %s M=%d Hq=%d Hkv=%d D=%d maxT=%d", type, M, Hq, Hkv, D, maxT)) {
+      @Override
+      List<Output> run(LlamaDevice dev) {
+        long out = dev.upload(new short[M * Hq * D]);
+        dev.kernels(type).attention(dev.stream, dev.upload(qkv), dev.upload(kc), dev.upload(vc), out,
+            dev.upload(positions), dev.upload(cacheRows), M, Hq, Hkv, D, maxT, scale);
+        return List.of(half(type, "out", dev.halves(out, M * Hq * D), Hq * D));
+      }
+
+      @Override
+      List<Output> reference() {
+        double[] q = values(type, qkv);
+        double[] k = values(type, kc);
+        double[] v = values(type, vc);
+        double[] out = new double[M * Hq * D];
+        for (int m = 0; m < M; m++) {
+          int len = positions[m] + 1;
+          for (int h = 0; h < Hq; h++) {
+            int head = (cacheRows[m] * Hkv + h / (Hq / Hkv)) * maxT * D;
+            double[] p = new double[len];
+            double mx = Double.NEGATIVE_INFINITY;
+            for (int t = 0; t < len; t++) {
+              double dot = 0;
+              for (int d = 0; d < D; d++) {
+                dot += q[m * width + h * D + d] * k[head + t * D + d];
+              }
+              p[t] = scale * dot;
+              mx = Math.max(mx, p[t]);
+            }
+            double sum = 0;
+            for (int t = 0; t < len; t++) {
+              p[t] = Math.exp(p[t] - mx);
+              sum += p[t];
+            }
+            for (int d = 0; d < D; d++) {
+              double o = 0;
+              for (int t = 0; t < len; t++) {
+                o += p[t] * v[head + t * D + d];
+              }
+              out[m * Hq * D + h * D + d] = o / sum;
+            }
+          }
+        }
+        return List.of(tolerant(type, "out", floats(out), Hq * D));
+      }
+    };
+  }
+
+  static Case swiglu(long seed, HalfType type, int M, int I) {
+    Random rnd = new Random(seed);
+    short[] gu = random(type, rnd, M * 2 * I, 4);
+    return new Case(String.format("llama_swiglu %s M=%d I=%d", type, M, I)) {
+      @Override
+      List<Output> run(LlamaDevice dev) {
+        long y = dev.upload(new short[M * I]);
+        dev.kernels(type).swiglu(dev.stream, dev.upload(gu), y, M, I);
+        return List.of(half(type, "y", dev.halves(y, M * I), I));
+      }
+
+      @Override
+      List<Output> reference() {
+        double[] v = values(type, gu);
+        double[] y = new double[M * I];
+        for (int m = 0; m < M; m++) {
+          for (int i = 0; i < I; i++) {
+            double g = v[m * 2 * I + i];
+            y[m * I + i] = g / (1 + Math.exp(-g)) * v[m * 2 * I + I + i];
+          }
+        }
+        return List.of(tolerant(type, "y", floats(y), I));
+      }
+    };
+  }
+
+  static Case argmax(long seed, int M, int V) {
+    Random rnd = new Random(seed);
+    float[] logits = randomFloats(rnd, M * V, 10);
+    if (M > 1) {
+      logits[V + 7] = 50f; // a tie with a later index: the lower wins
+      logits[V + V - 1] = 50f;
+    }
+    return new Case(String.format("llama_argmax M=%d V=%d", M, V)) {
+      @Override
+      List<Output> run(LlamaDevice dev) {
+        long out = dev.upload(new int[M]);
+        dev.kernels(HalfType.BF16).argmax(dev.stream, dev.upload(logits), out, M, V);
+        return List.of(exact("ids", dev.ints(out, M), M));
+      }
+
+      @Override
+      List<Output> reference() {
+        int[] ids = new int[M];
+        for (int m = 0; m < M; m++) {
+          int best = 0;
+          for (int v = 1; v < V; v++) {
+            if (logits[m * V + v] > logits[m * V + best]) {
+              best = v;
+            }
+          }
+          ids[m] = best;
+        }
+        return List.of(exact("ids", ids, M));
+      }
+    };
+  }
+}

@@ -1,0 +1,127 @@
+package dev.thaw.examples.llama.kernels;
+
+import static org.junit.jupiter.api.Assertions.assertNull;
+
+import dev.thaw.examples.gpt2.kernels.Gpt2Cases;
+import dev.thaw.examples.llama.LlamaConfig;
+import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
+import dev.thaw.runtime.gpu.DriverAvailability;
+import dev.thaw.runtime.gpu.cuda.CudaDriver;
+import dev.thaw.runtime.gpu.sim.SimDriver;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * The CUDA kernels against their Java twins: every case runs on the CUDA driver and on the sim driver with
+ * identical inputs, and the outputs must agree (exactly for embed, the v copy and argmax; 16-bit / fp32
+ * tolerances otherwise). Real Llama-3.1-8B, Qwen2.5-0.5B and Mistral shapes included: the 8B's qkv, o, gate|up
+ * and down products at decode, a 4096-wide matmul at prompt size, 128-wide heads at 8:1 and 7:1 GQA. Skipped,
+ * with the reason, where no GPU is usable.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class LlamaKernelsGpuTest {
+
+  private CudaDriver cudaDriver;
+  private SimDriver simDriver;
+  private LlamaDevice cuda;
+  private LlamaDevice sim;
+
+  @BeforeAll
+  void open() {
+    if (CudaDriver.availability().available()) {
+      cudaDriver = CudaDriver.open();
+      cuda = new LlamaDevice(cudaDriver);
+      simDriver = SimDriver.open(new SimOptions());
+      sim = new LlamaDevice(simDriver);
+    }
+  }
+
+  @BeforeEach
+  void needsAGpu() {
+    DriverAvailability a = CudaDriver.availability();
+    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+  }
+
+  @AfterEach
+  void free() {
+    if (cuda != null) {
+      cuda.freeBuffers();
+      sim.freeBuffers();
+    }
+  }
+
+  @AfterAll
+  void close() {
+    if (cuda != null) {
+      cuda.close();
+      sim.close();
+    }
+    if (cudaDriver != null) {
+      cudaDriver.close();
+      simDriver.close();
+    }
+  }
+
+  static Stream<LlamaCases.Case> cases() {
+    DriverAvailability a = CudaDriver.availability();
+    if (!a.available()) {
+      // The real cases hold about a gigabyte of inputs: make none where they cannot run. This one is skipped.
+      return Stream.of(new LlamaCases.Case("no usable GPU: " + a.unavailabilityCause()) {
+        @Override
+        java.util.List<Gpt2Cases.Output> run(LlamaDevice dev) {
+          throw new IllegalStateException(name);
+        }
+
+        @Override
+        java.util.List<Gpt2Cases.Output> reference() {
+          throw new IllegalStateException(name);
+        }
+      });
+    }
+    HalfType bf = HalfType.BF16;
+    HalfType fp = HalfType.FP16;
+    float[] llama8b = LlamaConfig.named("llama-3.1-8b").inverseFrequencies();
+    float[] qwen = LlamaConfig.named("qwen2.5-0.5b").inverseFrequencies();
+    return Stream.of(
+        LlamaCases.embed(201, bf, 17, 4096, 3000),
+        LlamaCases.embed(202, fp, 5, 896, 100),
+        LlamaCases.rmsnorm(203, bf, 1, 4096),
+        LlamaCases.rmsnorm(204, bf, 17, 896),
+        LlamaCases.rmsnorm(205, fp, 3, 3584),
+        LlamaCases.linear(206, bf, 1, 6144, 4096, Epilogue.STORE, false),    // 8B qkv, decode
+        LlamaCases.linear(207, bf, 1, 4096, 4096, Epilogue.RESIDUAL, false), // 8B o_proj into the residual
+        LlamaCases.linear(208, bf, 1, 28672, 4096, Epilogue.STORE, false),   // 8B gate|up
+        LlamaCases.linear(209, bf, 1, 4096, 14336, Epilogue.RESIDUAL, false), // 8B down
+        LlamaCases.linear(210, bf, 4, 1152, 896, Epilogue.STORE, true),      // Qwen 0.5B qkv with bias, batch 4
+        LlamaCases.linear(211, fp, 8, 4864, 896, Epilogue.STORE, false),     // K = 896: a partial last sweep
+        LlamaCases.linear(212, bf, 2, 32768, 1024, Epilogue.FLOAT, false),   // an LM head
+        LlamaCases.linear(213, bf, 512, 1024, 4096, Epilogue.STORE, false),  // prompt tile product
+        LlamaCases.linear(214, bf, 100, 1152, 896, Epilogue.STORE, true),    // partial row tile, bias
+        LlamaCases.linear(215, fp, 65, 4096, 1024, Epilogue.RESIDUAL, false),
+        LlamaCases.linear(216, bf, 9, 1000, 2048, Epilogue.FLOAT, false),    // partial column tile
+        LlamaCases.ropeKv(217, bf, 2, 32, 8, 128, 1024, llama8b, new int[] {0, 1, 1}, new int[] {1023, 0, 511}),
+        LlamaCases.ropeKv(218, bf, 1, 14, 2, 64, 512, qwen, new int[] {0, 0}, new int[] {3, 400}),
+        LlamaCases.attention(219, bf, 2, 32, 8, 128, 1024, new int[] {0, 1, 1}, new int[] {1023, 0, 300}),
+        LlamaCases.attention(220, bf, 1, 14, 2, 64, 4096, new int[] {0, 0}, new int[] {4095, 17}),
+        LlamaCases.attention(221, fp, 1, 28, 4, 128, 64, new int[] {0}, new int[] {63}),
+        LlamaCases.swiglu(222, bf, 3, 14336),
+        LlamaCases.swiglu(223, fp, 2, 4864),
+        LlamaCases.argmax(224, 2, 128256),
+        LlamaCases.argmax(225, 1, 17));
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @MethodSource("cases")
+  void cudaMatchesSim(LlamaCases.Case c) {
+    assertNull(Gpt2Cases.compare(c.name + " [" + cuda.context.device().name() + "]", "sim", c.run(sim), "cuda",
+        c.run(cuda)));
+  }
+}

@@ -1,0 +1,206 @@
+package dev.thaw.image.restore;
+
+import dev.thaw.runtime.gpu.GpuEvent;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+
+/**
+ * An on-demand restore in progress, and the function it serves: {@link #function()} can be invoked at once, while
+ * the image's bytes are still streaming in; every launch waits on the device, never on the host, for what it may
+ * touch. Closing it waits for the copies still queued, gives the restore's resources back and frees the function's
+ * session.
+ */
+public final class OnDemandRestore implements AutoCloseable {
+
+  /**
+   * Where the restore's host time went before the function could be invoked, in milliseconds.
+   *
+   * @param modulesMillis reading the cubins and loading the modules
+   * @param mapMillis mapping the allocations at their recorded addresses
+   * @param stateMillis reading the host state
+   * @param readyMillis from the call to the function being invocable (the three above, and starting the restore)
+   */
+  public record Timings(double modulesMillis, double mapMillis, double stateMillis, double readyMillis) {}
+
+  /**
+   * What the restore did.
+   *
+   * @param bytes device bytes of the image
+   * @param hostBytes bytes copied from a host tier
+   * @param storeBytes bytes read from the store, verified and copied
+   * @param residentBytes bytes of allocations that were resident already (the HBM tier): not copied
+   * @param copies host → device copies queued
+   * @param promotions allocations a launch moved to the head of the restore
+   * @param waits waits the gate queued for an allocation not yet resident
+   * @param fullWaits waits for full residency (kernels not gated on their arguments)
+   * @param stagedUploads uploads of the function's that were queued behind a wait
+   */
+  public record Stats(long bytes, long hostBytes, long storeBytes, long residentBytes, int copies, int promotions,
+      long waits, long fullWaits, long stagedUploads) {}
+
+  private final RestoredFunction<?> function;
+  private final Residency residency;
+  private final ResidencyGate gate;
+  private final ResidencyValidator validator;
+  private final RestoreTrace trace;
+  private final RestoreResources resources;
+  private final Timings timings;
+  private boolean closed;
+
+  OnDemandRestore(RestoredFunction<?> function, Residency residency, ResidencyGate gate, ResidencyValidator validator,
+      RestoreTrace trace, RestoreResources resources, Timings timings) {
+    this.function = function;
+    this.residency = residency;
+    this.gate = gate;
+    this.validator = validator;
+    this.trace = trace;
+    this.resources = resources;
+    this.timings = timings;
+  }
+
+  /** The restored function, gated: invoke it at once. */
+  public RestoredFunction<?> function() {
+    return function;
+  }
+
+  public RestorePlan plan() {
+    return residency.plan();
+  }
+
+  public Timings timings() {
+    return timings;
+  }
+
+  public RestoreTrace trace() {
+    return trace;
+  }
+
+  /** True once every allocation is resident. Never blocks. */
+  public boolean isResident() {
+    return residency.isComplete();
+  }
+
+  /** Completes when every allocation is resident; fails with what stopped the restore (a corrupt chunk, …). */
+  public CompletableFuture<Void> resident() {
+    return residency.done();
+  }
+
+  /** Blocks until every allocation is resident: for a full restore, tests and teardown, never on the gated path. */
+  public void awaitResident() {
+    try {
+      residency.done().get();
+    } catch (ExecutionException e) {
+      Throwable c = e.getCause();
+      if (c instanceof RuntimeException r) {
+        throw r;
+      }
+      throw new ImageRestoreException("the restore failed: " + c, c);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new ImageRestoreException("interrupted while waiting for the restore", e);
+    }
+  }
+
+  /** Starts streaming what no launch asked for, when {@link OnDemandOptions#streamInBackground} was off. */
+  public void streamRest() {
+    residency.streamRest();
+  }
+
+  /** The timing event recorded on the idle restore stream when the restore began: time zero of the trace. */
+  public GpuEvent originEvent() {
+    return trace.origin();
+  }
+
+  /**
+   * Milliseconds from {@link #originEvent()} to the moment {@code allocation} became resident, by the event recorded
+   * after its copies; 0 for one that was resident before the restore began.
+   *
+   * @throws IllegalStateException if its copies are not queued yet
+   * @throws IllegalArgumentException if the image has no such allocation
+   */
+  public double residentMillis(String allocation) {
+    int u = residency.plan().unitOf(allocation);
+    if (u < 0) {
+      throw new IllegalArgumentException("the image has no allocation '" + allocation + "'");
+    }
+    GpuEvent e = residency.event(u);
+    if (e == null) {
+      if (residency.state(u) == Residency.RESIDENT) {
+        return 0;
+      }
+      throw new IllegalStateException("allocation '" + allocation + "' is not queued yet");
+    }
+    return e.elapsedMillisSince(trace.origin());
+  }
+
+  /**
+   * When the last allocation became resident, on the {@link System#nanoTime()} clock (by the events recorded after
+   * the copies, not when the restore thread noticed). Call once {@link #isResident()}.
+   */
+  public long residentNanos() {
+    long latest = trace.originNanos();
+    RestorePlan plan = residency.plan();
+    for (int u = 0; u < plan.unitCount(); u++) {
+      GpuEvent e = residency.event(u);
+      if (e != null) {
+        latest = Math.max(latest, trace.originNanos() + (long) (e.elapsedMillisSince(trace.origin()) * 1e6));
+      }
+    }
+    return latest;
+  }
+
+  /**
+   * What the validating mode found ({@link OnDemandOptions#validate(boolean)}).
+   *
+   * @param checked launches run instrumented
+   * @param unchecked launches run plain because their module could not be instrumented
+   * @param violations accesses of bytes that were neither resident nor waited for
+   * @param described the first of them, with kernel, address and allocation
+   */
+  public record Validation(long checked, long unchecked, long violations, List<String> described) {}
+
+  /** @throws IllegalStateException unless the restore runs in validating mode */
+  public Validation validation() {
+    if (validator == null) {
+      throw new IllegalStateException("this restore does not validate; see OnDemandOptions.validate");
+    }
+    long[] c = validator.counts();
+    return new Validation(c[0], c[1], c[2], validator.violations());
+  }
+
+  public Stats stats() {
+    Residency.Stats r = residency.stats();
+    long[] g = gate.counts();
+    long bytes = residency.plan().totalBytes();
+    return new Stats(bytes, r.hostBytes(), r.storeBytes(), bytes - r.hostBytes() - r.storeBytes(), r.copies(),
+        r.promotions(), g[0], g[1], g[2]);
+  }
+
+  /**
+   * Waits for the copies still queued and the function's work, gives the restore's resources back, and frees the
+   * function's session (its allocations and modules). Idempotent.
+   */
+  @Override
+  public void close() {
+    if (closed) {
+      return;
+    }
+    closed = true;
+    try {
+      residency.stop();
+      function.session().synchronize();
+    } finally {
+      try {
+        gate.close();
+        if (validator != null) {
+          validator.close();
+        }
+        trace.release();
+        function.close();
+      } finally {
+        resources.giveBack();
+      }
+    }
+  }
+}

@@ -1,0 +1,152 @@
+package dev.thaw.image.restore;
+
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.runtime.function.FunctionLoader;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.HostStates;
+import dev.thaw.runtime.function.ThawFunction;
+import dev.thaw.runtime.gpu.AddressUnavailableException;
+import dev.thaw.runtime.gpu.GpuContext;
+import java.nio.ByteBuffer;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * On-demand restore (DESIGN decision 6): makes a function invocable as soon as its allocations are mapped and its
+ * modules loaded, and streams the image's bytes in behind it, in the profile's first-access order, while a
+ * {@link ResidencyGate} makes each launch wait on the device for what it may touch.
+ *
+ * <p>Bytes come from the {@link RestoreSource}'s tiers where it has them (already resident allocations are skipped,
+ * host-cached chunks are copied straight from where they lie) and from the store otherwise (read, verified, staged).
+ * Nothing is verified twice and nothing reaches the device unverified. The restore's long-lived resources (stream,
+ * events, pinned staging, threads) are the caller's, in {@link RestoreResources}.
+ */
+public final class OnDemandRestorer {
+
+  private final ChunkStore store;
+
+  public OnDemandRestorer(ChunkStore store) {
+    this.store = store;
+  }
+
+  /** {@link #restore(RestorePlan, GpuContext, RestoreSource, RestoreResources, OnDemandOptions)} of a new plan. */
+  public OnDemandRestore restore(ImageManifest manifest, GpuContext context, RestoreSource source,
+      RestoreResources resources, OnDemandOptions options) {
+    return restore(RestorePlan.of(manifest), context, source, resources, options);
+  }
+
+  /**
+   * Maps {@code plan}'s image into {@code context}, loads its modules, starts streaming its bytes and returns with
+   * the function invocable. The context must be {@code resources}'s; the image must be built for a device of this
+   * architecture or carry PTX (modules are JIT-compiled otherwise).
+   *
+   * @throws ImageRestoreException if the function class cannot be loaded, an address is taken, or the state does
+   *     not read
+   * @throws CorruptChunkException naming a cubin whose bytes do not match its digest
+   * @throws IllegalStateException if {@code resources} are lent to a restore not closed yet
+   */
+  public OnDemandRestore restore(RestorePlan plan, GpuContext context, RestoreSource source,
+      RestoreResources resources, OnDemandOptions options) {
+    if (resources.context() != context) {
+      throw new IllegalArgumentException("the restore resources belong to another context");
+    }
+    long start = System.nanoTime();
+    ImageManifest manifest = plan.manifest();
+    ThawFunction<?> function;
+    try {
+      function = FunctionLoader.load(manifest.function().className());
+    } catch (IllegalArgumentException e) {
+      throw new ImageRestoreException(manifest.function().className() + ": " + e.getMessage(), e);
+    }
+    resources.borrow();
+    RestoreSource.Lease lease = null;
+    FunctionSession session = null;
+    try {
+      RestoreTrace trace = new RestoreTrace(resources, options.trace(), start);
+      lease = source.lease(manifest);
+      long t = System.nanoTime();
+      Map<String, byte[]> cubins = cubins(manifest, context, lease);
+      long cubinNanos = System.nanoTime() - t;
+      try {
+        session = FunctionSession.rebuild(context, manifest.sessionTable(cubins));
+      } catch (AddressUnavailableException e) {
+        throw new ImageRestoreException("image of " + manifest.function().className() + " needs its device "
+            + "addresses, and one is taken in this process: " + e.getMessage(), e);
+      }
+      FunctionSession.RebuildTimings rebuilt = session.rebuildTimings();
+      Residency residency = new Residency(plan, resources, store, lease, options);
+      trace.attach(residency);
+      ResidencyGate gate = new ResidencyGate(session, plan, residency, resources.uploadArena(), trace);
+      ResidencyValidator validator = options.validate() ? new ResidencyValidator(session, gate) : null;
+      if (validator != null) {
+        session.setLaunchInterceptor(validator);
+      } else {
+        session.setLaunchInterceptor(gate);
+      }
+      residency.start();
+      long mapped = System.nanoTime();
+      trace.span("load modules, map allocations", t, mapped);
+      OnDemandRestore restore = withState(function, plan, session, residency, gate, validator, trace, resources,
+          cubinNanos + rebuilt.moduleNanos(), rebuilt.mapNanos(), start);
+      trace.span("read host state", mapped, System.nanoTime());
+      return restore;
+    } catch (RuntimeException | Error e) {
+      if (session != null) {
+        try {
+          session.close();
+        } catch (RuntimeException suppressed) {
+          e.addSuppressed(suppressed);
+        }
+      }
+      if (lease != null) {
+        lease.close();
+      }
+      resources.giveBack();
+      throw e;
+    }
+  }
+
+  private <S> OnDemandRestore withState(ThawFunction<S> function, RestorePlan plan, FunctionSession session,
+      Residency residency, ResidencyGate gate, ResidencyValidator validator, RestoreTrace trace,
+      RestoreResources resources, long moduleNanos,
+      long mapNanos, long start) {
+    long t = System.nanoTime();
+    S state;
+    try {
+      state = HostStates.read(plan.manifest().hostState(), function.stateType());
+    } catch (IllegalArgumentException e) {
+      residency.stop();
+      throw new ImageRestoreException(function.getClass().getName() + ": " + e.getMessage(), e);
+    }
+    long end = System.nanoTime();
+    OnDemandRestore.Timings timings = new OnDemandRestore.Timings(moduleNanos / 1e6, mapNanos / 1e6,
+        (end - t) / 1e6, (end - start) / 1e6);
+    RestoreTimings full = new RestoreTimings(0, mapNanos / 1e6, moduleNanos / 1e6, Double.NaN, (end - t) / 1e6,
+        (end - start) / 1e6, plan.totalBytes());
+    RestoredFunction<S> f = new RestoredFunction<>(plan.manifest().function().className(), plan.manifest(), function,
+        session, state, full, List.of());
+    return new OnDemandRestore(f, residency, gate, validator, trace, resources, timings);
+  }
+
+  /** Each module's cubin, from the host tier when it has it (verified there), else read and verified. */
+  private Map<String, byte[]> cubins(ImageManifest manifest, GpuContext context, RestoreSource.Lease lease) {
+    Map<String, byte[]> cubins = new HashMap<>();
+    if (!context.device().smArch().equals(manifest.device().smArch())) {
+      return cubins;
+    }
+    for (ImageManifest.Module m : manifest.modules()) {
+      byte[] bytes = new byte[m.cubin().length()];
+      RestoreSource.HostChunk h = lease.find(m.cubin().digest());
+      if (h != null) {
+        h.buffer().slice(h.offset(), bytes.length).get(bytes);
+      } else {
+        ByteBuffer b = ByteBuffer.wrap(bytes);
+        VerifiedChunks.read(store, m.cubin().digest(), b, "the cubin of module '" + m.name() + "'");
+      }
+      cubins.put(m.name(), bytes);
+    }
+    return cubins;
+  }
+}

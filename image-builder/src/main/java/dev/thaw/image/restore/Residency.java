@@ -1,0 +1,451 @@
+package dev.thaw.image.restore;
+
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.StagingRing;
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.PinnedBuffer;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicIntegerArray;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.LockSupport;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * Which of an image's allocations are on the device, and the copies that put them there: one per restore.
+ *
+ * <p>Each unit (an allocation of the {@link RestorePlan}) is pending, queued or resident. Queuing a unit puts its
+ * copies on the restore stream and records an event after them; the unit is resident once that event has completed.
+ * Two parties queue units, under one lock: the restore thread, in plan order, keeping at most
+ * {@link OnDemandOptions#windowBytes()} queued ahead of the copy engine, and the launching thread, which
+ * {@linkplain #promote promotes} a pending unit a launch needs to the head (it is queued at once, behind only what is
+ * in the window). One restore stream keeps every unit's copies in queue order, so the last event recorded covers all
+ * units queued before it.
+ *
+ * <p>From a host tier a unit is queued without waiting for anything. From the store its chunks are read and
+ * verified into pinned staging by the restore thread first; a launch that needs such a unit waits, on its thread, for
+ * that read (never for a copy: it waits until the copy is queued). No byte reaches the device unverified: host
+ * chunks were verified when they entered their cache, store chunks right before their copy is queued.
+ */
+final class Residency {
+
+  static final int PENDING = 0;
+  static final int QUEUED = 1;
+  static final int RESIDENT = 2;
+
+  /** One host → device copy of a unit: mutable while chunks are coalesced into it. */
+  private static final class HostCopy {
+    final long dst;
+    final PinnedBuffer buffer;
+    final long offset;
+    long bytes;
+
+    HostCopy(long dst, PinnedBuffer buffer, long offset, long bytes) {
+      this.dst = dst;
+      this.buffer = buffer;
+      this.offset = offset;
+      this.bytes = bytes;
+    }
+  }
+
+  private static final HostCopy[] FROM_STORE = new HostCopy[0];
+
+  private final RestorePlan plan;
+  private final RestoreResources resources;
+  private final ChunkStore store;
+  private final RestoreSource.Lease lease;
+  private final OnDemandOptions options;
+  private final GpuStream stream;
+  private final int units;
+  private final AtomicIntegerArray state;
+  private final GpuEvent[] events;
+  private final long[] queuedNanos;
+  private final HostCopy[][] copies;
+  private final ReentrantLock lock = new ReentrantLock();
+  private final Condition queued = lock.newCondition();
+  private final ArrayDeque<Integer> inFlight = new ArrayDeque<>();
+  private final ArrayDeque<Integer> urgent = new ArrayDeque<>();
+  private final List<GpuEvent> used = new ArrayList<>();
+  private final CompletableFuture<Void> done = new CompletableFuture<>();
+  private int cursor;
+  private int residentUnits;
+  private long queuedBytes;
+  private long residentBytes;
+  private long hostBytes;
+  private long storeBytes;
+  private int copyCount;
+  private int promotions;
+  private GpuEvent last;
+  private volatile boolean complete;
+  private volatile Throwable failure;
+  private volatile boolean background;
+  private volatile boolean stopping;
+  private Future<?> pump;
+
+  Residency(RestorePlan plan, RestoreResources resources, ChunkStore store, RestoreSource.Lease lease,
+      OnDemandOptions options) {
+    this.plan = plan;
+    this.resources = resources;
+    this.store = store;
+    this.lease = lease;
+    this.options = options;
+    this.stream = resources.stream();
+    this.units = plan.unitCount();
+    this.state = new AtomicIntegerArray(units);
+    this.events = new GpuEvent[units];
+    this.queuedNanos = new long[units];
+    this.copies = new HostCopy[units][];
+    this.background = options.streamInBackground();
+    for (int u = 0; u < units; u++) {
+      if (lease.resident(plan.unit(u))) {
+        state.set(u, RESIDENT);
+        residentUnits++;
+      }
+    }
+  }
+
+  /** Starts the restore thread. */
+  void start() {
+    pump = resources.pump().submit(this::pump);
+  }
+
+  // ---- what launches ask ----
+
+  /** True once every unit is resident (seen by the restore thread): launches then pass at no cost. */
+  boolean isComplete() {
+    return complete;
+  }
+
+  int state(int unit) {
+    return state.get(unit);
+  }
+
+  /** The event that completes when {@code unit} is resident; valid once the unit is queued. */
+  GpuEvent event(int unit) {
+    return events[unit];
+  }
+
+  /**
+   * Queues {@code unit} now if it is pending. From a host tier that is immediate; from the store the calling thread
+   * waits until the restore thread has read and verified it and queued its copy.
+   */
+  void promote(int unit) {
+    lock.lock();
+    try {
+      checkFailure();
+      if (state.get(unit) != PENDING) {
+        return;
+      }
+      promotions++;
+      if (hostCopies(unit) != FROM_STORE) {
+        queueHost(unit);
+        return;
+      }
+      urgent.addFirst(unit);
+      while (state.get(unit) == PENDING) {
+        queued.awaitUninterruptibly();
+        checkFailure();
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Queues every pending unit and returns the event that completes when all are resident (null when all already
+   * are): what a launch that cannot be gated on its arguments waits for.
+   */
+  GpuEvent promoteAll() {
+    lock.lock();
+    try {
+      checkFailure();
+      boolean fromStore = false;
+      for (int u = 0; u < units; u++) {
+        if (state.get(u) != PENDING) {
+          continue;
+        }
+        promotions++;
+        if (hostCopies(u) != FROM_STORE) {
+          queueHost(u);
+        } else {
+          urgent.addLast(u);
+          fromStore = true;
+        }
+      }
+      if (fromStore) {
+        for (int u = 0; u < units; u++) {
+          while (state.get(u) == PENDING) {
+            queued.awaitUninterruptibly();
+            checkFailure();
+          }
+        }
+      }
+      return complete ? null : last;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Lets the restore thread queue the units no launch asked for, in plan order. */
+  void streamRest() {
+    background = true;
+  }
+
+  // ---- the restore thread ----
+
+  private void pump() {
+    try {
+      while (!stopping) {
+        int fromStore = -1;
+        lock.lock();
+        try {
+          retire();
+          if (residentUnits == units) {
+            complete = true;
+            done.complete(null);
+            return;
+          }
+          Integer u = urgent.poll();
+          if (u != null) {
+            if (state.get(u) == PENDING) {
+              fromStore = u;
+            } else {
+              continue;
+            }
+          } else if (background && queuedBytes - residentBytes < options.windowBytes()) {
+            int next = nextPending();
+            if (next >= 0) {
+              if (hostCopies(next) != FROM_STORE) {
+                queueHost(next);
+                continue;
+              }
+              fromStore = next;
+            }
+          }
+        } finally {
+          lock.unlock();
+        }
+        if (fromStore >= 0) {
+          stageFromStore(fromStore);
+        } else {
+          LockSupport.parkNanos(options.pollNanos());
+        }
+      }
+    } catch (Throwable t) {
+      fail(t);
+    }
+  }
+
+  /** Under the lock: marks resident the queued units whose events have completed, in queue order. */
+  private void retire() {
+    Integer head;
+    while ((head = inFlight.peek()) != null && events[head].isComplete()) {
+      inFlight.poll();
+      state.set(head, RESIDENT);
+      residentUnits++;
+      residentBytes += plan.unit(head).size();
+    }
+  }
+
+  /** Under the lock: the first pending unit in plan order, or -1. */
+  private int nextPending() {
+    while (cursor < units && state.get(cursor) != PENDING) {
+      cursor++;
+    }
+    return cursor < units ? cursor : -1;
+  }
+
+  /** Under the lock: the unit's copies from the host tier, coalesced; {@link #FROM_STORE} if a chunk is not there. */
+  private HostCopy[] hostCopies(int unit) {
+    HostCopy[] c = copies[unit];
+    if (c != null) {
+      return c;
+    }
+    ImageManifest.Allocation a = plan.unit(unit);
+    List<HostCopy> out = new ArrayList<>(4);
+    HostCopy cur = null;
+    for (ImageManifest.Chunk chunk : a.chunks()) {
+      RestoreSource.HostChunk h = lease.find(chunk.digest());
+      if (h == null) {
+        copies[unit] = FROM_STORE;
+        return FROM_STORE;
+      }
+      long dst = a.address() + chunk.offset();
+      if (cur != null && cur.buffer == h.buffer() && cur.offset + cur.bytes == h.offset() && cur.dst + cur.bytes == dst) {
+        cur.bytes += chunk.length();
+      } else {
+        cur = new HostCopy(dst, h.buffer(), h.offset(), chunk.length());
+        out.add(cur);
+      }
+    }
+    c = out.toArray(new HostCopy[0]);
+    copies[unit] = c;
+    return c;
+  }
+
+  /** Under the lock: queues a host-tier unit's copies and its event. */
+  private void queueHost(int unit) {
+    for (HostCopy c : copies[unit]) {
+      stream.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
+      copyCount++;
+    }
+    hostBytes += plan.unit(unit).size();
+    recordQueued(unit);
+  }
+
+  /** Under the lock: the unit's copies are on the stream; its event follows them. */
+  private void recordQueued(int unit) {
+    GpuEvent e = resources.takeEvent();
+    used.add(e);
+    e.record(stream);
+    events[unit] = e;
+    queuedNanos[unit] = System.nanoTime();
+    last = e;
+    inFlight.add(unit);
+    queuedBytes += plan.unit(unit).size();
+    state.set(unit, QUEUED);
+    queued.signalAll();
+  }
+
+  /**
+   * On the restore thread: reads the unit's chunks into staging, verifies them, and queues their copies batch by
+   * batch; a staging buffer is reused once its last copy has completed.
+   */
+  private void stageFromStore(int unit) throws Exception {
+    ImageManifest.Allocation a = plan.unit(unit);
+    StagingRing ring = resources.staging();
+    long capacity = ring.bytes();
+    List<ImageManifest.Chunk> chunks = a.chunks();
+    int i = 0;
+    while (i < chunks.size()) {
+      long batchStart = chunks.get(i).offset();
+      int j = i;
+      while (j < chunks.size() && chunks.get(j).offset() + chunks.get(j).length() - batchStart <= capacity) {
+        j++;
+      }
+      if (j == i) {
+        throw new ImageRestoreException("chunk of " + chunks.get(i).length() + " bytes in allocation '" + a.name()
+            + "' is larger than a staging buffer (" + capacity + " bytes)");
+      }
+      int slot = ring.acquire();
+      PinnedBuffer staging = ring.buffer(slot);
+      List<Future<?>> reads = new ArrayList<>(j - i);
+      for (int k = i; k < j; k++) {
+        ImageManifest.Chunk c = chunks.get(k);
+        int at = (int) (c.offset() - batchStart);
+        reads.add(resources.readers().submit(() -> VerifiedChunks.read(store, c.digest(),
+            staging.slice(at, c.length()), "allocation '" + a.name() + "' at offset " + c.offset())));
+      }
+      Throwable failed = null;
+      for (Future<?> f : reads) {
+        try {
+          f.get();
+        } catch (java.util.concurrent.ExecutionException e) {
+          failed = failed == null ? e.getCause() : failed;
+        }
+      }
+      if (failed != null) {
+        ring.release(slot);
+        throw failed instanceof Exception x ? x : new IllegalStateException(failed);
+      }
+      long bytes = chunks.get(j - 1).offset() + chunks.get(j - 1).length() - batchStart;
+      lock.lock();
+      try {
+        // Verified above: only now may the bytes go to the device.
+        stream.copyHostToDeviceAsync(a.address() + batchStart, staging, 0, bytes);
+        ring.queued(slot, stream);
+        copyCount++;
+      } finally {
+        lock.unlock();
+        ring.release(slot);
+      }
+      i = j;
+    }
+    lock.lock();
+    try {
+      storeBytes += a.size();
+      recordQueued(unit);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private void fail(Throwable t) {
+    lock.lock();
+    try {
+      if (failure == null) {
+        failure = t;
+      }
+      queued.signalAll();
+    } finally {
+      lock.unlock();
+    }
+    done.completeExceptionally(t);
+  }
+
+  /** @throws ImageRestoreException if the restore failed: no launch may run on what it left behind */
+  void checkFailure() {
+    Throwable t = failure;
+    if (t != null) {
+      if (t instanceof RuntimeException r) {
+        throw new ImageRestoreException("the restore failed: " + r.getMessage(), r);
+      }
+      throw new ImageRestoreException("the restore failed: " + t, t);
+    }
+  }
+
+  // ---- the restore's owner ----
+
+  /** Completes when every unit is resident; fails with what stopped the restore. */
+  CompletableFuture<Void> done() {
+    return done;
+  }
+
+  /** Stops the restore thread and waits for queued copies (teardown only). Returns the events to the pool. */
+  void stop() {
+    stopping = true;
+    if (pump != null) {
+      try {
+        pump.get(30, TimeUnit.SECONDS);
+      } catch (Exception e) {
+        // Its failure, if any, was recorded.
+      }
+    }
+    stream.synchronize();
+    lease.close();
+    resources.giveBack(used);
+  }
+
+  // ---- what reports read ----
+
+  RestorePlan plan() {
+    return plan;
+  }
+
+  long queuedNanos(int unit) {
+    return queuedNanos[unit];
+  }
+
+  Stats stats() {
+    lock.lock();
+    try {
+      return new Stats(hostBytes, storeBytes, copyCount, promotions);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * @param hostBytes device bytes copied from a host tier
+   * @param storeBytes device bytes read from the store, verified and copied
+   * @param copies host → device copies queued
+   * @param promotions units a launch moved to the head
+   */
+  record Stats(long hostBytes, long storeBytes, int copies, int promotions) {}
+}

@@ -1,0 +1,178 @@
+package dev.thaw.image.restore;
+
+import dev.thaw.image.Staging;
+import dev.thaw.image.StagingRing;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.PinnedBuffer;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * What on-demand restores on one context need and should not make per restore: the restore stream, a pool of
+ * timing events, pinned staging for chunks read from the store, a pinned arena for uploads that must wait for
+ * residency, the restore thread and the store readers. Made once by the long-lived owner (a pooled worker, a
+ * benchmark), off the cold path, and lent to one restore at a time.
+ */
+public final class RestoreResources implements AutoCloseable {
+
+  public static final long DEFAULT_UPLOAD_ARENA_BYTES = 1L << 20;
+  /** Events made up front: one per allocation restored, GPT-2-large has 518. */
+  public static final int DEFAULT_EVENTS = 1024;
+
+  private final GpuContext context;
+  private final GpuStream stream;
+  private final ArrayDeque<GpuEvent> events = new ArrayDeque<>();
+  private final List<GpuEvent> allEvents = new ArrayList<>();
+  private final StagingRing staging;
+  private final PinnedBuffer uploadArena;
+  private final ExecutorService pump;
+  private final ExecutorService readers;
+  private final AtomicBoolean lent = new AtomicBoolean();
+  private final AtomicBoolean closed = new AtomicBoolean();
+
+  private RestoreResources(GpuContext context, int stagingBuffers, long stagingBytes, int readThreads,
+      long uploadArenaBytes, int events) {
+    this.context = context;
+    List<AutoCloseable> made = new ArrayList<>();
+    try {
+      this.stream = context.createStream();
+      made.add(stream);
+      this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes);
+      made.add(staging);
+      this.uploadArena = context.allocatePinned(uploadArenaBytes);
+      made.add(uploadArena);
+      for (int i = 0; i < events; i++) {
+        GpuEvent e = context.createEvent(true);
+        made.add(e);
+        allEvents.add(e);
+        this.events.add(e);
+      }
+    } catch (RuntimeException e) {
+      for (int i = made.size() - 1; i >= 0; i--) {
+        try {
+          made.get(i).close();
+        } catch (Exception suppressed) {
+          e.addSuppressed(suppressed);
+        }
+      }
+      throw e;
+    }
+    this.pump = Executors.newSingleThreadExecutor(daemon("thaw-restore"));
+    this.readers = Executors.newFixedThreadPool(readThreads, daemon("thaw-restore-read"));
+  }
+
+  /** Defaults: {@link Staging}'s buffers and threads, a 1 MiB upload arena, 1024 events. */
+  public static RestoreResources create(GpuContext context) {
+    return create(context, Staging.DEFAULT_BUFFERS, Staging.DEFAULT_BYTES, Staging.DEFAULT_THREADS,
+        DEFAULT_UPLOAD_ARENA_BYTES);
+  }
+
+  /**
+   * @throws IllegalArgumentException if a count or size is outside what {@link Staging} allows
+   */
+  public static RestoreResources create(GpuContext context, int stagingBuffers, long stagingBytes, int readThreads,
+      long uploadArenaBytes) {
+    Staging.checkBuffers(stagingBuffers);
+    Staging.checkBytes(stagingBytes);
+    Staging.checkThreads(readThreads, "read");
+    if (uploadArenaBytes < 4096) {
+      throw new IllegalArgumentException("the upload arena must be at least 4 KiB, not " + uploadArenaBytes);
+    }
+    return new RestoreResources(context, stagingBuffers, stagingBytes, readThreads, uploadArenaBytes,
+        DEFAULT_EVENTS);
+  }
+
+  public GpuContext context() {
+    return context;
+  }
+
+  GpuStream stream() {
+    return stream;
+  }
+
+  /** The pinned staging that chunks read from the store go through; the restore's own, while it is lent. */
+  public StagingRing staging() {
+    return staging;
+  }
+
+  PinnedBuffer uploadArena() {
+    return uploadArena;
+  }
+
+  ExecutorService pump() {
+    return pump;
+  }
+
+  /** The threads that read and verify chunks from the store. */
+  public ExecutorService readers() {
+    return readers;
+  }
+
+  /** A timing event from the pool, or a new one when the pool is empty. Only the borrowing restore calls this. */
+  synchronized GpuEvent takeEvent() {
+    GpuEvent e = events.poll();
+    if (e == null) {
+      e = context.createEvent(true);
+      allEvents.add(e);
+    }
+    return e;
+  }
+
+  synchronized void giveBack(List<GpuEvent> used) {
+    events.addAll(used);
+  }
+
+  void borrow() {
+    if (closed.get()) {
+      throw new IllegalStateException("the restore resources are closed");
+    }
+    if (!lent.compareAndSet(false, true)) {
+      throw new IllegalStateException("these restore resources are lent to a restore that is not closed yet");
+    }
+  }
+
+  void giveBack() {
+    lent.set(false);
+  }
+
+  /** Stops the threads and frees the stream, events and pinned memory. Idempotent. */
+  @Override
+  public void close() {
+    if (!closed.compareAndSet(false, true)) {
+      return;
+    }
+    pump.shutdownNow();
+    readers.shutdownNow();
+    List<AutoCloseable> all = new ArrayList<>(allEvents);
+    all.add(staging);
+    all.add(uploadArena);
+    all.add(stream);
+    RuntimeException failure = null;
+    for (AutoCloseable c : all) {
+      try {
+        c.close();
+      } catch (Exception e) {
+        failure = failure == null ? new IllegalStateException("closing restore resources failed", e) : failure;
+      }
+    }
+    if (failure != null) {
+      throw failure;
+    }
+  }
+
+  private static java.util.concurrent.ThreadFactory daemon(String prefix) {
+    AtomicInteger n = new AtomicInteger();
+    return r -> {
+      Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
+      t.setDaemon(true);
+      return t;
+    };
+  }
+}

@@ -1,0 +1,216 @@
+package dev.thaw.image.restore;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.runtime.function.KernelRef;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuStream;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+
+/**
+ * One on-demand restore's timeline: the restore's host phases, each allocation's copies on the restore stream, the
+ * launches on the compute stream, the waits the gate queued, and the request's start and end. Device times come from
+ * timing events, placed on the host clock through an origin event recorded on the idle restore stream when the
+ * restore began. {@link #writeChromeTrace} writes it as Chrome-trace JSON, which Perfetto ({@code ui.perfetto.dev})
+ * and {@code chrome://tracing} open.
+ *
+ * <p>The first launch's start is always recorded (one event); every launch's start and end only with
+ * {@link OnDemandOptions#trace(boolean)}.
+ */
+public final class RestoreTrace {
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final int PID = 1;
+  private static final int HOST = 1;
+  private static final int RESTORE = 2;
+  private static final int COMPUTE = 3;
+
+  /** A launch: its kernel and the events recorded right before it and after it (null until known). */
+  private static final class Launch {
+    final String kernel;
+    final GpuEvent start;
+    GpuEvent end;
+
+    Launch(String kernel, GpuEvent start) {
+      this.kernel = kernel;
+      this.start = start;
+    }
+  }
+
+  private record Mark(String name, int track, long startNanos, long endNanos) {}
+
+  private final RestoreResources resources;
+  private final GpuEvent origin;
+  private final long originNanos;
+  private final boolean everyLaunch;
+  private final List<Launch> launches = new ArrayList<>();
+  private final List<Mark> marks = new ArrayList<>();
+  private final List<GpuEvent> taken = new ArrayList<>();
+  private Residency residency;
+
+  RestoreTrace(RestoreResources resources, boolean everyLaunch, long startNanos) {
+    this.resources = resources;
+    this.everyLaunch = everyLaunch;
+    this.origin = take();
+    this.originNanos = System.nanoTime();
+    origin.record(resources.stream());
+    marks.add(new Mark("restore starts", HOST, startNanos, startNanos));
+  }
+
+  void attach(Residency r) {
+    this.residency = r;
+  }
+
+  private GpuEvent take() {
+    GpuEvent e = resources.takeEvent();
+    taken.add(e);
+    return e;
+  }
+
+  // ---- from the gate, on the launching thread ----
+
+  void beforeWaits(GpuStream stream) {
+    if (everyLaunch && !launches.isEmpty()) {
+      Launch l = launches.get(launches.size() - 1);
+      if (l.end == null) {
+        l.end = take();
+        l.end.record(stream);
+      }
+    }
+  }
+
+  void launching(KernelRef kernel, GpuStream stream) {
+    if (everyLaunch || launches.isEmpty()) {
+      GpuEvent e = take();
+      e.record(stream);
+      launches.add(new Launch(kernel.entry(), e));
+    }
+  }
+
+  void waited(String what) {
+    long now = System.nanoTime();
+    marks.add(new Mark("wait: " + what, COMPUTE, now, now));
+  }
+
+  // ---- from the restore and its owner ----
+
+  /** Marks a host phase from {@code startNanos} to {@code endNanos} ({@link System#nanoTime()}). */
+  public void span(String name, long startNanos, long endNanos) {
+    marks.add(new Mark(name, HOST, startNanos, endNanos));
+  }
+
+  /** Marks a moment on the host: e.g. the request's arrival and its response. */
+  public void instant(String name) {
+    long now = System.nanoTime();
+    marks.add(new Mark(name, HOST, now, now));
+  }
+
+  /** Closes the last launch with an event on {@code stream}. */
+  void finish(GpuStream stream) {
+    beforeWaits(stream);
+  }
+
+  /** The host's clock at the origin event. */
+  long originNanos() {
+    return originNanos;
+  }
+
+  GpuEvent origin() {
+    return origin;
+  }
+
+  /**
+   * When the first launch started, in {@link System#nanoTime()} terms; -1 when nothing was launched. Its event must
+   * have completed (after the request's last synchronize it has).
+   */
+  public long firstLaunchNanos() {
+    return launches.isEmpty() ? -1 : deviceNanos(launches.get(0).start);
+  }
+
+  private long deviceNanos(GpuEvent e) {
+    return originNanos + (long) (e.elapsedMillisSince(origin) * 1e6);
+  }
+
+  /**
+   * Writes the timeline as Chrome-trace JSON. Every event in it must have completed: call after the restore is
+   * resident and the request's work is done.
+   */
+  public void writeChromeTrace(Path file) throws IOException {
+    ObjectNode root = JSON.createObjectNode();
+    root.put("displayTimeUnit", "ms");
+    ArrayNode ev = root.putArray("traceEvents");
+    thread(ev, HOST, "host: restore and request");
+    thread(ev, RESTORE, "restore stream: copies");
+    thread(ev, COMPUTE, "compute stream: kernels and waits");
+    for (Mark m : marks) {
+      if (m.endNanos() == m.startNanos()) {
+        ObjectNode i = event(ev, m.name(), "i", m.track(), m.startNanos());
+        i.put("s", "t");
+      } else {
+        event(ev, m.name(), "X", m.track(), m.startNanos()).put("dur", micros(m.endNanos() - m.startNanos()));
+      }
+    }
+    if (residency != null) {
+      RestorePlan plan = residency.plan();
+      List<Integer> queued = new ArrayList<>();
+      for (int u = 0; u < plan.unitCount(); u++) {
+        if (residency.event(u) != null) {
+          queued.add(u);
+        }
+      }
+      queued.sort(Comparator.comparingLong(residency::queuedNanos));
+      long previousEnd = Long.MIN_VALUE;
+      for (int u : queued) {
+        long end = deviceNanos(residency.event(u));
+        long start = Math.max(previousEnd, residency.queuedNanos(u));
+        start = Math.min(start, end);
+        ObjectNode x = event(ev, plan.unit(u).name(), "X", RESTORE, start);
+        x.put("dur", micros(end - start));
+        x.putObject("args").put("bytes", plan.unit(u).size());
+        previousEnd = end;
+      }
+    }
+    for (Launch l : launches) {
+      long start = deviceNanos(l.start);
+      ObjectNode x = event(ev, l.kernel, "X", COMPUTE, start);
+      x.put("dur", l.end == null ? 0 : micros(deviceNanos(l.end) - start));
+    }
+    Files.createDirectories(file.toAbsolutePath().getParent());
+    JSON.writerWithDefaultPrettyPrinter().writeValue(file.toFile(), root);
+  }
+
+  private ObjectNode event(ArrayNode ev, String name, String phase, int track, long nanos) {
+    ObjectNode e = ev.addObject();
+    e.put("name", name);
+    e.put("ph", phase);
+    e.put("pid", PID);
+    e.put("tid", track);
+    e.put("ts", micros(nanos - originNanos));
+    return e;
+  }
+
+  private static void thread(ArrayNode ev, int tid, String name) {
+    ObjectNode m = ev.addObject();
+    m.put("name", "thread_name");
+    m.put("ph", "M");
+    m.put("pid", PID);
+    m.put("tid", tid);
+    m.putObject("args").put("name", name);
+  }
+
+  private static double micros(long nanos) {
+    return nanos / 1e3;
+  }
+
+  /** Gives the trace's events back to the pool; the trace cannot be written after. */
+  void release() {
+    resources.giveBack(taken);
+    taken.clear();
+  }
+}

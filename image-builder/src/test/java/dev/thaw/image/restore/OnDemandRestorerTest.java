@@ -1,0 +1,302 @@
+package dev.thaw.image.restore;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.Images;
+import dev.thaw.image.ProgressListener;
+import dev.thaw.image.build.BuildOptions;
+import dev.thaw.image.build.FixedSizeChunker;
+import dev.thaw.image.build.ImageBuilder;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.sim.SimDriver;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.runtime.speculation.AccessProfile;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * Pins on-demand restore on the sim device, against the real store: for every example function, from the host cache
+ * and from the store, streaming in the background or only on demand, with the copy-bandwidth model on so that the
+ * restore lags the kernels, no launch reads or writes a byte before it is resident (checked exactly by
+ * {@link ResidencyProbe}) and the function answers as it did at build. Without the gate the same check finds
+ * violations; a planted kernel that reads through a pointer table is {@code unsafe} and waits for everything.
+ */
+class OnDemandRestorerTest {
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+  /** Slow enough that copies lag the sim's kernels: tens of milliseconds for these images. */
+  private static final double COPY_GBPS = 0.02;
+
+  @TempDir
+  static Path dir;
+  private static RocksChunkStore store;
+  private static final Map<String, JsonNode> requests = new HashMap<>();
+  private static final Map<String, JsonNode> responses = new HashMap<>();
+
+  @BeforeAll
+  static void build() throws Exception {
+    store = RocksChunkStore.open(dir.resolve("store"));
+    build("mlp", "dev.thaw.examples.mlp.MlpFunction", "{\"layers\": [32, 96, 64, 10], \"seed\": 3, \"maxBatch\": 2}",
+        "{\"inputs\": [[" + "0.5, -0.25, ".repeat(15) + "1.0, 2.0]]}");
+    build("gpt2-tiny", "dev.thaw.examples.gpt2.Gpt2Function",
+        "{\"model\": \"tiny\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 16}",
+        "{\"tokens\": [[5, 17, 3, 40, 2, 9]], \"maxNewTokens\": 4}");
+    build("planted", PlantedTableFunction.class.getName(), "{\"n\": 3000}", "{}");
+  }
+
+  private static void build(String tag, String function, String config, String request) throws Exception {
+    JsonNode r = JSON.readTree(request);
+    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag).addSampleRequest(r)
+        .stagingBytes(1 << 16).hashThreads(2);
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
+      JsonNode response = new ImageBuilder(store, new FixedSizeChunker(4096)).build(o, ctx, ProgressListener.NONE)
+          .sampleResponses().get(0).json();
+      requests.put(tag, r);
+      responses.put(tag, response);
+    }
+  }
+
+  @AfterAll
+  static void closeStore() {
+    store.close();
+  }
+
+  enum Source { HOST_CACHE, STORE }
+
+  static Stream<Arguments> cases() {
+    Stream.Builder<Arguments> b = Stream.builder();
+    for (String tag : List.of("mlp", "gpt2-tiny", "planted")) {
+      for (Source s : Source.values()) {
+        b.add(Arguments.of(tag, s, true));
+        b.add(Arguments.of(tag, s, false));
+      }
+    }
+    return b.build();
+  }
+
+  @ParameterizedTest(name = "{0} from {1}, background {2}")
+  @MethodSource("cases")
+  void noLaunchTouchesAByteBeforeItIsResidentAndTheAnswerIsTheBuilds(String tag, Source from, boolean background)
+      throws Exception {
+    ImageManifest manifest = Images.manifest(store, tag);
+    try (Restored r = restore(manifest, from, new OnDemandOptions().streamInBackground(background));
+        ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
+      JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
+      r.restore.streamRest();
+      r.restore.awaitResident();
+      assertEquals(responses.get(tag), got, "the restored function's answer");
+      assertTrue(probe.launches() > 0);
+      List<String> violations = probe.violations(r.restore);
+      assertTrue(violations.isEmpty(), String.join("\n", violations));
+      OnDemandRestore.Stats stats = r.restore.stats();
+      assertEquals(manifest.totalBytes(), stats.bytes());
+      assertEquals(manifest.totalBytes(), from == Source.STORE ? stats.storeBytes() : stats.hostBytes());
+      if (!background) {
+        // Nothing streamed on its own: every allocation the request used was promoted by a launch or a copy.
+        assertTrue(stats.promotions() > 0, stats.toString());
+        assertTrue(stats.waits() + stats.fullWaits() > 0, stats.toString());
+      }
+    }
+  }
+
+  @Test
+  void uploadsOfTheFunctionWaitForTheirAllocationAndAreNotOverwritten() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false))) {
+      JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
+      assertEquals(responses.get("gpt2-tiny"), got);
+      assertEquals(3, r.restore.stats().stagedUploads(), "tokens, positions and cache rows were staged");
+      r.restore.streamRest();
+      r.restore.awaitResident();
+      // Once resident, uploads are synchronous again and the answer is the same.
+      assertEquals(responses.get("gpt2-tiny"),
+          r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json());
+    }
+  }
+
+  @Test
+  void withoutTheGateLaunchesTouchBytesBeforeTheyAreResident() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "mlp");
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
+        ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), false)) {
+      r.restore.function().invoke(FunctionRequest.of(requests.get("mlp")));
+      r.restore.streamRest();
+      r.restore.awaitResident();
+      List<String> violations = probe.violations(r.restore);
+      assertFalse(violations.isEmpty(), "the probe must see ungated launches run on memory not restored yet");
+      assertTrue(violations.get(0).contains("'w0'"), violations.get(0));
+    }
+  }
+
+  @Test
+  void thePlantedPointerTableKernelIsUnsafeAndWaitsForFullResidency() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "planted");
+    assertEquals(AccessProfile.Verdict.UNSAFE, manifest.profile().kernels().get(PlantedTableFunction.TABLE).verdict());
+    assertEquals(AccessProfile.Verdict.EXACT,
+        manifest.profile().kernels().get(PlantedTableFunction.ARGS_ONLY).verdict());
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
+        ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
+      JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("planted"))).json();
+      assertEquals(responses.get("planted"), got);
+      assertEquals(1, r.restore.stats().fullWaits());
+      r.restore.awaitResident();
+      assertTrue(probe.violations(r.restore).isEmpty());
+    }
+
+    // Trusting its arguments instead, as an exact verdict would, lets it read t0 before t0 is resident.
+    ImageManifest trusting = withAllKernelsExact(manifest);
+    try (Restored r = restore(trusting, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
+        ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
+      r.restore.function().invoke(FunctionRequest.of(requests.get("planted")));
+      assertEquals(0, r.restore.stats().fullWaits());
+      r.restore.streamRest();
+      r.restore.awaitResident();
+      List<String> violations = probe.violations(r.restore);
+      assertFalse(violations.isEmpty());
+      assertTrue(violations.stream().allMatch(v -> v.contains("'t0'")), String.join("\n", violations));
+    }
+  }
+
+  @Test
+  void theValidatingModeRunsEveryLaunchInstrumentedBehindTheGate() throws Exception {
+    // On the sim the instrumented twins ignore their guard (the GPU test is where violations show): this pins that
+    // every launch goes through the instrumented module, gated, and the answer stays the build's.
+    ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
+    try (Restored r = restore(manifest, Source.HOST_CACHE,
+        new OnDemandOptions().streamInBackground(false).validate(true))) {
+      JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
+      assertEquals(responses.get("gpt2-tiny"), got);
+      OnDemandRestore.Validation v = r.restore.validation();
+      assertTrue(v.checked() > 10, v.toString());
+      assertEquals(0, v.unchecked(), v.toString());
+      assertTrue(r.restore.stats().promotions() > 0);
+      r.restore.streamRest();
+      r.restore.awaitResident();
+    }
+  }
+
+  @Test
+  void aTraceHasTheCopiesTheKernelsAndTheWaits() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().trace(true))) {
+      r.restore.trace().instant("request");
+      r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny")));
+      r.restore.trace().instant("response");
+      r.restore.awaitResident();
+      Path file = dir.resolve("trace.json");
+      r.restore.trace().writeChromeTrace(file);
+      JsonNode events = JSON.readTree(Files.readAllBytes(file)).get("traceEvents");
+      long copies = 0;
+      long kernels = 0;
+      for (JsonNode e : events) {
+        copies += e.path("tid").asInt() == 2 && e.path("ph").asText().equals("X") ? 1 : 0;
+        kernels += e.path("tid").asInt() == 3 && e.path("ph").asText().equals("X") ? 1 : 0;
+        if (e.path("ph").asText().equals("X")) {
+          assertTrue(e.get("dur").asDouble() >= 0, e.toString());
+        }
+      }
+      assertEquals(manifest.allocations().size(), copies, "one copy span per allocation");
+      assertTrue(kernels > 10, "kernels: " + kernels);
+      assertTrue(r.restore.trace().firstLaunchNanos() > 0);
+    }
+  }
+
+  @Test
+  void aCorruptChunkFromTheStoreFailsTheRestoreAndEveryLaterLaunch() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "mlp");
+    ImageManifest.Allocation w1 = manifest.allocations().stream().filter(a -> a.name().equals("w1")).findFirst()
+        .orElseThrow();
+    // A manifest naming another allocation's chunk where w1's should be: its bytes cannot match the length or digest.
+    ImageManifest.Chunk wrong = new ImageManifest.Chunk(manifest.allocations().get(0).chunks().get(0).digest(),
+        w1.chunks().get(0).offset(), w1.chunks().get(0).length() + 1);
+    ImageManifest bad = withChunk(manifest, "w1", 0, wrong);
+    try (Restored r = restore(bad, Source.STORE, new OnDemandOptions())) {
+      CorruptChunkException e = assertThrows(CorruptChunkException.class, r.restore::awaitResident);
+      assertTrue(e.getMessage().contains("allocation 'w1'"), e.getMessage());
+      assertThrows(ImageRestoreException.class,
+          () -> r.restore.function().invoke(FunctionRequest.of(requests.get("mlp"))));
+    }
+  }
+
+  // ---- helpers ----
+
+  /** A sim driver with the copy-bandwidth model, its context, the restore's resources and source, and the restore. */
+  private static final class Restored implements AutoCloseable {
+    final SimDriver driver;
+    final GpuContext ctx;
+    final RestoreResources resources;
+    final PinnedImageSource cache;
+    final OnDemandRestore restore;
+
+    Restored(ImageManifest manifest, Source from, OnDemandOptions options) {
+      driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+      ctx = driver.createContext(0);
+      resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16);
+      RestorePlan plan = RestorePlan.of(manifest);
+      cache = from == Source.HOST_CACHE ? PinnedImageSource.load(plan, store, ctx, 2) : null;
+      restore = new OnDemandRestorer(store).restore(plan, ctx, cache == null ? RestoreSource.STORE_ONLY : cache,
+          resources, options);
+    }
+
+    @Override
+    public void close() {
+      try {
+        restore.close();
+      } catch (RuntimeException e) {
+        // A failed restore's close still frees what it can.
+      }
+      if (cache != null) {
+        cache.close();
+      }
+      resources.close();
+      ctx.close();
+      driver.close();
+    }
+  }
+
+  private static Restored restore(ImageManifest manifest, Source from, OnDemandOptions options) {
+    return new Restored(manifest, from, options);
+  }
+
+  static ImageManifest withAllKernelsExact(ImageManifest m) {
+    Map<String, AccessProfile.KernelProfile> kernels = new HashMap<>();
+    m.profile().kernels().forEach((k, p) -> kernels.put(k,
+        new AccessProfile.KernelProfile(AccessProfile.Verdict.EXACT, p.launches(), List.of(), List.of())));
+    ImageManifest.Profile p = new ImageManifest.Profile(m.profile().orderSource(), m.profile().launches(),
+        m.profile().firstAccessOrder(), kernels);
+    return new ImageManifest(m.schemaVersion(), m.function(), m.device(), m.allocations(), m.modules(), m.hostState(),
+        m.samples(), m.build(), p);
+  }
+
+  private static ImageManifest withChunk(ImageManifest m, String allocation, int index, ImageManifest.Chunk chunk) {
+    List<ImageManifest.Allocation> allocations = m.allocations().stream().map(a -> {
+      if (!a.name().equals(allocation)) {
+        return a;
+      }
+      List<ImageManifest.Chunk> chunks = new java.util.ArrayList<>(a.chunks());
+      chunks.set(index, chunk);
+      return new ImageManifest.Allocation(a.name(), a.address(), a.size(), chunks);
+    }).toList();
+    return new ImageManifest(m.schemaVersion(), m.function(), m.device(), allocations, m.modules(), m.hostState(),
+        m.samples(), m.build(), m.profile());
+  }
+}

@@ -1,0 +1,360 @@
+package dev.thaw.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Set;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * How a {@link ThawServer} listens, guards and serves. Setters check and are fluent; {@link #toJson()} and
+ * {@link #fromJson} are the JSON form ({@code thaw serve --config FILE}):
+ * <pre>{@code
+ * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "adminToken": null,
+ *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
+ *  "gpuMemoryBytes": 0, "labels": {"service": "mlp"},
+ *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
+ * }</pre>
+ */
+public final class ServerOptions {
+
+  public static final String DEFAULT_HOST = "127.0.0.1";
+  public static final int DEFAULT_PORT = 8080;
+  /** No separate port: invoke endpoints are served on {@link #port()} with the rest. */
+  public static final int NO_INVOKE_PORT = -1;
+  public static final long DEFAULT_MAX_BODY_BYTES = 16L << 20;
+  public static final int DEFAULT_MAX_JSON_DEPTH = 64;
+  public static final Duration DEFAULT_DRAIN_TIMEOUT = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_RETRY_AFTER = Duration.ofSeconds(1);
+  /** Use each device's whole memory as the budget for instances. */
+  public static final long DEFAULT_GPU_MEMORY_BYTES = 0;
+  /** The admin token's file, in the store's folder: created with mode 0600 at first start. */
+  public static final String ADMIN_TOKEN_FILE = "admin-token";
+  /** Cold-start timelines kept per function for {@code /v1/functions/{name}/trace}. */
+  public static final int DEFAULT_TRACES_KEPT = 16;
+
+  private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
+      "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
+      "tracesKept");
+  private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|s|m)?");
+
+  private String host = DEFAULT_HOST;
+  private int port = DEFAULT_PORT;
+  private int invokePort = NO_INVOKE_PORT;
+  private Path storePath;
+  private String adminToken;
+  private long maxBodyBytes = DEFAULT_MAX_BODY_BYTES;
+  private int maxJsonDepth = DEFAULT_MAX_JSON_DEPTH;
+  private Duration drainTimeout = DEFAULT_DRAIN_TIMEOUT;
+  private Duration retryAfter = DEFAULT_RETRY_AFTER;
+  private long gpuMemoryBytes = DEFAULT_GPU_MEMORY_BYTES;
+  private int tracesKept = DEFAULT_TRACES_KEPT;
+  private final Map<String, String> labels = new LinkedHashMap<>();
+  private final Map<String, FunctionOptions> functions = new LinkedHashMap<>();
+
+  public ServerOptions() {}
+
+  public ServerOptions(ServerOptions o) {
+    host = o.host;
+    port = o.port;
+    invokePort = o.invokePort;
+    storePath = o.storePath;
+    adminToken = o.adminToken;
+    maxBodyBytes = o.maxBodyBytes;
+    maxJsonDepth = o.maxJsonDepth;
+    drainTimeout = o.drainTimeout;
+    retryAfter = o.retryAfter;
+    gpuMemoryBytes = o.gpuMemoryBytes;
+    tracesKept = o.tracesKept;
+    labels.putAll(o.labels);
+    o.functions.forEach((k, v) -> functions.put(k, new FunctionOptions(v)));
+  }
+
+  public String host() {
+    return host;
+  }
+
+  /** The address to listen on; loopback by default, {@code 0.0.0.0} for every interface. */
+  public ServerOptions setHost(String host) {
+    if (host == null || host.isBlank()) {
+      throw new IllegalArgumentException("host must be an address or a name");
+    }
+    this.host = host;
+    return this;
+  }
+
+  public int port() {
+    return port;
+  }
+
+  /** The port for every endpoint; 0 picks a free one ({@link ThawServer#port()} says which). */
+  public ServerOptions setPort(int port) {
+    this.port = FunctionOptions.checkRange("port", port, 0, 65535);
+    return this;
+  }
+
+  public int invokePort() {
+    return invokePort;
+  }
+
+  /**
+   * A second port for the invoke endpoints only (native invoke, KServe v2, completions, health), so that the
+   * admin API and metrics need not be exposed with them; {@link #NO_INVOKE_PORT} for none.
+   */
+  public ServerOptions setInvokePort(int port) {
+    this.invokePort = port == NO_INVOKE_PORT ? port : FunctionOptions.checkRange("invokePort", port, 0, 65535);
+    return this;
+  }
+
+  public Path storePath() {
+    return storePath;
+  }
+
+  /** The store's folder: where the admin token is kept when none is given. */
+  public ServerOptions setStorePath(Path path) {
+    this.storePath = path;
+    return this;
+  }
+
+  public String adminToken() {
+    return adminToken;
+  }
+
+  /** The bearer token the admin API asks for; null to read (or make) {@value #ADMIN_TOKEN_FILE} in the store. */
+  public ServerOptions setAdminToken(String token) {
+    if (token != null && token.length() < 16) {
+      throw new IllegalArgumentException("an admin token needs at least 16 characters");
+    }
+    this.adminToken = token;
+    return this;
+  }
+
+  public long maxBodyBytes() {
+    return maxBodyBytes;
+  }
+
+  /** The largest request body; a larger one is refused with 413 before it is read whole. */
+  public ServerOptions setMaxBodyBytes(long bytes) {
+    if (bytes < 1024 || bytes > (1L << 31) - 1) {
+      throw new IllegalArgumentException("maxBodyBytes must be 1 KiB to 2 GiB, not " + bytes);
+    }
+    this.maxBodyBytes = bytes;
+    return this;
+  }
+
+  public int maxJsonDepth() {
+    return maxJsonDepth;
+  }
+
+  /** The deepest nesting of arrays and objects a JSON body may have; deeper is refused with 400. */
+  public ServerOptions setMaxJsonDepth(int depth) {
+    this.maxJsonDepth = FunctionOptions.checkRange("maxJsonDepth", depth, 2, 1000);
+    return this;
+  }
+
+  public Duration drainTimeout() {
+    return drainTimeout;
+  }
+
+  /** On SIGTERM or {@link ThawServer#drain}: how long in-flight and queued requests may take to finish. */
+  public ServerOptions setDrainTimeout(Duration d) {
+    if (d == null || d.isNegative()) {
+      throw new IllegalArgumentException("drainTimeout must be zero or positive");
+    }
+    this.drainTimeout = d;
+    return this;
+  }
+
+  public Duration retryAfter() {
+    return retryAfter;
+  }
+
+  /** The {@code Retry-After} a 429 or 503 carries (whole seconds, at least 1). */
+  public ServerOptions setRetryAfter(Duration d) {
+    if (d == null || d.isNegative()) {
+      throw new IllegalArgumentException("retryAfter must be zero or positive");
+    }
+    this.retryAfter = d;
+    return this;
+  }
+
+  public long gpuMemoryBytes() {
+    return gpuMemoryBytes;
+  }
+
+  /**
+   * Device memory each device may give to instances; {@value #DEFAULT_GPU_MEMORY_BYTES} for its whole memory.
+   * An instance that does not fit (after idle instances of other functions are evicted) is refused with 503.
+   */
+  public ServerOptions setGpuMemoryBytes(long bytes) {
+    if (bytes < 0) {
+      throw new IllegalArgumentException("gpuMemoryBytes must be 0 (the device's) or positive");
+    }
+    this.gpuMemoryBytes = bytes;
+    return this;
+  }
+
+  public int tracesKept() {
+    return tracesKept;
+  }
+
+  public ServerOptions setTracesKept(int n) {
+    this.tracesKept = FunctionOptions.checkRange("tracesKept", n, 0, 1024);
+    return this;
+  }
+
+  /** Labels on every log line and metric, e.g. Knative's {@code service}, {@code revision}, {@code configuration}. */
+  public Map<String, String> labels() {
+    return labels;
+  }
+
+  public ServerOptions putLabel(String name, String value) {
+    if (name == null || !name.matches("[a-z_][a-z0-9_]*") || value == null) {
+      throw new IllegalArgumentException("a label name is lower-case letters, digits and _: " + name);
+    }
+    labels.put(name, value);
+    return this;
+  }
+
+  /** The functions registered at start, by name. */
+  public Map<String, FunctionOptions> functions() {
+    return functions;
+  }
+
+  public ServerOptions addFunction(String name, FunctionOptions options) {
+    functions.put(FunctionNames.check(name), options.validate());
+    return this;
+  }
+
+  public ObjectNode toJson() {
+    ObjectNode json = JsonNodeFactory.instance.objectNode();
+    json.put("host", host);
+    json.put("port", port);
+    json.put("invokePort", invokePort);
+    json.put("storePath", storePath == null ? null : storePath.toString());
+    json.put("adminToken", adminToken == null ? null : "(set)");
+    json.put("maxBodyBytes", maxBodyBytes);
+    json.put("maxJsonDepth", maxJsonDepth);
+    json.put("drainTimeout", drainTimeout.toMillis() + "ms");
+    json.put("retryAfter", retryAfter.toMillis() + "ms");
+    json.put("gpuMemoryBytes", gpuMemoryBytes);
+    json.put("tracesKept", tracesKept);
+    ObjectNode l = json.putObject("labels");
+    labels.forEach(l::put);
+    ObjectNode f = json.putObject("functions");
+    functions.forEach((k, v) -> f.set(k, v.toJson()));
+    return json;
+  }
+
+  /**
+   * Options from their JSON form; absent fields keep their defaults.
+   *
+   * @throws IllegalArgumentException naming the first field that is unknown or wrong
+   */
+  public static ServerOptions fromJson(JsonNode json) {
+    if (json == null || !json.isObject()) {
+      throw new IllegalArgumentException("server options are a JSON object");
+    }
+    for (Iterator<String> it = json.fieldNames(); it.hasNext(); ) {
+      String f = it.next();
+      if (!FIELDS.contains(f)) {
+        throw new IllegalArgumentException("unknown field '" + f + "'; known: " + FIELDS);
+      }
+    }
+    ServerOptions o = new ServerOptions();
+    if (json.hasNonNull("host")) {
+      o.setHost(json.get("host").asText());
+    }
+    if (json.has("port")) {
+      o.setPort(FunctionOptions.intField(json, "port"));
+    }
+    if (json.has("invokePort")) {
+      o.setInvokePort(FunctionOptions.intField(json, "invokePort"));
+    }
+    if (json.hasNonNull("storePath")) {
+      o.setStorePath(Path.of(json.get("storePath").asText()));
+    }
+    if (json.hasNonNull("adminToken")) {
+      o.setAdminToken(json.get("adminToken").asText());
+    }
+    if (json.has("maxBodyBytes")) {
+      JsonNode v = json.get("maxBodyBytes");
+      if (!v.isIntegralNumber()) {
+        throw new IllegalArgumentException("'maxBodyBytes' is an integer, not " + v);
+      }
+      o.setMaxBodyBytes(v.longValue());
+    }
+    if (json.has("maxJsonDepth")) {
+      o.setMaxJsonDepth(FunctionOptions.intField(json, "maxJsonDepth"));
+    }
+    if (json.has("drainTimeout")) {
+      o.setDrainTimeout(duration(json.get("drainTimeout"), "drainTimeout"));
+    }
+    if (json.has("retryAfter")) {
+      o.setRetryAfter(duration(json.get("retryAfter"), "retryAfter"));
+    }
+    if (json.has("gpuMemoryBytes")) {
+      JsonNode v = json.get("gpuMemoryBytes");
+      if (!v.isIntegralNumber()) {
+        throw new IllegalArgumentException("'gpuMemoryBytes' is an integer, not " + v);
+      }
+      o.setGpuMemoryBytes(v.longValue());
+    }
+    if (json.has("tracesKept")) {
+      o.setTracesKept(FunctionOptions.intField(json, "tracesKept"));
+    }
+    if (json.has("labels")) {
+      JsonNode l = json.get("labels");
+      if (!l.isObject()) {
+        throw new IllegalArgumentException("'labels' is an object of strings");
+      }
+      l.fields().forEachRemaining(e -> o.putLabel(e.getKey(), e.getValue().asText()));
+    }
+    if (json.has("functions")) {
+      JsonNode f = json.get("functions");
+      if (!f.isObject()) {
+        throw new IllegalArgumentException("'functions' is an object: name -> function options");
+      }
+      for (Iterator<Map.Entry<String, JsonNode>> it = f.fields(); it.hasNext(); ) {
+        Map.Entry<String, JsonNode> e = it.next();
+        try {
+          o.addFunction(e.getKey(), FunctionOptions.fromJson(e.getValue()));
+        } catch (IllegalArgumentException ex) {
+          throw new IllegalArgumentException("function '" + e.getKey() + "': " + ex.getMessage(), ex);
+        }
+      }
+    }
+    return o;
+  }
+
+  /** {@code "30s"}, {@code "250ms"}, {@code "5m"}, or a number of seconds. */
+  static Duration duration(JsonNode v, String field) {
+    if (v.isNumber()) {
+      return Duration.ofMillis(Math.round(v.doubleValue() * 1000));
+    }
+    Matcher m = DURATION.matcher(v.asText().trim());
+    if (!v.isTextual() || !m.matches()) {
+      throw new IllegalArgumentException("'" + field + "' is a duration such as \"30s\", \"250ms\" or \"5m\", not "
+          + v);
+    }
+    double n = Double.parseDouble(m.group(1));
+    String unit = m.group(2) == null ? "s" : m.group(2);
+    double millis = switch (unit) {
+      case "ms" -> n;
+      case "m" -> n * 60_000;
+      default -> n * 1000;
+    };
+    return Duration.ofMillis(Math.round(millis));
+  }
+
+  @Override
+  public String toString() {
+    return toJson().toString();
+  }
+}

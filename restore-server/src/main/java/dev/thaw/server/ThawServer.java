@@ -1,0 +1,244 @@
+package dev.thaw.server;
+
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.server.impl.Endpoints;
+import dev.thaw.server.impl.ImageInfo;
+import dev.thaw.server.impl.Scheduler;
+import dev.thaw.server.spi.InstanceFactory;
+import io.micrometer.core.instrument.Tag;
+import io.micrometer.prometheusmetrics.PrometheusConfig;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import io.vertx.core.Future;
+import io.vertx.core.Vertx;
+import io.vertx.core.http.HttpServer;
+import io.vertx.core.http.HttpServerOptions;
+import io.vertx.ext.web.Router;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.security.SecureRandom;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * The restore server: Thaw's front door over HTTP. It serves functions from images in a store through a
+ * {@link dev.thaw.server.spi.InstanceFactory} (instances in this process, or one per pooled worker process):
+ * the native API ({@code /v1/functions}), the KServe Open Inference Protocol v2 ({@code /v2}), OpenAI-style
+ * completions ({@code /v1/completions}) and Prometheus metrics ({@code /metrics}). {@code docs/design/server.md}
+ * is the API reference.
+ *
+ * <p>Lifecycle: {@link #start} listens and registers {@link ServerOptions#functions()}; {@link #drain} refuses
+ * new requests and lets queued and in-flight ones finish; {@link #close()} stops listening, evicts every instance
+ * and closes the factory. The store belongs to the caller.
+ */
+public final class ThawServer implements AutoCloseable {
+
+  private final ServerOptions options;
+  private final Vertx vertx;
+  private final Scheduler scheduler;
+  private final InstanceFactory factory;
+  private final PrometheusMeterRegistry metrics;
+  private final String adminToken;
+  private final Path adminTokenFile;
+  private final List<HttpServer> servers = new ArrayList<>();
+  private int port;
+  private int invokePort = ServerOptions.NO_INVOKE_PORT;
+  private boolean closed;
+
+  private ThawServer(ServerOptions options, InstanceFactory factory, String adminToken, Path adminTokenFile) {
+    this.options = new ServerOptions(options);
+    this.factory = factory;
+    this.adminToken = adminToken;
+    this.adminTokenFile = adminTokenFile;
+    this.metrics = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
+    List<Tag> common = new ArrayList<>();
+    options.labels().forEach((k, v) -> common.add(Tag.of(k, v)));
+    metrics.config().commonTags(common);
+    this.scheduler = new Scheduler(factory, metrics, options.gpuMemoryBytes(), options.retryAfter(),
+        options.tracesKept());
+    this.vertx = Vertx.vertx();
+  }
+
+  /**
+   * Starts a server: resolves the admin token, registers the configured functions (each image must be in the
+   * store) and listens. Blocks until it listens.
+   *
+   * @throws IllegalArgumentException if a configured function's image is missing or unusable
+   * @throws UncheckedIOException if a port cannot be bound or the admin token cannot be written
+   */
+  public static ThawServer start(ServerOptions options, ChunkStore store, InstanceFactory factory) {
+    Path tokenFile = options.adminToken() == null && options.storePath() != null
+        ? options.storePath().resolve(ServerOptions.ADMIN_TOKEN_FILE) : null;
+    String token = options.adminToken() != null ? options.adminToken()
+        : tokenFile != null ? readOrCreateToken(tokenFile) : newToken();
+    ThawServer server = new ThawServer(options, factory, token, tokenFile);
+    try {
+      for (Map.Entry<String, FunctionOptions> f : options.functions().entrySet()) {
+        ImageInfo image;
+        try {
+          image = ImageInfo.read(store, f.getValue().image());
+        } catch (RuntimeException e) {
+          throw new IllegalArgumentException("function '" + f.getKey() + "': " + e.getMessage(), e);
+        }
+        server.scheduler.register(f.getKey(), f.getValue(), image);
+      }
+      Endpoints endpoints = new Endpoints(options, server.scheduler, store, server.metrics, token);
+      if (options.invokePort() == ServerOptions.NO_INVOKE_PORT) {
+        server.port = server.listen(endpoints.all(server.vertx), options.port());
+      } else {
+        server.port = server.listen(endpoints.adminOnly(server.vertx), options.port());
+        server.invokePort = server.listen(endpoints.invokeOnly(server.vertx), options.invokePort());
+      }
+      return server;
+    } catch (RuntimeException | Error e) {
+      server.close();
+      throw e;
+    }
+  }
+
+  private int listen(Router router, int port) {
+    HttpServer http = vertx.createHttpServer(new HttpServerOptions().setHost(options.host()).setPort(port)
+        .setMaxInitialLineLength(8192).setMaxHeaderSize(16384).setIdleTimeout(120)
+        .setIdleTimeoutUnit(TimeUnit.SECONDS)).requestHandler(router);
+    try {
+      HttpServer bound = await(http.listen());
+      servers.add(bound);
+      return bound.actualPort();
+    } catch (ExecutionException e) {
+      throw new UncheckedIOException(new IOException("cannot listen on " + options.host() + ":" + port + ": "
+          + e.getCause().getMessage(), e.getCause()));
+    }
+  }
+
+  /** The port every endpoint is on (the admin endpoints only, with {@link #invokePort()}). */
+  public int port() {
+    return port;
+  }
+
+  /** The invoke endpoints' own port, or {@link ServerOptions#NO_INVOKE_PORT}. */
+  public int invokePort() {
+    return invokePort;
+  }
+
+  /** {@code http://host:port}. */
+  public String url() {
+    return "http://" + (options.host().contains(":") ? "[" + options.host() + "]" : options.host()) + ":" + port;
+  }
+
+  public String adminToken() {
+    return adminToken;
+  }
+
+  /** Where the admin token is kept, or null when it was given or is this process's own. */
+  public Path adminTokenFile() {
+    return adminTokenFile;
+  }
+
+  public String instances() {
+    return factory.name();
+  }
+
+  /** True once every function can serve, and until the server drains: {@code /v2/health/ready}. */
+  public boolean ready() {
+    return scheduler.ready();
+  }
+
+  /** Instances alive now (starting ones included), across all functions. */
+  public int instanceCount() {
+    return scheduler.instanceCount();
+  }
+
+  /**
+   * Stops taking requests (new ones get 503 and readiness turns false) and waits until every queued and in-flight
+   * request has finished, or {@code timeout}.
+   *
+   * @return true if everything finished in time
+   */
+  public boolean drain(Duration timeout) {
+    try {
+      scheduler.drain().get(timeout.toMillis(), TimeUnit.MILLISECONDS);
+      return true;
+    } catch (TimeoutException e) {
+      return false;
+    } catch (ExecutionException e) {
+      return false;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    }
+  }
+
+  /** Stops listening, evicts every instance and closes the factory. Idempotent. */
+  @Override
+  public synchronized void close() {
+    if (closed) {
+      return;
+    }
+    closed = true;
+    for (HttpServer s : servers) {
+      try {
+        await(s.close());
+      } catch (ExecutionException e) {
+        // Closing anyway.
+      }
+    }
+    scheduler.close();
+    factory.close();
+    try {
+      await(vertx.close());
+    } catch (ExecutionException e) {
+      // The event loops stop regardless.
+    }
+    metrics.close();
+  }
+
+  private static <T> T await(Future<T> f) throws ExecutionException {
+    try {
+      return f.toCompletionStage().toCompletableFuture().get(60, TimeUnit.SECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new ExecutionException(e);
+    } catch (TimeoutException e) {
+      throw new ExecutionException(e);
+    }
+  }
+
+  static String newToken() {
+    byte[] b = new byte[32];
+    new SecureRandom().nextBytes(b);
+    return Base64.getUrlEncoder().withoutPadding().encodeToString(b);
+  }
+
+  /** The token in {@code file}; made (mode 0600, created that way, never widened) when there is none. */
+  static String readOrCreateToken(Path file) {
+    try {
+      if (!Files.exists(file)) {
+        String token = newToken();
+        try {
+          Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+          Files.writeString(file, token + "\n", StandardCharsets.UTF_8);
+          return token;
+        } catch (FileAlreadyExistsException raced) {
+          // Another server made it first: read theirs.
+        }
+      }
+      String token = Files.readString(file, StandardCharsets.UTF_8).trim();
+      if (token.length() < 16) {
+        throw new UncheckedIOException(new IOException("the admin token in " + file + " is shorter than 16 characters"));
+      }
+      return token;
+    } catch (IOException e) {
+      throw new UncheckedIOException("cannot read or create the admin token " + file + ": " + e.getMessage(), e);
+    }
+  }
+}

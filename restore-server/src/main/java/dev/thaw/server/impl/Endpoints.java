@@ -1,0 +1,125 @@
+package dev.thaw.server.impl;
+
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.server.ServeException;
+import dev.thaw.server.ServerOptions;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import io.vertx.core.Vertx;
+import io.vertx.ext.web.Router;
+import io.vertx.ext.web.RoutingContext;
+import io.vertx.ext.web.handler.BodyHandler;
+import java.util.Locale;
+import java.util.Map;
+import java.util.stream.Collectors;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The server's routes, on one router or split over two ports: the invoke endpoints (native invoke, KServe v2,
+ * completions, health) and the rest (admin API, function state and traces, metrics). Every request is bounded
+ * ({@link ServerOptions#maxBodyBytes()}, {@link ServerOptions#maxJsonDepth()}) and logged in one line with its
+ * phases.
+ */
+public final class Endpoints {
+
+  /** The request log: one INFO line per request. */
+  public static final String REQUEST_LOG = "dev.thaw.server.requests";
+  private static final Logger LOG = LoggerFactory.getLogger(REQUEST_LOG);
+
+  private final ServerOptions options;
+  private final PrometheusMeterRegistry metrics;
+  private final NativeApi nativeApi;
+  private final KServeApi kserve;
+  private final CompletionsApi completions;
+  private final String labels;
+
+  public Endpoints(ServerOptions options, Scheduler scheduler, ChunkStore store, PrometheusMeterRegistry metrics,
+      String adminToken) {
+    this.options = options;
+    this.metrics = metrics;
+    Http http = new Http(options.maxJsonDepth());
+    this.nativeApi = new NativeApi(scheduler, store, http, adminToken);
+    this.kserve = new KServeApi(scheduler, http);
+    this.completions = new CompletionsApi(scheduler, http);
+    this.labels = options.labels().isEmpty() ? "" : " " + options.labels().entrySet().stream()
+        .map(e -> e.getKey() + "=" + e.getValue()).collect(Collectors.joining(" "));
+  }
+
+  /** Every route on one router. */
+  public Router all(Vertx vertx) {
+    Router r = base(vertx);
+    invokeRoutes(r);
+    adminRoutes(r);
+    return finish(r);
+  }
+
+  /** The invoke endpoints only, for {@link ServerOptions#invokePort()}. */
+  public Router invokeOnly(Vertx vertx) {
+    Router r = base(vertx);
+    invokeRoutes(r);
+    return finish(r);
+  }
+
+  /** Everything but the invoke endpoints, when those have their own port. */
+  public Router adminOnly(Vertx vertx) {
+    Router r = base(vertx);
+    adminRoutes(r);
+    kserve.routes(r);
+    return finish(r);
+  }
+
+  private Router base(Vertx vertx) {
+    Router r = Router.router(vertx);
+    r.route().handler(ctx -> {
+      long start = System.nanoTime();
+      ctx.addEndHandler(v -> log(ctx, start));
+      ctx.next();
+    });
+    r.route().handler(BodyHandler.create(false).setBodyLimit(options.maxBodyBytes()));
+    return r;
+  }
+
+  private void invokeRoutes(Router r) {
+    nativeApi.invoke(r);
+    kserve.routes(r);
+    completions.routes(r);
+  }
+
+  private void adminRoutes(Router r) {
+    nativeApi.admin(r);
+    r.get("/metrics").handler(ctx -> ctx.response().putHeader("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        .end(metrics.scrape()));
+  }
+
+  private Router finish(Router r) {
+    r.route().last().handler(ctx -> Http.sendError(ctx, new ServeException(404, "not_found",
+        "no endpoint " + ctx.request().method() + " " + ctx.request().path())));
+    r.errorHandler(413, ctx -> Http.sendError(ctx, new ServeException(413, "body_too_large",
+        "the body exceeds " + options.maxBodyBytes() + " bytes (maxBodyBytes)")));
+    r.errorHandler(500, ctx -> Http.sendError(ctx, ctx.failure() == null
+        ? new ServeException(500, "internal_error", "internal error") : ctx.failure()));
+    return r;
+  }
+
+  private void log(RoutingContext ctx, long startNanos) {
+    if (!LOG.isInfoEnabled()) {
+      return;
+    }
+    double ms = (System.nanoTime() - startNanos) / 1e6;
+    Invocation inv = ctx.get(Http.INVOCATION);
+    StringBuilder line = new StringBuilder();
+    line.append(ctx.request().method()).append(' ').append(ctx.request().path()).append(' ')
+        .append(ctx.response().closed() && !ctx.response().ended() ? "closed" : ctx.response().getStatusCode())
+        .append(String.format(Locale.ROOT, " %.3fms", ms));
+    if (inv != null) {
+      line.append(' ').append(inv.function()).append(' ').append(inv.cold() ? "cold" : "warm");
+      for (Map.Entry<String, Double> p : inv.phases().entrySet()) {
+        line.append(' ').append(p.getKey()).append('=').append(String.format(Locale.ROOT, "%.3f", p.getValue()));
+      }
+    } else if (ctx.get(Http.FUNCTION) != null) {
+      line.append(' ').append((String) ctx.get(Http.FUNCTION));
+    }
+    line.append(labels);
+    LOG.info(line.toString());
+  }
+}

@@ -1,0 +1,739 @@
+package dev.thaw.server.impl;
+
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
+import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.server.FunctionOptions;
+import dev.thaw.server.ServeException;
+import dev.thaw.server.spi.FunctionInstance;
+import dev.thaw.server.spi.InstanceFactory;
+import dev.thaw.server.spi.StartPhases;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.Meter;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Timer;
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * Who serves which request: per function, a fair FIFO queue in front of its instances; instances started on
+ * demand (cold) up to {@code maxInstances}, kept {@code minInstances}, evicted after {@code keepAlive} idle;
+ * placed on the device with the most free budget, evicting idle instances of other functions when memory (or,
+ * in one address space, the image's addresses) is taken, and refusing with 503 when even that is not enough.
+ *
+ * <p>Invariants, all under this object's monitor: an instance serves one request at a time; a request is
+ * dispatched only from the head of its function's queue, or straight to an idle instance when the queue is
+ * empty; a device's reserved bytes are the sum of the footprints of the instances placed on it (starting ones
+ * included). Every instance's start, invokes and close run on that instance's own thread, never on an event
+ * loop and never under the monitor.
+ */
+public final class Scheduler implements AutoCloseable {
+
+  private static final JsonNodeFactory NODES = JsonNodeFactory.instance;
+  static final long REAP_PERIOD_MILLIS = 100;
+
+  private final InstanceFactory factory;
+  private final MeterRegistry metrics;
+  private final long retryAfterSeconds;
+  private final int tracesKept;
+  private final long epochNanos = System.nanoTime();
+  private final List<DeviceInfo> devices;
+  private final long[] budget;
+  private final long[] reserved;
+  private final Map<String, Deployment> deployments = new LinkedHashMap<>();
+  private final List<Deployment> retiring = new ArrayList<>();
+  private final ScheduledExecutorService reaper;
+  private final AtomicInteger threadIds = new AtomicInteger();
+  private boolean draining;
+  private boolean closed;
+  private CompletableFuture<Void> drained;
+
+  /**
+   * @param gpuMemoryBytes each device's budget for instances; 0 for its whole memory
+   */
+  public Scheduler(InstanceFactory factory, MeterRegistry metrics, long gpuMemoryBytes, Duration retryAfter,
+      int tracesKept) {
+    this.factory = factory;
+    this.metrics = metrics;
+    this.retryAfterSeconds = Math.max(1, (retryAfter.toMillis() + 999) / 1000);
+    this.tracesKept = tracesKept;
+    this.devices = List.copyOf(factory.devices());
+    this.budget = new long[devices.size()];
+    this.reserved = new long[devices.size()];
+    for (int i = 0; i < budget.length; i++) {
+      long total = devices.get(i).totalMemoryBytes();
+      budget[i] = gpuMemoryBytes > 0 ? Math.min(gpuMemoryBytes, total) : total;
+      int d = i;
+      Gauge.builder("thaw.gpu.memory.budget", () -> budget[d]).tag("device", Integer.toString(d)).baseUnit("bytes")
+          .description("device memory instances may use").register(metrics);
+      Gauge.builder("thaw.gpu.memory.reserved", this, s -> s.reserved(d)).tag("device", Integer.toString(d))
+          .baseUnit("bytes").description("device memory held by instances (starting ones included)")
+          .register(metrics);
+    }
+    this.reaper = Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "thaw-server-reaper"));
+    reaper.scheduleWithFixedDelay(this::reap, REAP_PERIOD_MILLIS, REAP_PERIOD_MILLIS, TimeUnit.MILLISECONDS);
+  }
+
+  public InstanceFactory factory() {
+    return factory;
+  }
+
+  private synchronized long reserved(int device) {
+    return reserved[device];
+  }
+
+  // ---- registry ----
+
+  /**
+   * Serves {@code image} as {@code name} with {@code options}, replacing a function of that name (whose queued and
+   * in-flight requests finish on the old instances). Starts {@code minInstances} instances.
+   *
+   * @return true if a function of that name existed
+   */
+  public synchronized boolean register(String name, FunctionOptions options, ImageInfo image) {
+    checkOpen();
+    if (draining) {
+      throw new ServeException(503, "draining", "the server is shutting down", retryAfterSeconds);
+    }
+    Deployment old = deployments.remove(name);
+    if (old != null) {
+      retire(old);
+    }
+    Deployment d = new Deployment(name, new FunctionOptions(options), image);
+    deployments.put(name, d);
+    ensureMinimum(d);
+    return old != null;
+  }
+
+  /** Stops serving {@code name}: it is gone at once for new requests; completes once its queue drained. */
+  public synchronized CompletableFuture<Void> unregister(String name) {
+    Deployment d = deployments.remove(name);
+    if (d == null) {
+      throw ServeException.notFound(name);
+    }
+    retire(d);
+    return d.retired;
+  }
+
+  public synchronized Optional<ImageInfo> image(String name) {
+    Deployment d = deployments.get(name);
+    return d == null ? Optional.empty() : Optional.of(d.image);
+  }
+
+  public synchronized List<String> names() {
+    return List.copyOf(deployments.keySet());
+  }
+
+  /** True when the function exists and a request to it can be served: an instance is up, or one fits. */
+  public synchronized boolean ready(String name) {
+    Deployment d = deployments.get(name);
+    return d != null && !draining && (d.liveCount() > 0 || fits(d.image));
+  }
+
+  /** True when every function is ready and the server is not draining. */
+  public synchronized boolean ready() {
+    return !draining && deployments.keySet().stream().allMatch(this::ready);
+  }
+
+  // ---- requests ----
+
+  /**
+   * Queues a request for {@code name}'s instances.
+   *
+   * @throws ServeException 404 for no such function, 429 when its queue is full, 503 while draining
+   */
+  public synchronized Pending submit(String name, FunctionRequest request) {
+    Deployment d = deployments.get(name);
+    if (d == null) {
+      throw ServeException.notFound(name);
+    }
+    if (draining) {
+      throw new ServeException(503, "draining", "the server is shutting down", retryAfterSeconds);
+    }
+    Pending p = new Pending(d, request);
+    Slot idle = d.idleSlot();
+    if (idle != null && d.queue.isEmpty()) {
+      dispatch(idle, p);
+      return p;
+    }
+    if (d.queue.size() >= d.options.queueCapacity() + d.startingCount() + d.startable()) {
+      d.rejected.increment();
+      throw new ServeException(429, "queue_full", "function '" + name + "' has " + d.queue.size()
+          + " requests waiting (queueCapacity " + d.options.queueCapacity() + ")", retryAfterSeconds);
+    }
+    d.queue.addLast(p);
+    scaleOut(d);
+    return p;
+  }
+
+  /** A request waiting for, or being served by, an instance. */
+  public final class Pending {
+    final Deployment deployment;
+    final FunctionRequest request;
+    final long enqueued = System.nanoTime();
+    final CompletableFuture<Invocation> result = new CompletableFuture<>();
+    boolean dispatched;
+
+    Pending(Deployment deployment, FunctionRequest request) {
+      this.deployment = deployment;
+      this.request = request;
+    }
+
+    public CompletableFuture<Invocation> result() {
+      return result;
+    }
+
+    /** The client went away: a queued request leaves the queue; one already running finishes unseen. */
+    public void cancel() {
+      synchronized (Scheduler.this) {
+        if (!dispatched && deployment.queue.remove(this)) {
+          result.cancel(false);
+          checkDrained();
+        }
+      }
+    }
+  }
+
+  // ---- draining ----
+
+  /**
+   * Refuses new requests (503) and completes once every queued and in-flight request has finished; instances
+   * stay until {@link #close()}. Idempotent.
+   */
+  public synchronized CompletableFuture<Void> drain() {
+    if (drained == null) {
+      draining = true;
+      drained = new CompletableFuture<>();
+      checkDrained();
+    }
+    return drained;
+  }
+
+  public synchronized boolean draining() {
+    return draining;
+  }
+
+  private void checkDrained() {
+    if (drained == null || drained.isDone()) {
+      return;
+    }
+    for (Deployment d : allDeployments()) {
+      if (!d.queue.isEmpty() || d.slots.stream().anyMatch(s -> s.busy)) {
+        return;
+      }
+    }
+    drained.complete(null);
+  }
+
+  private List<Deployment> allDeployments() {
+    List<Deployment> all = new ArrayList<>(deployments.values());
+    all.addAll(retiring);
+    return all;
+  }
+
+  // ---- instances ----
+
+  private final class Deployment {
+    final String name;
+    final FunctionOptions options;
+    final ImageInfo image;
+    final ArrayDeque<Pending> queue = new ArrayDeque<>();
+    final List<Slot> slots = new ArrayList<>();
+    final CompletableFuture<Void> retired = new CompletableFuture<>();
+    final ColdStartTraces traces;
+    final List<Meter> meters = new ArrayList<>();
+    final Counter rejected;
+    final Counter refused;
+    boolean retire;
+    String lastStartFailure;
+
+    Deployment(String name, FunctionOptions options, ImageInfo image) {
+      this.name = name;
+      this.options = options;
+      this.image = image;
+      this.traces = new ColdStartTraces(tracesKept, epochNanos);
+      for (String state : List.of("starting", "idle", "busy")) {
+        meters.add(Gauge.builder("thaw.instances", this, d -> d.count(state)).tag("function", name)
+            .tag("state", state).description("instances of a function by state").register(metrics));
+      }
+      meters.add(Gauge.builder("thaw.queue.depth", this, d -> d.queueDepth()).tag("function", name)
+          .description("requests waiting for an instance").register(metrics));
+      rejected = Counter.builder("thaw.rejected").tag("function", name).tag("reason", "queue_full")
+          .description("requests refused before they reached an instance").register(metrics);
+      refused = Counter.builder("thaw.rejected").tag("function", name).tag("reason", "no_memory")
+          .register(metrics);
+      meters.add(rejected);
+      meters.add(refused);
+    }
+
+    int count(String state) {
+      synchronized (Scheduler.this) {
+        return (int) slots.stream().filter(s -> s.state().equals(state)).count();
+      }
+    }
+
+    int queueDepth() {
+      synchronized (Scheduler.this) {
+        return queue.size();
+      }
+    }
+
+    Slot idleSlot() {
+      for (Slot s : slots) {
+        if (s.instance != null && !s.busy) {
+          return s;
+        }
+      }
+      return null;
+    }
+
+    int startingCount() {
+      return (int) slots.stream().filter(s -> s.instance == null).count();
+    }
+
+    int liveCount() {
+      return (int) slots.stream().filter(s -> s.instance != null).count();
+    }
+
+    /** Instances that could still be started: seats in the queue for the requests that will wait for them. */
+    int startable() {
+      return Math.max(0, options.maxInstances() - slots.size());
+    }
+  }
+
+  private final class Slot {
+    final Deployment deployment;
+    final int device;
+    final ExecutorService thread;
+    final long startNanos = System.nanoTime();
+    FunctionInstance instance;
+    boolean busy;
+    boolean evicted;
+    long idleSince = System.nanoTime();
+    long served;
+
+    Slot(Deployment deployment, int device) {
+      this.deployment = deployment;
+      this.device = device;
+      String threadName = "thaw-fn-" + deployment.name + "-" + threadIds.incrementAndGet();
+      this.thread = Executors.newSingleThreadExecutor(r -> daemon(r, threadName));
+    }
+
+    String state() {
+      return instance == null ? "starting" : busy ? "busy" : "idle";
+    }
+  }
+
+  private void ensureMinimum(Deployment d) {
+    while (!d.retire && !draining && d.slots.size() < d.options.minInstances()) {
+      if (place(d).isEmpty()) {
+        return;
+      }
+    }
+  }
+
+  /** Starts instances while requests wait that no starting instance will take, up to maxInstances. */
+  private void scaleOut(Deployment d) {
+    while (d.queue.size() > d.startingCount() && d.slots.size() < d.options.maxInstances()) {
+      if (place(d).isEmpty()) {
+        if (d.slots.isEmpty()) {
+          d.refused.increment();
+          failQueue(d, new ServeException(503, "no_capacity", "function '" + d.name + "' needs "
+              + mib(d.image.deviceBytes()) + " of device memory" + (factory.sharedAddressSpace()
+              ? " at its recorded addresses" : "") + "; none is free now (busy instances hold it)",
+              retryAfterSeconds));
+        }
+        return;
+      }
+    }
+  }
+
+  /** Places and starts one instance of {@code d}: on the device with most free budget, evicting idle ones if needed. */
+  private Optional<Slot> place(Deployment d) {
+    int device = fittingDevice(d.image);
+    if (device < 0) {
+      for (Slot victim : evictionCandidates(d)) {
+        evict(victim);
+        device = fittingDevice(d.image);
+        if (device >= 0) {
+          break;
+        }
+      }
+    }
+    if (device < 0) {
+      return Optional.empty();
+    }
+    Slot slot = new Slot(d, device);
+    d.slots.add(slot);
+    reserved[device] += d.image.deviceBytes();
+    slot.thread.execute(() -> start(slot));
+    return Optional.of(slot);
+  }
+
+  private boolean fits(ImageInfo image) {
+    if (fittingDevice(image) >= 0) {
+      return true;
+    }
+    for (int i = 0; i < budget.length; i++) {
+      if (image.deviceBytes() <= budget[i]) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private int fittingDevice(ImageInfo image) {
+    if (factory.sharedAddressSpace()) {
+      for (Deployment other : allDeployments()) {
+        if (!other.slots.isEmpty() && image.overlaps(other.image)) {
+          return -1;
+        }
+      }
+    }
+    int best = -1;
+    for (int i = 0; i < budget.length; i++) {
+      long free = budget[i] - reserved[i];
+      if (free >= image.deviceBytes() && (best < 0 || free > budget[best] - reserved[best])) {
+        best = i;
+      }
+    }
+    return best;
+  }
+
+  /** Idle instances of other functions, least recently used first. */
+  private List<Slot> evictionCandidates(Deployment d) {
+    List<Slot> idle = new ArrayList<>();
+    for (Deployment other : allDeployments()) {
+      if (other != d) {
+        other.slots.stream().filter(s -> s.instance != null && !s.busy).forEach(idle::add);
+      }
+    }
+    idle.sort(Comparator.comparingLong(s -> s.idleSince));
+    return idle;
+  }
+
+  private void start(Slot slot) {
+    Deployment d = slot.deployment;
+    FunctionInstance instance;
+    try {
+      instance = factory.startBlocking(d.image.tag(), d.image.manifest(), slot.device);
+    } catch (Exception | Error e) {
+      synchronized (this) {
+        startFailed(slot, e);
+      }
+      return;
+    }
+    synchronized (this) {
+      if (slot.evicted || closed) {
+        closeOnThread(slot, instance);
+        return;
+      }
+      slot.instance = instance;
+      slot.idleSince = System.nanoTime();
+      d.lastStartFailure = null;
+      StartPhases p = instance.startPhases();
+      record(d.name, "acquire", "cold", p.acquireMillis());
+      record(d.name, "map", "cold", p.mapMillis());
+      record(d.name, "restore-wait", "cold", p.restoreMillis());
+      metrics.counter("thaw.restore.bytes", "function", d.name, "tier", p.tier()).increment(p.restoredBytes());
+      next(slot);
+    }
+  }
+
+  private void startFailed(Slot slot, Throwable e) {
+    Deployment d = slot.deployment;
+    removeSlot(slot);
+    slot.thread.shutdown();
+    d.lastStartFailure = String.valueOf(e.getMessage());
+    metrics.counter("thaw.start.failures", "function", d.name).increment();
+    if (d.slots.isEmpty()) {
+      failQueue(d, e instanceof ServeException refused ? refused : e instanceof CudaOutOfMemoryException
+          ? new ServeException(503, "no_capacity", "function '" + d.name + "' does not fit on the device now: "
+              + e.getMessage(), retryAfterSeconds)
+          : new ServeException(500, "start_failed", "function '" + d.name + "' could not start: " + e.getMessage()));
+    } else {
+      scaleOut(d);
+    }
+    finishRetire(d);
+    checkDrained();
+  }
+
+  private void failQueue(Deployment d, ServeException e) {
+    Pending p;
+    while ((p = d.queue.pollFirst()) != null) {
+      p.result.completeExceptionally(e);
+    }
+    checkDrained();
+  }
+
+  private void dispatch(Slot slot, Pending p) {
+    slot.busy = true;
+    p.dispatched = true;
+    boolean cold = slot.served == 0;
+    slot.served++;
+    slot.thread.execute(() -> run(slot, p, cold));
+  }
+
+  private void run(Slot slot, Pending p, boolean cold) {
+    long invokeStart = System.nanoTime();
+    FunctionResponse response = null;
+    Throwable failure = null;
+    try {
+      response = slot.instance.invokeBlocking(p.request);
+    } catch (Exception | Error e) {
+      failure = e;
+    }
+    long done = System.nanoTime();
+    String start = cold ? "cold" : "warm";
+    Map<String, Double> phases = new LinkedHashMap<>();
+    StartPhases sp = slot.instance.startPhases();
+    double waited = (invokeStart - p.enqueued) / 1e6;
+    if (cold) {
+      // The request waited for the start it triggered (or a part of it); the rest of the wait was queueing.
+      double startedWithin = Math.min(sp.totalMillis(), waited);
+      phases.put("queue", waited - startedWithin);
+      phases.put("acquire", sp.acquireMillis());
+      phases.put("map", sp.mapMillis());
+      phases.put("restore-wait", sp.restoreMillis());
+    } else {
+      phases.put("queue", waited);
+    }
+    phases.put("invoke", (done - invokeStart) / 1e6);
+    record(p.deployment.name, "queue", start, phases.get("queue"));
+    record(p.deployment.name, "invoke", start, phases.get("invoke"));
+    metrics.counter("thaw.invocations", "function", p.deployment.name, "start", start, "outcome",
+        failure == null ? "ok" : "error").increment();
+    if (cold) {
+      Map<String, Double> startPhases = new LinkedHashMap<>(phases);
+      startPhases.remove("queue");
+      startPhases.remove("invoke");
+      p.deployment.traces.record(p.deployment.name, p.enqueued, Math.max(slot.startNanos, p.enqueued), startPhases,
+          invokeStart, done);
+    }
+    synchronized (this) {
+      slot.busy = false;
+      slot.idleSince = done;
+      if (failure == null) {
+        p.result.complete(new Invocation(p.deployment.name, response, cold, phases, slot.instance.describe()));
+      } else {
+        p.result.completeExceptionally(failure);
+      }
+      if (!slot.instance.healthy()) {
+        evict(slot);
+        scaleOut(slot.deployment);
+      } else {
+        next(slot);
+      }
+      checkDrained();
+    }
+  }
+
+  /** The slot is free: it takes the head of its function's queue, or idles. */
+  private void next(Slot slot) {
+    Deployment d = slot.deployment;
+    Pending p = d.queue.pollFirst();
+    if (p != null) {
+      dispatch(slot, p);
+    } else {
+      finishRetire(d);
+      if (d.retire) {
+        evict(slot);
+      }
+    }
+  }
+
+  private void evict(Slot slot) {
+    removeSlot(slot);
+    if (slot.instance != null) {
+      closeOnThread(slot, slot.instance);
+    }
+  }
+
+  private void removeSlot(Slot slot) {
+    if (!slot.evicted) {
+      slot.evicted = true;
+      slot.deployment.slots.remove(slot);
+      reserved[slot.device] -= slot.deployment.image.deviceBytes();
+    }
+  }
+
+  private void closeOnThread(Slot slot, FunctionInstance instance) {
+    slot.thread.execute(() -> {
+      try {
+        instance.close();
+      } catch (RuntimeException e) {
+        metrics.counter("thaw.close.failures", "function", slot.deployment.name).increment();
+      }
+    });
+    slot.thread.shutdown();
+  }
+
+  private void retire(Deployment d) {
+    d.retire = true;
+    retiring.add(d);
+    for (Slot s : List.copyOf(d.slots)) {
+      if (s.instance != null && !s.busy) {
+        evict(s);
+      }
+    }
+    finishRetire(d);
+  }
+
+  private void finishRetire(Deployment d) {
+    if (d.retire && d.queue.isEmpty() && d.slots.stream().noneMatch(s -> s.busy)) {
+      for (Slot s : List.copyOf(d.slots)) {
+        evict(s);
+      }
+      if (d.slots.isEmpty() && retiring.remove(d)) {
+        d.meters.forEach(metrics::remove);
+        d.retired.complete(null);
+      }
+    }
+  }
+
+  /** Evicts idle instances past their keepAlive, above minInstances. */
+  private synchronized void reap() {
+    if (closed) {
+      return;
+    }
+    long now = System.nanoTime();
+    for (Deployment d : List.copyOf(deployments.values())) {
+      for (Slot s : List.copyOf(d.slots)) {
+        if (d.slots.size() <= d.options.minInstances()) {
+          break;
+        }
+        if (s.instance != null && !s.busy && now - s.idleSince >= d.options.keepAlive().toNanos()) {
+          evict(s);
+          metrics.counter("thaw.evictions", "function", d.name, "reason", "keep_alive").increment();
+        }
+      }
+      ensureMinimum(d);
+    }
+  }
+
+  private void record(String function, String phase, String start, double millis) {
+    Timer.builder("thaw.phase").tag("function", function).tag("phase", phase).tag("start", start)
+        .publishPercentileHistogram().description("time per request phase").register(metrics)
+        .record(Duration.ofNanos(Math.round(millis * 1e6)));
+  }
+
+  // ---- what GET shows ----
+
+  /** A function's state for {@code GET /v1/functions/{name}}. */
+  public synchronized ObjectNode status(String name) {
+    Deployment d = deployments.get(name);
+    if (d == null) {
+      throw ServeException.notFound(name);
+    }
+    ObjectNode s = NODES.objectNode();
+    s.put("name", name);
+    s.set("options", d.options.toJson());
+    s.put("state", d.liveCount() > 0 ? "warm" : d.startingCount() > 0 ? "starting" : "cold");
+    s.put("ready", ready(name));
+    s.put("function", d.image.manifest().function().className());
+    s.put("deviceBytes", d.image.deviceBytes());
+    s.put("queued", d.queue.size());
+    if (d.lastStartFailure != null) {
+      s.put("lastStartFailure", d.lastStartFailure);
+    }
+    ArrayNode instances = s.putArray("instances");
+    for (Slot slot : d.slots) {
+      ObjectNode i = instances.addObject();
+      i.put("state", slot.state());
+      i.put("device", slot.device);
+      i.put("served", slot.served);
+      if (slot.instance != null) {
+        StartPhases p = slot.instance.startPhases();
+        i.put("runs", slot.instance.describe());
+        i.put("tier", p.tier());
+        ObjectNode start = i.putObject("startMillis");
+        start.put("acquire", p.acquireMillis());
+        start.put("map", p.mapMillis());
+        start.put("restore-wait", p.restoreMillis());
+      }
+    }
+    s.set("signature", Signatures.json(d.image.signature()));
+    return s;
+  }
+
+  public synchronized ObjectNode trace(String name) {
+    Deployment d = deployments.get(name);
+    if (d == null) {
+      throw ServeException.notFound(name);
+    }
+    return d.traces.json();
+  }
+
+  /** Instances alive now, starting ones included, across all functions: for leak checks. */
+  public synchronized int instanceCount() {
+    return allDeployments().stream().mapToInt(d -> d.slots.size()).sum();
+  }
+
+  // ---- shutdown ----
+
+  /** Evicts every instance and waits (up to {@code timeout}) for their closes. Queued requests fail with 503. */
+  @Override
+  public void close() {
+    List<ExecutorService> threads = new ArrayList<>();
+    synchronized (this) {
+      if (closed) {
+        return;
+      }
+      closed = true;
+      draining = true;
+      for (Deployment d : allDeployments()) {
+        failQueue(d, new ServeException(503, "draining", "the server is shutting down", retryAfterSeconds));
+        for (Slot s : List.copyOf(d.slots)) {
+          threads.add(s.thread);
+          evict(s);
+          s.thread.shutdown();
+        }
+        d.meters.forEach(metrics::remove);
+      }
+      deployments.clear();
+      retiring.clear();
+    }
+    reaper.shutdownNow();
+    for (ExecutorService t : threads) {
+      try {
+        t.awaitTermination(30, TimeUnit.SECONDS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      }
+    }
+  }
+
+  private void checkOpen() {
+    if (closed) {
+      throw new IllegalStateException("the scheduler is closed");
+    }
+  }
+
+  private static String mib(long bytes) {
+    return String.format(java.util.Locale.ROOT, "%.1f MiB", bytes / (double) (1 << 20));
+  }
+
+  private static Thread daemon(Runnable r, String name) {
+    Thread t = new Thread(r, name);
+    t.setDaemon(true);
+    return t;
+  }
+}

@@ -1,0 +1,37 @@
+package dev.thaw.server.spi;
+
+import dev.thaw.image.ImageManifest;
+import dev.thaw.runtime.gpu.DeviceInfo;
+import java.util.List;
+
+/**
+ * Makes {@link FunctionInstance}s: the plug-in point between the server and how instances run (in this process,
+ * or one per worker process from the context pool). The server decides when and on which device; the factory
+ * decides how.
+ */
+public interface InstanceFactory extends AutoCloseable {
+
+  /** {@code in-process} or {@code pool}: for logs and {@code GET /v1/functions}. */
+  String name();
+
+  /** The devices instances can be placed on, by ordinal. */
+  List<DeviceInfo> devices();
+
+  /**
+   * True when every instance lives in one address space (this process): two instances whose images' recorded
+   * addresses overlap cannot exist together, so the server places them as it places memory.
+   */
+  boolean sharedAddressSpace();
+
+  /**
+   * Starts an instance of the image: the cold start. Blocks; the server calls it on the instance's own thread.
+   *
+   * @throws dev.thaw.runtime.gpu.CudaOutOfMemoryException if the device cannot hold it (HTTP 503)
+   * @throws Exception any other failure to restore (HTTP 500)
+   */
+  FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) throws Exception;
+
+  /** Releases what the factory holds (idle workers, contexts). Instances it made are closed by the server first. */
+  @Override
+  void close();
+}

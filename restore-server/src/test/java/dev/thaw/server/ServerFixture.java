@@ -1,0 +1,102 @@
+package dev.thaw.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.image.ProgressListener;
+import dev.thaw.image.build.BuildOptions;
+import dev.thaw.image.build.FastCdcChunker;
+import dev.thaw.image.build.ImageBuilder;
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.StoreOptions;
+import dev.thaw.runtime.gpu.DeviceBuffer;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.sim.SimDriver;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Path;
+import java.time.Duration;
+
+/** Images built on the sim device into a real RocksDB store, and an HTTP client for a server on loopback. */
+public final class ServerFixture {
+
+  public static final ObjectMapper JSON = new ObjectMapper();
+  public static final String MLP = "dev.thaw.examples.mlp.MlpFunction";
+  public static final String GPT2 = "dev.thaw.examples.gpt2.Gpt2Function";
+  public static final String MLP_CONFIG = "{\"layers\": [8, 16, 4], \"seed\": 3, \"maxBatch\": 8}";
+  public static final String MLP_REQUEST = "{\"inputs\": [[1, 2, 3, 4, 5, 6, 7, 8]]}";
+
+  private ServerFixture() {}
+
+  public static RocksChunkStore openStore(Path dir) {
+    return RocksChunkStore.open(new StoreOptions().setPath(dir));
+  }
+
+  /**
+   * Builds an image on a fresh sim driver. {@code skipBytes} of device memory are taken first, so that this
+   * image's addresses start above an earlier one's (images that share an address range cannot be resident
+   * together in one process).
+   */
+  public static void build(ChunkStore store, String tag, String function, String config, String sample,
+      long skipBytes) throws Exception {
+    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag);
+    if (sample != null) {
+      o.addSampleRequest(JSON.readTree(sample));
+    }
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
+      DeviceBuffer skip = skipBytes > 0 ? ctx.allocate(skipBytes) : null;
+      try {
+        new ImageBuilder(store, new FastCdcChunker()).build(o, ctx, ProgressListener.NONE);
+      } finally {
+        if (skip != null) {
+          skip.close();
+        }
+      }
+    }
+  }
+
+  public static void buildMlp(ChunkStore store, String tag) throws Exception {
+    build(store, tag, MLP, MLP_CONFIG, MLP_REQUEST, 0);
+  }
+
+  public static final HttpClient CLIENT = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
+
+  public static HttpResponse<String> send(HttpRequest r) throws Exception {
+    return CLIENT.send(r, HttpResponse.BodyHandlers.ofString());
+  }
+
+  public static HttpRequest.Builder request(int port, String path) {
+    return HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).timeout(Duration.ofSeconds(60));
+  }
+
+  public static HttpResponse<String> get(int port, String path) throws Exception {
+    return send(request(port, path).GET().build());
+  }
+
+  public static HttpResponse<String> postJson(int port, String path, String body) throws Exception {
+    return send(request(port, path).header("Content-Type", "application/json")
+        .POST(HttpRequest.BodyPublishers.ofString(body)).build());
+  }
+
+  /** Runs {@code call} on a thread of its own. */
+  public static <T> java.util.concurrent.CompletableFuture<T> background(java.util.concurrent.Callable<T> call) {
+    java.util.concurrent.CompletableFuture<T> f = new java.util.concurrent.CompletableFuture<>();
+    Thread t = new Thread(() -> {
+      try {
+        f.complete(call.call());
+      } catch (Throwable e) {
+        f.completeExceptionally(e);
+      }
+    }, "test-client");
+    t.setDaemon(true);
+    t.start();
+    return f;
+  }
+
+  public static JsonNode json(HttpResponse<String> r) throws Exception {
+    return JSON.readTree(r.body());
+  }
+}
