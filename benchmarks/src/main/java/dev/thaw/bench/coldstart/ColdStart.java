@@ -157,13 +157,31 @@ public final class ColdStart implements Callable<Integer> {
     }).execute();
     result.write(out.resolve(JSON_FILE));
     log.println("wrote " + out.resolve(JSON_FILE));
-    writeReport(result, out, trace == null ? null : ChromeTrace.read(trace), log);
+    writeReport(result, out, trace(result, trace, out), log);
     boolean failed = result.models().stream().anyMatch(m -> m.answers().failed()
         || m.contenders().stream().anyMatch(c -> c.status() == ColdStartResult.Status.FAILED));
     if (result.simulated()) {
       log.println("SIMULATED: Thaw ran on the simulated device; no time in this run is a GPU time");
     }
     return failed ? 1 : 0;
+  }
+
+  /**
+   * The trace to draw: the one given, else the last cold start of the Thaw server's trace of the last main model
+   * that has one (in {@code folder}'s {@code traces/}), else none.
+   */
+  static ChromeTrace trace(ColdStartResult result, Path given, Path folder) throws IOException {
+    if (given != null) {
+      return ChromeTrace.read(given);
+    }
+    List<ColdStartResult.ModelResult> main = result.models().stream().filter(m -> !m.sweep()).toList();
+    for (int i = main.size() - 1; i >= 0; i--) {
+      Path file = folder.resolve(ChromeTrace.FOLDER).resolve(main.get(i).model() + ".trace.json");
+      if (Files.isRegularFile(file)) {
+        return ChromeTrace.read(file).lastProcess();
+      }
+    }
+    return null;
   }
 
   /** The table and the plots of a result, into {@code out}. */
@@ -209,7 +227,7 @@ public final class ColdStart implements Callable<Integer> {
     public Integer call() throws IOException {
       ColdStartResult result = ColdStartResult.read(from);
       Files.createDirectories(out);
-      writeReport(result, out, trace == null ? null : ChromeTrace.read(trace), System.out);
+      writeReport(result, out, trace(result, trace, from.toAbsolutePath().getParent()), System.out);
       return 0;
     }
   }

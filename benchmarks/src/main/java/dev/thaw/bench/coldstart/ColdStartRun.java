@@ -106,7 +106,7 @@ final class ColdStartRun {
         }
       }
       Bench bench = new Bench(thaw, python, pythonReason, checkpointReason, work, options.childTimeout(), log,
-          pool);
+          pool, options.out());
 
       // One model at a time, main models first: a sweep model not begun by the deadline costs nothing.
       Boolean simulated = options.device().equals("sim") ? Boolean.TRUE : null;
