@@ -62,7 +62,7 @@ final class PullCommand implements Callable<Integer> {
       throw new ParameterException(spec.commandLine(), e.getMessage(), e);
     }
     PrintWriter out = spec.commandLine().getOut();
-    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+    try (ChunkStore s = store.open(cli, StoreAccess.CREATE)) {
       ImagePull.Result r = new ImagePuller(registry.options(cli, source, spec)).pull(source, s, local);
       if (json) {
         ObjectNode n = Json.MAPPER.valueToTree(r);

@@ -73,7 +73,7 @@ final class PushCommand implements Callable<Integer> {
           "--layout must be auto, chunks or packs, not '" + layout + "'");
     }
     PrintWriter out = spec.commandLine().getOut();
-    try (ChunkStore s = cli.openStore(store.resolve(cli))) {
+    try (ChunkStore s = store.open(cli, StoreAccess.READ)) {
       ImagePusher.Result r = new ImagePusher(o).push(s, tag, target);
       if (json) {
         ObjectNode n = Json.MAPPER.valueToTree(r);
