@@ -20,7 +20,8 @@
 // - Decode (M <= 8) is a stream over the weights: llama_gemv gives each warp one output column n and has its
 //   lanes walk W's row n with 16-byte loads, four in flight per lane, reusing each loaded weight for all M rows
 //   of X (read through L1: X is a few KiB). N/8 blocks of 256 threads (512 for N = 4096, 16032 for a 128256
-//   vocabulary) keep every SM of an H100/H200 pulling at once.
+//   vocabulary) keep every SM of an H100/H200 pulling at once. llama_gemv1 is the same for M = 1, a separate
+//   entry with fewer registers (one accumulator), so more warps, and loads in flight, fit on an SM.
 // - Prompts (M > 8) run on the tensor cores: llama_matmul is a 64x64 output tile per block of 4 warps, each warp
 //   a 32x32 quarter as 2x2 WMMA 16x16x16 fragments (bf16 or half in, fp32 accumulate), K in steps of 32 staged
 //   through shared memory with the next step prefetched into registers.
@@ -181,16 +182,16 @@ __device__ __forceinline__ void rmsnorm(const float* __restrict__ x, const T* __
   }
 }
 
-template <typename T>
+template <typename T, int ROWS>
 __device__ __forceinline__ void gemv(const T* __restrict__ X, const T* __restrict__ W, const T* __restrict__ bias,
                                      void* __restrict__ out, int M, int N, int K, int mode, int has_bias) {
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * kGemvWarps + warp;
   if (n >= N) return;
-  float acc[kGemvMaxRows];
+  float acc[ROWS];
 #pragma unroll
-  for (int m = 0; m < kGemvMaxRows; m++) acc[m] = 0.0f;
+  for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
   const T* wr = W + (size_t)n * K;
   for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * kGemvUnroll) {
     uint4 wv[kGemvUnroll];
@@ -206,7 +207,7 @@ __device__ __forceinline__ void gemv(const T* __restrict__ X, const T* __restric
         float wf[8];
         unpack8<T>(wv[u], wf);
 #pragma unroll
-        for (int m = 0; m < kGemvMaxRows; m++) {
+        for (int m = 0; m < ROWS; m++) {
           if (m < M) {
             float xf[8];
             unpack8<T>(*reinterpret_cast<const uint4*>(X + (size_t)m * K + k), xf);
@@ -220,7 +221,7 @@ __device__ __forceinline__ void gemv(const T* __restrict__ X, const T* __restric
     }
   }
 #pragma unroll
-  for (int m = 0; m < kGemvMaxRows; m++) {
+  for (int m = 0; m < ROWS; m++) {
     float v = acc[m];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     acc[m] = v;
@@ -228,7 +229,7 @@ __device__ __forceinline__ void gemv(const T* __restrict__ X, const T* __restric
   // Every lane holds every row's sum now; lane m writes row m (one epilogue site, not one per row).
   float mine = 0.0f;
 #pragma unroll
-  for (int m = 0; m < kGemvMaxRows; m++) mine = lane == m ? acc[m] : mine;
+  for (int m = 0; m < ROWS; m++) mine = lane == m ? acc[m] : mine;
   if (lane < M) epilogue<T>(mine, bias, out, lane, n, N, mode, has_bias);
 }
 
@@ -474,12 +475,28 @@ extern "C" __global__ void __launch_bounds__(kGemvThreads)
     llama_gemv(const void* __restrict__ X, const void* __restrict__ W, const void* __restrict__ bias,
                void* __restrict__ out, int M, int N, int K, int mode, int has_bias, int bf16) {
   if (bf16) {
-    gemv<thaw_llama::bf16>(reinterpret_cast<const thaw_llama::bf16*>(X),
-                           reinterpret_cast<const thaw_llama::bf16*>(W),
-                           reinterpret_cast<const thaw_llama::bf16*>(bias), out, M, N, K, mode, has_bias);
+    gemv<thaw_llama::bf16, kGemvMaxRows>(reinterpret_cast<const thaw_llama::bf16*>(X),
+                                         reinterpret_cast<const thaw_llama::bf16*>(W),
+                                         reinterpret_cast<const thaw_llama::bf16*>(bias), out, M, N, K, mode,
+                                         has_bias);
   } else {
-    gemv<half>(reinterpret_cast<const half*>(X), reinterpret_cast<const half*>(W),
-               reinterpret_cast<const half*>(bias), out, M, N, K, mode, has_bias);
+    gemv<half, kGemvMaxRows>(reinterpret_cast<const half*>(X), reinterpret_cast<const half*>(W),
+                             reinterpret_cast<const half*>(bias), out, M, N, K, mode, has_bias);
+  }
+}
+
+// llama_gemv for M = 1, batch-1 decode: its own entry so that it gets its own (smaller) register allocation and
+// so more resident warps, hence more weight loads in flight per SM. Same arguments and launch; M must be 1.
+extern "C" __global__ void __launch_bounds__(kGemvThreads)
+    llama_gemv1(const void* __restrict__ X, const void* __restrict__ W, const void* __restrict__ bias,
+                void* __restrict__ out, int M, int N, int K, int mode, int has_bias, int bf16) {
+  if (bf16) {
+    gemv<thaw_llama::bf16, 1>(reinterpret_cast<const thaw_llama::bf16*>(X),
+                              reinterpret_cast<const thaw_llama::bf16*>(W),
+                              reinterpret_cast<const thaw_llama::bf16*>(bias), out, 1, N, K, mode, has_bias);
+  } else {
+    gemv<half, 1>(reinterpret_cast<const half*>(X), reinterpret_cast<const half*>(W),
+                  reinterpret_cast<const half*>(bias), out, 1, N, K, mode, has_bias);
   }
 }
 
