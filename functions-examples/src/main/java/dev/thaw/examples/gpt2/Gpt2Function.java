@@ -248,6 +248,11 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
   }
 
   @Override
+  public void validate(State s, FunctionRequest request) {
+    parse(s, request.json());
+  }
+
+  @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
     TokenRequest req = parse(s, request.json());
     Run run = new Run(session, s, req);

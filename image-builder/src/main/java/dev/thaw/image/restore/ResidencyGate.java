@@ -138,9 +138,11 @@ final class ResidencyGate implements CopyInterceptor {
     if (stream == home && homeWaitedAll) {
       return;
     }
-    GpuEvent all = residency.promoteAll();
-    if (all != null) {
-      stream.waitFor(all);
+    GpuEvent[] all = residency.promoteAll();
+    for (GpuEvent e : all) {
+      stream.waitFor(e);
+    }
+    if (all.length > 0) {
       fullWaits++;
       if (trace != null) {
         trace.waited("full residency");

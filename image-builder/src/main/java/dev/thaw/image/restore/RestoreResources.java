@@ -28,6 +28,7 @@ public final class RestoreResources implements AutoCloseable {
 
   private final GpuContext context;
   private final GpuStream stream;
+  private final GpuStream secondStream;
   private final ArrayDeque<GpuEvent> events = new ArrayDeque<>();
   private final List<GpuEvent> allEvents = new ArrayList<>();
   private final StagingRing staging;
@@ -44,6 +45,8 @@ public final class RestoreResources implements AutoCloseable {
     try {
       this.stream = context.createStream();
       made.add(stream);
+      this.secondStream = context.createStream();
+      made.add(secondStream);
       this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes);
       made.add(staging);
       this.uploadArena = context.allocatePinned(uploadArenaBytes);
@@ -95,6 +98,10 @@ public final class RestoreResources implements AutoCloseable {
 
   GpuStream stream() {
     return stream;
+  }
+
+  GpuStream secondStream() {
+    return secondStream;
   }
 
   /** The pinned staging that chunks read from the store go through; the restore's own, while it is lent. */
@@ -153,6 +160,7 @@ public final class RestoreResources implements AutoCloseable {
     List<AutoCloseable> all = new ArrayList<>(allEvents);
     all.add(staging);
     all.add(uploadArena);
+    all.add(secondStream);
     all.add(stream);
     RuntimeException failure = null;
     for (AutoCloseable c : all) {

@@ -26,6 +26,7 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -55,8 +56,9 @@ class OnDemandRestoreGpuTest {
 
   @BeforeAll
   static void build() throws Exception {
-    DriverAvailability a = CudaDriver.availability();
-    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+    if (!CudaDriver.availability().available()) {
+      return;
+    }
     store = RocksChunkStore.open(dir.resolve("store"));
     driver = CudaDriver.open();
     ctx = driver.createContext(0);
@@ -67,6 +69,12 @@ class OnDemandRestoreGpuTest {
         "{\"model\": \"gpt2\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 32}",
         "{\"tokens\": [[464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290]], \"maxNewTokens\": 4}");
     build("planted", PlantedTableFunction.class.getName(), "{\"n\": 100000}", "{}");
+  }
+
+  @BeforeEach
+  void needsAGpu() {
+    DriverAvailability a = CudaDriver.availability();
+    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
   }
 
   private static void build(String tag, String function, String config, String request) throws Exception {
