@@ -31,7 +31,7 @@
 //   position * inv_freq in fp32, the inverse frequencies computed on the host, llama3 scaling included), and
 //   copies v; caches are [B, Hkv, maxT, D].
 // - llama_attention: one block per (query head, row), scores for the causal window in shared memory (<= 4096),
-//   softmax with max subtraction, then P.V with threads over d.
+//   softmax with max subtraction, then P.V with 16-byte loads of value rows, keys split among thread groups.
 // - Elementwise kernels are grid-stride: any grid covers the whole range.
 
 #include <cuda_bf16.h>
@@ -384,6 +384,7 @@ __device__ __forceinline__ void attention(const T* __restrict__ qkv, const T* __
   for (int t = tid; t < len; t += blockDim.x) {
     const T* kr = kh + (size_t)t * D;
     float dot = 0.0f;
+#pragma unroll 4
     for (int d = 0; d < D; d += 8) {
       float f[8];
       unpack8<T>(*reinterpret_cast<const uint4*>(kr + d), f);
@@ -403,27 +404,33 @@ __device__ __forceinline__ void attention(const T* __restrict__ qkv, const T* __
   }
   const float sum = block_sum(local_sum, red);  // its barriers also publish p[]
 
-  // P.V: G = blockDim/D groups of D threads; group g sums keys g, g+G, ...; then the groups in order.
-  if (D <= blockDim.x) {
-    const int G = blockDim.x / D;
-    float acc = 0.0f;
-    if (tid < G * D) {
-      const int d = tid % D;
-      for (int t = tid / D; t < len; t += G) acc += p[t] * to_f<T>(vh[(size_t)t * D + d]);
+  // P.V: D/8 threads cover a value row with 16-byte loads (8 dims each); the G = blockDim / (D/8) groups of them
+  // take keys g, g + G, ... (several loads in flight per thread, not one dependent load per key), and the groups'
+  // sums are added in group order.
+  const int lanes = D / 8;
+  const int G = blockDim.x / lanes;
+  const int g = tid / lanes;
+  const int j = tid - g * lanes;
+  if (g < G) {
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i] = 0.0f;
+#pragma unroll 4
+    for (int t = g; t < len; t += G) {
+      float f[8];
+      unpack8<T>(*reinterpret_cast<const uint4*>(vh + (size_t)t * D + 8 * j), f);
+      const float pt = p[t];
+#pragma unroll
+      for (int i = 0; i < 8; i++) acc[i] += pt * f[i];
     }
-    part[tid] = acc;
-    __syncthreads();
-    if (tid < D) {
-      float o = 0.0f;
-      for (int g = 0; g < G; g++) o += part[g * D + tid];
-      out[(size_t)m * Hq * D + (size_t)h * D + tid] = from_f<T>(o / sum);
-    }
-  } else {
-    for (int d = tid; d < D; d += blockDim.x) {
-      float o = 0.0f;
-      for (int t = 0; t < len; t++) o += p[t] * to_f<T>(vh[(size_t)t * D + d]);
-      out[(size_t)m * Hq * D + (size_t)h * D + d] = from_f<T>(o / sum);
-    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) part[g * D + 8 * j + i] = acc[i];
+  }
+  __syncthreads();
+  for (int d = tid; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int k = 0; k < G; k++) o += part[k * D + d];
+    out[(size_t)m * Hq * D + (size_t)h * D + d] = from_f<T>(o / sum);
   }
 }
 
@@ -543,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(kAttnThreads)
                     int M, int Hq, int Hkv, int D, int maxT, float scale, int bf16) {
   __shared__ float q[kMaxD];
   __shared__ float p[kMaxContext];
-  __shared__ float part[kAttnThreads];
+  __shared__ float part[8 * kAttnThreads];  // G x D <= (blockDim / (D/8)) x D = 8 x blockDim
   __shared__ float red[32];
   if (bf16) {
     attention<thaw_llama::bf16>(reinterpret_cast<const thaw_llama::bf16*>(qkv),
