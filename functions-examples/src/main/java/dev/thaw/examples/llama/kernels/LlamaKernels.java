@@ -64,6 +64,8 @@ public final class LlamaKernels implements AutoCloseable {
   static final int MATMUL_THREADS = 128;
   static final int ATTENTION_THREADS = 128;
   static final int ROW_THREADS = 256;
+  /** argmax scans a whole vocabulary per row: the most threads a block has. */
+  static final int ARGMAX_THREADS = 1024;
   static final int ELEMENTWISE_THREADS = 256;
   /** Grid-stride kernels need no more blocks than this to fill a GPU. */
   static final int MAX_ELEMENTWISE_BLOCKS = 4096;
@@ -126,7 +128,7 @@ public final class LlamaKernels implements AutoCloseable {
     this.ropeKv = new KernelLaunch(module.kernel(ROPE_KV), ELEMENTWISE_THREADS);
     this.attention = new KernelLaunch(module.kernel(ATTENTION), ATTENTION_THREADS);
     this.swiglu = new KernelLaunch(module.kernel(SWIGLU), ELEMENTWISE_THREADS);
-    this.argmax = new KernelLaunch(module.kernel(ARGMAX), ROW_THREADS);
+    this.argmax = new KernelLaunch(module.kernel(ARGMAX), ARGMAX_THREADS);
   }
 
   /** Loads {@link #ptx()} into {@code context}; {@link #close()} unloads it. */
