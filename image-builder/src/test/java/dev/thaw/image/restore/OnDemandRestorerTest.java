@@ -1,5 +1,6 @@
 package dev.thaw.image.restore;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -14,11 +15,14 @@ import dev.thaw.image.build.BuildOptions;
 import dev.thaw.image.build.FixedSizeChunker;
 import dev.thaw.image.build.ImageBuilder;
 import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.runtime.speculation.AccessProfile;
+import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.HashMap;
@@ -162,6 +166,40 @@ class OnDemandRestorerTest {
       // Once resident, uploads are synchronous again and the answer is the same.
       assertEquals(responses.get("gpt2-tiny"),
           r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json());
+    }
+  }
+
+  @Test
+  void theSessionsOwnDeviceCopiesAndFillsWaitForWhatTheyTouch() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "mlp");
+    ImageManifest.Allocation w0 = manifest.allocations().stream().filter(a -> a.name().equals("w0")).findFirst()
+        .orElseThrow();
+    byte[] image = new byte[(int) w0.size()];
+    for (ImageManifest.Chunk c : w0.chunks()) {
+      ByteBuffer b = ByteBuffer.allocate(c.length());
+      store.readChunk(c.digest(), b);
+      System.arraycopy(b.array(), 0, image, (int) c.offset(), c.length());
+    }
+    // Nothing streams on its own: only the gate can bring w0 and w1 in before the copy and the fill touch them.
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false))) {
+      FunctionSession session = r.restore.function().session();
+      int n = 512;
+      session.copy(new BufferRef("act0"), 0, new BufferRef("w0"), 0, n);
+      session.fill(new BufferRef("w1"), 0, 256, (byte) 7);
+      ByteBuffer copied = ByteBuffer.allocateDirect(n);
+      session.download(new BufferRef("act0"), 0, copied);
+      byte[] got = new byte[n];
+      copied.get(0, got);
+      assertArrayEquals(java.util.Arrays.copyOf(image, n), got, "act0 holds w0's restored bytes");
+      r.restore.streamRest();
+      r.restore.awaitResident();
+      // The fill came after w1 was restored, so the restore did not undo it.
+      ByteBuffer filled = ByteBuffer.allocateDirect(256);
+      session.download(new BufferRef("w1"), 0, filled);
+      for (int i = 0; i < 256; i++) {
+        assertEquals(7, filled.get(i), "byte " + i + " of the fill");
+      }
+      assertTrue(r.restore.stats().waits() >= 2, r.restore.stats().toString());
     }
   }
 
