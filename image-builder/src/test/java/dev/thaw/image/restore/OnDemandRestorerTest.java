@@ -22,6 +22,7 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.runtime.speculation.AccessProfile;
+import dev.thaw.runtime.speculation.PointerTableFunction;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -68,7 +69,7 @@ class OnDemandRestorerTest {
     build("llama-tiny", "dev.thaw.examples.llama.LlamaFunction",
         "{\"model\": \"tiny-qwen2\", \"maxBatch\": 1, \"maxTokens\": 16}",
         "{\"tokens\": [[5, 17, 3, 40, 2, 9]], \"maxNewTokens\": 3}");
-    build("planted", PlantedTableFunction.class.getName(), "{\"n\": 3000}", "{}");
+    build("planted", PointerTableFunction.class.getName(), "{\"n\": 3000}", "{}");
   }
 
   private static void build(String tag, String function, String config, String request) throws Exception {
@@ -220,9 +221,9 @@ class OnDemandRestorerTest {
   @Test
   void thePlantedPointerTableKernelIsUnsafeAndWaitsForFullResidency() throws Exception {
     ImageManifest manifest = Images.manifest(store, "planted");
-    assertEquals(AccessProfile.Verdict.UNSAFE, manifest.profile().kernels().get(PlantedTableFunction.TABLE).verdict());
+    assertEquals(AccessProfile.Verdict.UNSAFE, manifest.profile().kernels().get(PointerTableFunction.TABLE).verdict());
     assertEquals(AccessProfile.Verdict.EXACT,
-        manifest.profile().kernels().get(PlantedTableFunction.ARGS_ONLY).verdict());
+        manifest.profile().kernels().get(PointerTableFunction.ARGS_ONLY).verdict());
     try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("planted"))).json();
