@@ -141,9 +141,8 @@ class OnDemandRestorerTest {
     ImageManifest m = Images.manifest(store, "gpt2-tiny");
     List<String> reversed = new java.util.ArrayList<>(m.profile().firstAccessOrder());
     java.util.Collections.reverse(reversed);
-    ImageManifest manifest = new ImageManifest(m.schemaVersion(), m.function(), m.device(), m.allocations(),
-        m.modules(), m.hostState(), m.samples(), m.build(), new ImageManifest.Profile(m.profile().orderSource(),
-            m.profile().launches(), reversed, m.profile().kernels()));
+    ImageManifest manifest = m.withProfile(new ImageManifest.Profile(m.profile().orderSource(),
+        m.profile().launches(), reversed, m.profile().kernels()));
     try (Restored r = restore(manifest, Source.HOST_CACHE,
         new OnDemandOptions().promotion(promotion).windowBytes(4096));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
@@ -352,10 +351,8 @@ class OnDemandRestorerTest {
     Map<String, AccessProfile.KernelProfile> kernels = new HashMap<>();
     m.profile().kernels().forEach((k, p) -> kernels.put(k,
         new AccessProfile.KernelProfile(AccessProfile.Verdict.EXACT, p.launches(), List.of(), List.of())));
-    ImageManifest.Profile p = new ImageManifest.Profile(m.profile().orderSource(), m.profile().launches(),
-        m.profile().firstAccessOrder(), kernels);
-    return new ImageManifest(m.schemaVersion(), m.function(), m.device(), m.allocations(), m.modules(), m.hostState(),
-        m.samples(), m.build(), p);
+    return m.withProfile(new ImageManifest.Profile(m.profile().orderSource(), m.profile().launches(),
+        m.profile().firstAccessOrder(), kernels));
   }
 
   private static ImageManifest withChunk(ImageManifest m, String allocation, int index, ImageManifest.Chunk chunk) {
@@ -367,7 +364,6 @@ class OnDemandRestorerTest {
       chunks.set(index, chunk);
       return new ImageManifest.Allocation(a.name(), a.address(), a.size(), chunks);
     }).toList();
-    return new ImageManifest(m.schemaVersion(), m.function(), m.device(), allocations, m.modules(), m.hostState(),
-        m.samples(), m.build(), m.profile());
+    return m.withAllocations(allocations);
   }
 }
