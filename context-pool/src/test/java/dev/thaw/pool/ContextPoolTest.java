@@ -52,8 +52,10 @@ class ContextPoolTest {
 
       BecomeResult b = w.becomeBlocking("probe", probe.manifest(), ImageSource.store(dir.resolve("store")));
       assertEquals(probe.result().manifest().totalBytes(), b.bytes());
-      assertTrue(b.phases().containsKey("map allocations") && b.phases().containsKey("copy + verify"),
+      assertTrue(b.phases().containsKey("map allocations") && b.phases().containsKey("invocable"),
           b.phases().toString());
+      RestoreCompletion done = w.resident().get();
+      assertEquals(b.bytes(), done.storeBytes(), "every byte read from the store: " + done);
 
       InvokeResult r = w.invokeBlocking(json("{\"op\": \"echo\", \"value\": 42}"));
       JsonNode out = r.jsonTree();

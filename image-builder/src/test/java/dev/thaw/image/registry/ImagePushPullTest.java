@@ -148,6 +148,19 @@ class ImagePushPullTest {
   }
 
   @Test
+  void theRealRegistryRefusesAManifestOverFourMebibytesAndThePushSaysSo() {
+    // Distribution caps a manifest body at 4 MiB: what Thaw's packing keeps its manifests under.
+    byte[] padded = ("{\"schemaVersion\": 2, \"mediaType\": \"" + ThawArtifact.OCI_MANIFEST
+        + "\", \"annotations\": {\"pad\": \"" + "x".repeat((4 << 20) + 100) + "\"}}").getBytes(StandardCharsets.UTF_8);
+    try (RegistryClient client = new RegistryClient(registry.address(), options())) {
+      ManifestTooLargeException e = assertThrows(ManifestTooLargeException.class,
+          () -> client.putManifest("thaw/big", "1", padded, ThawArtifact.OCI_MANIFEST));
+      assertEquals(400, e.status());
+      assertEquals(padded.length, e.bytes());
+    }
+  }
+
+  @Test
   void aLazyPullFetchesInFirstAccessOrderAndTakesARestoresRequestsFirst() throws Exception {
     RegistryReference ref = registry.reference("thaw/lazy:1");
     new ImagePusher(options()).push(source, "saxpy", ref);
