@@ -102,6 +102,11 @@ final class ServeCommand implements Callable<Integer> {
           "(default: hostCacheBytes of the config, else 8g or a quarter of RAM, whichever is less)."})
   String hostCache;
 
+  @Option(names = "--hbm-tier", paramLabel = "SIZE",
+      description = {"Device memory per GPU that weights of scaled-in instances keep for the next one, e.g. 16g,",
+          "0 for none (default: hbmTierBytes of the config, else 16g)."})
+  String hbmTier;
+
   @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept). "
           + "Implied under Knative.")
   boolean readOnlyStore;
@@ -150,7 +155,8 @@ final class ServeCommand implements Callable<Integer> {
     out.printf("store    %s%s%n", storePath, readOnly ? " (read-only)" : "");
     if (server.instances().equals("pool")) {
       out.printf("cache    %s%n", options.hostCacheBytes() == 0 ? "none (workers read the store)"
-          : (options.hostCacheBytes() >> 20) + " MiB pinned host cache; images staged at registration");
+          : (options.hostCacheBytes() >> 20) + " MiB pinned host cache; images staged at registration; HBM tier "
+          + (options.hbmTierBytes() >> 20) + " MiB per GPU");
     }
     options.functions().forEach((name, f) -> out.printf("function %s = %s%n", name, f.image()));
     out.println("admin    " + (server.adminTokenFile() != null ? "bearer token in " + server.adminTokenFile()
@@ -193,7 +199,8 @@ final class ServeCommand implements Callable<Integer> {
         driver.devices().forEach(d -> devices.add(d.ordinal()));
         ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(devices)
             .setIdleTarget(idleWorkers).setDeviceChoice(driver.name()).setStorePath(storePath);
-        return PoolInstances.create(poolOptions, options.hostCacheBytes(), s, storePath, driver.devices(),
+        return PoolInstances.create(poolOptions, options.hostCacheBytes(), options.hbmTierBytes(), s, storePath,
+            driver.devices(),
             Duration.ofSeconds(120), options.retryAfter());
       default:
         throw new ParameterException(spec.commandLine(), "--instances is pool or in-process, not " + instances);
@@ -232,7 +239,10 @@ final class ServeCommand implements Callable<Integer> {
         o.setInvokePort(invokePort);
       }
       if (hostCache != null) {
-        o.setHostCacheBytes(bytes(hostCache));
+        o.setHostCacheBytes(bytes(hostCache, "--host-cache"));
+      }
+      if (hbmTier != null) {
+        o.setHbmTierBytes(bytes(hbmTier, "--hbm-tier"));
       }
       String token = cli.env("THAW_ADMIN_TOKEN");
       if (token != null && !token.isBlank()) {
@@ -252,10 +262,10 @@ final class ServeCommand implements Callable<Integer> {
   }
 
   /** {@code 8g}, {@code 512m}, {@code 64k} or a number of bytes. */
-  static long bytes(String size) {
+  static long bytes(String size, String option) {
     java.util.regex.Matcher m = java.util.regex.Pattern.compile("([0-9]+)([kKmMgGtT]?)[iI]?[bB]?").matcher(size.trim());
     if (!m.matches()) {
-      throw new IllegalArgumentException("--host-cache takes a size such as 8g, 512m or 0, not '" + size + "'");
+      throw new IllegalArgumentException(option + " takes a size such as 8g, 512m or 0, not '" + size + "'");
     }
     int shift = switch (m.group(2).toLowerCase(java.util.Locale.ROOT)) {
       case "k" -> 10;
@@ -266,7 +276,7 @@ final class ServeCommand implements Callable<Integer> {
     };
     long n = Long.parseLong(m.group(1));
     if (n > (Long.MAX_VALUE >> shift)) {
-      throw new IllegalArgumentException("--host-cache " + size + " is too large");
+      throw new IllegalArgumentException(option + " " + size + " is too large");
     }
     return n << shift;
   }

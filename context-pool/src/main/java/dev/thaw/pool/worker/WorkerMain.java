@@ -16,12 +16,17 @@ import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.cache.HostCacheView;
 import dev.thaw.pool.cache.PinnedChunks;
+import dev.thaw.pool.hbm.ExportedSlab;
+import dev.thaw.pool.hbm.HbmExport;
+import dev.thaw.pool.hbm.ResidentSlabs;
+import dev.thaw.pool.hbm.TieredRestoreSource;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.pool.protocol.FrameType;
 import dev.thaw.pool.protocol.ProtocolException;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
@@ -40,6 +45,7 @@ import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.BlockingQueue;
@@ -186,7 +192,7 @@ public final class WorkerMain {
       Frame reply;
       boolean restoring = f.type() == FrameType.BECOME;
       try {
-        reply = restoring ? become(f) : invoke(f);
+        reply = restoring ? become(f) : f.type() == FrameType.EXPORT ? export(f) : invoke(f);
       } catch (Throwable e) {
         WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
         if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
@@ -229,17 +235,49 @@ public final class WorkerMain {
     long t = phase(phases, "manifest", start);
     JsonNode source = f.head().path("source");
     RestoreSource tiers = RestoreSource.STORE_ONLY;
+    PinnedChunks lastChunks = null;
     String from = "store";
     if (source.path("kind").asText().equals("cache")) {
       PinnedChunks chunks = cacheChunks(Arrays.copyOfRange(body, manifestBytes, body.length));
+      lastChunks = chunks;
       tiers = m -> d -> chunks.find(d).map(c -> new RestoreSource.HostChunk(c.buffer(), c.offset())).orElse(null);
       from = "cache";
       t = phase(phases, "placement", t);
     }
+    ResidentSlabs resident = null;
+    OnDemandOptions onDemand = new OnDemandOptions();
+    JsonNode hbm = source.path("hbm");
+    if (hbm.isObject()) {
+      if (!from.equals("cache")) {
+        throw new ImageRestoreException("BECOME names HBM-tier slabs without the host cache", null);
+      }
+      String slabs = hbm.path("slabs").asText("");
+      if (!slabs.isBlank()) {
+        try {
+          resident = ResidentSlabs.take(hbm.path("pid").asLong(), ExportedSlab.decodeAll(slabs));
+        } catch (IOException | IllegalArgumentException e) {
+          // The tier dropped them meanwhile (or they cannot be taken): restore every byte from the host cache.
+          System.err.println("thaw worker: HBM-tier slabs not taken, restoring from the host cache: " + e);
+        }
+      }
+      onDemand.slabSource(resident != null ? resident : FunctionSession.SlabSource.EXPORTABLE_READ_ONLY);
+      tiers = new TieredRestoreSource(lastChunks, resident, context);
+      t = phase(phases, "hbm take", t);
+    }
     RocksChunkStore store = storeFor(source, name, manifestBody);
     t = phase(phases, "store", t);
-    OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, context, tiers, resources,
-        new OnDemandOptions());
+    OnDemandRestore restore;
+    try {
+      restore = new OnDemandRestorer(store).restore(manifest, context, tiers, resources, onDemand);
+    } finally {
+      if (resident != null) {
+        resident.close();
+      }
+    }
+    if (resident != null && !resident.residentBuffers().isEmpty()) {
+      from = "hbm";
+      phases.put("hbm import", resident.importMillis());
+    }
     OnDemandRestore.Timings rt = restore.timings();
     phases.put("load modules", rt.modulesMillis());
     phases.put("map allocations", rt.mapMillis());
@@ -331,6 +369,19 @@ public final class WorkerMain {
     return store;
   }
 
+  /** Hands the image's read-only slabs to the parent's HBM tier: descriptors it takes before this worker exits. */
+  private Frame export(Frame f) {
+    if (state != State.READY || restored == null || !restored.isResident()) {
+      return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
+          "only a worker whose image is wholly on the device exports it (state " + state + ")"));
+    }
+    List<ExportedSlab> slabs = HbmExport.exportReadOnly(restored.function().session());
+    ObjectNode h = FrameCodec.head();
+    h.put("pid", ProcessHandle.current().pid());
+    h.put("slabs", ExportedSlab.encodeAll(slabs));
+    return new Frame(FrameType.RESULT, f.id(), h);
+  }
+
   private Frame invoke(Frame f) throws Exception {
     if (state != State.READY) {
       return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
@@ -397,7 +448,7 @@ public final class WorkerMain {
           send(new Frame(FrameType.RESULT, f.id(), FrameCodec.head()));
           Runtime.getRuntime().halt(0);
         }
-        case BECOME, INVOKE -> work.add(f);
+        case BECOME, INVOKE, EXPORT -> work.add(f);
         default -> {
           String m = f.type() + " is not a request a worker takes";
           send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.PROTOCOL, m)));

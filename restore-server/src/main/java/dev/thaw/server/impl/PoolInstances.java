@@ -21,6 +21,11 @@ import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.pool.cache.RestoreOrder;
 import dev.thaw.image.store.Digest;
+import dev.thaw.pool.hbm.ExportedSlab;
+import dev.thaw.pool.hbm.HbmTier;
+import dev.thaw.pool.hbm.HbmTierOptions;
+import java.util.HashMap;
+import java.util.concurrent.TimeUnit;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -55,6 +60,13 @@ import java.util.Optional;
  * cold start finds it there: each BECOME gets a {@link CacheLease} ({@link ImageSource#hostCache}) that pins the
  * image's chunks until the worker reports them all on the device, or dies. An image the cache cannot hold (or not
  * staged yet, or evicted since) is read from the store; {@link #imageState} says which, and why.
+ *
+ * <p><b>HBM tier.</b> With a host cache and an HBM tier budget, workers create an image's read-only slabs
+ * exportable; when an instance is closed (scaled in, evicted) with its image wholly on the device, its worker
+ * exports them and the device's {@link HbmTier} takes the descriptors before the worker exits, so the weights stay
+ * on the GPU. The next worker for that image imports and maps them read-only instead of copying them (tier
+ * {@code hbm}). When a start runs out of device memory, the tier gives its memory back and the start is tried once
+ * more before the request is refused.
  */
 public final class PoolInstances implements InstanceFactory {
 
@@ -70,6 +82,8 @@ public final class PoolInstances implements InstanceFactory {
   private final ExecutorService stager;
   /** Per image tag: where it stands in the host cache. */
   private final Map<String, Staging> staging = new ConcurrentHashMap<>();
+  /** Per device ordinal: the weights evicted instances left on it; empty without the tier. */
+  private final Map<Integer, HbmTier> hbm = new HashMap<>();
 
   /** An image's state in the host cache: {@code staging}, {@code cached} or {@code store} (with the reason). */
   private record Staging(String state, String reason, long stagedBytes, double millis) {
@@ -92,8 +106,8 @@ public final class PoolInstances implements InstanceFactory {
    * with this factory around it. The cache is created first (its path goes into the pool's options), closed with
    * the factory.
    */
-  public static PoolInstances create(ContextPoolOptions poolOptions, long hostCacheBytes, ChunkStore store,
-      Path storePath, List<DeviceInfo> devices, Duration acquireWait, Duration retryAfter) {
+  public static PoolInstances create(ContextPoolOptions poolOptions, long hostCacheBytes, long hbmTierBytes,
+      ChunkStore store, Path storePath, List<DeviceInfo> devices, Duration acquireWait, Duration retryAfter) {
     HostImageCache cache = null;
     if (hostCacheBytes > 0) {
       try {
@@ -104,8 +118,8 @@ public final class PoolInstances implements InstanceFactory {
       poolOptions = new ContextPoolOptions(poolOptions).setHostCachePath(cache.path());
     }
     try {
-      return new PoolInstances(ContextPool.create(poolOptions), cache, store, storePath, devices, acquireWait,
-          retryAfter);
+      return new PoolInstances(ContextPool.create(poolOptions), cache, hbmTierBytes, store, storePath, devices,
+          acquireWait, retryAfter);
     } catch (RuntimeException | Error e) {
       if (cache != null) {
         cache.close();
@@ -123,7 +137,7 @@ public final class PoolInstances implements InstanceFactory {
    */
   public PoolInstances(ContextPool pool, ChunkStore store, Path storePath, List<DeviceInfo> devices,
       Duration acquireWait, Duration retryAfter) {
-    this(pool, null, store, storePath, devices, acquireWait, retryAfter);
+    this(pool, null, 0, store, storePath, devices, acquireWait, retryAfter);
   }
 
   /**
@@ -132,6 +146,17 @@ public final class PoolInstances implements InstanceFactory {
    */
   public PoolInstances(ContextPool pool, HostImageCache cache, ChunkStore store, Path storePath,
       List<DeviceInfo> devices, Duration acquireWait, Duration retryAfter) {
+    this(pool, cache, 0, store, storePath, devices, acquireWait, retryAfter);
+  }
+
+  /**
+   * @param hbmTierBytes device bytes each device's HBM tier may hold (0: no tier); needs {@code cache}
+   */
+  public PoolInstances(ContextPool pool, HostImageCache cache, long hbmTierBytes, ChunkStore store, Path storePath,
+      List<DeviceInfo> devices, Duration acquireWait, Duration retryAfter) {
+    if (cache != null && hbmTierBytes > 0) {
+      devices.forEach(d -> hbm.put(d.ordinal(), new HbmTier(new HbmTierOptions().maxBytes(hbmTierBytes))));
+    }
     this.pool = pool;
     this.cache = cache;
     this.stager = cache == null ? null : Executors.newSingleThreadExecutor(r -> {
@@ -210,7 +235,18 @@ public final class PoolInstances implements InstanceFactory {
       return null;
     }
     Staging s = staging.get(tag);
-    return s == null ? null : s.json();
+    if (s == null) {
+      return null;
+    }
+    ObjectNode o = s.json();
+    ObjectNode held = o.putObject("hbmBytes");
+    hbm.forEach((device, tier) -> {
+      Long bytes = tier.heldImages().get(tag);
+      if (bytes != null) {
+        held.put(String.valueOf(device), bytes);
+      }
+    });
+    return o;
   }
 
   /**
@@ -243,6 +279,19 @@ public final class PoolInstances implements InstanceFactory {
 
   @Override
   public FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) {
+    HbmTier tier = hbm.get(device);
+    try {
+      return start(tag, manifest, device, tier);
+    } catch (ServeException e) {
+      // Out of device memory: the HBM tier's weights go before any admission is refused.
+      if (e.status() != 503 || !e.code().equals("no_capacity") || tier == null || tier.giveWay(Long.MAX_VALUE) == 0) {
+        throw e;
+      }
+      return start(tag, manifest, device, tier);
+    }
+  }
+
+  private FunctionInstance start(String tag, ImageManifest manifest, int device, HbmTier tier) {
     byte[] bytes = store.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
     long t = System.nanoTime();
     Worker worker;
@@ -257,6 +306,9 @@ public final class PoolInstances implements InstanceFactory {
     try {
       lease = lease(tag, manifest);
       ImageSource source = lease == null ? ImageSource.store(storePath) : ImageSource.hostCache(lease, storePath);
+      if (lease != null && tier != null) {
+        source = source.withResident(tier.slabs(tag).orElse(List.of()));
+      }
       BecomeResult b = worker.becomeBlocking(tag, bytes, source);
       Map<String, Double> p = b.phases();
       // From the store the copy is "copy + verify"; from the host cache, "copy" (its bytes were verified on entry).
@@ -264,8 +316,13 @@ public final class PoolInstances implements InstanceFactory {
           + p.getOrDefault("rebuild state", 0.0);
       // Everything else the BECOME took (parse, map, modules, the pipe both ways) is the map phase.
       double mapMs = Math.max(0, b.roundTripMillis() - restoreMs);
-      String tier = b.source().equals("cache") ? "host-cache" : "store";
-      return new Instance(worker, new StartPhases(acquireMs, mapMs, restoreMs, b.bytes(), tier));
+      String from = switch (b.source()) {
+        case "hbm" -> "hbm";
+        case "cache" -> "host-cache";
+        default -> "store";
+      };
+      return new Instance(worker, new StartPhases(acquireMs, mapMs, restoreMs, b.bytes(), from), tag,
+          lease == null ? null : tier);
     } catch (WorkerOutOfMemoryException e) {
       worker.release();
       closeLease(lease);
@@ -290,6 +347,7 @@ public final class PoolInstances implements InstanceFactory {
     try {
       pool.close();
     } finally {
+      hbm.values().forEach(HbmTier::close);
       if (cache != null) {
         stager.shutdownNow();
         cache.close();
@@ -300,11 +358,16 @@ public final class PoolInstances implements InstanceFactory {
   private static final class Instance implements FunctionInstance {
     private final Worker worker;
     private final StartPhases phases;
+    private final String image;
+    private final HbmTier tier;
     private volatile boolean healthy = true;
 
-    Instance(Worker worker, StartPhases phases) {
+    /** @param tier where the worker's read-only slabs go when it is closed, or null */
+    Instance(Worker worker, StartPhases phases, String image, HbmTier tier) {
       this.worker = worker;
       this.phases = phases;
+      this.image = image;
+      this.tier = tier;
     }
 
     @Override
@@ -351,9 +414,32 @@ public final class PoolInstances implements InstanceFactory {
       return "worker pid " + worker.pid() + " on device " + worker.device();
     }
 
+    /** Releases the worker (it exits), first handing its read-only slabs to the HBM tier where there is one. */
     @Override
     public void close() {
-      worker.release();
+      try {
+        handToTier();
+      } finally {
+        worker.release();
+      }
+    }
+
+    private void handToTier() {
+      java.util.concurrent.CompletableFuture<?> resident = worker.resident();
+      if (tier == null || !healthy || !worker.isAlive() || !resident.isDone() || resident.isCompletedExceptionally()) {
+        return;
+      }
+      try {
+        List<ExportedSlab> slabs = worker.exportReadOnly().get(10, TimeUnit.SECONDS);
+        if (!slabs.isEmpty()) {
+          tier.offer(image, worker.pid(), slabs);
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      } catch (Exception e) {
+        // The weights are not kept on the device; the next start copies them from the host cache.
+        System.err.println("thaw: " + image + ": read-only slabs not kept in the HBM tier: " + e);
+      }
     }
   }
 }
