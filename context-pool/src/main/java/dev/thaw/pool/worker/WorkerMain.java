@@ -214,6 +214,22 @@ public final class WorkerMain {
     }
   }
 
+  /**
+   * Read-only slabs created exportable, for the HBM tier; where the device refuses exportable memory for any reason
+   * but lack of memory, fresh memory (said once on stderr): the image restores, and merely cannot join the tier.
+   */
+  private static final FunctionSession.SlabSource EXPORTABLE_OR_FRESH = (context, slab) -> {
+    try {
+      return FunctionSession.SlabSource.EXPORTABLE_READ_ONLY.back(context, slab);
+    } catch (dev.thaw.runtime.gpu.CudaOutOfMemoryException e) {
+      throw e;
+    } catch (dev.thaw.runtime.gpu.CudaException e) {
+      System.err.println("thaw worker: exportable memory refused (" + e.getMessage() + "); slab at 0x"
+          + Long.toHexString(slab.address()) + " is not exportable");
+      return FunctionSession.SlabSource.FRESH.back(context, slab);
+    }
+  };
+
   private Frame become(Frame f) throws Exception {
     if (state != State.BLANK) {
       return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
@@ -260,7 +276,7 @@ public final class WorkerMain {
           System.err.println("thaw worker: HBM-tier slabs not taken, restoring from the host cache: " + e);
         }
       }
-      onDemand.slabSource(resident != null ? resident : FunctionSession.SlabSource.EXPORTABLE_READ_ONLY);
+      onDemand.slabSource(resident != null ? resident : EXPORTABLE_OR_FRESH);
       tiers = new TieredRestoreSource(lastChunks, resident, context);
       t = phase(phases, "hbm take", t);
     }

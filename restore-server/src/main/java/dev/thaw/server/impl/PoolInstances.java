@@ -288,6 +288,14 @@ public final class PoolInstances implements InstanceFactory {
         throw e;
       }
       return start(tag, manifest, device, tier);
+    } catch (RuntimeException e) {
+      // A start that failed with the tier's slabs in it is tried once more without them (from the host cache).
+      if (tier == null || tier.drop(tag) == 0) {
+        throw e;
+      }
+      System.err.println("thaw: " + tag + ": a start with its HBM-tier slabs failed (" + e.getMessage()
+          + "); dropped them, starting from the host cache");
+      return start(tag, manifest, device, tier);
     }
   }
 
