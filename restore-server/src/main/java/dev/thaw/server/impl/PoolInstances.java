@@ -357,10 +357,27 @@ public final class PoolInstances implements InstanceFactory {
     } finally {
       hbm.values().forEach(HbmTier::close);
       if (cache != null) {
-        stager.shutdownNow();
-        cache.close();
+        closeCache();
       }
     }
+  }
+
+  /**
+   * Unmaps the cache once no prefetch writes into it: a stage in flight (its chunks are being read into the
+   * arena) finishes first. One that outlasts the wait leaves the arena mapped until the process exits.
+   */
+  private void closeCache() {
+    stager.shutdownNow();
+    try {
+      if (!stager.awaitTermination(60, TimeUnit.SECONDS)) {
+        System.err.println("thaw: a host cache prefetch is still running; the cache stays mapped until exit");
+        return;
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return;
+    }
+    cache.close();
   }
 
   private static final class Instance implements FunctionInstance {
