@@ -5,10 +5,12 @@
 # starts at once through the context pool; then, as time allows, the image-size sweep (GPT-2 small, medium,
 # xl; 3 each: the pooled worker from the host cache, the driver checkpoint). What has not begun by 280 s is
 # skipped and the report says so.
-# Writes into $OUT: env.txt, harness.log, cold-start.json (every sample), cold-start.md (the tables), plots/,
-# traces/ (the server's Chrome trace of its cold starts).
+# Writes into $OUT: env.txt, harness.log, cold-start.json (every sample), cold-start.md (the tables), traces/ (the
+# server's Chrome trace of its cold starts). The tarball's Java has no AWT, so the table and the plots are drawn
+# again afterwards, where a full JDK 17 is: java -cp 'thaw/lib/*:thaw/lib/bench/*'
+# dev.thaw.bench.coldstart.ColdStart plot --from $OUT/cold-start.json --out DIR
 # Finishes in under 6 minutes (nothing new starts after 280 s; the harness is stopped at 345 s, and its JSON then
-# holds every model it finished: draw the rest with thaw-bench cold-start plot).
+# holds every model it finished).
 # Usage (on the GPU machine): OUT=<dir> scripts/gpu/harness-run.sh <unpacked thaw dir | thaw tarball>
 # Exit status: the harness's (0: every contender that could run ran and every answer agreed).
 set -uo pipefail

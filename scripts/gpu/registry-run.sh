@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Images across nodes on a GPU host: a real OCI registry (the docker-registry binary the tarball ships under
-# tools/, Debian's build of the CNCF distribution registry) on loopback; GPT-2-large built on the GPU, pushed,
+# Images across nodes on a GPU host: a real OCI registry (Debian's build of the CNCF distribution registry, from
+# distribution/target/thaw-tools-linux-x86_64.tar.xz unpacked over the main tarball: thaw/tools/docker-registry)
+# on loopback; GPT-2-large built on the GPU, pushed,
 # pushed again (dedup), then two cold starts in new processes from fresh stores:
 #   pull-then-run: `thaw pull REF` then `thaw run TAG`
 #   lazy:          `thaw run REF` (the restore reads through the pull, which fetches in first-access order)
@@ -13,14 +14,17 @@ thaw="$dir/bin/thaw"
 root=/tmp/thaw-registry-run
 rm -rf "$root" && mkdir -p "$root"
 log="$OUT/registry.txt"
-export THAW_DEVICE=cuda
+# THAW_DEVICE=sim REGISTRY_RUN_MODEL=gpt2 make a dry run of this script's steps off the GPU host.
+export THAW_DEVICE=${THAW_DEVICE:-cuda}
+model=${REGISTRY_RUN_MODEL:-gpt2-large}
 status=0
 now() { date +%s.%N; }
 elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f} s')" "$1" "$2"; }
 
 if [ ! -x "$dir/tools/docker-registry" ]; then
-  echo "no registry: $dir/tools/docker-registry is missing (the tarball ships it when built where Debian's" \
-       "docker-registry is installed); nothing measured" | tee "$log"
+  echo "no registry: $dir/tools/docker-registry is missing (unpack thaw-tools-linux-x86_64.tar.xz, which -Pdist" \
+       "builds beside the main tarball where Debian's docker-registry is installed, over it); nothing measured" \
+       | tee "$log"
   exit 1
 fi
 addr=$(REGISTRY_BIN="$dir/tools/docker-registry" bash scripts/test-registry.sh start "$root/registry" 2> "$root/reg.err")
@@ -32,9 +36,10 @@ trap 'bash scripts/test-registry.sh stop "$root/registry"' EXIT
 ref="$addr/thaw/gpt2-large:1"
 request="$root/request.json"
 echo '{"tokens": [[15718, 20896, 46414, 19723, 24521, 404, 19748, 16241, 3185, 40007, 45275, 21281, 39983, 5076, 24913, 29307]], "maxNewTokens": 1}' > "$request"
-config='{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}'
+config='{"model": "'"$model"'", "seed": 1, "maxBatch": 1, "maxTokens": 64}'
 {
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "no nvidia-smi"
+  echo "device: $THAW_DEVICE, model $model"
   "$dir/tools/docker-registry" --version
   echo "registry at $addr (loopback, filesystem storage in $root/registry)"
   echo "== build"

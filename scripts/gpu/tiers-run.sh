@@ -24,9 +24,9 @@ strip() { sed 's/\x1b\[[0-9;]*m//g'; }
   df -h /dev/shm | tail -1
 } > "$OUT/host.txt" 2>&1
 
-# ~60 s: the contract suite (incl. the new registration/export/import tests), the HBM tier across processes on CUDA,
+# ~40 s: the contract suite (incl. the new registration/export/import tests), the HBM tier across processes on CUDA,
 # the host cache (its worker child runs on the sim device: host-side semantics), packing.
-timeout 150 "$thaw/bin/thaw-test" \
+timeout 100 "$thaw/bin/thaw-test" \
     --select-class=dev.thaw.runtime.gpu.contract.CudaDriverContractTest \
     --select-class=dev.thaw.pool.hbm.HbmTierTest \
     --select-class=dev.thaw.pool.cache.HostImageCacheTest \
@@ -36,14 +36,14 @@ timeout 150 "$thaw/bin/thaw-test" \
 cp "$work"/reports/*.xml "$OUT/" 2>/dev/null
 
 # ~10 s: no image needed.
-timeout 60 "$java" -Xmx2g -cp "$cp" dev.thaw.bench.tiers.MapTimeHarness 2>&1 | strip > "$OUT/map-time.txt"
+timeout 30 "$java" -Xmx2g -cp "$cp" dev.thaw.bench.tiers.MapTimeHarness 2>&1 | strip > "$OUT/map-time.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 # Builds each image first (GPT-2-large with seeded weights, profiled), then measures.
-timeout 40 "$java" -Xmx4g -XX:MaxDirectMemorySize=4g -cp "$cp" dev.thaw.bench.tiers.TiersHarness "$work/mlp" mlp \
+timeout 30 "$java" -Xmx4g -XX:MaxDirectMemorySize=4g -cp "$cp" dev.thaw.bench.tiers.TiersHarness "$work/mlp" mlp \
     2>&1 | strip > "$OUT/tiers-mlp.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-timeout 120 "$java" -Xmx8g -XX:MaxDirectMemorySize=8g -cp "$cp" dev.thaw.bench.tiers.TiersHarness "$work/gpt2" \
+timeout 75 "$java" -Xmx8g -XX:MaxDirectMemorySize=8g -cp "$cp" dev.thaw.bench.tiers.TiersHarness "$work/gpt2" \
     gpt2-large 2>&1 | strip > "$OUT/tiers-gpt2-large.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 

@@ -266,7 +266,7 @@ final class ColdStartRun {
       return ContenderResult.skipped(c, reason);
     }
     int runs = p.sweep() ? options.sweepRuns() : options.runs();
-    say("%s: %s, %d cold starts", model, c.label(), runs);
+    say("%s: %s, %d run%s", model, c.label(), runs, runs == 1 ? "" : "s");
     try {
       List<Sample> samples = c.run(bench, p, runs);
       ContenderResult r = new ContenderResult(c.id(), c.label(), Status.RAN, null, samples);

@@ -268,9 +268,8 @@ public final class OnDemandBenchmark {
   private static ImageManifest reversed(ImageManifest m) {
     List<String> order = new java.util.ArrayList<>(m.profile().firstAccessOrder());
     java.util.Collections.reverse(order);
-    return new ImageManifest(m.schemaVersion(), m.function(), m.device(), m.allocations(), m.modules(), m.hostState(),
-        m.samples(), m.build(), new ImageManifest.Profile(m.profile().orderSource(), m.profile().launches(), order,
-            m.profile().kernels()));
+    return m.withProfile(new ImageManifest.Profile(m.profile().orderSource(), m.profile().launches(), order,
+        m.profile().kernels()));
   }
 
   private static String fmt(double v) {

@@ -15,7 +15,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * What on-demand restores on one context need and should not make per restore: the restore stream, a pool of
+ * What on-demand restores on one context need and should not make per restore: the restore stream (and a second
+ * one for {@link OnDemandOptions.Promotion#SECOND_STREAM}), a pool of
  * timing events, pinned staging for chunks read from the store, a pinned arena for uploads that must wait for
  * residency, the restore thread and the store readers. Made once by the long-lived owner (a pooled worker, a
  * benchmark), off the cold path, and lent to one restore at a time.
@@ -23,7 +24,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class RestoreResources implements AutoCloseable {
 
   public static final long DEFAULT_UPLOAD_ARENA_BYTES = 1L << 20;
-  /** Events made up front: one per allocation restored, GPT-2-large has 518. */
+  /** Events made up front: a restore takes one per run of copies (at most one per allocation; GPT-2-large has 518). */
   public static final int DEFAULT_EVENTS = 1024;
 
   private final GpuContext context;

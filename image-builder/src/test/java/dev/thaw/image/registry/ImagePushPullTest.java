@@ -199,6 +199,40 @@ class ImagePushPullTest {
   }
 
   @Test
+  void anOnDemandRestoreReadsThroughThePullAndAnswersAsTheBuildDid() throws Exception {
+    // The MLP: every device access goes through its session, so on-demand restore gates all of them.
+    var json = new com.fasterxml.jackson.databind.ObjectMapper();
+    var request = json.readTree("{\"inputs\": [[" + "0.5, -0.25, ".repeat(15) + "1.0, 2.0]]}");
+    var o = new dev.thaw.image.build.BuildOptions().functionClass("dev.thaw.examples.mlp.MlpFunction")
+        .config("{\"layers\": [32, 96, 64, 10], \"seed\": 3, \"maxBatch\": 2}").tag("mlp")
+        .addSampleRequest(request).stagingBytes(1 << 16).hashThreads(2);
+    ImageManifest mlp;
+    try (var driver = dev.thaw.runtime.gpu.sim.SimDriver.open(new dev.thaw.runtime.gpu.sim.SimOptions());
+        var ctx = driver.createContext(0)) {
+      mlp = new dev.thaw.image.build.ImageBuilder(source, new dev.thaw.image.build.FixedSizeChunker(4096))
+          .build(o, ctx, dev.thaw.image.ProgressListener.NONE).manifest();
+    }
+    RegistryReference ref = registry.reference("thaw/ondemand:1");
+    new ImagePusher(options()).push(source, "mlp", ref);
+    try (RocksChunkStore empty = RocksChunkStore.open(tmp.resolve("pulled-ondemand"));
+        ImagePull pull = new ImagePuller(options().setTransfers(1)).open(ref, empty, "mlp");
+        var driver = dev.thaw.runtime.gpu.sim.SimDriver.open(new dev.thaw.runtime.gpu.sim.SimOptions());
+        var ctx = driver.createContext(0);
+        var resources = dev.thaw.image.restore.RestoreResources.create(ctx);
+        var r = new dev.thaw.image.restore.OnDemandRestorer(new PullThroughStore(empty, pull)).restore(
+            pull.manifest(), ctx, dev.thaw.image.restore.RestoreSource.STORE_ONLY, resources,
+            new dev.thaw.image.restore.OnDemandOptions())) {
+      var response = r.function().invoke(dev.thaw.runtime.function.FunctionRequest.of(request)).json();
+      var recorded = dev.thaw.image.restore.RestoreCheck.buildResponse(mlp, request).orElseThrow();
+      assertTrue(dev.thaw.image.restore.RestoreCheck.sameJson(recorded, response), response + " vs " + recorded);
+      r.awaitResident();
+      assertTrue(dev.thaw.image.restore.RestoreCheck.deviceMemory(r.function()).identical());
+      assertEquals(mlp.chunkDigests().size(), pull.await().fetched());
+      assertEquals(List.of("mlp"), empty.tags());
+    }
+  }
+
+  @Test
   void aPullClosedBeforeItFinishesCommitsNothing() throws Exception {
     RegistryReference ref = registry.reference("thaw/closed:1");
     new ImagePusher(options()).push(source, "saxpy", ref);

@@ -1,5 +1,6 @@
 package dev.thaw.image.restore;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -14,11 +15,15 @@ import dev.thaw.image.build.BuildOptions;
 import dev.thaw.image.build.FixedSizeChunker;
 import dev.thaw.image.build.ImageBuilder;
 import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.runtime.speculation.AccessProfile;
+import dev.thaw.runtime.speculation.PointerTableFunction;
+import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.HashMap;
@@ -64,7 +69,7 @@ class OnDemandRestorerTest {
     build("llama-tiny", "dev.thaw.examples.llama.LlamaFunction",
         "{\"model\": \"tiny-qwen2\", \"maxBatch\": 1, \"maxTokens\": 16}",
         "{\"tokens\": [[5, 17, 3, 40, 2, 9]], \"maxNewTokens\": 3}");
-    build("planted", PlantedTableFunction.class.getName(), "{\"n\": 3000}", "{}");
+    build("planted", PointerTableFunction.class.getName(), "{\"n\": 3000}", "{}");
   }
 
   private static void build(String tag, String function, String config, String request) throws Exception {
@@ -136,9 +141,8 @@ class OnDemandRestorerTest {
     ImageManifest m = Images.manifest(store, "gpt2-tiny");
     List<String> reversed = new java.util.ArrayList<>(m.profile().firstAccessOrder());
     java.util.Collections.reverse(reversed);
-    ImageManifest manifest = new ImageManifest(m.schemaVersion(), m.function(), m.device(), m.allocations(),
-        m.modules(), m.hostState(), m.samples(), m.build(), new ImageManifest.Profile(m.profile().orderSource(),
-            m.profile().launches(), reversed, m.profile().kernels()));
+    ImageManifest manifest = m.withProfile(new ImageManifest.Profile(m.profile().orderSource(),
+        m.profile().launches(), reversed, m.profile().kernels()));
     try (Restored r = restore(manifest, Source.HOST_CACHE,
         new OnDemandOptions().promotion(promotion).windowBytes(4096));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
@@ -166,6 +170,40 @@ class OnDemandRestorerTest {
   }
 
   @Test
+  void theSessionsOwnDeviceCopiesAndFillsWaitForWhatTheyTouch() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "mlp");
+    ImageManifest.Allocation w0 = manifest.allocations().stream().filter(a -> a.name().equals("w0")).findFirst()
+        .orElseThrow();
+    byte[] image = new byte[(int) w0.size()];
+    for (ImageManifest.Chunk c : w0.chunks()) {
+      ByteBuffer b = ByteBuffer.allocate(c.length());
+      store.readChunk(c.digest(), b);
+      System.arraycopy(b.array(), 0, image, (int) c.offset(), c.length());
+    }
+    // Nothing streams on its own: only the gate can bring w0 and w1 in before the copy and the fill touch them.
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false))) {
+      FunctionSession session = r.restore.function().session();
+      int n = 512;
+      session.copy(new BufferRef("act0"), 0, new BufferRef("w0"), 0, n);
+      session.fill(new BufferRef("w1"), 0, 256, (byte) 7);
+      ByteBuffer copied = ByteBuffer.allocateDirect(n);
+      session.download(new BufferRef("act0"), 0, copied);
+      byte[] got = new byte[n];
+      copied.get(0, got);
+      assertArrayEquals(java.util.Arrays.copyOf(image, n), got, "act0 holds w0's restored bytes");
+      r.restore.streamRest();
+      r.restore.awaitResident();
+      // The fill came after w1 was restored, so the restore did not undo it.
+      ByteBuffer filled = ByteBuffer.allocateDirect(256);
+      session.download(new BufferRef("w1"), 0, filled);
+      for (int i = 0; i < 256; i++) {
+        assertEquals(7, filled.get(i), "byte " + i + " of the fill");
+      }
+      assertTrue(r.restore.stats().waits() >= 2, r.restore.stats().toString());
+    }
+  }
+
+  @Test
   void withoutTheGateLaunchesTouchBytesBeforeTheyAreResident() throws Exception {
     ImageManifest manifest = Images.manifest(store, "mlp");
     try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
@@ -182,9 +220,9 @@ class OnDemandRestorerTest {
   @Test
   void thePlantedPointerTableKernelIsUnsafeAndWaitsForFullResidency() throws Exception {
     ImageManifest manifest = Images.manifest(store, "planted");
-    assertEquals(AccessProfile.Verdict.UNSAFE, manifest.profile().kernels().get(PlantedTableFunction.TABLE).verdict());
+    assertEquals(AccessProfile.Verdict.UNSAFE, manifest.profile().kernels().get(PointerTableFunction.TABLE).verdict());
     assertEquals(AccessProfile.Verdict.EXACT,
-        manifest.profile().kernels().get(PlantedTableFunction.ARGS_ONLY).verdict());
+        manifest.profile().kernels().get(PointerTableFunction.ARGS_ONLY).verdict());
     try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("planted"))).json();
@@ -313,10 +351,8 @@ class OnDemandRestorerTest {
     Map<String, AccessProfile.KernelProfile> kernels = new HashMap<>();
     m.profile().kernels().forEach((k, p) -> kernels.put(k,
         new AccessProfile.KernelProfile(AccessProfile.Verdict.EXACT, p.launches(), List.of(), List.of())));
-    ImageManifest.Profile p = new ImageManifest.Profile(m.profile().orderSource(), m.profile().launches(),
-        m.profile().firstAccessOrder(), kernels);
-    return new ImageManifest(m.schemaVersion(), m.function(), m.device(), m.allocations(), m.modules(), m.hostState(),
-        m.samples(), m.build(), p);
+    return m.withProfile(new ImageManifest.Profile(m.profile().orderSource(), m.profile().launches(),
+        m.profile().firstAccessOrder(), kernels));
   }
 
   private static ImageManifest withChunk(ImageManifest m, String allocation, int index, ImageManifest.Chunk chunk) {
@@ -328,7 +364,6 @@ class OnDemandRestorerTest {
       chunks.set(index, chunk);
       return new ImageManifest.Allocation(a.name(), a.address(), a.size(), chunks);
     }).toList();
-    return new ImageManifest(m.schemaVersion(), m.function(), m.device(), allocations, m.modules(), m.hostState(),
-        m.samples(), m.build(), m.profile());
+    return m.withAllocations(allocations);
   }
 }

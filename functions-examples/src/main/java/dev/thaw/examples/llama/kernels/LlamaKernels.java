@@ -36,14 +36,16 @@ public final class LlamaKernels implements AutoCloseable {
   public static final String EMBED = "llama_embed";
   public static final String RMSNORM = "llama_rmsnorm";
   public static final String GEMV = "llama_gemv";
+  /** {@link #GEMV} for one row: its own entry, with the registers of one accumulator. */
+  public static final String GEMV1 = "llama_gemv1";
   public static final String MATMUL = "llama_matmul";
   public static final String ROPE_KV = "llama_rope_kv";
   public static final String ATTENTION = "llama_attention";
   public static final String SWIGLU = "llama_swiglu";
   public static final String ARGMAX = "llama_argmax";
   /** Every entry of the module. */
-  public static final List<String> ENTRIES = List.of(EMBED, RMSNORM, GEMV, MATMUL, ROPE_KV, ATTENTION, SWIGLU,
-      ARGMAX);
+  public static final List<String> ENTRIES = List.of(EMBED, RMSNORM, GEMV, GEMV1, MATMUL, ROPE_KV, ATTENTION,
+      SWIGLU, ARGMAX);
 
   /** The longest context {@link #attention} supports (its scores live in shared memory). */
   public static final int MAX_CONTEXT = 4096;
@@ -62,6 +64,8 @@ public final class LlamaKernels implements AutoCloseable {
   static final int MATMUL_THREADS = 128;
   static final int ATTENTION_THREADS = 128;
   static final int ROW_THREADS = 256;
+  /** argmax scans a whole vocabulary per row: the most threads a block has. */
+  static final int ARGMAX_THREADS = 1024;
   static final int ELEMENTWISE_THREADS = 256;
   /** Grid-stride kernels need no more blocks than this to fill a GPU. */
   static final int MAX_ELEMENTWISE_BLOCKS = 4096;
@@ -100,6 +104,7 @@ public final class LlamaKernels implements AutoCloseable {
   private final KernelLaunch embed;
   private final KernelLaunch rmsnorm;
   private final KernelLaunch gemv;
+  private final KernelLaunch gemv1;
   private final KernelLaunch matmul;
   private final KernelLaunch ropeKv;
   private final KernelLaunch attention;
@@ -118,11 +123,12 @@ public final class LlamaKernels implements AutoCloseable {
     this.embed = new KernelLaunch(module.kernel(EMBED), ELEMENTWISE_THREADS);
     this.rmsnorm = new KernelLaunch(module.kernel(RMSNORM), ROW_THREADS);
     this.gemv = new KernelLaunch(module.kernel(GEMV), GEMV_THREADS);
+    this.gemv1 = new KernelLaunch(module.kernel(GEMV1), GEMV_THREADS);
     this.matmul = new KernelLaunch(module.kernel(MATMUL), MATMUL_THREADS);
     this.ropeKv = new KernelLaunch(module.kernel(ROPE_KV), ELEMENTWISE_THREADS);
     this.attention = new KernelLaunch(module.kernel(ATTENTION), ATTENTION_THREADS);
     this.swiglu = new KernelLaunch(module.kernel(SWIGLU), ELEMENTWISE_THREADS);
-    this.argmax = new KernelLaunch(module.kernel(ARGMAX), ROW_THREADS);
+    this.argmax = new KernelLaunch(module.kernel(ARGMAX), ARGMAX_THREADS);
   }
 
   /** Loads {@link #ptx()} into {@code context}; {@link #close()} unloads it. */
@@ -192,7 +198,8 @@ public final class LlamaKernels implements AutoCloseable {
   }
 
   /**
-   * {@code out = epilogue(X W^T)} for 1..8 rows, streaming W with 16-byte loads: X [M, K], W [N, K], out [M, N];
+   * {@code out = epilogue(X W^T)} for 1..8 rows, streaming W with 16-byte loads ({@code llama_gemv1} for one row,
+   * {@code llama_gemv} for more): X [M, K], W [N, K], out [M, N];
    * {@code bias} [N] (0 for none) only with {@link Epilogue#STORE}.
    *
    * @throws IllegalArgumentException unless M is 1..8, N is positive, K a positive multiple of 8, and X and W
@@ -203,6 +210,7 @@ public final class LlamaKernels implements AutoCloseable {
       throw new IllegalArgumentException("M must be 1.." + GEMV_MAX_ROWS + " for gemv: " + M);
     }
     checkProduct(X, W, bias, out, N, K, 8, e);
+    KernelLaunch gemv = M == 1 ? gemv1 : this.gemv;
     gemv.args().set(0, X).set(1, W).set(2, bias).set(3, out).set(4, M).set(5, N).set(6, K).set(7, e.code)
         .set(8, bias != 0 ? 1 : 0).set(9, type.flag());
     gemv.launch(stream, (N + GEMV_COLUMNS - 1) / GEMV_COLUMNS, 1);
