@@ -161,7 +161,7 @@ final class ColdStartPlots {
       case "acquire" -> "acquire";
       case "manifest", "store", "open manifest", "map allocations", "load modules", "placement", "map + modules",
           "map" -> "map";
-      case "copy + verify", "copy", "rebuild state", "restore-wait" -> "restore";
+      case "copy + verify", "copy", "rebuild state", "restore-wait", "start restore", "resident" -> "restore";
       case "invoke", "invoke (round trip)" -> "invoke";
       default -> "overhead";
     };
