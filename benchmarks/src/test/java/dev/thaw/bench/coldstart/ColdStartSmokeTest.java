@@ -60,7 +60,7 @@ class ColdStartSmokeTest {
       assertTrue(s.phases().get("copy + verify") > 0, s.phases().toString());
       assertEquals(mlp.imageBytes(), s.extra().get("restoredBytes"), 0.5, "the whole image is restored");
     }
-    for (String id : List.of(ThawPoolColdContender.ID, ThawPoolColdContender.CACHE_ID)) {
+    for (String id : List.of(ThawPoolColdContender.ID, ThawPoolColdContender.FULL_ID, ThawPoolColdContender.CACHE_ID)) {
       ContenderResult pooled = mlp.contender(id).orElseThrow();
       assertEquals(Status.RAN, pooled.status(), pooled.reason());
       assertEquals(2, pooled.samples().size());
@@ -70,8 +70,10 @@ class ColdStartSmokeTest {
         assertEquals(mlp.imageBytes(), s.extra().get("restoredBytes"), 0.5, "the whole image is restored");
       }
     }
-    assertTrue(mlp.contender(ThawPoolColdContender.ID).orElseThrow().samples().get(0).phases()
-        .containsKey("copy + verify"), "from the store, every chunk is verified on the way in");
+    assertTrue(mlp.contender(ThawPoolColdContender.FULL_ID).orElseThrow().samples().get(0).phases()
+        .containsKey("resident"), "a full restore waits for every byte before the request");
+    assertFalse(mlp.contender(ThawPoolColdContender.ID).orElseThrow().samples().get(0).phases()
+        .containsKey("resident"), "an on-demand restore does not");
     assertTrue(mlp.contender(ThawPoolColdContender.CACHE_ID).orElseThrow().samples().get(0).extra()
         .containsKey("stageMillis"), "the image was staged into the host cache before the clock started");
     ContenderResult warm = mlp.contender(ThawPoolWarmContender.ID).orElseThrow();
