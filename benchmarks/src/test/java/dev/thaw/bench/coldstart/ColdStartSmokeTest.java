@@ -66,7 +66,8 @@ class ColdStartSmokeTest {
     for (Sample s : pooled.samples()) {
       double sum = s.phases().values().stream().mapToDouble(Double::doubleValue).sum();
       assertEquals(s.ttfrMillis(), sum, 0.01 * s.ttfrMillis(), "the phases add up to the time: " + s.phases());
-      assertTrue(s.phases().containsKey("copy + verify") && s.phases().containsKey("acquire"), s.phases().toString());
+      // Pooled workers restore on demand: BECOME maps and loads; the copies run behind the first invoke.
+      assertTrue(s.phases().containsKey("map allocations") && s.phases().containsKey("acquire"), s.phases().toString());
       assertEquals(mlp.imageBytes(), s.extra().get("restoredBytes"), 0.5, "the whole image is restored");
     }
     ContenderResult warm = mlp.contender(ThawPoolWarmContender.ID).orElseThrow();
