@@ -19,8 +19,8 @@ import java.nio.file.Path;
  *
  * @param kind {@code store} or {@code cache}
  * @param path the store's folder (for {@code cache}: the fallback)
- * @param lease the host cache lease that pins the image's chunks, for {@code cache}; else null. The worker handle
- *     takes it over: it closes it once the restore is complete ({@link Worker#resident()}) or the worker ends
+ * @param lease the host cache lease that pins the image's chunks, for {@code cache}; else null. It stays the
+ *     caller's: keep it open until {@link Worker#resident()} completes (or fails), then close it
  */
 public record ImageSource(String kind, Path path, CacheLease lease) {
 
@@ -30,7 +30,8 @@ public record ImageSource(String kind, Path path, CacheLease lease) {
 
   /**
    * The image as {@code lease} placed it in the host cache (chunks the placement lacks come from the store at
-   * {@code store}). The lease passes to the worker, which closes it when its restore no longer reads the arena.
+   * {@code store}). The caller keeps the lease open until the worker's {@link Worker#resident()} completes: the
+   * cache may evict what no lease pins, and an on-demand restore reads the arena after BECOME has answered.
    */
   public static ImageSource hostCache(CacheLease lease, Path store) {
     return new ImageSource("cache", store.toAbsolutePath().normalize(), lease);

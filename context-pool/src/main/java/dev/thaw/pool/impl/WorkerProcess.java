@@ -16,7 +16,6 @@ import dev.thaw.pool.WorkerException;
 import dev.thaw.pool.WorkerLostException;
 import dev.thaw.pool.WorkerStart;
 import dev.thaw.pool.WorkerStatus;
-import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.pool.protocol.FrameType;
@@ -85,8 +84,6 @@ final class WorkerProcess implements Worker {
 
   private final CompletableFuture<WorkerStart> ready = new CompletableFuture<>();
   private final CompletableFuture<RestoreCompletion> resident = new CompletableFuture<>();
-  /** The host cache lease of the image this worker restores: held until the restore is complete or the worker ends. */
-  private final AtomicReference<CacheLease> lease = new AtomicReference<>();
   private final Map<Integer, CompletableFuture<Frame>> pending = new ConcurrentHashMap<>();
   private final AtomicInteger ids = new AtomicInteger();
   private final AtomicBoolean busy = new AtomicBoolean();
@@ -204,9 +201,6 @@ final class WorkerProcess implements Worker {
     head.set("source", source.toJson());
     head.put("manifestBytes", manifest.length);
     head.put("awaitResident", options.awaitResident());
-    if (source.lease() != null) {
-      lease.set(source.lease());
-    }
     byte[] body = manifest;
     if (source.placement() != null) {
       byte[] placement = source.placement().toBytes();
@@ -334,7 +328,6 @@ final class WorkerProcess implements Worker {
   private void failPending(WorkerException e) {
     ready.completeExceptionally(e);
     resident.completeExceptionally(e);
-    closeLease();
     for (CompletableFuture<Frame> f : pending.values()) {
       f.completeExceptionally(e);
     }
@@ -429,17 +422,9 @@ final class WorkerProcess implements Worker {
 
   private void onResident(Frame f) {
     JsonNode h = f.head();
-    closeLease();
     resident.complete(new RestoreCompletion(h.path("sinceBecomeMillis").asDouble(), h.path("bytes").asLong(),
         h.path("hostBytes").asLong(), h.path("storeBytes").asLong(), h.path("residentBytes").asLong(),
         h.path("copies").asInt(), h.path("promotions").asInt(), h.path("waits").asLong()));
-  }
-
-  private void closeLease() {
-    CacheLease l = lease.getAndSet(null);
-    if (l != null) {
-      l.close();
-    }
   }
 
   private void onError(Frame f) {
