@@ -21,6 +21,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.function.Supplier;
 
 /**
  * Thaw's serving cold path without HTTP: a warm worker of the context pool (JVM started, CUDA context made,
@@ -96,9 +97,11 @@ final class ThawPoolColdContender implements Contender {
     long capacity = (model.imageBytes() * 5 / 4 + (64L << 20)) & -HostCacheOptions.ALIGNMENT;
     try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(capacity));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(bench.pool().store()).setReadOnly(true));
-        CacheLease lease = cache.stage(tag, ImageManifest.read(manifest), store);
         HarnessPool pool = new HarnessPool(bench.pool(), cache.path(), full)) {
-      return runs(pool, model, tag, manifest, request, runs, lease);
+      ImageManifest parsed = ImageManifest.read(manifest);
+      // A worker takes over the lease it becomes an image with, and closes it once resident: one lease per run.
+      // Staging again finds every chunk cached and only pins it.
+      return runs(pool, model, tag, manifest, request, runs, () -> cache.stage(tag, parsed, store));
     } catch (IOException | RuntimeException e) {
       if (e instanceof PoolException) {
         throw new ContenderException("the pooled worker failed: " + e.getMessage(), e);
@@ -108,11 +111,12 @@ final class ThawPoolColdContender implements Contender {
   }
 
   private List<Sample> runs(HarnessPool harnessPool, PreparedModel model, String tag, byte[] manifest,
-      byte[] request, int runs, CacheLease lease) throws ContenderException, InterruptedException {
+      byte[] request, int runs, Supplier<CacheLease> leases) throws ContenderException, InterruptedException {
     List<Sample> samples = new ArrayList<>();
-    ImageSource source = lease == null ? ImageSource.store(harnessPool.store())
-        : ImageSource.hostCache(lease, harnessPool.store());
     for (int i = 0; i < runs; i++) {
+      CacheLease lease = leases == null ? null : leases.get();
+      ImageSource source = lease == null ? ImageSource.store(harnessPool.store())
+          : ImageSource.hostCache(lease, harnessPool.store());
       ContextPool pool = harnessPool.ready();
       try {
         long t0 = System.nanoTime();

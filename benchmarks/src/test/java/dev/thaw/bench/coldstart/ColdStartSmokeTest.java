@@ -60,7 +60,7 @@ class ColdStartSmokeTest {
       assertTrue(s.phases().get("copy + verify") > 0, s.phases().toString());
       assertEquals(mlp.imageBytes(), s.extra().get("restoredBytes"), 0.5, "the whole image is restored");
     }
-    for (String id : List.of(ThawPoolColdContender.ID, ThawPoolColdContender.FULL_ID, ThawPoolColdContender.CACHE_ID)) {
+    for (String id : List.of(ThawPoolColdContender.ID, ThawPoolColdContender.CACHE_ID)) {
       ContenderResult pooled = mlp.contender(id).orElseThrow();
       assertEquals(Status.RAN, pooled.status(), pooled.reason());
       assertEquals(2, pooled.samples().size());
@@ -70,10 +70,10 @@ class ColdStartSmokeTest {
         assertEquals(mlp.imageBytes(), s.extra().get("restoredBytes"), 0.5, "the whole image is restored");
       }
     }
-    assertTrue(mlp.contender(ThawPoolColdContender.FULL_ID).orElseThrow().samples().get(0).phases()
-        .containsKey("resident"), "a full restore waits for every byte before the request");
-    assertFalse(mlp.contender(ThawPoolColdContender.ID).orElseThrow().samples().get(0).phases()
-        .containsKey("resident"), "an on-demand restore does not");
+    // Pooled workers restore on demand: BECOME maps and loads, and the copies (every store chunk verified on the way
+    // in) run behind the first invoke, so no copy phase of its own shows here.
+    assertTrue(mlp.contender(ThawPoolColdContender.ID).orElseThrow().samples().get(0).phases()
+        .containsKey("map allocations"), "the pooled worker mapped the image");
     assertTrue(mlp.contender(ThawPoolColdContender.CACHE_ID).orElseThrow().samples().get(0).extra()
         .containsKey("stageMillis"), "the image was staged into the host cache before the clock started");
     ContenderResult warm = mlp.contender(ThawPoolWarmContender.ID).orElseThrow();
