@@ -93,6 +93,7 @@ class RegistryCommandsTest {
     Run down = thaw("d", "pull", "127.0.0.1:" + port + "/thaw/x:1", "--transfers", "1");
     assertEquals(ThawCli.EXIT_FAILED, down.exit());
     assertOneLineError(down, "127.0.0.1:" + port);
+    // The failed pull created store d (a pull creates its store, as a build does); it has no such image.
     Run missing = thaw("d", "push", "nothing:here", registry.address() + "/thaw/x:1");
     assertEquals(ThawCli.EXIT_NOT_FOUND, missing.exit());
   }

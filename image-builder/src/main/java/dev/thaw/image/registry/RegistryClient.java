@@ -528,7 +528,10 @@ public final class RegistryClient implements AutoCloseable {
     try {
       JsonNode first = JSON.readTree(body).path("errors").path(0);
       if (first.isObject()) {
-        return new ErrorBody(first.path("code").asText(null), first.path("message").asText(""));
+        JsonNode detail = first.path("detail");
+        String more = detail.isMissingNode() || detail.isNull() ? ""
+            : " (" + (detail.isTextual() ? detail.asText() : detail.toString()) + ")";
+        return new ErrorBody(first.path("code").asText(null), first.path("message").asText("") + more);
       }
     } catch (IOException e) {
       // not JSON: show the text

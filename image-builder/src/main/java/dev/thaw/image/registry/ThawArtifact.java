@@ -5,11 +5,11 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ImageVerifier;
 import dev.thaw.image.store.Digest;
 import dev.thaw.image.store.ImageArchive;
 import java.io.IOException;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
@@ -289,14 +289,12 @@ public final class ThawArtifact {
   }
 
   /**
-   * Checks that the blobs hold exactly the chunks the Thaw manifest names, each with the manifest's length: the
+   * Checks that the blobs hold exactly the chunks the Thaw manifest names, each once and with the manifest's
+   * length — the rule {@code thaw import} applies to an archive's layers ({@link ImageVerifier#chunkLengths}): the
    * chunk set a pull commits comes from the Thaw manifest, never from the layers.
    */
   public static void checkCovers(ImageManifest m, List<Blob> blobs) {
-    Map<Digest, Integer> wanted = new HashMap<>();
-    for (ChunkRef c : pullOrder(m)) {
-      wanted.put(c.digest(), c.length());
-    }
+    Map<Digest, Integer> wanted = ImageVerifier.chunkLengths(m);
     Set<Digest> have = new LinkedHashSet<>();
     for (Blob b : blobs) {
       for (ChunkRef c : b.chunks()) {
@@ -309,7 +307,9 @@ public final class ThawArtifact {
           throw new InvalidArtifactException("chunk " + c.digest() + " has " + c.length() + " bytes in blob "
               + b.digest() + "; the Thaw manifest says " + length);
         }
-        have.add(c.digest());
+        if (!have.add(c.digest())) {
+          throw new InvalidArtifactException("the layers hold chunk " + c.digest() + " twice");
+        }
       }
     }
     for (Digest d : wanted.keySet()) {

@@ -148,6 +148,19 @@ class ImagePushPullTest {
   }
 
   @Test
+  void theRealRegistryRefusesAManifestOverFourMebibytesAndThePushSaysSo() {
+    // Distribution caps a manifest body at 4 MiB: what Thaw's packing keeps its manifests under.
+    byte[] padded = ("{\"schemaVersion\": 2, \"mediaType\": \"" + ThawArtifact.OCI_MANIFEST
+        + "\", \"annotations\": {\"pad\": \"" + "x".repeat((4 << 20) + 100) + "\"}}").getBytes(StandardCharsets.UTF_8);
+    try (RegistryClient client = new RegistryClient(registry.address(), options())) {
+      ManifestTooLargeException e = assertThrows(ManifestTooLargeException.class,
+          () -> client.putManifest("thaw/big", "1", padded, ThawArtifact.OCI_MANIFEST));
+      assertEquals(400, e.status());
+      assertEquals(padded.length, e.bytes());
+    }
+  }
+
+  @Test
   void aLazyPullFetchesInFirstAccessOrderAndTakesARestoresRequestsFirst() throws Exception {
     RegistryReference ref = registry.reference("thaw/lazy:1");
     new ImagePusher(options()).push(source, "saxpy", ref);
@@ -182,6 +195,40 @@ class ImagePushPullTest {
       ImagePull.Result r = pull.await();
       assertEquals(saxpy.chunkDigests().size(), r.fetched());
       TestImages.restoreAndCheck(empty, "saxpy");
+    }
+  }
+
+  @Test
+  void anOnDemandRestoreReadsThroughThePullAndAnswersAsTheBuildDid() throws Exception {
+    // The MLP: every device access goes through its session, so on-demand restore gates all of them.
+    var json = new com.fasterxml.jackson.databind.ObjectMapper();
+    var request = json.readTree("{\"inputs\": [[" + "0.5, -0.25, ".repeat(15) + "1.0, 2.0]]}");
+    var o = new dev.thaw.image.build.BuildOptions().functionClass("dev.thaw.examples.mlp.MlpFunction")
+        .config("{\"layers\": [32, 96, 64, 10], \"seed\": 3, \"maxBatch\": 2}").tag("mlp")
+        .addSampleRequest(request).stagingBytes(1 << 16).hashThreads(2);
+    ImageManifest mlp;
+    try (var driver = dev.thaw.runtime.gpu.sim.SimDriver.open(new dev.thaw.runtime.gpu.sim.SimOptions());
+        var ctx = driver.createContext(0)) {
+      mlp = new dev.thaw.image.build.ImageBuilder(source, new dev.thaw.image.build.FixedSizeChunker(4096))
+          .build(o, ctx, dev.thaw.image.ProgressListener.NONE).manifest();
+    }
+    RegistryReference ref = registry.reference("thaw/ondemand:1");
+    new ImagePusher(options()).push(source, "mlp", ref);
+    try (RocksChunkStore empty = RocksChunkStore.open(tmp.resolve("pulled-ondemand"));
+        ImagePull pull = new ImagePuller(options().setTransfers(1)).open(ref, empty, "mlp");
+        var driver = dev.thaw.runtime.gpu.sim.SimDriver.open(new dev.thaw.runtime.gpu.sim.SimOptions());
+        var ctx = driver.createContext(0);
+        var resources = dev.thaw.image.restore.RestoreResources.create(ctx);
+        var r = new dev.thaw.image.restore.OnDemandRestorer(new PullThroughStore(empty, pull)).restore(
+            pull.manifest(), ctx, dev.thaw.image.restore.RestoreSource.STORE_ONLY, resources,
+            new dev.thaw.image.restore.OnDemandOptions())) {
+      var response = r.function().invoke(dev.thaw.runtime.function.FunctionRequest.of(request)).json();
+      var recorded = dev.thaw.image.restore.RestoreCheck.buildResponse(mlp, request).orElseThrow();
+      assertTrue(dev.thaw.image.restore.RestoreCheck.sameJson(recorded, response), response + " vs " + recorded);
+      r.awaitResident();
+      assertTrue(dev.thaw.image.restore.RestoreCheck.deviceMemory(r.function()).identical());
+      assertEquals(mlp.chunkDigests().size(), pull.await().fetched());
+      assertEquals(List.of("mlp"), empty.tags());
     }
   }
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs Thaw's container image without a container runtime: unpacks the image's layers (from the OCI or Docker
+# archive Jib writes) into a folder, mounts /proc there, and runs the image's own entrypoint in a chroot:
+# `--version`, `devices`, `demo --device sim`. Proves the image's files, libraries and entrypoint work; not
+# namespaces, cgroups or GPUs (no container runtime or GPU needed, root is).
+#   scripts/container-check.sh deploy/target/thaw-image.tar [WORKDIR]
+set -euo pipefail
+image=${1:?usage: container-check.sh IMAGE.tar [WORKDIR]}
+work=${2:-$(mktemp -d /tmp/thaw-image-check.XXXXXX)}
+root="$work/root"
+rm -rf "$root" && mkdir -p "$root"
+python3 - "$image" "$root" "$work/entrypoint" <<'PY'
+import io, json, sys, tarfile
+image, root, entry_file = sys.argv[1:4]
+with tarfile.open(image) as t:
+    names = t.getnames()
+    read = lambda n: t.extractfile(n).read()
+    if 'index.json' in names:  # OCI image layout
+        index = json.loads(read('index.json'))
+        blob = lambda d: read('blobs/sha256/' + d.split(':', 1)[1])
+        manifest = json.loads(blob(index['manifests'][0]['digest']))
+        config = json.loads(blob(manifest['config']['digest']))
+        layers = [blob(l['digest']) for l in manifest['layers']]
+    else:  # docker save format
+        m = json.loads(read('manifest.json'))[0]
+        config = json.loads(read(m['Config']))
+        layers = [read(l) for l in m['Layers']]
+    for data in layers:
+        with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+            layer.extractall(root)
+    cfg = config['config']
+    open(entry_file, 'w').write(json.dumps({'entrypoint': cfg.get('Entrypoint') or [],
+                                            'env': cfg.get('Env') or []}))
+    print(f"unpacked {len(layers)} layers into {root}")
+PY
+mkdir -p "$root/proc"
+mount -t proc proc "$root/proc"
+trap 'umount "$root/proc" 2>/dev/null || true' EXIT
+mapfile -t entry < <(python3 -c 'import json,sys; [print(a) for a in json.load(open(sys.argv[1]))["entrypoint"]]' "$work/entrypoint")
+mapfile -t envs < <(python3 -c 'import json,sys; [print(a) for a in json.load(open(sys.argv[1]))["env"]]' "$work/entrypoint")
+run() { env -i "${envs[@]}" /usr/sbin/chroot "$root" "${entry[@]}" "$@"; }
+echo "== entrypoint: ${entry[*]}"
+run --version
+run devices --device sim
+run demo --device sim
+echo "container-check: the image's entrypoint runs (sim device, chroot; no container runtime, no GPU)"
