@@ -69,7 +69,8 @@ if mode == "first":
             if r["status"] == 200:
                 break
         except Exception:
-            time.sleep(0.005)
+            pass
+        time.sleep(0.005)
     out["startToFirstResponseMs"] = (time.time() - t0) * 1e3
     out["first"] = r
 else:

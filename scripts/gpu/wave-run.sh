@@ -4,18 +4,20 @@
 # Usage (repository root on the GPU machine):
 #   OUT=<dir> scripts/gpu/wave-run.sh [-t SECONDS] NAME[:SECONDS] ...
 # NAME is scripts/gpu/NAME-run.sh, or 'tests' for every shipped test suite under THAW_DEVICE=cuda.
-# The tarball is .device/thaw-*-linux-x86_64.tar.xz; it is unpacked once, to /tmp/thaw-wave/thaw (kept between
+# The tarball is .device/thaw-<version>-linux-x86_64.tar.xz (and .device/thaw-tools-*.tar.xz over it); it is unpacked once, to /tmp/thaw-wave/thaw (kept between
 # calls on a warm machine when the tarball has not changed).
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 default_limit=240
 if [[ ${1:-} == -t ]]; then default_limit=$2; shift 2; fi
-tarball=$(ls .device/thaw-*-linux-x86_64.tar.xz | head -1)
+tarball=$(ls .device/thaw-*-linux-x86_64.tar.xz | grep -v thaw-tools | head -1)
 root=/tmp/thaw-wave
 stamp="$root/.tarball-sum"
 sum=$(sha256sum "$tarball" | cut -c1-16)
 if [[ ! -x "$root/thaw/bin/thaw" || "$(cat "$stamp" 2>/dev/null)" != "$sum" ]]; then
   rm -rf "$root" && mkdir -p "$root" && tar xJf "$tarball" -C "$root" && echo "$sum" > "$stamp"
+  # The tools tarball (a registry for registry-run.sh), when carried, unpacks over the main one.
+  for tools in .device/thaw-tools-*.tar.xz; do [[ -f $tools ]] && tar xJf "$tools" -C "$root"; done
 fi
 home="$root/thaw"
 logs=/tmp/thaw-wave-logs

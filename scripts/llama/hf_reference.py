@@ -7,6 +7,7 @@ random values too, so both matter; saves it with save_pretrained (config.json + 
 5 GB) for Thaw to load; then writes REF.json with:
   prompts               seeded token ids, [batch][prompt_len]
   forward_logits        last-position logits of one forward pass over the prompts, [batch][vocab]
+  forward_logits_fp32   the same with the model converted to fp32 (the truth both bf16 pipelines approximate)
   generated             greedy ids, generate(max_new_tokens, do_sample=False), [batch][n]
   generate_step_gaps    top-1 minus top-2 logit at each generation step, [batch][n] (near-ties may flip)
   timing_ms             with --bench, batch 1, CUDA-synchronised medians: decode_ms_per_token =
@@ -169,6 +170,12 @@ def main():
             timing["prefill_tokens"] = a.prefill
             timing["attn_implementation"] = "eager"
 
+    # Last (it converts the model): the same weights in fp32, the truth both bf16 pipelines are measured against.
+    # transformers keeps the residual stream in bf16; over 32 layers its own error against fp32 is several percent.
+    with torch.inference_mode():
+        model = model.float()
+        forward_logits_fp32 = model(prompts).logits[:, -1, :].float().cpu()
+
     ref = {
         "model": a.shape,
         "layers": layers,
@@ -180,6 +187,7 @@ def main():
         "max_new_tokens": a.new_tokens,
         "prompts": prompts.cpu().tolist(),
         "forward_logits": forward_logits.tolist(),
+        "forward_logits_fp32": forward_logits_fp32.tolist(),
         "generated": generated.tolist(),
         "generate_step_gaps": gaps.tolist(),
         "timing_ms": timing,

@@ -20,7 +20,8 @@
 // - Decode (M <= 8) is a stream over the weights: llama_gemv gives each warp one output column n and has its
 //   lanes walk W's row n with 16-byte loads, four in flight per lane, reusing each loaded weight for all M rows
 //   of X (read through L1: X is a few KiB). N/8 blocks of 256 threads (512 for N = 4096, 16032 for a 128256
-//   vocabulary) keep every SM of an H100/H200 pulling at once.
+//   vocabulary) keep every SM of an H100/H200 pulling at once. llama_gemv1 is the same for M = 1, a separate
+//   entry with fewer registers (one accumulator), so more warps, and loads in flight, fit on an SM.
 // - Prompts (M > 8) run on the tensor cores: llama_matmul is a 64x64 output tile per block of 4 warps, each warp
 //   a 32x32 quarter as 2x2 WMMA 16x16x16 fragments (bf16 or half in, fp32 accumulate), K in steps of 32 staged
 //   through shared memory with the next step prefetched into registers.
@@ -30,7 +31,7 @@
 //   position * inv_freq in fp32, the inverse frequencies computed on the host, llama3 scaling included), and
 //   copies v; caches are [B, Hkv, maxT, D].
 // - llama_attention: one block per (query head, row), scores for the causal window in shared memory (<= 4096),
-//   softmax with max subtraction, then P.V with threads over d.
+//   softmax with max subtraction, then P.V with 16-byte loads of value rows, keys split among thread groups.
 // - Elementwise kernels are grid-stride: any grid covers the whole range.
 
 #include <cuda_bf16.h>
@@ -175,22 +176,25 @@ __device__ __forceinline__ void rmsnorm(const float* __restrict__ x, const T* __
     const float* xr = x + (size_t)row * C;
     T* yr = y + (size_t)row * C;
     float s = 0.0f;
+    // Unrolled: at decode there is one row, and 16 dependent round trips per thread would be the kernel's time.
+#pragma unroll 4
     for (int c = threadIdx.x; c < C; c += blockDim.x) s += xr[c] * xr[c];
     const float r = rsqrtf(block_sum(s, red) / (float)C + eps);
+#pragma unroll 4
     for (int c = threadIdx.x; c < C; c += blockDim.x) yr[c] = from_f<T>(__fmul_rn(xr[c], r) * to_f<T>(w[c]));
   }
 }
 
-template <typename T>
+template <typename T, int ROWS>
 __device__ __forceinline__ void gemv(const T* __restrict__ X, const T* __restrict__ W, const T* __restrict__ bias,
                                      void* __restrict__ out, int M, int N, int K, int mode, int has_bias) {
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * kGemvWarps + warp;
   if (n >= N) return;
-  float acc[kGemvMaxRows];
+  float acc[ROWS];
 #pragma unroll
-  for (int m = 0; m < kGemvMaxRows; m++) acc[m] = 0.0f;
+  for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
   const T* wr = W + (size_t)n * K;
   for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * kGemvUnroll) {
     uint4 wv[kGemvUnroll];
@@ -206,7 +210,7 @@ __device__ __forceinline__ void gemv(const T* __restrict__ X, const T* __restric
         float wf[8];
         unpack8<T>(wv[u], wf);
 #pragma unroll
-        for (int m = 0; m < kGemvMaxRows; m++) {
+        for (int m = 0; m < ROWS; m++) {
           if (m < M) {
             float xf[8];
             unpack8<T>(*reinterpret_cast<const uint4*>(X + (size_t)m * K + k), xf);
@@ -220,7 +224,7 @@ __device__ __forceinline__ void gemv(const T* __restrict__ X, const T* __restric
     }
   }
 #pragma unroll
-  for (int m = 0; m < kGemvMaxRows; m++) {
+  for (int m = 0; m < ROWS; m++) {
     float v = acc[m];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     acc[m] = v;
@@ -228,7 +232,7 @@ __device__ __forceinline__ void gemv(const T* __restrict__ X, const T* __restric
   // Every lane holds every row's sum now; lane m writes row m (one epilogue site, not one per row).
   float mine = 0.0f;
 #pragma unroll
-  for (int m = 0; m < kGemvMaxRows; m++) mine = lane == m ? acc[m] : mine;
+  for (int m = 0; m < ROWS; m++) mine = lane == m ? acc[m] : mine;
   if (lane < M) epilogue<T>(mine, bias, out, lane, n, N, mode, has_bias);
 }
 
@@ -383,6 +387,7 @@ __device__ __forceinline__ void attention(const T* __restrict__ qkv, const T* __
   for (int t = tid; t < len; t += blockDim.x) {
     const T* kr = kh + (size_t)t * D;
     float dot = 0.0f;
+#pragma unroll 4
     for (int d = 0; d < D; d += 8) {
       float f[8];
       unpack8<T>(*reinterpret_cast<const uint4*>(kr + d), f);
@@ -402,27 +407,33 @@ __device__ __forceinline__ void attention(const T* __restrict__ qkv, const T* __
   }
   const float sum = block_sum(local_sum, red);  // its barriers also publish p[]
 
-  // P.V: G = blockDim/D groups of D threads; group g sums keys g, g+G, ...; then the groups in order.
-  if (D <= blockDim.x) {
-    const int G = blockDim.x / D;
-    float acc = 0.0f;
-    if (tid < G * D) {
-      const int d = tid % D;
-      for (int t = tid / D; t < len; t += G) acc += p[t] * to_f<T>(vh[(size_t)t * D + d]);
+  // P.V: D/8 threads cover a value row with 16-byte loads (8 dims each); the G = blockDim / (D/8) groups of them
+  // take keys g, g + G, ... (several loads in flight per thread, not one dependent load per key), and the groups'
+  // sums are added in group order.
+  const int lanes = D / 8;
+  const int G = blockDim.x / lanes;
+  const int g = tid / lanes;
+  const int j = tid - g * lanes;
+  if (g < G) {
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i] = 0.0f;
+#pragma unroll 4
+    for (int t = g; t < len; t += G) {
+      float f[8];
+      unpack8<T>(*reinterpret_cast<const uint4*>(vh + (size_t)t * D + 8 * j), f);
+      const float pt = p[t];
+#pragma unroll
+      for (int i = 0; i < 8; i++) acc[i] += pt * f[i];
     }
-    part[tid] = acc;
-    __syncthreads();
-    if (tid < D) {
-      float o = 0.0f;
-      for (int g = 0; g < G; g++) o += part[g * D + tid];
-      out[(size_t)m * Hq * D + (size_t)h * D + tid] = from_f<T>(o / sum);
-    }
-  } else {
-    for (int d = tid; d < D; d += blockDim.x) {
-      float o = 0.0f;
-      for (int t = 0; t < len; t++) o += p[t] * to_f<T>(vh[(size_t)t * D + d]);
-      out[(size_t)m * Hq * D + (size_t)h * D + d] = from_f<T>(o / sum);
-    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) part[g * D + 8 * j + i] = acc[i];
+  }
+  __syncthreads();
+  for (int d = tid; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int k = 0; k < G; k++) o += part[k * D + d];
+    out[(size_t)m * Hq * D + (size_t)h * D + d] = from_f<T>(o / sum);
   }
 }
 
@@ -474,12 +485,28 @@ extern "C" __global__ void __launch_bounds__(kGemvThreads)
     llama_gemv(const void* __restrict__ X, const void* __restrict__ W, const void* __restrict__ bias,
                void* __restrict__ out, int M, int N, int K, int mode, int has_bias, int bf16) {
   if (bf16) {
-    gemv<thaw_llama::bf16>(reinterpret_cast<const thaw_llama::bf16*>(X),
-                           reinterpret_cast<const thaw_llama::bf16*>(W),
-                           reinterpret_cast<const thaw_llama::bf16*>(bias), out, M, N, K, mode, has_bias);
+    gemv<thaw_llama::bf16, kGemvMaxRows>(reinterpret_cast<const thaw_llama::bf16*>(X),
+                                         reinterpret_cast<const thaw_llama::bf16*>(W),
+                                         reinterpret_cast<const thaw_llama::bf16*>(bias), out, M, N, K, mode,
+                                         has_bias);
   } else {
-    gemv<half>(reinterpret_cast<const half*>(X), reinterpret_cast<const half*>(W),
-               reinterpret_cast<const half*>(bias), out, M, N, K, mode, has_bias);
+    gemv<half, kGemvMaxRows>(reinterpret_cast<const half*>(X), reinterpret_cast<const half*>(W),
+                             reinterpret_cast<const half*>(bias), out, M, N, K, mode, has_bias);
+  }
+}
+
+// llama_gemv for M = 1, batch-1 decode: its own entry so that it gets its own (smaller) register allocation and
+// so more resident warps, hence more weight loads in flight per SM. Same arguments and launch; M must be 1.
+extern "C" __global__ void __launch_bounds__(kGemvThreads)
+    llama_gemv1(const void* __restrict__ X, const void* __restrict__ W, const void* __restrict__ bias,
+                void* __restrict__ out, int M, int N, int K, int mode, int has_bias, int bf16) {
+  if (bf16) {
+    gemv<thaw_llama::bf16, 1>(reinterpret_cast<const thaw_llama::bf16*>(X),
+                              reinterpret_cast<const thaw_llama::bf16*>(W),
+                              reinterpret_cast<const thaw_llama::bf16*>(bias), out, 1, N, K, mode, has_bias);
+  } else {
+    gemv<half, 1>(reinterpret_cast<const half*>(X), reinterpret_cast<const half*>(W),
+                  reinterpret_cast<const half*>(bias), out, 1, N, K, mode, has_bias);
   }
 }
 
@@ -526,7 +553,7 @@ extern "C" __global__ void __launch_bounds__(kAttnThreads)
                     int M, int Hq, int Hkv, int D, int maxT, float scale, int bf16) {
   __shared__ float q[kMaxD];
   __shared__ float p[kMaxContext];
-  __shared__ float part[kAttnThreads];
+  __shared__ float part[8 * kAttnThreads];  // G x D <= (blockDim / (D/8)) x D = 8 x blockDim
   __shared__ float red[32];
   if (bf16) {
     attention<thaw_llama::bf16>(reinterpret_cast<const thaw_llama::bf16*>(qkv),
@@ -553,7 +580,8 @@ extern "C" __global__ void llama_swiglu(const void* __restrict__ gu, void* __res
 }
 
 // out[m] = the index of the largest logit of row m, the lowest index on ties; NaN never wins; -1 when the
-// whole row is NaN. One block (a multiple of 32 threads, <= 1024) per row, grid-stride over rows.
+// whole row is NaN. One block (a multiple of 32 threads, <= 1024; 1024 from LlamaKernels) per row, grid-stride
+// over rows.
 extern "C" __global__ void llama_argmax(const float* __restrict__ logits, int* __restrict__ out, int M, int V) {
   __shared__ float red_v[32];
   __shared__ int red_i[32];
@@ -563,6 +591,8 @@ extern "C" __global__ void llama_argmax(const float* __restrict__ logits, int* _
     const float* lr = logits + (size_t)row * V;
     float bv = -INFINITY;
     int bi = INT_MAX;
+    // Unrolled so that several loads are in flight: one row of a 128256-word vocabulary is 125 loads per thread.
+#pragma unroll 8
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
       const float x = lr[v];
       if (x > bv || (x == bv && v < bi)) {

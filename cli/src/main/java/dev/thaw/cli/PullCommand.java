@@ -62,7 +62,7 @@ final class PullCommand implements Callable<Integer> {
       throw new ParameterException(spec.commandLine(), e.getMessage(), e);
     }
     PrintWriter out = spec.commandLine().getOut();
-    // A pull is how a fresh node gets its first image: it creates the store as a build does.
+    // Like build, pull brings an image into a store, and may start one where there is none.
     try (ChunkStore s = store.open(cli, StoreAccess.CREATE)) {
       ImagePull.Result r = new ImagePuller(registry.options(cli, source, spec)).pull(source, s, local);
       if (json) {

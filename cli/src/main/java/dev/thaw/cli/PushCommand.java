@@ -73,7 +73,7 @@ final class PushCommand implements Callable<Integer> {
           "--layout must be auto, chunks or packs, not '" + layout + "'");
     }
     PrintWriter out = spec.commandLine().getOut();
-    // Read-only: a push works while a build holds the store.
+    // Push only reads: read-only, so it works while a build holds the store.
     try (ChunkStore s = store.open(cli, StoreAccess.READ)) {
       ImagePusher.Result r = new ImagePusher(o).push(s, tag, target);
       if (json) {

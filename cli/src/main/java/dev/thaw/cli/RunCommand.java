@@ -2,6 +2,7 @@ package dev.thaw.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.Images;
 import dev.thaw.image.StrictJson;
 import dev.thaw.image.registry.ImagePull;
 import dev.thaw.image.registry.RegistryReference;
@@ -90,10 +91,18 @@ final class RunCommand implements Callable<Integer> {
     }
     PrintWriter out = spec.commandLine().getOut();
     long started = System.nanoTime();
-    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = store.open(cli,
+    try (ChunkStore s = store.open(cli,
             RegistryReference.looksLikeReference(tag) ? StoreAccess.CREATE : StoreAccess.READ);
-        RegistrySource source = RegistrySource.open(cli, s, tag, registry, spec);
-        GpuContext ctx = driver.createContext(0);
+        RegistrySource source = RegistrySource.open(cli, s, tag, registry, spec)) {
+      // Before any device work: a missing image or a request the function refuses costs no restore.
+      Images.checkRequest(source.tag(), Images.manifest(source.store(), source.tag()), FunctionRequest.of(body));
+      return restoreAndInvoke(source, body, out, started);
+    }
+  }
+
+  private int restoreAndInvoke(RegistrySource source, JsonNode body, PrintWriter out, long started)
+      throws Exception {
+    try (GpuDriver driver = cli.openDriver(device.choice, spec); GpuContext ctx = driver.createContext(0);
         RestoredFunction<?> f = new ImageRestorer(source.store()).restore(source.tag(), ctx,
             ConsoleProgress.forOutput(json))) {
       // Opening the driver and the store and creating the context: what the restore's own phases leave out.

@@ -247,7 +247,8 @@ public final class ThawCli implements Callable<Integer> {
       err.flush();
       return EXIT_FAILED;
     }
-    err.println("thaw: error: " + e.getClass().getSimpleName() + ": " + describe(e));
+    // Unforeseen: still one line; the class name only when there is no message to show.
+    err.println("thaw: error: " + describe(e));
     err.flush();
     return EXIT_FAILED;
   }

@@ -110,7 +110,13 @@ class ExitCodesTest {
     Path rejected = Files.writeString(dir.resolve("rejected.json"), "{\"b\": 1}");
     Run r = thaw("run", "saxpy:1", "--device", "sim", "--request", rejected.toString());
     assertEquals(ThawCli.EXIT_USAGE, r.exit(), r.err());
-    assertOneLineError(r, "bad request");
+    assertOneLineError(r, "bad request: the request needs a number 'a'");
+    // Checked against the image's host state before any device is opened: with no GPU here, forcing cuda
+    // would exit 3 if the restore were tried first.
+    Run first = thaw("run", "saxpy:1", "--device", "cuda", "--request", rejected.toString());
+    assertEquals(ThawCli.EXIT_USAGE, first.exit(), first.err());
+    assertEquals(ThawCli.EXIT_NOT_FOUND, thaw("run", "nope", "--device", "cuda", "--request",
+        rejected.toString()).exit(), "a missing image is found before the device is opened");
   }
 
   @Test

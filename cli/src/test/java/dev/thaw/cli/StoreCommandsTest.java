@@ -286,4 +286,45 @@ class StoreCommandsTest {
     assertEquals(0, thaw("gc").exit());
     assertEquals(0, thaw("verify").exit(), "the good image lost nothing to the removal");
   }
+
+  /** thaw build as a child JVM, killed once its snapshot has started writing: no image, and gc frees the rest. */
+  @Test
+  void aBuildKilledMidSnapshotLeavesNoImageAndGcFreesItsPacks() throws Exception {
+    assertEquals(0, build("small").exit());
+    String java = ProcessHandle.current().info().command().orElse("java");
+    Process child = new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"), ThawCli.class.getName(),
+        "build", "--device", "sim", "--function", SaxpyFunction.class.getName(), "--config",
+        "{\"n\": 1500000, \"seed\": 5}", "--tag", "big", "--store", store.toString())
+        .redirectErrorStream(true).redirectOutput(dir.resolve("build.log").toFile()).start();
+    Path packs = store.resolve("packs");
+    int before = count(packs);
+    try {
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+      while (child.isAlive() && count(packs) == before) {
+        assertTrue(System.nanoTime() < deadline, () -> "the build never started its snapshot: "
+            + read(dir.resolve("build.log")));
+        Thread.sleep(5);
+      }
+    } finally {
+      child.destroyForcibly();
+      assertTrue(child.waitFor(30, TimeUnit.SECONDS));
+    }
+    Run images = thaw("images", "--json");
+    assertEquals(0, images.exit(), images.err());
+    JsonNode list = new ObjectMapper().readTree(images.out());
+    // Killed before its commit (almost always): no trace of it. Had it won the race, it would be whole.
+    assertTrue(list.size() == 1 || list.get(0).get("tag").asText().equals("big"), list.toString());
+    assertEquals(0, thaw("verify").exit(), "every visible image is whole");
+    assertEquals(0, thaw("gc").exit());
+    assertEquals(0, thaw("verify").exit());
+    if (list.size() == 1) {
+      assertEquals(before, count(packs), "gc deleted the killed build's packs");
+    }
+  }
+
+  private static int count(Path d) throws Exception {
+    try (var list = Files.list(d)) {
+      return (int) list.count();
+    }
+  }
 }

@@ -8,10 +8,11 @@ import java.util.Map;
  * @param image the name it was given
  * @param source where the bytes came from: {@code cache}, {@code store}, or {@code store (…why)} when a host
  *     cache source fell back
- * @param phases milliseconds inside the worker, in order: {@code manifest} (parse); from the host cache {@code
- *     placement}, {@code map + modules}, {@code copy} (with {@code copies} and {@code copyGBps}, not times);
- *     from the store {@code store} (open it if needed) then the full restore's {@code open manifest}, {@code map
- *     allocations}, {@code load modules}, {@code copy + verify}; then {@code rebuild state} and {@code total}
+ * @param phases milliseconds inside the worker, disjoint and in order (they add up to {@code total}, which is
+ *     the last entry): {@code manifest} (parse), {@code placement} (host cache source only), {@code store} (use or
+ *     open the store), {@code load modules}, {@code map allocations}, {@code rebuild state}, {@code start restore}
+ *     (the rest of the restore call), {@code resident} (waiting for every byte, only with
+ *     {@link ContextPoolOptions#awaitResident()}); the function is invocable at the end of them
  * @param bytes device bytes restored
  * @param roundTripMillis from sending BECOME to reading its answer, in the parent
  */

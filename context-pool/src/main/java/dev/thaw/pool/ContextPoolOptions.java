@@ -48,6 +48,7 @@ public final class ContextPoolOptions {
   @JsonProperty private Map<String, String> environment = Map.of();
   @JsonProperty private String storePath;
   @JsonProperty private String hostCachePath;
+  @JsonProperty private boolean awaitResident;
   @JsonProperty private int warmupLaunches = DEFAULT_WARMUP_LAUNCHES;
   @JsonProperty private String warmupImage;
   @JsonProperty private long startTimeoutMillis = DEFAULT_START_TIMEOUT_MILLIS;
@@ -72,6 +73,7 @@ public final class ContextPoolOptions {
     environment = o.environment;
     storePath = o.storePath;
     hostCachePath = o.hostCachePath;
+    awaitResident = o.awaitResident;
     warmupLaunches = o.warmupLaunches;
     warmupImage = o.warmupImage;
     startTimeoutMillis = o.startTimeoutMillis;
@@ -210,6 +212,19 @@ public final class ContextPoolOptions {
     return this;
   }
 
+  /**
+   * True: a BECOME answers once every byte is on the device (the full restore, the baseline). False (the default):
+   * once the function can be invoked, on-demand restore streaming the rest behind it.
+   */
+  public boolean awaitResident() {
+    return awaitResident;
+  }
+
+  public ContextPoolOptions setAwaitResident(boolean awaitResident) {
+    this.awaitResident = awaitResident;
+    return this;
+  }
+
   /** Kernel launches each worker runs at start to warm the launch path (JIT); 0 for none. */
   public int warmupLaunches() {
     return warmupLaunches;
@@ -328,6 +343,7 @@ public final class ContextPoolOptions {
         .setWarmupImage(o.warmupImage).setMaxFrameBytes(o.maxFrameBytes);
     checked.storePath = o.storePath;
     checked.hostCachePath = o.hostCachePath;
+    checked.awaitResident = o.awaitResident;
     checked.logDirectory = o.logDirectory;
     checked.setStartTimeout(Duration.ofMillis(o.startTimeoutMillis))
         .setBecomeTimeout(Duration.ofMillis(o.becomeTimeoutMillis))

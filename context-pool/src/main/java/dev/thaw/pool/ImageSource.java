@@ -19,20 +19,26 @@ import java.nio.file.Path;
  *
  * @param kind {@code store} or {@code cache}
  * @param path the store's folder (for {@code cache}: the fallback)
- * @param placement where the image's chunks lie in the arena, for {@code cache}; else null
+ * @param lease the host cache lease that pins the image's chunks, for {@code cache}; else null. The worker handle
+ *     takes it over: it closes it once the restore is complete ({@link Worker#resident()}) or the worker ends
  */
-public record ImageSource(String kind, Path path, ChunkPlacement placement) {
+public record ImageSource(String kind, Path path, CacheLease lease) {
 
   public static ImageSource store(Path path) {
     return new ImageSource("store", path.toAbsolutePath().normalize(), null);
   }
 
   /**
-   * The image as {@code lease} placed it in the host cache. Keep the lease open until the BECOME has completed:
-   * the cache may evict what no lease pins.
+   * The image as {@code lease} placed it in the host cache (chunks the placement lacks come from the store at
+   * {@code store}). The lease passes to the worker, which closes it when its restore no longer reads the arena.
    */
   public static ImageSource hostCache(CacheLease lease, Path store) {
-    return new ImageSource("cache", store.toAbsolutePath().normalize(), lease.placement());
+    return new ImageSource("cache", store.toAbsolutePath().normalize(), lease);
+  }
+
+  /** Where the image's chunks lie in the arena, or null. */
+  public ChunkPlacement placement() {
+    return lease == null ? null : lease.placement();
   }
 
   /** The form a BECOME frame's head carries (the placement travels in the body). */

@@ -35,8 +35,11 @@ public interface Worker extends AutoCloseable {
   boolean isAlive();
 
   /**
-   * Restores an image: the worker maps its allocations at their recorded addresses, loads its modules and copies
-   * its bytes from {@code source}, verifying every chunk.
+   * Restores an image: the worker maps its allocations at their recorded addresses, loads its modules, reads the
+   * host state and starts copying its bytes from {@code source} (the host cache's, verified when they entered it,
+   * or the store's, verified on the way); with {@link ContextPoolOptions#awaitResident()} off (the default) it
+   * answers as soon as the function can be invoked, each launch waiting on the device for what it touches, and
+   * {@link #resident()} completes when the last byte lands.
    *
    * @param name names the image in messages and status (its tag)
    * @param manifest the image's manifest, as stored
@@ -45,6 +48,12 @@ public interface Worker extends AutoCloseable {
   CompletableFuture<BecomeResult> become(String name, byte[] manifest, ImageSource source);
 
   BecomeResult becomeBlocking(String name, byte[] manifest, ImageSource source);
+
+  /**
+   * Completes when the restore a {@link #become} started has every byte on the device (with on-demand restore,
+   * after the BECOME answered and the function already served); fails as the worker does.
+   */
+  CompletableFuture<RestoreCompletion> resident();
 
   /**
    * Serves one request.

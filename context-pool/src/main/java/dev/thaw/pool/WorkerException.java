@@ -9,12 +9,19 @@ public class WorkerException extends PoolException {
   private final WorkerErrorKind kind;
   private final long pid;
   private final String remoteType;
+  private final String detail;
 
   public WorkerException(WorkerErrorKind kind, long pid, String remoteType, String message) {
     super("worker " + pid + ": " + kind + ": " + message);
     this.kind = kind;
     this.pid = pid;
     this.remoteType = remoteType;
+    this.detail = message;
+  }
+
+  /** The message without the worker and kind in front. */
+  public String detail() {
+    return detail;
   }
 
   /** The exception for {@code kind}: {@link WorkerLostException} or {@link WorkerOutOfMemoryException} where one fits. */

@@ -9,4 +9,10 @@ public class WorkerLostException extends WorkerException {
   public WorkerLostException(WorkerErrorKind kind, long pid, String remoteType, String message) {
     super(kind, pid, remoteType, message);
   }
+
+  /** Always true: whatever the kind (a corrupt chunk found while streaming, too), the worker is gone. */
+  @Override
+  public boolean workerLost() {
+    return true;
+  }
 }

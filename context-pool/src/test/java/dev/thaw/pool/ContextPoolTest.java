@@ -14,6 +14,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -52,8 +53,13 @@ class ContextPoolTest {
 
       BecomeResult b = w.becomeBlocking("probe", probe.manifest(), ImageSource.store(dir.resolve("store")));
       assertEquals(probe.result().manifest().totalBytes(), b.bytes());
-      assertTrue(b.phases().containsKey("map allocations") && b.phases().containsKey("copy + verify"),
+      assertTrue(b.phases().containsKey("map allocations") && b.phases().containsKey("load modules"),
           b.phases().toString());
+      double parts = b.phases().entrySet().stream().filter(e -> !e.getKey().equals("total"))
+          .mapToDouble(Map.Entry::getValue).sum();
+      assertTrue(parts <= b.phases().get("total") + 0.01, "the phases are disjoint: " + b.phases());
+      RestoreCompletion done = w.resident().get();
+      assertEquals(b.bytes(), done.storeBytes(), "every byte read from the store: " + done);
 
       InvokeResult r = w.invokeBlocking(json("{\"op\": \"echo\", \"value\": 42}"));
       JsonNode out = r.jsonTree();

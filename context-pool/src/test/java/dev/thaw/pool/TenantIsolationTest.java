@@ -41,6 +41,8 @@ class TenantIsolationTest {
       // On a GPU, fill a gigabyte so the next tenant's physical pages very likely are this one's.
       long extra = first.start().simulated() ? 8L << 20 : 1L << 30;
       first.becomeBlocking("probe", probe.manifest(), ImageSource.store(dir.resolve("store")));
+      // The probe touches memory with raw context copies, which on-demand restore does not gate: let it land first.
+      first.resident().get();
       JsonNode filled = first.invokeBlocking(json("{\"op\": \"fill\", \"value\": 171, \"extraBytes\": " + extra + "}"))
           .jsonTree();
       JsonNode dirty = first.invokeBlocking(json("{\"op\": \"scan\"}")).jsonTree();
@@ -52,6 +54,7 @@ class TenantIsolationTest {
       Worker next = pool.acquire(0, WAIT);
       seen.add(next.pid());
       next.becomeBlocking("probe", probe.manifest(), ImageSource.store(dir.resolve("store")));
+      next.resident().get();
       JsonNode scan = next.invokeBlocking(json("{\"op\": \"scan\", \"extraBytes\": " + extra + "}")).jsonTree();
       assertEquals(filled.get("address").asLong(), scan.get("address").asLong(), "same device address");
       assertEquals(0, scan.get("headMismatches").asLong(), "the image's bytes, not the first tenant's: " + scan);

@@ -162,7 +162,8 @@ class WorkerFaultTest {
     PoolTestImages.Built big = PoolTestImages.build(store, "big", PoolProbeFunction.class.getName(),
         "{\"bytes\": " + (64L << 20) + "}", null);
     List<Long> mine = new ArrayList<>();
-    ContextPool slow = ContextPool.create(PoolTesting.options(store)
+    // A full restore (awaitResident): the BECOME itself lasts as long as the copies.
+    ContextPool slow = ContextPool.create(PoolTesting.options(store).setAwaitResident(true)
         .setEnvironment(Map.of("THAW_SIM_COPY_GBPS", "0.02")));
     try {
       Worker w = slow.acquire(0, WAIT);
@@ -176,6 +177,7 @@ class WorkerFaultTest {
       ProcessHandle.of(w.pid()).orElseThrow().destroyForcibly();
       WorkerException e = assertThrows(WorkerException.class, () -> WorkerTesting.join(become));
       assertTrue(e instanceof WorkerLostException && e.kind() == WorkerErrorKind.CRASHED, e.toString());
+      assertThrows(WorkerLostException.class, () -> WorkerTesting.join(w.resident()));
       assertTrue(e.getMessage().contains("signal 9"), e.getMessage());
       assertTrue(slow.awaitIdle(WAIT), slow.stats().toString());
       List<Long> now = slow.pids();

@@ -241,6 +241,16 @@ public record ImageManifest(
 
   // ---- derived ----
 
+  /** This manifest with {@code profile} instead of its own (e.g. a restore order to compare against). */
+  public ImageManifest withProfile(Profile profile) {
+    return new ImageManifest(schemaVersion, function, device, allocations, modules, hostState, samples, build, profile);
+  }
+
+  /** This manifest with {@code allocations} instead of its own. */
+  public ImageManifest withAllocations(List<Allocation> allocations) {
+    return new ImageManifest(schemaVersion, function, device, allocations, modules, hostState, samples, build, profile);
+  }
+
   /** Every chunk the image names (allocation chunks and cubins), each once, in first-use order. */
   public Set<Digest> chunkDigests() {
     Set<Digest> all = new LinkedHashSet<>();

@@ -334,6 +334,15 @@ class ThawServerTest {
     JsonNode trace = json(get(port, "/v1/functions/mlp/trace"));
     List<String> names = trace.get("traceEvents").findValuesAsText("name");
     assertTrue(names.containsAll(List.of("queue", "acquire", "map", "restore-wait", "invoke")), names.toString());
+    // The on-demand restore's own timeline joins it once every copy has landed: its copies on the restore stream.
+    String restoreRows = "";
+    for (int i = 0; i < 1000 && !restoreRows.contains("restore stream"); i++) {
+      restoreRows = json(get(port, "/v1/functions/mlp/trace")).get("traceEvents").findValuesAsText("args").toString()
+          + get(port, "/v1/functions/mlp/trace").body();
+      Thread.sleep(10);
+    }
+    assertTrue(restoreRows.contains("restore stream: copies"), restoreRows);
+    assertTrue(restoreRows.contains("\"name\":\"w0\""), "the copy of allocation w0 on the timeline");
   }
 
   static void awaitWaiting(int n) throws InterruptedException {

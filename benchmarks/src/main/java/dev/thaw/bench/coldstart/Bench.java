@@ -16,9 +16,11 @@ import java.util.Optional;
  * @param childTimeout how long one child process may run
  * @param log where progress goes
  * @param pool the context pool the pooled contenders share
+ * @param out the run's output folder (traces go to its {@code traces/})
  */
 record Bench(ThawCommand thaw, PythonSide python, String pythonUnavailableReason,
-    String checkpointApiMissingReason, Path work, Duration childTimeout, PrintStream log, HarnessPool pool) {
+    String checkpointApiMissingReason, Path work, Duration childTimeout, PrintStream log, HarnessPool pool,
+    Path out) {
 
   Optional<String> pythonUnavailable() {
     return Optional.ofNullable(pythonUnavailableReason);

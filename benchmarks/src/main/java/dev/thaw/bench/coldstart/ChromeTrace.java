@@ -23,14 +23,18 @@ import java.util.Map;
  */
 record ChromeTrace(String source, List<Span> spans) {
 
+  /** Where a run keeps the traces its contenders fetched, in its output folder. */
+  static final String FOLDER = "traces";
+
   /**
    * One span.
    *
+   * @param process the event's {@code pid}: one cold start, in the server's traces
    * @param lane the thread it ran on (a stream, for a GPU trace)
-   * @param name the event's name
-   * @param category its {@code cat}, or its name when it has none: what colours it
+   * @param name the event's name: what colours it
+   * @param category its {@code cat}, or its name when it has none
    */
-  record Span(String lane, String name, String category, double startMillis, double endMillis) {}
+  record Span(String process, String lane, String name, String category, double startMillis, double endMillis) {}
 
   static ChromeTrace read(Path file) throws IOException {
     JsonNode root = ColdStartResult.JSON.readTree(file.toFile());
@@ -64,7 +68,7 @@ record ChromeTrace(String source, List<Span> spans) {
     }
     double t0 = spans.stream().mapToDouble(Span::startMillis).min().orElse(0);
     List<Span> relative = spans.stream()
-        .map(s -> new Span(s.lane(), s.name(), s.category(), s.startMillis() - t0, s.endMillis() - t0))
+        .map(s -> new Span(s.process(), s.lane(), s.name(), s.category(), s.startMillis() - t0, s.endMillis() - t0))
         .sorted(Comparator.comparingDouble(Span::startMillis)).toList();
     return new ChromeTrace(file.getFileName().toString(), relative);
   }
@@ -72,11 +76,31 @@ record ChromeTrace(String source, List<Span> spans) {
   private static Span span(String lane, JsonNode e, double startMicros, double endMicros) {
     String name = e.path("name").asText("");
     String cat = e.path("cat").asText("");
-    return new Span(lane, name, cat.isEmpty() ? name : cat, startMicros / 1e3, endMicros / 1e3);
+    return new Span(e.path("pid").asText("0"), lane, name, cat.isEmpty() ? name : cat, startMicros / 1e3,
+        endMicros / 1e3);
   }
 
   private static String thread(JsonNode e) {
     return e.path("pid").asText("0") + "/" + e.path("tid").asText("0");
+  }
+
+  /**
+   * Only the spans of the process whose first span starts last (the last cold start of a server's trace), made
+   * relative to its own first span; the trace itself when it has one process.
+   */
+  ChromeTrace lastProcess() {
+    if (spans.isEmpty()) {
+      return this;
+    }
+    String last = spans.get(spans.size() - 1).process();
+    String newest = spans.stream().filter(s -> !s.process().equals(last)).findAny().isEmpty() ? last
+        : spans.stream().collect(java.util.stream.Collectors.groupingBy(Span::process,
+            java.util.stream.Collectors.summarizingDouble(Span::startMillis))).entrySet().stream()
+            .max(java.util.Comparator.comparingDouble(e -> e.getValue().getMin())).orElseThrow().getKey();
+    double t0 = spans.stream().filter(s -> s.process().equals(newest)).mapToDouble(Span::startMillis).min().orElse(0);
+    return new ChromeTrace(source + ", its last cold start", spans.stream().filter(s -> s.process().equals(newest))
+        .map(s -> new Span(s.process(), s.lane(), s.name(), s.category(), s.startMillis() - t0, s.endMillis() - t0))
+        .toList());
   }
 
   /** The lanes, in the order their first span starts. */

@@ -25,8 +25,9 @@ import picocli.CommandLine.Spec;
     subcommands = ColdStart.Plot.class,
     description = {
         "Cold-start every contender on each model, N times each, from fresh state:",
-        "Thaw in a fresh process (thaw run), PyTorch from scratch (a new python3),",
-        "and a PyTorch server suspended and resumed by NVIDIA's driver checkpoint.",
+        "Thaw in a fresh process (thaw run); a pooled Thaw worker restoring from the",
+        "store or from the host cache (and warm); PyTorch from scratch (a new",
+        "python3); a PyTorch server suspended and resumed by NVIDIA's driver checkpoint.",
         "Writes cold-start.json (raw samples), cold-start.md and plots/ into --out.",
         "Contenders that cannot run here (no GPU, no PyTorch) are skipped with the",
         "reason; on the simulated device every output says SIMULATED.",
@@ -49,8 +50,14 @@ public final class ColdStart implements Callable<Integer> {
   List<String> sweep = List.of();
 
   @Option(names = "--contenders", split = ",", paramLabel = "ID",
-      description = "Which contenders (default: all): thaw-process, pytorch-scratch, driver-checkpoint.")
+      description = "Which contenders (default: all): thaw-process, thaw-pool-cold, thaw-pool-cold-cache, "
+          + "thaw-pool-warm, pytorch-scratch, driver-checkpoint.")
   List<String> contenders;
+
+  @Option(names = "--sweep-contenders", split = ",", paramLabel = "ID",
+      description = "Which contenders run the sweep models (default: every chosen one that sweeps: thaw-process, "
+          + "thaw-pool-cold, thaw-pool-cold-cache, driver-checkpoint).")
+  List<String> sweepContenders;
 
   @Option(names = "--runs", paramLabel = "N", description = "Cold starts per contender and model (default: ${DEFAULT-VALUE}).")
   int runs = ColdStartOptions.DEFAULT_RUNS;
@@ -76,7 +83,7 @@ public final class ColdStart implements Callable<Integer> {
   String python = ColdStartOptions.DEFAULT_PYTHON;
 
   @Option(names = "--deadline", paramLabel = "SECONDS",
-      description = "Skip sweep models not begun by then (the report says which).")
+      description = "Skip the sweep models and concurrency levels not begun by then (the report says which).")
   Integer deadlineSeconds;
 
   @Option(names = "--child-timeout", paramLabel = "SECONDS",
@@ -88,7 +95,7 @@ public final class ColdStart implements Callable<Integer> {
 
   @Option(names = "--concurrency", split = ",", paramLabel = "N",
       description = "Also N cold starts at once through the context pool, per level (e.g. 1,2,4,8), after the "
-          + "models; subject to --deadline.")
+          + "main models and before the sweep; subject to --deadline.")
   List<Integer> concurrency = List.of();
 
   @Option(names = "--concurrency-model", paramLabel = "MODEL",
@@ -128,6 +135,9 @@ public final class ColdStart implements Callable<Integer> {
       if (contenders != null) {
         options.contenders(contenders);
       }
+      if (sweepContenders != null) {
+        options.sweepContenders(sweepContenders);
+      }
       if (deadlineSeconds != null) {
         options.deadline(Duration.ofSeconds(deadlineSeconds));
       }
@@ -147,13 +157,31 @@ public final class ColdStart implements Callable<Integer> {
     }).execute();
     result.write(out.resolve(JSON_FILE));
     log.println("wrote " + out.resolve(JSON_FILE));
-    writeReport(result, out, trace == null ? null : ChromeTrace.read(trace), log);
+    writeReport(result, out, trace(result, trace, out), log);
     boolean failed = result.models().stream().anyMatch(m -> m.answers().failed()
         || m.contenders().stream().anyMatch(c -> c.status() == ColdStartResult.Status.FAILED));
     if (result.simulated()) {
       log.println("SIMULATED: Thaw ran on the simulated device; no time in this run is a GPU time");
     }
     return failed ? 1 : 0;
+  }
+
+  /**
+   * The trace to draw: the one given, else the last cold start of the Thaw server's trace of the last main model
+   * that has one (in {@code folder}'s {@code traces/}), else none.
+   */
+  static ChromeTrace trace(ColdStartResult result, Path given, Path folder) throws IOException {
+    if (given != null) {
+      return ChromeTrace.read(given);
+    }
+    List<ColdStartResult.ModelResult> main = result.models().stream().filter(m -> !m.sweep()).toList();
+    for (int i = main.size() - 1; i >= 0; i--) {
+      Path file = folder.resolve(ChromeTrace.FOLDER).resolve(main.get(i).model() + ".trace.json");
+      if (Files.isRegularFile(file)) {
+        return ChromeTrace.read(file).lastProcess();
+      }
+    }
+    return null;
   }
 
   /** The table and the plots of a result, into {@code out}. */
@@ -169,9 +197,10 @@ public final class ColdStart implements Callable<Integer> {
    * {@link ColdStartPlots} cannot even be loaded by a Java without {@code java.desktop}.
    */
   static List<String> plots(ColdStartResult result, Path out, ChromeTrace trace) throws IOException {
-    String elsewhere = "; draw them from the JSON where Java can: `thaw-bench cold-start plot --from " + JSON_FILE
-        + " --out DIR`";
+    String elsewhere = "; draw them from the JSON with a full JDK 17: `java -cp 'thaw/lib/*:thaw/lib/bench/*' "
+        + ColdStart.class.getName() + " plot --from " + JSON_FILE + " --out DIR`";
     if (ModuleLayer.boot().findModule("java.desktop").isEmpty()) {
+      // The tarball's runtime leaves java.desktop out: it would add 8.5 MB to a tarball that must stay under 60 MiB.
       return List.of("- no plots: this Java runtime has no java.desktop module" + elsewhere);
     }
     try {
@@ -199,7 +228,7 @@ public final class ColdStart implements Callable<Integer> {
     public Integer call() throws IOException {
       ColdStartResult result = ColdStartResult.read(from);
       Files.createDirectories(out);
-      writeReport(result, out, trace == null ? null : ChromeTrace.read(trace), System.out);
+      writeReport(result, out, trace(result, trace, from.toAbsolutePath().getParent()), System.out);
       return 0;
     }
   }

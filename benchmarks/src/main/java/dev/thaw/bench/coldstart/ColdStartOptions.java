@@ -19,6 +19,7 @@ public final class ColdStartOptions {
   private List<String> models = DEFAULT_MODELS;
   private List<String> sweep = List.of();
   private List<String> contenders = Contenders.ids();
+  private List<String> sweepContenders;
   private int runs = DEFAULT_RUNS;
   private int sweepRuns = DEFAULT_SWEEP_RUNS;
   private Path out;
@@ -63,6 +64,22 @@ public final class ColdStartOptions {
   public ColdStartOptions contenders(List<String> contenders) {
     contenders.forEach(Contenders::named);
     this.contenders = List.copyOf(contenders);
+    return this;
+  }
+
+  /** Which of the contenders run the sweep models: by default every one that {@link Contender#sweeps()}. */
+  public List<String> sweepContenders() {
+    return sweepContenders != null ? sweepContenders
+        : contenders.stream().filter(id -> Contenders.named(id).sweeps()).toList();
+  }
+
+  public ColdStartOptions sweepContenders(List<String> ids) {
+    for (String id : ids) {
+      if (!Contenders.named(id).sweeps()) {
+        throw new IllegalArgumentException(id + " does not run sweep models");
+      }
+    }
+    this.sweepContenders = List.copyOf(ids);
     return this;
   }
 

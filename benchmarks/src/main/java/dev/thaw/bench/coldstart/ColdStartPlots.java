@@ -62,8 +62,8 @@ final class ColdStartPlots {
       draw(lines, dir, "restore-timeline", "Restore timeline (" + trace.source() + ")",
           () -> timeline(trace, suffix));
     } else {
-      lines.add("- not drawn: restore timeline: no Chrome trace was given (`--trace`); Thaw's on-demand restore "
-          + "writes one");
+      lines.add("- not drawn: restore timeline: no Chrome trace (the Thaw server's cold contender fetches one; "
+          + "`--trace FILE` gives one)");
     }
     return lines;
   }
@@ -258,10 +258,9 @@ final class ColdStartPlots {
       throw new NotDrawn("the trace holds no complete events");
     }
     List<String> lanes = trace.lanes();
-    XYChart chart = new XYChartBuilder().width(WIDTH).height(Math.max(HEIGHT / 2, 120 + 40 * lanes.size()))
-        .title("Restore timeline" + suffix).xAxisTitle("milliseconds from the first event").build();
+    XYChart chart = new XYChartBuilder().width(WIDTH).height(Math.max(HEIGHT / 2, 160 + 40 * lanes.size()))
+        .title("Restore timeline: " + trace.source() + suffix).xAxisTitle("milliseconds from the first event").build();
     style(chart.getStyler());
-    chart.getStyler().setLegendVisible(false);
     chart.getStyler().setYAxisMin(-0.5).setYAxisMax(lanes.size() - 0.5);
     chart.getStyler().setYAxisTickMarkSpacingHint(40);
     chart.setCustomYAxisTickLabelsFormatter(v -> {
@@ -269,14 +268,29 @@ final class ColdStartPlots {
       return Math.abs(v - i) < 1e-9 && i >= 0 && i < lanes.size() ? lanes.get((int) i) : " ";
     });
     java.awt.Color[] palette = {new java.awt.Color(0x1f77b4), new java.awt.Color(0xff7f0e),
-        new java.awt.Color(0x2ca02c), new java.awt.Color(0xd62728), new java.awt.Color(0x9467bd)};
-    Map<String, java.awt.Color> byName = new LinkedHashMap<>();
+        new java.awt.Color(0x2ca02c), new java.awt.Color(0xd62728), new java.awt.Color(0x9467bd),
+        new java.awt.Color(0x8c564b), new java.awt.Color(0xe377c2), new java.awt.Color(0x7f7f7f),
+        new java.awt.Color(0xbcbd22), new java.awt.Color(0x17becf)};
+    // Colour by name when names are few (a server's phases); else by category, else by lane (an on-demand
+    // restore's hundreds of copies and kernels), and then without a legend.
+    long names = trace.spans().stream().map(ChromeTrace.Span::name).distinct().count();
+    long categories = trace.spans().stream().map(ChromeTrace.Span::category).distinct().count();
+    java.util.function.Function<ChromeTrace.Span, String> key = names <= palette.length ? ChromeTrace.Span::name
+        : categories <= palette.length ? ChromeTrace.Span::category : ChromeTrace.Span::lane;
+    boolean legend = names <= palette.length || categories <= palette.length;
+    chart.getStyler().setLegendVisible(legend);
+    Map<String, java.awt.Color> colours = new LinkedHashMap<>();
+    Set<String> named = new LinkedHashSet<>();
     int n = 0;
     for (ChromeTrace.Span s : trace.spans()) {
-      java.awt.Color color = byName.computeIfAbsent(s.category(), k -> palette[byName.size() % palette.length]);
+      String k = key.apply(s);
+      java.awt.Color color = colours.computeIfAbsent(k, x -> palette[colours.size() % palette.length]);
       double lane = lanes.indexOf(s.lane());
-      XYSeries series = chart.addSeries("span " + n++, new double[] {s.startMillis(), s.endMillis()},
+      // One legend entry per colour: the first span of it carries the name, the others stay out of the legend.
+      boolean first = named.add(k);
+      XYSeries series = chart.addSeries(first ? k : " " + n++, new double[] {s.startMillis(), s.endMillis()},
           new double[] {lane, lane});
+      series.setShowInLegend(first);
       series.setMarker(SeriesMarkers.NONE);
       series.setLineColor(color);
       series.setLineStyle(new java.awt.BasicStroke(14f, java.awt.BasicStroke.CAP_BUTT, java.awt.BasicStroke.JOIN_MITER));

@@ -106,7 +106,7 @@ final class ColdStartRun {
         }
       }
       Bench bench = new Bench(thaw, python, pythonReason, checkpointReason, work, options.childTimeout(), log,
-          pool);
+          pool, options.out());
 
       // One model at a time, main models first: a sweep model not begun by the deadline costs nothing.
       Boolean simulated = options.device().equals("sim") ? Boolean.TRUE : null;
@@ -131,7 +131,7 @@ final class ColdStartRun {
         }
         List<ContenderResult> results = new ArrayList<>();
         for (Contender c : contenders) {
-          if (!p.sweep() || c.sweeps()) {
+          if (!p.sweep() || options.sweepContenders().contains(c.id())) {
             results.add(runOne(bench, c, p));
           }
         }
@@ -266,7 +266,7 @@ final class ColdStartRun {
       return ContenderResult.skipped(c, reason);
     }
     int runs = p.sweep() ? options.sweepRuns() : options.runs();
-    say("%s: %s, %d cold starts", model, c.label(), runs);
+    say("%s: %s, %d run%s", model, c.label(), runs, runs == 1 ? "" : "s");
     try {
       List<Sample> samples = c.run(bench, p, runs);
       ContenderResult r = new ContenderResult(c.id(), c.label(), Status.RAN, null, samples);

@@ -35,7 +35,8 @@ final class ConcurrencySweep {
     List<ConcurrencyLevel> results = new ArrayList<>();
     ExecutorService threads = Executors.newFixedThreadPool(most);
     try (ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(most)
-        .setMaxWorkers(most + 1).setMaxStarting(2).setDeviceChoice(device).setStorePath(store))) {
+        .setMaxWorkers(most + 1).setMaxStarting(2).setDeviceChoice(device).setStorePath(store)
+        .setWarmupLaunches(HarnessPool.warmupLaunches(device)))) {
       for (int n : levels) {
         if (!pool.awaitIdle(timeout.multipliedBy(2))) {
           throw new Contender.ContenderException("the pool did not get " + most + " idle workers in "

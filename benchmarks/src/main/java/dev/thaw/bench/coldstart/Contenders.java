@@ -3,15 +3,19 @@ package dev.thaw.bench.coldstart;
 import java.util.List;
 
 /**
- * Every contender the harness knows, in the order they run on each model. A new way to cold-start (the Thaw
- * server over HTTP, cold per memory tier and warm) is one more {@link Contender} in this list.
+ * Every contender the harness knows, in the order they run on each model. A new way to cold-start (the server
+ * from the host cache or HBM-resident tier once it restores from them; on-demand restore) is one more
+ * {@link Contender} in this list.
  */
 final class Contenders {
 
   private static final List<Contender> ALL = List.of(
       new ThawProcessContender(),
-      new ThawPoolColdContender(),
+      new ThawPoolColdContender(false),
+      new ThawPoolColdContender(true),
       new ThawPoolWarmContender(),
+      new ThawServerContender(true),
+      new ThawServerContender(false),
       new PytorchScratchContender(),
       new DriverCheckpointContender());
 

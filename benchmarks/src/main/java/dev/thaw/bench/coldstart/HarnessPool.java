@@ -18,19 +18,39 @@ final class HarnessPool implements AutoCloseable {
   private final String device;
   private final Path store;
   private final Duration timeout;
+  private final Path hostCache;
   private ContextPool pool;
 
   HarnessPool(String device, Path store, Duration timeout) {
+    this(device, store, timeout, null);
+  }
+
+  /** A pool like {@code other} whose workers map the host image cache at {@code hostCache}. */
+  HarnessPool(HarnessPool other, Path hostCache) {
+    this(other.device, other.store, other.timeout, hostCache);
+  }
+
+  private HarnessPool(String device, Path store, Duration timeout, Path hostCache) {
     this.device = device;
     this.store = store;
     this.timeout = timeout;
+    this.hostCache = hostCache;
+  }
+
+  /**
+   * A worker's warm-up launches: the pool's default on a GPU; few on the simulated device, where each launch runs
+   * a Java kernel and nothing measured there is a GPU time anyway (it keeps the CI smoke test short).
+   */
+  static int warmupLaunches(String device) {
+    return device.equals("sim") ? 100 : ContextPoolOptions.DEFAULT_WARMUP_LAUNCHES;
   }
 
   /** The pool with its idle worker ready. */
   synchronized ContextPool ready() throws InterruptedException, Contender.ContenderException {
     if (pool == null) {
       pool = ContextPool.create(new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(1).setMaxWorkers(2)
-          .setMaxStarting(1).setDeviceChoice(device).setStorePath(store));
+          .setMaxStarting(1).setDeviceChoice(device).setStorePath(store).setHostCachePath(hostCache)
+          .setWarmupLaunches(warmupLaunches(device)));
     }
     if (!pool.awaitIdle(timeout)) {
       throw new Contender.ContenderException("the context pool had no idle worker after " + timeout.toSeconds()

@@ -107,7 +107,8 @@ final class MarkdownReport {
   /** How many times as long as each of Thaw's cold starts every other contender takes, on one model. */
   private static Optional<String> ratios(ModelResult m) {
     StringBuilder s = new StringBuilder();
-    for (String base : List.of(ThawPoolColdContender.ID, ThawProcessContender.ID)) {
+    for (String base : List.of(ThawServerContender.COLD_ID, ThawPoolColdContender.CACHE_ID, ThawPoolColdContender.ID,
+        ThawProcessContender.ID)) {
       Optional<ContenderResult> thaw = m.contender(base).filter(ContenderResult::ran);
       if (thaw.isEmpty()) {
         continue;

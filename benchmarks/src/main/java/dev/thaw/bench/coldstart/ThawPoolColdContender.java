@@ -1,12 +1,19 @@
 package dev.thaw.bench.coldstart;
 
 import dev.thaw.bench.coldstart.ColdStartResult.Sample;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.BecomeResult;
 import dev.thaw.pool.ContextPool;
+import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
 import dev.thaw.pool.PoolException;
 import dev.thaw.pool.Worker;
+import dev.thaw.pool.cache.CacheLease;
+import dev.thaw.pool.cache.HostCacheOptions;
+import dev.thaw.pool.cache.HostImageCache;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.util.ArrayList;
@@ -17,23 +24,40 @@ import java.util.Optional;
 
 /**
  * Thaw's serving cold path without HTTP: a warm worker of the context pool (JVM started, CUDA context made,
- * store open) is acquired, becomes the image (a full restore from the store, every chunk verified) and serves
- * the request; then it is released and exits, and the next cold start takes a fresh worker. The clock starts
- * at {@code acquire}, with the pool idle. Phases: acquire; the worker's own restore phases; what the BECOME
- * round trip adds to them (frames, the parent's reader); the request's round trip.
+ * store open, host cache registered) is acquired, becomes the image and serves the request; then it is released
+ * and exits, and the next cold start takes a fresh worker. The clock starts at {@code acquire}, with the pool
+ * idle. Two tiers the image is restored from:
+ * <ul>
+ *   <li>{@code thaw-pool-cold}: the store on local disk, every chunk read and verified;
+ *   <li>{@code thaw-pool-cold-cache}: the pinned host image cache, the image staged (read and verified) into it
+ *       before the clock starts, as a server keeps its hot images; a worker that falls back to the store fails
+ *       the contender rather than be counted as the cache.
+ * </ul>
+ * Phases: acquire; the worker's own restore phases; what the BECOME round trip adds to them (frames, the
+ * parent's reader); the request's round trip.
  */
 final class ThawPoolColdContender implements Contender {
 
   static final String ID = "thaw-pool-cold";
+  static final String CACHE_ID = "thaw-pool-cold-cache";
+
+  /** Entries of a BECOME's phases that are no times (the host-cache restore reports its copies and their rate). */
+  private static final java.util.Set<String> NOT_TIMES = java.util.Set.of("copies", "bytes");
+
+  private final boolean fromHostCache;
+
+  ThawPoolColdContender(boolean fromHostCache) {
+    this.fromHostCache = fromHostCache;
+  }
 
   @Override
   public String id() {
-    return ID;
+    return fromHostCache ? CACHE_ID : ID;
   }
 
   @Override
   public String label() {
-    return "Thaw, pooled worker, cold (acquire + restore + invoke)";
+    return fromHostCache ? "Thaw, pooled worker, cold from the host cache" : "Thaw, pooled worker, cold from the store";
   }
 
   @Override
@@ -51,31 +75,63 @@ final class ThawPoolColdContender implements Contender {
     String tag = model.requireTag();
     byte[] manifest = bench.pool().manifest(tag);
     byte[] request = readRequest(model);
+    if (!fromHostCache) {
+      return runs(bench.pool(), model, tag, manifest, request, runs, null);
+    }
+    // The cache is made for this model's image (the workers map and register all of it at their start), with a
+    // pool of its own whose workers map it.
+    long capacity = (model.imageBytes() * 5 / 4 + (64L << 20)) & -HostCacheOptions.ALIGNMENT;
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(capacity));
+        RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(bench.pool().store()).setReadOnly(true));
+        CacheLease lease = cache.stage(tag, ImageManifest.read(manifest), store);
+        HarnessPool pool = new HarnessPool(bench.pool(), cache.path())) {
+      return runs(pool, model, tag, manifest, request, runs, lease);
+    } catch (IOException | RuntimeException e) {
+      if (e instanceof PoolException) {
+        throw new ContenderException("the pooled worker failed: " + e.getMessage(), e);
+      }
+      throw new ContenderException("the host cache: " + e, e);
+    }
+  }
+
+  private List<Sample> runs(HarnessPool harnessPool, PreparedModel model, String tag, byte[] manifest,
+      byte[] request, int runs, CacheLease lease) throws ContenderException, InterruptedException {
     List<Sample> samples = new ArrayList<>();
+    ImageSource source = lease == null ? ImageSource.store(harnessPool.store())
+        : ImageSource.hostCache(lease, harnessPool.store());
     for (int i = 0; i < runs; i++) {
-      ContextPool pool = bench.pool().ready();
+      ContextPool pool = harnessPool.ready();
       try {
         long t0 = System.nanoTime();
         Worker w = pool.acquire();
         long t1 = System.nanoTime();
         try {
-          BecomeResult b = w.becomeBlocking(tag, manifest, ImageSource.store(bench.pool().store()));
+          BecomeResult b = w.becomeBlocking(tag, manifest, source);
           long t2 = System.nanoTime();
+          if (!b.source().equals(source.kind())) {
+            throw new ContenderException("the worker restored from " + b.source() + ", not from the " + source.kind());
+          }
           InvokeResult r = w.invokeBlocking(request);
           long t3 = System.nanoTime();
           Map<String, Double> phases = new LinkedHashMap<>();
+          Map<String, Double> extra = new LinkedHashMap<>();
           phases.put("acquire", ms(t0, t1));
           double inside = 0;
           for (Map.Entry<String, Double> e : b.phases().entrySet()) {
-            if (!e.getKey().equals("total")) {
+            if (NOT_TIMES.contains(e.getKey()) || e.getKey().endsWith("GBps")) {
+              extra.put(e.getKey(), e.getValue()); // a count or a rate beside the times
+            } else if (!e.getKey().equals("total")) {
               phases.put(e.getKey(), e.getValue());
               inside += e.getValue();
             }
           }
           phases.put("become round trip", Math.max(0, ms(t1, t2) - inside));
           phases.put("invoke (round trip)", ms(t2, t3));
-          samples.add(new Sample(ms(t0, t3), phases, model.workload().answerOf(r.jsonTree()), null,
-              Map.of("restoredBytes", (double) b.bytes())));
+          extra.put("restoredBytes", (double) b.bytes());
+          if (lease != null) {
+            extra.put("stageMillis", lease.stageMillis());
+          }
+          samples.add(new Sample(ms(t0, t3), phases, model.workload().answerOf(r.jsonTree()), null, extra));
         } finally {
           w.release();
         }

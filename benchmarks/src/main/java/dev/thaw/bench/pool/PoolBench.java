@@ -12,6 +12,7 @@ import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
+import dev.thaw.pool.RestoreCompletion;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerStart;
 import dev.thaw.pool.cache.CacheLease;
@@ -35,8 +36,10 @@ import java.util.Map;
  *   <li>worker spawn-to-ready and its phases (JVM start, driver open = {@code cuInit}, context, streams, store
  *       open, host cache registration, warm-up);
  *   <li>{@code acquire()} latency (acquire + release of a blank worker, many times; the acquire is timed);
- *   <li>per image and per source (store, host cache): store → cache staging, BECOME (map, copy) and the first
- *       and second invoke in the pooled worker, and the whole cold path acquire → become → first response.
+ *   <li>per image and per source (store, host cache): store → cache staging; BECOME until the function is
+ *       invocable (on-demand restore: map, modules, state); the first invoke, gated on residency; the whole cold
+ *       path acquire → become → first response; when the last byte landed (GB/s over the whole image); and
+ *       invokes once resident.
  * </ul>
  *
  * <p>Usage: {@code PoolBench --store DIR [--image TAG=REQUEST.json]... [--runs 3] [--acquires 20000]
@@ -178,6 +181,7 @@ public final class PoolBench {
       }
       InvokeResult first = w.invokeBlocking(image.request());
       double coldMs = (System.nanoTime() - t0) / 1e6;
+      RestoreCompletion done = w.resident().get();
       InvokeResult second = w.invokeBlocking(image.request());
       InvokeResult third = w.invokeBlocking(image.request());
       w.release();
@@ -191,16 +195,21 @@ public final class PoolBench {
       run.put("secondInvokeMillis", second.phases().get("invoke"));
       run.put("thirdInvokeMillis", third.phases().get("invoke"));
       run.put("coldMillis", coldMs);
+      run.set("resident", JSON.valueToTree(done));
+      run.put("residentGBps", done.bytes() / (done.sinceBecomeMillis() * 1e6));
       run.put("response", new String(first.json(), java.nio.charset.StandardCharsets.UTF_8).length() > 200
           ? new String(first.json(), 0, 200, java.nio.charset.StandardCharsets.UTF_8) + "…"
           : new String(first.json(), java.nio.charset.StandardCharsets.UTF_8));
       Map<String, Double> p = b.phases();
       System.out.printf(Locale.ROOT,
           "%s from %s run %d: cold %.1f ms = acquire %.0f us + become %.1f ms (%s) + first invoke %.2f ms "
-              + "(in worker %.2f; then %.2f, %.2f)%s%n",
+              + "(in worker %.2f; resident then: %.2f, %.2f); all bytes resident %.1f ms after BECOME began "
+              + "(%.2f GB/s; %d MB host, %d MB store, %d copies, %d waits)%s%n",
           image.tag(), b.source(), r + 1, coldMs, (acquired - t0) / 1e3, b.roundTripMillis(), phasesLine(p),
           first.roundTripMillis(), first.phases().get("invoke"), second.phases().get("invoke"),
-          third.phases().get("invoke"), run.has("storeToCacheGBps") ? String.format(Locale.ROOT,
+          third.phases().get("invoke"), done.sinceBecomeMillis(), run.get("residentGBps").asDouble(),
+          done.hostBytes() >> 20, done.storeBytes() >> 20, done.copies(), done.waits(),
+          run.has("storeToCacheGBps") ? String.format(Locale.ROOT,
               "; staged store->cache %.2f GB/s", run.get("storeToCacheGBps").asDouble()) : "");
     }
     return node;

@@ -48,6 +48,31 @@ public final class OnDemandBenchmark {
 
   private record Case(String image, String label, JsonNode request) {}
 
+  /** How a round restores: {@code full} waits for residency before invoking; {@code warm} invokes a restored one. */
+  private record Strategy(String name, boolean full, boolean warm, boolean reversed, long window,
+      OnDemandOptions.Promotion promotion) {
+
+    OnDemandOptions options() {
+      return new OnDemandOptions().windowBytes(window).promotion(promotion);
+    }
+  }
+
+  private static final long ALL = Long.MAX_VALUE;
+  private static final long WINDOW = OnDemandOptions.DEFAULT_WINDOW_BYTES;
+  private static final OnDemandOptions.Promotion REORDER = OnDemandOptions.Promotion.REORDER;
+  private static final List<Strategy> STRATEGIES = List.of(
+      new Strategy("full", true, false, false, ALL, REORDER),
+      new Strategy("on-demand", false, false, false, WINDOW, REORDER),
+      new Strategy("on-demand, all queued at once", false, false, false, ALL, REORDER),
+      new Strategy("warm", false, true, false, WINDOW, REORDER));
+  /** With the profile's order reversed (a stale profile): what moving a needed allocation to the head buys. */
+  private static final List<Strategy> REVERSED = List.of(
+      new Strategy("reversed order: all queued at once", false, false, true, ALL, REORDER),
+      new Strategy("reversed order: reorder, 64 MiB window", false, false, true, WINDOW, REORDER),
+      new Strategy("reversed order: reorder, 8 MiB window", false, false, true, 8L << 20, REORDER),
+      new Strategy("reversed order: second stream", false, false, true, WINDOW,
+          OnDemandOptions.Promotion.SECOND_STREAM));
+
   public static void main(String[] args) throws Exception {
     Path storeDir = Path.of(args.length > 0 ? args[0] : Files.createTempDirectory("thaw-ondemand").toString());
     Path out = Path.of(args.length > 1 ? args[1] : ".");
@@ -96,10 +121,13 @@ public final class OnDemandBenchmark {
                   manifest.profile().summary());
               loaded = c.image();
             }
-            for (Object[] strategy : new Object[][] {{"full", Long.MAX_VALUE}, {"on-demand", OnDemandOptions
-                .DEFAULT_WINDOW_BYTES}, {"on-demand, all queued", Long.MAX_VALUE}, {"warm", OnDemandOptions.DEFAULT_WINDOW_BYTES}}) {
-              rows.add(measure(c, (String) strategy[0], (Long) strategy[1], plan, store, ctx, cache, resources,
-                  rounds));
+            List<Strategy> strategies = new java.util.ArrayList<>(STRATEGIES);
+            if (c == cases.get(0)) {
+              strategies.addAll(REVERSED);
+            }
+            for (Strategy strategy : strategies) {
+              RestorePlan p = strategy.reversed() ? RestorePlan.of(reversed(plan.manifest())) : plan;
+              rows.add(measure(c, strategy, p, store, ctx, cache, resources, rounds));
             }
           }
           // One traced on-demand cold start of the first case, after the timed rounds.
@@ -142,7 +170,7 @@ public final class OnDemandBenchmark {
   }
 
   /** One strategy's rounds; the first two warm the JVM's code paths (a pooled worker has them warm) and are dropped. */
-  private static ObjectNode measure(Case c, String strategy, long window, RestorePlan plan, RocksChunkStore store,
+  private static ObjectNode measure(Case c, Strategy strategy, RestorePlan plan, RocksChunkStore store,
       GpuContext ctx, PinnedImageSource cache, RestoreResources resources, int rounds) throws Exception {
     OnDemandRestorer restorer = new OnDemandRestorer(store);
     FunctionRequest request = FunctionRequest.of(c.request());
@@ -152,12 +180,16 @@ public final class OnDemandBenchmark {
     double[] response = new double[n];
     double[] resident = new double[n];
     double[] hidden = new double[n];
+    double[] map = new double[n];
+    double[] modules = new double[n];
+    double[] state = new double[n];
+    double[] copies = new double[n];
     long promotions = 0;
     long waits = 0;
     JsonNode answer = null;
     for (int i = 0; i < n; i++) {
-      OnDemandOptions options = new OnDemandOptions().windowBytes(window);
-      if (strategy.equals("warm")) {
+      OnDemandOptions options = strategy.options();
+      if (strategy.warm()) {
         try (OnDemandRestore r = restorer.restore(plan, ctx, cache, resources, options)) {
           r.function().invoke(request);
           r.awaitResident();
@@ -170,7 +202,10 @@ public final class OnDemandBenchmark {
       long t0 = System.nanoTime();
       try (OnDemandRestore r = restorer.restore(plan, ctx, cache, resources, options)) {
         ready[i] = (System.nanoTime() - t0) / 1e6;
-        if (strategy.equals("full")) {
+        map[i] = r.timings().mapMillis();
+        modules[i] = r.timings().modulesMillis();
+        state[i] = r.timings().stateMillis();
+        if (strategy.full()) {
           r.awaitResident();
         }
         answer = r.function().invoke(request).json();
@@ -186,24 +221,33 @@ public final class OnDemandBenchmark {
         hidden[i] = resident[i] + warm - response[i];
         OnDemandRestore.Stats s = r.stats();
         promotions = s.promotions();
+        copies[i] = s.copies();
         waits = s.waits() + s.fullWaits();
       }
     }
     ObjectNode row = JSON.createObjectNode();
     row.put("case", c.label());
-    row.put("strategy", strategy);
+    row.put("strategy", strategy.name());
     row.put("firstKernelMs", median(firstKernel));
     row.put("readyMs", median(ready));
     row.put("firstResponseMs", median(response));
     row.put("residentMs", median(resident));
     row.put("hiddenMs", median(hidden));
+    row.put("mapMs", median(map));
+    row.put("modulesMs", median(modules));
+    row.put("stateMs", median(state));
+    row.put("copies", median(copies));
     row.put("promotions", promotions);
     row.put("waits", waits);
     row.set("response", answer);
-    System.out.printf(Locale.ROOT, "| %s | %s | %s | %s | %.2f | %s | %s | %d | %d |%n", c.label(), strategy,
-        strategy.equals("warm") ? "-" : fmt(median(firstKernel)), strategy.equals("warm") ? "-" : fmt(median(ready)),
-        median(response), strategy.equals("warm") ? "-" : fmt(median(resident)),
-        strategy.equals("warm") ? "-" : fmt(median(hidden)), promotions, waits);
+    boolean warm = strategy.warm();
+    System.out.printf(Locale.ROOT, "| %s | %s | %s | %s | %.2f | %s | %s | %d | %d |%n", c.label(), strategy.name(),
+        warm ? "-" : fmt(median(firstKernel)), warm ? "-" : fmt(median(ready)), median(response),
+        warm ? "-" : fmt(median(resident)), warm ? "-" : fmt(median(hidden)), promotions, waits);
+    if (!warm) {
+      System.out.printf(Locale.ROOT, "|   | ready = map %.2f + modules %.2f + host state %.2f ms (+ start); %.0f copies | "
+          + "| | | | | | |%n", median(map), median(modules), median(state), median(copies));
+    }
     return row;
   }
 
@@ -219,6 +263,13 @@ public final class OnDemandBenchmark {
       r.trace().writeChromeTrace(file);
       System.out.println("trace of one on-demand cold start (" + c.label() + "): " + file);
     }
+  }
+
+  private static ImageManifest reversed(ImageManifest m) {
+    List<String> order = new java.util.ArrayList<>(m.profile().firstAccessOrder());
+    java.util.Collections.reverse(order);
+    return m.withProfile(new ImageManifest.Profile(m.profile().orderSource(), m.profile().launches(), order,
+        m.profile().kernels()));
   }
 
   private static String fmt(double v) {

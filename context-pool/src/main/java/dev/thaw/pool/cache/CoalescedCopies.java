@@ -25,6 +25,40 @@ public final class CoalescedCopies {
    * @throws IllegalStateException naming a chunk the cache does not hold
    */
   public static List<Copy> plan(List<ImageManifest.Allocation> allocations, PinnedChunks chunks) {
+    return plan(allocations, chunks, List.of());
+  }
+
+  /**
+   * Like {@link #plan(List, PinnedChunks)}, leaving out the device ranges {@code [start, end)} in {@code resident}
+   * (bytes already there, e.g. mapped read-only from the HBM tier).
+   */
+  public static List<Copy> plan(List<ImageManifest.Allocation> allocations, PinnedChunks chunks, List<long[]> resident) {
+    List<Copy> out = new ArrayList<>();
+    for (Copy c : coalesce(allocations, chunks)) {
+      clip(c, resident, out);
+    }
+    return out;
+  }
+
+  /** Adds the parts of {@code c} outside every range of {@code resident} to {@code out}. */
+  private static void clip(Copy c, List<long[]> resident, List<Copy> out) {
+    long start = c.device();
+    long end = c.device() + c.bytes();
+    List<long[]> overlapping = resident.stream().filter(r -> r[0] < end && r[1] > start)
+        .sorted(java.util.Comparator.comparingLong(r -> r[0])).toList();
+    long at = start;
+    for (long[] r : overlapping) {
+      if (r[0] > at) {
+        out.add(new Copy(at, c.source(), c.sourceOffset() + (at - c.device()), r[0] - at));
+      }
+      at = Math.max(at, r[1]);
+    }
+    if (at < end) {
+      out.add(new Copy(at, c.source(), c.sourceOffset() + (at - c.device()), end - at));
+    }
+  }
+
+  private static List<Copy> coalesce(List<ImageManifest.Allocation> allocations, PinnedChunks chunks) {
     List<Copy> out = new ArrayList<>();
     long dev = -1;
     long host = -1;

@@ -9,11 +9,14 @@ import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
 import dev.thaw.pool.PoolException;
+import dev.thaw.pool.RestoreCompletion;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.WorkerException;
+import dev.thaw.pool.WorkerLostException;
 import dev.thaw.pool.WorkerStart;
 import dev.thaw.pool.WorkerStatus;
+import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.pool.protocol.FrameType;
@@ -81,11 +84,16 @@ final class WorkerProcess implements Worker {
   private final Listener listener;
 
   private final CompletableFuture<WorkerStart> ready = new CompletableFuture<>();
+  private final CompletableFuture<RestoreCompletion> resident = new CompletableFuture<>();
+  /** The host cache lease of the image this worker restores: held until the restore is complete or the worker ends. */
+  private final AtomicReference<CacheLease> lease = new AtomicReference<>();
   private final Map<Integer, CompletableFuture<Frame>> pending = new ConcurrentHashMap<>();
   private final AtomicInteger ids = new AtomicInteger();
   private final AtomicBoolean busy = new AtomicBoolean();
   private final AtomicReference<WorkerException> ended = new AtomicReference<>();
   private volatile boolean becameAnImage;
+  /** Set when a BECOME succeeded: only then may requests be sent. */
+  private volatile boolean invocable;
   private volatile String image;
 
   private WorkerProcess(int device, Process process, long spawnNanos, Path log, ContextPoolOptions options,
@@ -195,6 +203,10 @@ final class WorkerProcess implements Worker {
     head.put("name", name);
     head.set("source", source.toJson());
     head.put("manifestBytes", manifest.length);
+    head.put("awaitResident", options.awaitResident());
+    if (source.lease() != null) {
+      lease.set(source.lease());
+    }
     byte[] body = manifest;
     if (source.placement() != null) {
       byte[] placement = source.placement().toBytes();
@@ -204,6 +216,7 @@ final class WorkerProcess implements Worker {
     long t = System.nanoTime();
     return release(send(FrameType.BECOME, head, body, options.becomeTimeout()).thenApply(f -> {
       JsonNode h = f.head();
+      invocable = true;
       return new BecomeResult(name, h.path("source").asText("store"), phases(h.path("phases")),
           h.path("bytes").asLong(), millisSince(t));
     }));
@@ -215,10 +228,16 @@ final class WorkerProcess implements Worker {
   }
 
   @Override
+  public CompletableFuture<RestoreCompletion> resident() {
+    return resident;
+  }
+
+  @Override
   public CompletableFuture<InvokeResult> invoke(byte[] json, ByteBuffer binary, Duration deadline) {
     checkUsable();
-    if (!becameAnImage) {
-      throw new IllegalStateException("worker " + pid + " has not become an image");
+    if (!invocable) {
+      throw new IllegalStateException("worker " + pid + (becameAnImage ? " did not become '" + image + "' (its "
+          + "BECOME failed or has not answered)" : " has not become an image"));
     }
     claim();
     byte[] body = json;
@@ -300,7 +319,7 @@ final class WorkerProcess implements Worker {
 
   /** Kills the worker now and fails everything pending with one exception of {@code kind}. Idempotent. */
   void lose(WorkerErrorKind kind, String remoteType, String message) {
-    lose(WorkerException.of(kind, pid, remoteType, message));
+    lose(new WorkerLostException(kind, pid, remoteType, message));
   }
 
   private void lose(WorkerException e) {
@@ -314,6 +333,8 @@ final class WorkerProcess implements Worker {
 
   private void failPending(WorkerException e) {
     ready.completeExceptionally(e);
+    resident.completeExceptionally(e);
+    closeLease();
     for (CompletableFuture<Frame> f : pending.values()) {
       f.completeExceptionally(e);
     }
@@ -324,7 +345,7 @@ final class WorkerProcess implements Worker {
   private void checkUsable() {
     WorkerException e = ended.get();
     if (e != null) {
-      throw e.workerLost() ? WorkerException.of(e.kind(), pid, e.remoteType(), e.getMessage())
+      throw e instanceof WorkerLostException ? new WorkerLostException(e.kind(), pid, e.remoteType(), e.detail())
           : new IllegalStateException(e.getMessage());
     }
   }
@@ -377,6 +398,7 @@ final class WorkerProcess implements Worker {
         switch (f.type()) {
           case READY -> onReady(f);
           case RESULT -> complete(f.id(), f);
+          case RESIDENT -> onResident(f);
           case ERROR -> onError(f);
           default -> throw new ProtocolException(f.type() + " is not a frame a worker sends");
         }
@@ -402,6 +424,21 @@ final class WorkerProcess implements Worker {
         d.path("name").asText(), phases(h.path("phases")), millisSince(spawnNanos));
     if (ready.complete(start)) {
       listener.ready(this);
+    }
+  }
+
+  private void onResident(Frame f) {
+    JsonNode h = f.head();
+    closeLease();
+    resident.complete(new RestoreCompletion(h.path("sinceBecomeMillis").asDouble(), h.path("bytes").asLong(),
+        h.path("hostBytes").asLong(), h.path("storeBytes").asLong(), h.path("residentBytes").asLong(),
+        h.path("copies").asInt(), h.path("promotions").asInt(), h.path("waits").asLong()));
+  }
+
+  private void closeLease() {
+    CacheLease l = lease.getAndSet(null);
+    if (l != null) {
+      l.close();
     }
   }
 

@@ -12,6 +12,11 @@ public enum FrameType {
   STATUS(4),
   /** Parent → worker: answer, then exit 0. */
   EXIT(5),
+  /**
+   * Worker → parent, after the RESULT of a BECOME, with its id: every byte of the image is on the device now; the
+   * head says how long that took and where the bytes came from.
+   */
+  RESIDENT(6),
   /** Worker → parent: the answer to the request with the same id. */
   RESULT(16),
   /** Worker → parent: the request with the same id failed (id 0: the worker itself failed and exits). */

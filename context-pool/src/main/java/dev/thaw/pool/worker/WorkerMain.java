@@ -4,10 +4,12 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
-import dev.thaw.image.ProgressListener;
 import dev.thaw.image.restore.ImageRestoreException;
-import dev.thaw.image.restore.ImageRestorer;
-import dev.thaw.image.restore.RestoredFunction;
+import dev.thaw.image.restore.OnDemandOptions;
+import dev.thaw.image.restore.OnDemandRestore;
+import dev.thaw.image.restore.OnDemandRestorer;
+import dev.thaw.image.restore.RestoreResources;
+import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.WorkerErrorKind;
@@ -24,8 +26,6 @@ import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
-import dev.thaw.runtime.gpu.GpuEvent;
-import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;
@@ -49,11 +49,12 @@ import java.util.concurrent.LinkedBlockingQueue;
  * A pooled worker process: one device, one context, warm, serving the frame protocol ({@link FrameCodec}) with
  * its parent over stdin (requests) and stdout (replies).
  *
- * <p>Start-up: open the driver ({@code cuInit}), create the context, the restore and compute streams and their
- * events, open the store read-only, warm up ({@link WorkerWarmup}); then send READY with the time of each phase.
- * After that it serves one BECOME (restore an image) and any number of INVOKEs, one at a time, on its main
- * thread. A reader thread takes frames off stdin and answers STATUS and EXIT itself, so the parent can ask and
- * stop a worker that is busy.
+ * <p>Start-up: open the driver ({@code cuInit}), create the context and the {@link RestoreResources} every restore
+ * borrows (stream, events, pinned staging, reader threads), open the store read-only, map and register the host
+ * image cache, warm up ({@link WorkerWarmup}); then send READY with the time of each phase. After that it serves
+ * one BECOME (an on-demand restore: it answers once the function is invocable, and sends RESIDENT when the last
+ * byte landed) and any number of INVOKEs, one at a time, on its main thread. A reader thread takes frames off
+ * stdin and answers STATUS and EXIT itself, so the parent can ask and stop a worker that is busy.
  *
  * <p>Invariants: stdout carries only frames — {@code System.out} is pointed at stderr before anything else runs,
  * so a function that prints cannot corrupt the protocol. The worker never outlives its parent: end of stdin
@@ -68,6 +69,7 @@ public final class WorkerMain {
   public static final int EXIT_PROTOCOL = 3;
   public static final int EXIT_STICKY = 4;
   public static final int EXIT_PARENT_GONE = 5;
+  public static final int EXIT_RESTORE_FAILED = 6;
 
   private enum State { STARTING, BLANK, BECOMING, READY, INVOKING }
 
@@ -85,9 +87,9 @@ public final class WorkerMain {
   private GpuDriver driver;
   private GpuContext context;
   private RocksChunkStore store;
-  private GpuStream restoreStream;
+  private RestoreResources resources;
   private HostCacheView cache;
-  private Instance instance;
+  private OnDemandRestore restored;
 
   private WorkerMain(WorkerConfig config, DataInputStream in, OutputStream out) {
     this.config = config;
@@ -128,13 +130,9 @@ public final class WorkerMain {
       context = driver.createContext(config.ordinal());
       t = phase(phases, "context", t);
       // The streams and events a restore and its function run on; created now so the cold path does not.
-      restoreStream = context.createStream();
-      GpuStream computeStream = context.createStream();
-      GpuEvent restored = context.createEvent(false);
-      restoreStream.record(restored);
-      computeStream.waitFor(restored);
-      computeStream.synchronize();
-      t = phase(phases, "streams", t);
+      // What every restore borrows: its stream, events, pinned staging and threads, made once per worker.
+      resources = RestoreResources.create(context);
+      t = phase(phases, "restoreResources", t);
       if (config.storePath() != null) {
         store = RocksChunkStore.open(new StoreOptions().setPath(Path.of(config.storePath())).setReadOnly(true));
         t = phase(phases, "store", t);
@@ -147,7 +145,7 @@ public final class WorkerMain {
       WorkerWarmup.manifests();
       t = phase(phases, "warmup", t);
       if (config.warmupImage() != null && store != null) {
-        WorkerWarmup.image(context, store, config.warmupImage());
+        WorkerWarmup.image(context, resources, store, config.warmupImage());
         phase(phases, "warmupImage", t);
       }
     } catch (Throwable e) {
@@ -228,36 +226,78 @@ public final class WorkerMain {
     byte[] manifestBody = manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
     ImageManifest manifest = ImageManifest.read(manifestBody);
     Map<String, Double> phases = new LinkedHashMap<>();
-    phases.put("manifest", (System.nanoTime() - start) / 1e6);
+    long t = phase(phases, "manifest", start);
     JsonNode source = f.head().path("source");
+    RestoreSource tiers = RestoreSource.STORE_ONLY;
     String from = "store";
     if (source.path("kind").asText().equals("cache")) {
-      long t = System.nanoTime();
       PinnedChunks chunks = cacheChunks(Arrays.copyOfRange(body, manifestBytes, body.length));
-      boolean covered = CacheRestore.covers(manifest, chunks);
-      phases.put("placement", (System.nanoTime() - t) / 1e6);
-      if (covered) {
-        instance = CacheRestore.restore(name, manifest, context, restoreStream, chunks, phases);
-        from = "cache";
-      } else {
-        from = "store (the host cache lacks some of the image's chunks)";
+      tiers = m -> d -> chunks.find(d).map(c -> new RestoreSource.HostChunk(c.buffer(), c.offset())).orElse(null);
+      from = "cache";
+      t = phase(phases, "placement", t);
+    }
+    RocksChunkStore store = storeFor(source, name, manifestBody);
+    t = phase(phases, "store", t);
+    OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, context, tiers, resources,
+        new OnDemandOptions());
+    // Disjoint phases that add up to the total: what the restore call spent besides modules, map and state
+    // (loading the function class, planning, starting the stream) is "start restore".
+    OnDemandRestore.Timings rt = restore.timings();
+    long now = System.nanoTime();
+    double call = (now - t) / 1e6;
+    phases.put("load modules", rt.modulesMillis());
+    phases.put("map allocations", rt.mapMillis());
+    phases.put("rebuild state", rt.stateMillis());
+    phases.put("start restore", Math.max(0, call - rt.modulesMillis() - rt.mapMillis() - rt.stateMillis()));
+    t = now;
+    boolean full = f.head().path("awaitResident").asBoolean(false);
+    if (full) {
+      try {
+        restore.awaitResident();
+      } catch (RuntimeException e) {
+        restore.close();
+        throw e;
       }
+      phase(phases, "resident", t);
     }
-    if (instance == null) {
-      long t = System.nanoTime();
-      RocksChunkStore store = storeFor(source, name, manifestBody);
-      phases.put("store", (System.nanoTime() - t) / 1e6);
-      RestoredFunction<?> f2 = new ImageRestorer(store).restore(name, manifest, context, ProgressListener.NONE);
-      f2.timings().phases().forEach(phases::put);
-      instance = Instance.of(f2);
-    }
+    restored = restore;
     state = State.READY;
     phases.put("total", (System.nanoTime() - start) / 1e6);
+    int id = f.id();
+    restore.resident().whenComplete((ok, failure) -> resident(id, restore, start, failure));
     ObjectNode h = FrameCodec.head();
     h.set("phases", json.valueToTree(phases));
     h.put("bytes", manifest.totalBytes());
     h.put("source", from);
-    return new Frame(FrameType.RESULT, f.id(), h);
+    h.put("resident", restore.isResident());
+    return new Frame(FrameType.RESULT, id, h);
+  }
+
+  /**
+   * Tells the parent the restore is complete (it may let the host cache evict the image's chunks now), or that
+   * it failed after the function became invocable — then the instance cannot serve, and the worker ends.
+   */
+  private void resident(int becomeId, OnDemandRestore restore, long start, Throwable failure) {
+    if (failure != null) {
+      Throwable c = failure instanceof java.util.concurrent.CompletionException && failure.getCause() != null
+          ? failure.getCause() : failure;
+      WorkerErrorKind kind = WorkerFailures.kindOf(c, true);
+      c.printStackTrace();
+      send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(kind, c)));
+      Runtime.getRuntime().halt(EXIT_RESTORE_FAILED);
+      return;
+    }
+    ObjectNode h = FrameCodec.head();
+    h.put("sinceBecomeMillis", (restore.residentNanos() - start) / 1e6);
+    OnDemandRestore.Stats s = restore.stats();
+    h.put("bytes", s.bytes());
+    h.put("hostBytes", s.hostBytes());
+    h.put("storeBytes", s.storeBytes());
+    h.put("residentBytes", s.residentBytes());
+    h.put("copies", s.copies());
+    h.put("promotions", s.promotions());
+    h.put("waits", s.waits());
+    send(new Frame(FrameType.RESIDENT, becomeId, h));
   }
 
   private PinnedChunks cacheChunks(byte[] placement) {
@@ -315,7 +355,7 @@ public final class WorkerMain {
         : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
     long t = System.nanoTime();
     double decodeMs = (t - start) / 1e6;
-    FunctionResponse r = instance.invoke(new FunctionRequest(body, binary));
+    FunctionResponse r = restored.function().invoke(new FunctionRequest(body, binary));
     long t2 = System.nanoTime();
     byte[] responseJson = json.writeValueAsBytes(r.json());
     byte[] out = responseJson;

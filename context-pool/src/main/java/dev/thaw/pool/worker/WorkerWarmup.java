@@ -4,9 +4,11 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.Images;
-import dev.thaw.image.ProgressListener;
-import dev.thaw.image.restore.ImageRestorer;
-import dev.thaw.image.restore.RestoredFunction;
+import dev.thaw.image.restore.OnDemandOptions;
+import dev.thaw.image.restore.OnDemandRestore;
+import dev.thaw.image.restore.OnDemandRestorer;
+import dev.thaw.image.restore.RestoreResources;
+import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.check.CheckKernels;
 import dev.thaw.runtime.function.BufferRef;
@@ -87,14 +89,16 @@ final class WorkerWarmup {
     }
   }
 
-  /** Restores {@code tag}, invokes it with each of its sample requests and closes it: the whole cold path, warm. */
-  static void image(GpuContext context, ChunkStore store, String tag) throws Exception {
+  /** Restores {@code tag} on demand, invokes it with each of its sample requests and closes it: the cold path, warm. */
+  static void image(GpuContext context, RestoreResources resources, ChunkStore store, String tag) throws Exception {
     ImageManifest manifest = Images.manifest(store, tag);
-    try (RestoredFunction<?> f = new ImageRestorer(store).restore(tag, manifest, context, ProgressListener.NONE)) {
+    try (OnDemandRestore r = new OnDemandRestorer(store).restore(manifest, context, RestoreSource.STORE_ONLY,
+        resources, new OnDemandOptions())) {
       for (ImageManifest.Sample sample : manifest.samples()) {
-        f.invoke(FunctionRequest.of(sample.request()));
+        r.function().invoke(FunctionRequest.of(sample.request()));
       }
-      f.session().synchronize();
+      r.awaitResident();
+      r.function().session().synchronize();
     }
   }
 }

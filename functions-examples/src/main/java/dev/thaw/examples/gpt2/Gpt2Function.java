@@ -1,9 +1,9 @@
 package dev.thaw.examples.gpt2;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.function.Generation;
 import dev.thaw.examples.function.SessionModule;
 import dev.thaw.examples.function.StagedUpload;
 import dev.thaw.examples.function.TokenRequest;
@@ -248,6 +248,11 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
   }
 
   @Override
+  public void validate(State s, FunctionRequest request) {
+    parse(s, request.json());
+  }
+
+  @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
     TokenRequest req = parse(s, request.json());
     Run run = new Run(session, s, req);
@@ -262,6 +267,7 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
     private final TokenRequest req;
     private final Gpt2Kernels k;
     private final GpuStream stream;
+    private final Generation gen;
     private final int batch;
     private final int promptRows;
     private final int c;
@@ -298,12 +304,9 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
       this.req = req;
       this.k = new Gpt2Kernels(new SessionModule(session, s.module(), Gpt2Kernels.EMBED));
       this.stream = session.stream();
-      this.batch = req.prompts().length;
-      int rows = 0;
-      for (int[] p : req.prompts()) {
-        rows += p.length;
-      }
-      this.promptRows = rows;
+      this.gen = new Generation(req);
+      this.batch = gen.batch();
+      this.promptRows = gen.promptRows();
       Gpt2Config cfg = s.config();
       this.c = cfg.nEmbd();
       this.h = cfg.nHead();
@@ -344,40 +347,18 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
 
     void execute() {
       int steps = req.maxNewTokens();
-      int[] tok = new int[promptRows];
-      int[] pos = new int[promptRows + Math.max(0, steps - 1) * batch];
-      int[] rows = new int[promptRows + batch];
-      int[] lastRow = new int[batch];
-      int m = 0;
-      for (int b = 0; b < batch; b++) {
-        int[] p = req.prompts()[b];
-        for (int t = 0; t < p.length; t++, m++) {
-          tok[m] = p[t];
-          pos[m] = t;
-          rows[m] = b;
-        }
-        lastRow[b] = m - 1;
-        rows[promptRows + b] = b;
-        for (int step = 1; step < steps; step++) {
-          pos[promptRows + (step - 1) * batch + b] = p.length + step - 1;
-        }
-      }
-      session.upload(s.scratch().tokens(), 0, ints(tok));
-      session.upload(s.scratch().positions(), 0, ints(pos));
-      // Synchronous copies are complete when they return, so the kernels below read these inputs.
-      session.upload(s.scratch().cacheRows(), 0, ints(rows));
+      gen.upload(session, s.scratch().tokens(), s.scratch().positions(), s.scratch().cacheRows());
 
       // Prompt: one pass over all rows; the head runs on each sequence's last row only.
       forward(promptRows, tokens, positions, cacheRows);
       for (int b = 0; b < batch; b++) {
-        k.layernorm(stream, x + 4L * c * lastRow[b], lnfW, lnfB, last + 2L * c * b, 1, c, eps);
+        k.layernorm(stream, x + 4L * c * gen.lastRow(b), lnfW, lnfB, last + 2L * c * b, 1, c, eps);
       }
       head(0);
       // Each step feeds the ids the previous one chose, one row per sequence.
       for (int step = 1; step < steps; step++) {
-        long in = 4L * (promptRows + (long) (step - 1) * batch);
-        forward(batch, tokens + in, positions + 4L * (promptRows + (long) (step - 1) * batch),
-            cacheRows + 4L * promptRows);
+        forward(batch, tokens + gen.stepRows(step), positions + gen.stepRows(step),
+            cacheRows + gen.decodeCacheRows());
         k.layernorm(stream, x, lnfW, lnfB, last, batch, c, eps);
         head(step);
       }
@@ -386,7 +367,7 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
     /** Logits of the rows in {@code last}, and their argmax into step {@code step}'s ids. */
     private void head(int step) {
       k.lmHead(stream, last, wte, logits, batch, vocab, c);
-      k.argmax(stream, logits, tokens + 4L * (promptRows + (long) step * batch), batch, vocab);
+      k.argmax(stream, logits, tokens + gen.stepOutput(step), batch, vocab);
     }
 
     private void forward(int rows, long tok, long pos, long cacheRow) {
@@ -405,42 +386,7 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
     }
 
     ObjectNode response() {
-      int steps = req.maxNewTokens();
-      ObjectNode out = JsonNodeFactory.instance.objectNode();
-      ArrayNode ids = out.putArray("tokens");
-      ByteBuffer gen = ByteBuffer.allocateDirect(4 * Math.max(1, steps * batch)).order(ByteOrder.LITTLE_ENDIAN);
-      if (steps > 0) {
-        session.download(s.scratch().tokens(), 4L * promptRows, gen.limit(4 * steps * batch));
-      }
-      for (int b = 0; b < batch; b++) {
-        ArrayNode row = ids.addArray();
-        for (int step = 0; step < steps; step++) {
-          row.add(gen.getInt(4 * (step * batch + b)));
-        }
-      }
-      if (req.returnLogits()) {
-        ByteBuffer l = ByteBuffer.allocateDirect(4 * batch * vocab).order(ByteOrder.LITTLE_ENDIAN);
-        session.download(s.scratch().logits(), 0, l);
-        ArrayNode all = out.putArray("logits");
-        for (int b = 0; b < batch; b++) {
-          ArrayNode row = all.addArray();
-          for (int v = 0; v < vocab; v++) {
-            row.add(l.getFloat(4 * (b * vocab + v)));
-          }
-        }
-      } else {
-        // Nothing to download: still wait, so the request's device work is done when it returns.
-        session.synchronize();
-      }
-      return out;
-    }
-
-    private static ByteBuffer ints(int[] v) {
-      ByteBuffer b = ByteBuffer.allocateDirect(4 * Math.max(1, v.length)).order(ByteOrder.LITTLE_ENDIAN);
-      for (int i = 0; i < v.length; i++) {
-        b.putInt(4 * i, v[i]);
-      }
-      return b.limit(4 * v.length);
+      return gen.response(session, s.scratch().tokens(), s.scratch().logits(), vocab);
     }
   }
 }

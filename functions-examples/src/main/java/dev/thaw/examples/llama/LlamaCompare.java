@@ -7,6 +7,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.examples.function.TokenRequest;
 import dev.thaw.examples.gpt2.Gpt2Compare;
 import dev.thaw.examples.gpt2.Gpt2Compare.Diff;
+import dev.thaw.examples.gpt2.kernels.ArgmaxSimKernel;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.gpu.GpuContext;
@@ -23,14 +24,16 @@ import java.util.Random;
  *
  * <pre>
  * java -cp 'thaw/lib/*' dev.thaw.examples.llama.LlamaCompare --dir DIR --reference REF.json [--out SUMMARY.json]
- *     [--rel-l2 5e-2] [--tie-gap 0.05] [--decode-tokens 0] [--prefill 0] [--runs 5]
+ *     [--rel-l2 5e-2] [--tie-gap 0.1] [--decode-tokens 0] [--prefill 0] [--runs 5]
  * </pre>
  * DIR is the model {@code save_pretrained} wrote. Checks: the prompts' last-position logits (relative L2 against
- * the reference, same argmax) and greedy generation (same ids; a sequence that leaves the reference's at a step
- * whose reference top-1/top-2 gap is below {@code --tie-gap} is a near-tie, not a failure: rounding decides
- * such a step either way). {@code --decode-tokens N}: warm decode time per token at batch 1, from
- * (generate 1 + N) − (generate 1) over the first prompt, median of {@code --runs}. {@code --prefill L}: a warm
- * L-token prompt pass with its head. Exit code: 0 all checks pass, 1 a check failed, 2 it could not run.
+ * the reference within {@code --rel-l2}, or, where the reference also has the fp32 model's logits, within 3 ×
+ * {@code --rel-l2} of those and at least as close as transformers' bf16 ones (+10%); and the same argmax or one
+ * the reference scores within {@code --tie-gap} of its own) and greedy generation (same ids; a sequence that
+ * leaves the reference's at a step whose reference top-1/top-2 gap is below {@code --tie-gap} is a near-tie, not
+ * a failure: bf16 rounding decides such a step either way).
+ * {@code --decode-tokens N}: warm decode time per token at batch 1, from (generate 1 + N) − (generate 1) over the
+ * first prompt, median of {@code --runs}. {@code --prefill L}: a warm L-token prompt pass with its head. Exit code: 0 all checks pass, 1 a check failed, 2 it could not run.
  */
 public final class LlamaCompare {
 
@@ -56,7 +59,7 @@ public final class LlamaCompare {
     int decodeTokens = 0;
     int prefill = 0;
     double relL2Limit = 5e-2;
-    double tieGap = 0.05;
+    double tieGap = 0.1;
     for (int i = 0; i < args.length; i++) {
       String v = i + 1 < args.length ? args[i + 1] : null;
       switch (args[i]) {
@@ -110,18 +113,40 @@ public final class LlamaCompare {
       // 1. The prompts' last-position logits.
       JsonNode fwd = f.invoke(session, state, FunctionRequest.of(TokenRequest.body(prompts, 0, true))).json();
       System.out.println();
-      System.out.printf(Locale.ROOT, "%-28s %-4s %12s %12s %10s %s%n", "check", "seq", "max|diff|", "rel L2",
-          "argmax", "verdict");
+      JsonNode fp32 = ref.get("forward_logits_fp32");
+      System.out.printf(Locale.ROOT, "%-28s %-4s %12s %12s %14s %14s %10s %s%n", "check", "seq", "max|diff|",
+          "rel L2", "thaw vs fp32", "hf vs fp32", "argmax", "verdict");
       ArrayNode checks = summary.putArray("checks");
       for (int b = 0; b < prompts.length; b++) {
-        Diff d = Diff.of(Gpt2Compare.floats(ref.get("forward_logits").get(b)),
-            Gpt2Compare.floats(fwd.get("logits").get(b)));
-        boolean ok = d.relL2() <= relL2Limit && d.sameArgmax();
+        float[] expected = Gpt2Compare.floats(ref.get("forward_logits").get(b));
+        float[] got = Gpt2Compare.floats(fwd.get("logits").get(b));
+        Diff d = Diff.of(expected, got);
+        // A different argmax passes only as a near-tie: the reference scores ours within tieGap of its own.
+        double argmaxGap = d.sameArgmax() ? 0 : expected[ArgmaxSimKernel.argmax(expected, expected.length)]
+            - expected[ArgmaxSimKernel.argmax(got, got.length)];
+        // Against the fp32 truth, when the reference has it: Thaw may differ from transformers' bf16 logits by more
+        // than relL2Limit only by being at least as close to fp32 as they are (within 10%), and within 3 x relL2Limit.
+        double thaw32 = Double.NaN;
+        double hf32 = Double.NaN;
+        if (fp32 != null && fp32.has(b)) {
+          float[] truth = Gpt2Compare.floats(fp32.get(b));
+          thaw32 = Diff.of(truth, got).relL2();
+          hf32 = Diff.of(truth, expected).relL2();
+        }
+        boolean close = d.relL2() <= relL2Limit || (thaw32 <= 1.1 * hf32 && thaw32 <= 3 * relL2Limit);
+        boolean ok = close && argmaxGap < tieGap;
         pass &= ok;
-        System.out.printf(Locale.ROOT, "%-28s %-4d %12.4g %12.4g %10s %s%n", "prompt logits (last pos)", b,
-            d.maxAbs(), d.relL2(), d.sameArgmax() ? "same" : "DIFFERS", ok ? "PASS" : "FAIL");
-        checks.addObject().put("check", "forward_logits").put("seq", b).put("max_abs", d.maxAbs())
-            .put("rel_l2", d.relL2()).put("same_argmax", d.sameArgmax()).put("pass", ok);
+        String verdict = !ok ? "FAIL" : d.relL2() > relL2Limit ? "PASS (closer to fp32 than transformers)"
+            : d.sameArgmax() ? "PASS" : "PASS near-tie";
+        System.out.printf(Locale.ROOT, "%-28s %-4d %12.4g %12.4g %14.4g %14.4g %10s %s%n",
+            "prompt logits (last pos)", b, d.maxAbs(), d.relL2(), thaw32, hf32, d.sameArgmax() ? "same"
+                : String.format(Locale.ROOT, "gap %.3g", argmaxGap), verdict);
+        ObjectNode check = checks.addObject().put("check", "forward_logits").put("seq", b).put("max_abs", d.maxAbs())
+            .put("rel_l2", d.relL2()).put("same_argmax", d.sameArgmax()).put("argmax_gap", argmaxGap)
+            .put("pass", ok);
+        if (!Double.isNaN(thaw32)) {
+          check.put("thaw_rel_l2_vs_fp32", thaw32).put("hf_rel_l2_vs_fp32", hf32);
+        }
       }
 
       // 2. Greedy generation.

@@ -9,6 +9,7 @@ import dev.thaw.runtime.function.InvalidConfigException;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -324,12 +325,21 @@ public record LlamaConfig(String name, Architecture architecture, int hiddenSize
       rope = json.get("rope_scaling");
       ropeField = "rope_scaling";
     }
+    checkFullRotary(json, "partial_rotary_factor");
     double theta = doubleField(json, "rope_theta", 10000.0);
     RopeScaling scaling = null;
     if (rope != null && !rope.isNull()) {
       if (!rope.isObject()) {
         throw new InvalidConfigException(ropeField + " must be an object, not " + rope);
       }
+      for (Iterator<String> it = rope.fieldNames(); it.hasNext(); ) {
+        String f = it.next();
+        if (!ROPE_FIELDS.contains(f)) {
+          throw new InvalidConfigException(ropeField + "." + f + " is not supported (per-layer or multimodal rotary "
+              + "settings); supported: " + ROPE_FIELDS);
+        }
+      }
+      checkFullRotary(rope, ropeField + ".partial_rotary_factor");
       if (rope.has("rope_theta")) {
         theta = doubleField(rope, "rope_theta", theta);
       }
@@ -396,6 +406,17 @@ public record LlamaConfig(String name, Architecture architecture, int hiddenSize
     }
     throw new InvalidConfigException("model_type '" + type + "' (architectures " + archs
         + ") is not supported; supported: llama, qwen2, mistral");
+  }
+
+  private static final Set<String> ROPE_FIELDS = Set.of("rope_type", "type", "rope_theta", "factor",
+      "low_freq_factor", "high_freq_factor", "original_max_position_embeddings", "partial_rotary_factor");
+
+  /** The kernels rotate every dimension of a head: a partial rotary factor other than 1 is refused. */
+  private static void checkFullRotary(JsonNode json, String name) {
+    JsonNode v = json.get("partial_rotary_factor");
+    if (v != null && !v.isNull() && v.asDouble() != 1.0) {
+      throw new InvalidConfigException(name + " = " + v + " is not supported; the kernels rotate whole heads");
+    }
   }
 
   private static void refuseTrue(JsonNode json, String field) {

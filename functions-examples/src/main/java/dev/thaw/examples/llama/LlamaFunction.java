@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.function.Generation;
 import dev.thaw.examples.function.SessionModule;
 import dev.thaw.examples.function.StagedUpload;
 import dev.thaw.examples.function.TokenRequest;
@@ -405,6 +406,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     private final LlamaKernels k;
     private final GpuStream stream;
     private final LlamaConfig cfg;
+    private final Generation gen;
     private final int batch;
     private final int promptRows;
     private final float scale;
@@ -436,12 +438,9 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       this.cfg = s.config();
       this.k = new LlamaKernels(new SessionModule(session, s.module(), LlamaKernels.EMBED), cfg.type());
       this.stream = session.stream();
-      this.batch = req.prompts().length;
-      int rows = 0;
-      for (int[] p : req.prompts()) {
-        rows += p.length;
-      }
-      this.promptRows = rows;
+      this.gen = new Generation(req);
+      this.batch = gen.batch();
+      this.promptRows = gen.promptRows();
       this.scale = (float) (1.0 / Math.sqrt(cfg.headDim()));
       this.embed = addr("model.embed_tokens.weight");
       this.lmHead = cfg.tieEmbeddings() ? embed : addr("lm_head.weight");
@@ -475,40 +474,19 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
     void execute() {
       int steps = req.maxNewTokens();
-      int[] tok = new int[promptRows];
-      int[] pos = new int[promptRows + Math.max(0, steps - 1) * batch];
-      int[] rows = new int[promptRows + batch];
-      int[] lastRow = new int[batch];
-      int m = 0;
-      for (int b = 0; b < batch; b++) {
-        int[] p = req.prompts()[b];
-        for (int t = 0; t < p.length; t++, m++) {
-          tok[m] = p[t];
-          pos[m] = t;
-          rows[m] = b;
-        }
-        lastRow[b] = m - 1;
-        rows[promptRows + b] = b;
-        for (int step = 1; step < steps; step++) {
-          pos[promptRows + (step - 1) * batch + b] = p.length + step - 1;
-        }
-      }
-      session.upload(s.scratch().tokens(), 0, ints(tok));
-      session.upload(s.scratch().positions(), 0, ints(pos));
-      // Synchronous copies are complete when they return, so the kernels below read these inputs.
-      session.upload(s.scratch().cacheRows(), 0, ints(rows));
+      gen.upload(session, s.scratch().tokens(), s.scratch().positions(), s.scratch().cacheRows());
 
       // Prompt: one pass over all rows; the head runs on each sequence's last row only.
       forward(promptRows, tokens, positions, cacheRows);
       int c = cfg.hiddenSize();
       for (int b = 0; b < batch; b++) {
-        k.rmsnorm(stream, x + 4L * c * lastRow[b], finalNorm, last + 2L * c * b, 1, c, cfg.rmsNormEps());
+        k.rmsnorm(stream, x + 4L * c * gen.lastRow(b), finalNorm, last + 2L * c * b, 1, c, cfg.rmsNormEps());
       }
       head(0);
       // Each step feeds the ids the previous one chose, one row per sequence.
       for (int step = 1; step < steps; step++) {
-        long in = 4L * (promptRows + (long) (step - 1) * batch);
-        forward(batch, tokens + in, positions + in, cacheRows + 4L * promptRows);
+        forward(batch, tokens + gen.stepRows(step), positions + gen.stepRows(step),
+            cacheRows + gen.decodeCacheRows());
         k.rmsnorm(stream, x, finalNorm, last, batch, c, cfg.rmsNormEps());
         head(step);
       }
@@ -517,7 +495,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     /** Logits of the rows in {@code last}, and their argmax into step {@code step}'s ids. */
     private void head(int step) {
       k.linear(stream, last, lmHead, 0, logits, batch, cfg.vocabSize(), cfg.hiddenSize(), Epilogue.FLOAT);
-      k.argmax(stream, logits, tokens + 4L * (promptRows + (long) step * batch), batch, cfg.vocabSize());
+      k.argmax(stream, logits, tokens + gen.stepOutput(step), batch, cfg.vocabSize());
     }
 
     private void forward(int rows, long tok, long pos, long cacheRow) {
@@ -543,43 +521,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     }
 
     ObjectNode response() {
-      int steps = req.maxNewTokens();
-      ObjectNode out = JsonNodeFactory.instance.objectNode();
-      ArrayNode ids = out.putArray("tokens");
-      ByteBuffer gen = ByteBuffer.allocateDirect(4 * Math.max(1, steps * batch)).order(ByteOrder.LITTLE_ENDIAN);
-      if (steps > 0) {
-        session.download(s.scratch().tokens(), 4L * promptRows, gen.limit(4 * steps * batch));
-      }
-      for (int b = 0; b < batch; b++) {
-        ArrayNode row = ids.addArray();
-        for (int step = 0; step < steps; step++) {
-          row.add(gen.getInt(4 * (step * batch + b)));
-        }
-      }
-      if (req.returnLogits()) {
-        int vocab = cfg.vocabSize();
-        ByteBuffer l = ByteBuffer.allocateDirect(4 * batch * vocab).order(ByteOrder.LITTLE_ENDIAN);
-        session.download(s.scratch().logits(), 0, l);
-        ArrayNode all = out.putArray("logits");
-        for (int b = 0; b < batch; b++) {
-          ArrayNode row = all.addArray();
-          for (int v = 0; v < vocab; v++) {
-            row.add(l.getFloat(4 * (b * vocab + v)));
-          }
-        }
-      } else {
-        // Nothing to download: still wait, so the request's device work is done when it returns.
-        session.synchronize();
-      }
-      return out;
-    }
-
-    private static ByteBuffer ints(int[] v) {
-      ByteBuffer b = ByteBuffer.allocateDirect(4 * Math.max(1, v.length)).order(ByteOrder.LITTLE_ENDIAN);
-      for (int i = 0; i < v.length; i++) {
-        b.putInt(4 * i, v[i]);
-      }
-      return b.limit(4 * v.length);
+      return gen.response(session, s.scratch().tokens(), s.scratch().logits(), cfg.vocabSize());
     }
   }
 }

@@ -212,6 +212,11 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
   }
 
   @Override
+  public void validate(State s, FunctionRequest request) {
+    input(s, request);
+  }
+
+  @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
     float[] input = input(s, request);
     int rows = input.length / s.inputs();

@@ -71,5 +71,17 @@ class LlamaCompareTest {
       logits.set(v, logits.get(v).asDouble() * 1.5);
     }
     assertEquals(1, compare(badLogits, "logits"));
+    // The same wrong bf16 reference, with the fp32 truth beside it that Thaw is close to: Thaw is the better one.
+    badLogits.set("forward_logits_fp32", ref.get("forward_logits"));
+    assertEquals(0, compare(badLogits, "fp32"));
+    JsonNode fp32Summary = JSON.readTree(dir.resolve("fp32-summary.json").toFile());
+    assertTrue(fp32Summary.get("checks").get(0).get("thaw_rel_l2_vs_fp32").asDouble() < 1e-2);
+    // And an fp32 truth far from Thaw does not rescue a wrong answer.
+    ObjectNode farTruth = badLogits.deepCopy();
+    ArrayNode truth = (ArrayNode) farTruth.get("forward_logits_fp32").get(0);
+    for (int v = 0; v < truth.size(); v++) {
+      truth.set(v, -truth.get(v).asDouble());
+    }
+    assertEquals(1, compare(farTruth, "far"));
   }
 }

@@ -80,6 +80,13 @@ class LlamaConfigTest {
   }
 
   @Test
+  void aNullTopLevelThetaTakesTheOneInRopeParameters() throws Exception {
+    ObjectNode c = llama31v5();
+    c.putNull("rope_theta");
+    assertEquals(500000.0, LlamaConfig.fromHuggingFace(c, null).ropeTheta());
+  }
+
+  @Test
   void aMissingDtypeIsLeftForTheWeightsToTell() throws Exception {
     ObjectNode c = llama31v5();
     c.remove("dtype");
@@ -93,6 +100,11 @@ class LlamaConfigTest {
     String[][] cases = {
         {"rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"rope_theta\": 10000.0}",
             "rope_parameters.rope_type is 'yarn'"},
+        {"rope_parameters", "{\"rope_type\": \"default\", \"rope_theta\": 1e4, \"partial_rotary_factor\": 0.5}",
+            "rope_parameters.partial_rotary_factor = 0.5"},
+        {"rope_parameters", "{\"full_attention\": {\"rope_theta\": 1e6}, \"sliding_attention\": {}}",
+            "rope_parameters.full_attention is not supported"},
+        {"partial_rotary_factor", "0.25", "partial_rotary_factor = 0.25"},
         {"num_local_experts", "8", "num_local_experts = 8: mixture-of-experts"},
         {"quantization_config", "{\"quant_method\": \"awq\"}", "quantization_config"},
         {"hidden_act", "\"gelu\"", "hidden_act is 'gelu'"},

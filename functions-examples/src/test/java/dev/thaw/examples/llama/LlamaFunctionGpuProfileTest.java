@@ -25,7 +25,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
- * A Llama-family model profiled on a GPU, as the image build will: every one of the 8 kernels {@code exact} (each launch stayed
+ * A Llama-family model profiled on a GPU, as the image build will: every kernel {@code exact} (each launch stayed
  * inside its speculated set, checked by PTX instrumentation), and responses, logits included, identical to
  * unprofiled ones. Prints the profiling overhead ({@code gpu profiling overhead: ...}). Skipped, with the
  * reason, where no GPU is usable.

@@ -238,7 +238,7 @@ class LlamaFunctionTest {
     }
   }
 
-  /** What the image builder does with sample requests: every one of the 8 kernels is exact on the sim device. */
+  /** What the image builder does with sample requests: every kernel is exact on the sim device. */
   @Test
   void profilingFindsEveryKernelExact() throws Exception {
     LlamaFunction f = new LlamaFunction();

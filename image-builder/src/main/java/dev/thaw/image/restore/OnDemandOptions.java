@@ -14,6 +14,27 @@ public final class OnDemandOptions {
   private boolean trace;
   private boolean validate;
   private long pollNanos = DEFAULT_POLL_NANOS;
+  private Promotion promotion = Promotion.REORDER;
+
+  /** Where an allocation a launch needs goes when it is not queued yet. */
+  public enum Promotion {
+    /** To the head of what is not queued: behind at most {@link #windowBytes()} on the one restore stream. */
+    REORDER,
+    /**
+     * Onto a second restore stream, where it copies alongside the background order (on another copy engine, sharing
+     * the link). Stream priorities do not help: the driver applies them to kernels only.
+     */
+    SECOND_STREAM
+  }
+
+  public Promotion promotion() {
+    return promotion;
+  }
+
+  public OnDemandOptions promotion(Promotion p) {
+    this.promotion = java.util.Objects.requireNonNull(p);
+    return this;
+  }
 
   public long windowBytes() {
     return windowBytes;

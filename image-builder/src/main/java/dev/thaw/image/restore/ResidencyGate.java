@@ -53,6 +53,7 @@ final class ResidencyGate implements CopyInterceptor {
   private boolean homeWaitedAll;
   private long arenaUsed;
   private GpuEvent lastUpload;
+  private GpuEvent lastHomeWait;
   private long waits;
   private long fullWaits;
   private long stagedUploads;
@@ -123,10 +124,17 @@ final class ResidencyGate implements CopyInterceptor {
       if (st == Residency.PENDING) {
         residency.promote(unit);
       }
-      stream.waitFor(residency.event(unit));
-      waits++;
-      if (trace != null) {
-        trace.waited(plan.unit(unit).name());
+      GpuEvent e = residency.event(unit);
+      // A run of allocations copied as one shares its event: one wait covers them all.
+      if (!onHome || e != lastHomeWait) {
+        stream.waitFor(e);
+        waits++;
+        if (onHome) {
+          lastHomeWait = e;
+        }
+        if (trace != null) {
+          trace.waited(plan.unit(unit).name());
+        }
       }
     }
     if (onHome) {
@@ -138,9 +146,11 @@ final class ResidencyGate implements CopyInterceptor {
     if (stream == home && homeWaitedAll) {
       return;
     }
-    GpuEvent all = residency.promoteAll();
-    if (all != null) {
-      stream.waitFor(all);
+    GpuEvent[] all = residency.promoteAll();
+    for (GpuEvent e : all) {
+      stream.waitFor(e);
+    }
+    if (all.length > 0) {
       fullWaits++;
       if (trace != null) {
         trace.waited("full residency");

@@ -15,7 +15,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * What on-demand restores on one context need and should not make per restore: the restore stream, a pool of
+ * What on-demand restores on one context need and should not make per restore: the restore stream (and a second
+ * one for {@link OnDemandOptions.Promotion#SECOND_STREAM}), a pool of
  * timing events, pinned staging for chunks read from the store, a pinned arena for uploads that must wait for
  * residency, the restore thread and the store readers. Made once by the long-lived owner (a pooled worker, a
  * benchmark), off the cold path, and lent to one restore at a time.
@@ -23,11 +24,12 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class RestoreResources implements AutoCloseable {
 
   public static final long DEFAULT_UPLOAD_ARENA_BYTES = 1L << 20;
-  /** Events made up front: one per allocation restored, GPT-2-large has 518. */
+  /** Events made up front: a restore takes one per run of copies (at most one per allocation; GPT-2-large has 518). */
   public static final int DEFAULT_EVENTS = 1024;
 
   private final GpuContext context;
   private final GpuStream stream;
+  private final GpuStream secondStream;
   private final ArrayDeque<GpuEvent> events = new ArrayDeque<>();
   private final List<GpuEvent> allEvents = new ArrayList<>();
   private final StagingRing staging;
@@ -44,6 +46,8 @@ public final class RestoreResources implements AutoCloseable {
     try {
       this.stream = context.createStream();
       made.add(stream);
+      this.secondStream = context.createStream();
+      made.add(secondStream);
       this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes);
       made.add(staging);
       this.uploadArena = context.allocatePinned(uploadArenaBytes);
@@ -95,6 +99,10 @@ public final class RestoreResources implements AutoCloseable {
 
   GpuStream stream() {
     return stream;
+  }
+
+  GpuStream secondStream() {
+    return secondStream;
   }
 
   /** The pinned staging that chunks read from the store go through; the restore's own, while it is lent. */
@@ -153,6 +161,7 @@ public final class RestoreResources implements AutoCloseable {
     List<AutoCloseable> all = new ArrayList<>(allEvents);
     all.add(staging);
     all.add(uploadArena);
+    all.add(secondStream);
     all.add(stream);
     RuntimeException failure = null;
     for (AutoCloseable c : all) {

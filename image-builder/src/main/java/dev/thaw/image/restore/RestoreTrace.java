@@ -20,8 +20,8 @@ import java.util.List;
  * restore began. {@link #writeChromeTrace} writes it as Chrome-trace JSON, which Perfetto ({@code ui.perfetto.dev})
  * and {@code chrome://tracing} open.
  *
- * <p>The first launch's start is always recorded (one event); every launch's start and end only with
- * {@link OnDemandOptions#trace(boolean)}.
+ * <p>The first launch's start is always recorded (one event); every launch's start and end, and the gate's waits, only
+ * with {@link OnDemandOptions#trace(boolean)}.
  */
 public final class RestoreTrace {
 
@@ -94,6 +94,9 @@ public final class RestoreTrace {
   }
 
   void waited(String what) {
+    if (!everyLaunch) {
+      return;
+    }
     long now = System.nanoTime();
     marks.add(new Mark("wait: " + what, COMPUTE, now, now));
   }

@@ -27,13 +27,17 @@ import java.util.function.LongSupplier;
  * RocksDB. A process appends only to packs it created, so a pack that another process wrote is immutable here.
  *
  * <p>Appends from many threads reserve their range under a short lock and write it with a positional write
- * outside it. Once a pack has {@link #WRITEBACK_BYTES} unforced, a background thread forces it, so the disk
+ * outside it. They go to {@link #STRIPES} packs at once, by thread: the kernel serializes buffered writes to
+ * one file on its inode lock, so one pack would make every hashing thread's copy into the page cache wait in
+ * line. Once a pack has {@link #WRITEBACK_BYTES} unforced, a background thread forces it, so the disk
  * writes back while the snapshot goes on and {@link #force()} at the end has only the tail left.
  */
 final class PackFiles implements AutoCloseable {
 
   /** Unforced bytes in one pack after which a background force starts. */
   static final long WRITEBACK_BYTES = 64L << 20;
+  /** Packs appended to at once. */
+  static final int STRIPES = 4;
 
   /** Where a chunk's bytes are. */
   record Location(long pack, long offset, int length) {
@@ -71,8 +75,8 @@ final class PackFiles implements AutoCloseable {
   private final Map<Long, Pack> open = new ConcurrentHashMap<>();
   /** Packs written since the last {@link #force()}. */
   private final Set<Pack> dirty = ConcurrentHashMap.newKeySet();
-  private final Object appendLock = new Object();
-  private volatile Pack active;
+  private final Object[] appendLocks = new Object[STRIPES];
+  private final Pack[] active = new Pack[STRIPES];
   private volatile boolean newFiles;
   private final ExecutorService writeback;
 
@@ -80,6 +84,9 @@ final class PackFiles implements AutoCloseable {
     this.dir = storeDir.resolve("packs");
     this.packBytes = packBytes;
     this.newId = newId;
+    for (int i = 0; i < STRIPES; i++) {
+      appendLocks[i] = new Object();
+    }
     this.writeback = readOnly ? null : Executors.newSingleThreadExecutor(r -> {
       Thread t = new Thread(r, "thaw-pack-writeback");
       t.setDaemon(true);
@@ -100,11 +107,12 @@ final class PackFiles implements AutoCloseable {
     int length = data.remaining();
     Pack pack;
     long offset;
-    synchronized (appendLock) {
-      pack = active;
+    int stripe = (int) (Thread.currentThread().getId() % STRIPES);
+    synchronized (appendLocks[stripe]) {
+      pack = active[stripe];
       if (pack == null || (pack.size.get() > 0 && pack.size.get() + length > packBytes)) {
         pack = create();
-        active = pack;
+        active[stripe] = pack;
       }
       offset = pack.size.getAndAdd(length);
     }
@@ -131,7 +139,10 @@ final class PackFiles implements AutoCloseable {
 
   private Pack create() throws IOException {
     Files.createDirectories(dir);
-    long id = newId.getAsLong();
+    long id;
+    synchronized (newId) {
+      id = newId.getAsLong();
+    }
     FileChannel ch = FileChannel.open(file(id), StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE,
         StandardOpenOption.READ);
     Pack p = new Pack(id, ch, 0);
@@ -220,10 +231,17 @@ final class PackFiles implements AutoCloseable {
     return onDisk().stream().mapToLong(Long::longValue).max().orElse(0);
   }
 
-  /** The id of the pack appends go to now, or -1. */
-  long activeId() {
-    Pack p = active;
-    return p == null ? -1 : p.id;
+  /** The ids of the packs appends go to now. */
+  Set<Long> activeIds() {
+    Set<Long> ids = new HashSet<>();
+    for (int i = 0; i < STRIPES; i++) {
+      synchronized (appendLocks[i]) {
+        if (active[i] != null) {
+          ids.add(active[i].id);
+        }
+      }
+    }
+    return ids;
   }
 
   /** The size of a pack file on disk. */
@@ -233,7 +251,7 @@ final class PackFiles implements AutoCloseable {
 
   /** Deletes a pack that no index entry names any more (never the active one). */
   void delete(long id) throws IOException {
-    if (id == activeId()) {
+    if (activeIds().contains(id)) {
       throw new IllegalStateException("pack " + id + " is being written");
     }
     Pack p = open.remove(id);

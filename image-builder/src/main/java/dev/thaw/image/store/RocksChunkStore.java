@@ -582,7 +582,7 @@ public final class RocksChunkStore implements ChunkStore {
    * points at go too. Then the packs: a pack no live chunk is in is deleted; one whose live chunks fill less
    * than {@link #COMPACT_BELOW} of it has them copied to the active pack (forced, re-indexed in one synced
    * batch) and is deleted. Bytes no index entry names — a killed build's — count as dead, so they go the same
-   * way. The pack being appended to is never touched. Schema-1 chunks are deleted from RocksDB, whose
+   * way. The packs being appended to are never touched. Schema-1 chunks are deleted from RocksDB, whose
    * compaction returns their blob files' space.
    */
   @Override
@@ -668,9 +668,9 @@ public final class RocksChunkStore implements ChunkStore {
       }
       status(it, "cannot scan the pack index");
     }
-    long active = packs.activeId();
+    Set<Long> active = packs.activeIds();
     for (long id : packs.onDisk()) {
-      if (id == active) {
+      if (active.contains(id)) {
         continue;
       }
       long liveInPack = liveBytes.getOrDefault(id, 0L);

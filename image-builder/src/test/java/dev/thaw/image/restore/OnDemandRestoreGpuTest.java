@@ -18,6 +18,7 @@ import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
 import dev.thaw.runtime.speculation.AccessProfile;
+import dev.thaw.runtime.speculation.PointerTableFunction;
 import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.List;
@@ -26,6 +27,7 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -55,8 +57,9 @@ class OnDemandRestoreGpuTest {
 
   @BeforeAll
   static void build() throws Exception {
-    DriverAvailability a = CudaDriver.availability();
-    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+    if (!CudaDriver.availability().available()) {
+      return;
+    }
     store = RocksChunkStore.open(dir.resolve("store"));
     driver = CudaDriver.open();
     ctx = driver.createContext(0);
@@ -66,7 +69,13 @@ class OnDemandRestoreGpuTest {
     build("gpt2", "dev.thaw.examples.gpt2.Gpt2Function",
         "{\"model\": \"gpt2\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 32}",
         "{\"tokens\": [[464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290]], \"maxNewTokens\": 4}");
-    build("planted", PlantedTableFunction.class.getName(), "{\"n\": 100000}", "{}");
+    build("planted", PointerTableFunction.class.getName(), "{\"n\": 100000}", "{}");
+  }
+
+  @BeforeEach
+  void needsAGpu() {
+    DriverAvailability a = CudaDriver.availability();
+    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
   }
 
   private static void build(String tag, String function, String config, String request) throws Exception {
@@ -146,7 +155,7 @@ class OnDemandRestoreGpuTest {
   @Test
   void thePlantedPointerTableKernelIsUnsafeOnTheGpuAndTrustingItWouldReadT0Early() throws Exception {
     ImageManifest manifest = Images.manifest(store, "planted");
-    assertEquals(AccessProfile.Verdict.UNSAFE, manifest.profile().kernels().get(PlantedTableFunction.TABLE).verdict());
+    assertEquals(AccessProfile.Verdict.UNSAFE, manifest.profile().kernels().get(PointerTableFunction.TABLE).verdict());
     RestorePlan trusting = RestorePlan.of(OnDemandRestorerTest.withAllKernelsExact(manifest));
     try (PinnedImageSource cache = PinnedImageSource.load(trusting, store, ctx, 8);
         OnDemandRestore r = new OnDemandRestorer(store).restore(trusting, ctx, cache, resources,

@@ -323,6 +323,50 @@ class RocksChunkStoreTest {
     }
   }
 
+  /** Many threads appending (to several packs at once) while another syncs: every chunk is indexed and whole. */
+  @Test
+  void concurrentPutsAndSyncsLoseNothing() throws Exception {
+    Path store = dir.resolve("concurrent");
+    Set<Digest> all = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setPackFileSize(300_000))) {
+      java.util.concurrent.atomic.AtomicBoolean done = new java.util.concurrent.atomic.AtomicBoolean();
+      Thread syncer = new Thread(() -> {
+        while (!done.get()) {
+          s.sync();
+        }
+      });
+      syncer.start();
+      List<Thread> writers = new ArrayList<>();
+      for (int t = 0; t < 8; t++) {
+        int seed = t;
+        Thread w = new Thread(() -> {
+          for (int i = 0; i < 60; i++) {
+            byte[] b = random(1000 * seed + i, 5_000 + (i * 997) % 15_000);
+            all.add(put(s, b));
+            put(s, random(7, 3_000)); // the same chunk from every thread: stored once
+          }
+        });
+        writers.add(w);
+        w.start();
+      }
+      for (Thread w : writers) {
+        w.join();
+      }
+      done.set(true);
+      syncer.join();
+      all.add(Digest.of(random(7, 3_000)));
+      s.commit("all", "m".getBytes(StandardCharsets.UTF_8), all);
+      assertEquals(all.size(), s.chunkCount());
+    }
+    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
+      assertEquals(all.size(), s.chunkCount());
+      assertEquals(List.of(), s.verify());
+      for (Digest d : all) {
+        s.readChunk(d, ByteBuffer.allocateDirect(20_000));
+      }
+    }
+  }
+
   /** GC gives disk space back a pack at a time: empty packs are deleted, sparse ones rewritten. */
   @Test
   void gcDeletesEmptyPacksAndCompactsSparseOnes() throws Exception {

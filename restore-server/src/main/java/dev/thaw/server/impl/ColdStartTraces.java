@@ -1,5 +1,6 @@
 package dev.thaw.server.impl;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -34,10 +35,10 @@ final class ColdStartTraces {
    * @param invokeNanos when the invoke began
    * @param doneNanos when it ended
    */
-  synchronized void record(String function, long enqueuedNanos, long startNanos, Map<String, Double> start,
+  synchronized ArrayNode record(String function, long enqueuedNanos, long startNanos, Map<String, Double> start,
       long invokeNanos, long doneNanos) {
     if (kept == 0) {
-      return;
+      return NODES.arrayNode();
     }
     int pid = ++sequence;
     ArrayNode events = NODES.arrayNode();
@@ -55,6 +56,28 @@ final class ColdStartTraces {
     recent.addLast(events);
     while (recent.size() > kept) {
       recent.removeFirst();
+    }
+    return events;
+  }
+
+  /**
+   * Adds a restore's own timeline (its copies, launches and waits, from {@code RestoreTrace}) to a cold start
+   * {@link #record} returned, on rows of its own below the request's, shifted onto this trace's clock.
+   */
+  synchronized void attach(ArrayNode coldStart, JsonNode restoreTrace, long originNanos) {
+    if (coldStart.isEmpty()) {
+      return;
+    }
+    int pid = coldStart.get(0).get("pid").asInt();
+    double shift = (originNanos - epochNanos) / 1e3;
+    for (JsonNode e : restoreTrace.path("traceEvents")) {
+      ObjectNode copy = ((ObjectNode) e).deepCopy();
+      copy.put("pid", pid);
+      copy.put("tid", 10 + e.path("tid").asInt());
+      if (copy.has("ts")) {
+        copy.put("ts", copy.get("ts").asDouble() + shift);
+      }
+      coldStart.add(copy);
     }
   }
 

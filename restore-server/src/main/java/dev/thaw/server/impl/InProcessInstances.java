@@ -1,7 +1,14 @@
 package dev.thaw.server.impl;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.restore.ImageRestorer;
+import dev.thaw.image.restore.OnDemandOptions;
+import dev.thaw.image.restore.OnDemandRestore;
+import dev.thaw.image.restore.OnDemandRestorer;
+import dev.thaw.image.restore.RestoreResources;
+import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.restore.RestoreTimings;
 import dev.thaw.image.restore.RestoredFunction;
 import dev.thaw.image.store.ChunkStore;
@@ -14,31 +21,54 @@ import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
 import dev.thaw.server.spi.StartPhases;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.CompletableFuture;
+import java.util.function.Supplier;
 
 /**
- * Instances in this process: each a fresh context on the driver with the image fully restored into it by
- * {@link ImageRestorer}. Right for the simulated device, for {@code thaw demo} and for one tenant; every
- * instance shares the process's address space, so images whose recorded addresses overlap cannot be resident
- * together (the server evicts or refuses), and a device fault takes the context with it (the instance turns
- * unhealthy and is evicted).
+ * Instances in this process: each a fresh context on the driver with the image restored into it, on demand by
+ * {@link OnDemandRestorer} (the default: invocable once mapped, bytes streamed in behind, each launch waiting on
+ * the device for what it may touch) or fully by {@link ImageRestorer}. Right for the simulated device, for
+ * {@code thaw demo} and for one tenant; every instance shares the process's address space, so images whose
+ * recorded addresses overlap cannot be resident together (the server evicts or refuses), and a device fault takes
+ * the context with it (the instance turns unhealthy and is evicted).
  */
 public final class InProcessInstances implements InstanceFactory {
 
-  private final GpuDriver driver;
-  private final ChunkStore store;
-  private final java.util.function.Supplier<GpuDriver> ownDriver;
-
-  /** Every instance a context on {@code driver}, all in its one address space. */
-  public InProcessInstances(GpuDriver driver, ChunkStore store) {
-    this(driver, store, null);
+  /** How an instance gets its image's bytes. */
+  public enum Restore {
+    /** Invocable once mapped; the bytes stream in behind, launches gated by speculation. */
+    ON_DEMAND,
+    /** Every byte on the device before the first request: the baseline. */
+    FULL
   }
 
-  private InProcessInstances(GpuDriver driver, ChunkStore store, java.util.function.Supplier<GpuDriver> ownDriver) {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final GpuDriver driver;
+  private final ChunkStore store;
+  private final Supplier<GpuDriver> ownDriver;
+  private final Restore restore;
+
+  /** Every instance a context on {@code driver}, all in its one address space, restored on demand. */
+  public InProcessInstances(GpuDriver driver, ChunkStore store) {
+    this(driver, store, null, Restore.ON_DEMAND);
+  }
+
+  private InProcessInstances(GpuDriver driver, ChunkStore store, Supplier<GpuDriver> ownDriver, Restore restore) {
     this.driver = driver;
     this.store = store;
     this.ownDriver = ownDriver;
+    this.restore = restore;
+  }
+
+  /** The same instances, restored {@code how}. */
+  public InProcessInstances restoring(Restore how) {
+    return new InProcessInstances(driver, store, ownDriver, how);
   }
 
   /**
@@ -46,9 +76,8 @@ public final class InProcessInstances implements InstanceFactory {
    * device each has its own address space, as a worker process has, so instances of one image can coexist. (A
    * CUDA driver has one address space per process, so this is for the sim device.)
    */
-  public static InProcessInstances isolated(GpuDriver devices, ChunkStore store,
-      java.util.function.Supplier<GpuDriver> drivers) {
-    return new InProcessInstances(devices, store, drivers);
+  public static InProcessInstances isolated(GpuDriver devices, ChunkStore store, Supplier<GpuDriver> drivers) {
+    return new InProcessInstances(devices, store, drivers, Restore.ON_DEMAND);
   }
 
   @Override
@@ -68,29 +97,36 @@ public final class InProcessInstances implements InstanceFactory {
 
   @Override
   public FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) {
-    long t = System.nanoTime();
-    GpuDriver own = ownDriver == null ? null : ownDriver.get();
-    GpuContext context;
+    List<AutoCloseable> owned = new ArrayList<>();
     try {
-      context = (own == null ? driver : own).createContext(device);
-    } catch (RuntimeException | Error e) {
+      long t = System.nanoTime();
+      GpuDriver own = ownDriver == null ? null : ownDriver.get();
       if (own != null) {
-        own.close();
+        owned.add(own);
       }
-      throw e;
-    }
-    double acquireMs = (System.nanoTime() - t) / 1e6;
-    try {
-      RestoredFunction<?> f = new ImageRestorer(store).restore(tag, context);
-      RestoreTimings r = f.timings();
-      StartPhases phases = new StartPhases(acquireMs, r.openMillis() + r.mapMillis() + r.modulesMillis(),
-          r.copyMillis() + r.stateMillis(), r.bytes(), "store");
-      return new Instance(own, context, f, phases, device);
+      GpuContext context = (own == null ? driver : own).createContext(device);
+      owned.add(context);
+      if (restore == Restore.FULL) {
+        double acquireMs = (System.nanoTime() - t) / 1e6;
+        RestoredFunction<?> f = new ImageRestorer(store).restore(tag, context);
+        owned.add(f);
+        RestoreTimings r = f.timings();
+        StartPhases phases = new StartPhases(acquireMs, r.openMillis() + r.mapMillis() + r.modulesMillis(),
+            r.copyMillis() + r.stateMillis(), r.bytes(), "store");
+        return new Instance(f, null, phases, device, owned);
+      }
+      RestoreResources resources = RestoreResources.create(context);
+      owned.add(resources);
+      double acquireMs = (System.nanoTime() - t) / 1e6;
+      long restoreStart = System.nanoTime();
+      OnDemandRestore r = new OnDemandRestorer(store).restore(manifest, context, RestoreSource.STORE_ONLY, resources,
+          new OnDemandOptions());
+      owned.add(r);
+      // The host waits for no byte: the first request's kernels wait on the device for theirs, inside its invoke.
+      StartPhases phases = new StartPhases(acquireMs, r.timings().readyMillis(), 0, manifest.totalBytes(), "store");
+      return new Instance(r.function(), new OnDemand(r, restoreStart), phases, device, owned);
     } catch (RuntimeException | Error e) {
-      context.close();
-      if (own != null) {
-        own.close();
-      }
+      closeAll(owned, e);
       throw e;
     }
   }
@@ -100,21 +136,42 @@ public final class InProcessInstances implements InstanceFactory {
     // Contexts belong to their instances; the driver belongs to whoever opened it.
   }
 
+  private static void closeAll(List<AutoCloseable> owned, Throwable failure) {
+    for (int i = owned.size() - 1; i >= 0; i--) {
+      try {
+        owned.get(i).close();
+      } catch (Exception e) {
+        if (failure != null) {
+          failure.addSuppressed(e);
+        }
+      }
+    }
+  }
+
+  /** An on-demand restore and when it began, for its timeline. */
+  private record OnDemand(OnDemandRestore restore, long startNanos) {}
+
   private static final class Instance implements FunctionInstance {
-    private final GpuDriver own;
-    private final GpuContext context;
     private final RestoredFunction<?> function;
+    private final OnDemand onDemand;
     private final StartPhases phases;
     private final int device;
-    private final AtomicBoolean closed = new AtomicBoolean();
+    private final List<AutoCloseable> owned;
+    private final CompletableFuture<JsonNode> trace = new CompletableFuture<>();
+    private boolean closed;
+    private boolean invoked;
     private volatile boolean healthy = true;
 
-    Instance(GpuDriver own, GpuContext context, RestoredFunction<?> function, StartPhases phases, int device) {
-      this.own = own;
-      this.context = context;
+    Instance(RestoredFunction<?> function, OnDemand onDemand, StartPhases phases, int device,
+        List<AutoCloseable> owned) {
       this.function = function;
+      this.onDemand = onDemand;
       this.phases = phases;
       this.device = device;
+      this.owned = owned;
+      if (onDemand == null) {
+        trace.complete(null);
+      }
     }
 
     @Override
@@ -138,33 +195,54 @@ public final class InProcessInstances implements InstanceFactory {
         // fault may have poisoned the context, so this instance serves no more.
         healthy = false;
         throw e;
+      } finally {
+        if (onDemand != null && !invoked) {
+          invoked = true;
+          // The timeline can be written once every copy has landed and the first request's work is done.
+          onDemand.restore().resident().whenComplete((v, e) -> writeTrace());
+        }
+      }
+    }
+
+    private synchronized void writeTrace() {
+      if (closed) {
+        trace.complete(null);
+        return;
+      }
+      try {
+        Path file = Files.createTempFile("thaw-restore-trace", ".json");
+        try {
+          onDemand.restore().trace().writeChromeTrace(file);
+          trace.complete(JSON.readTree(file.toFile()));
+        } finally {
+          Files.deleteIfExists(file);
+        }
+      } catch (IOException | RuntimeException e) {
+        trace.complete(null);
       }
     }
 
     @Override
+    public CompletableFuture<RestoreTimeline> restoreTimeline() {
+      return trace.thenApply(t -> t == null ? null : new RestoreTimeline(t, onDemand.startNanos()));
+    }
+
+    @Override
     public boolean healthy() {
-      return healthy && !closed.get();
+      return healthy && !closed;
     }
 
     @Override
     public String describe() {
-      return "in-process on device " + device;
+      return "in-process on device " + device + (onDemand != null ? ", restored on demand" : ", fully restored");
     }
 
     @Override
-    public void close() {
-      if (closed.compareAndSet(false, true)) {
-        try {
-          function.close();
-        } finally {
-          try {
-            context.close();
-          } finally {
-            if (own != null) {
-              own.close();
-            }
-          }
-        }
+    public synchronized void close() {
+      if (!closed) {
+        closed = true;
+        closeAll(owned, null);
+        trace.complete(null);
       }
     }
   }

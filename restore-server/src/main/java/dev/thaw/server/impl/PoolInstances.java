@@ -79,6 +79,11 @@ public final class PoolInstances implements InstanceFactory {
   }
 
   @Override
+  public boolean canStart() {
+    return pool.stats().stream().anyMatch(s -> s.idle() > 0);
+  }
+
+  @Override
   public FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) {
     byte[] bytes = store.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
     long t = System.nanoTime();
@@ -93,10 +98,13 @@ public final class PoolInstances implements InstanceFactory {
     try {
       BecomeResult b = worker.becomeBlocking(tag, bytes, ImageSource.store(storePath));
       Map<String, Double> p = b.phases();
-      double restoreMs = p.getOrDefault("copy + verify", 0.0) + p.getOrDefault("rebuild state", 0.0);
+      // From the store the copy is "copy + verify"; from the host cache, "copy" (its bytes were verified on entry).
+      double restoreMs = p.getOrDefault("copy + verify", p.getOrDefault("copy", 0.0))
+          + p.getOrDefault("rebuild state", 0.0);
       // Everything else the BECOME took (parse, map, modules, the pipe both ways) is the map phase.
       double mapMs = Math.max(0, b.roundTripMillis() - restoreMs);
-      return new Instance(worker, new StartPhases(acquireMs, mapMs, restoreMs, b.bytes(), "store"));
+      String tier = b.source().equals("cache") ? "host-cache" : "store";
+      return new Instance(worker, new StartPhases(acquireMs, mapMs, restoreMs, b.bytes(), tier));
     } catch (WorkerOutOfMemoryException e) {
       worker.release();
       throw new ServeException(503, "no_capacity", "image '" + tag + "' does not fit on device " + device + ": "

@@ -144,7 +144,7 @@ public final class Scheduler implements AutoCloseable {
   /** True when the function exists and a request to it can be served: an instance is up, or one fits. */
   public synchronized boolean ready(String name) {
     Deployment d = deployments.get(name);
-    return d != null && !draining && (d.liveCount() > 0 || fits(d.image));
+    return d != null && !draining && (d.liveCount() > 0 || fits(d.image) && factory.canStart());
   }
 
   /** True when every function is ready and the server is not draining. */
@@ -524,8 +524,14 @@ public final class Scheduler implements AutoCloseable {
       Map<String, Double> startPhases = new LinkedHashMap<>(phases);
       startPhases.remove("queue");
       startPhases.remove("invoke");
-      p.deployment.traces.record(p.deployment.name, p.enqueued, Math.max(slot.startNanos, p.enqueued), startPhases,
-          invokeStart, done);
+      ColdStartTraces traces = p.deployment.traces;
+      ArrayNode coldStart = traces.record(p.deployment.name, p.enqueued, Math.max(slot.startNanos, p.enqueued),
+          startPhases, invokeStart, done);
+      slot.instance.restoreTimeline().thenAccept(t -> {
+        if (t != null) {
+          traces.attach(coldStart, t.chromeTrace(), t.originNanos());
+        }
+      });
     }
     synchronized (this) {
       slot.busy = false;

@@ -36,6 +36,22 @@ public interface FunctionInstance extends AutoCloseable {
   /** A short description for logs: how and where it runs. */
   String describe();
 
+  /**
+   * The timeline of this instance's restore as Chrome-trace JSON, when its restore keeps one (on-demand restore
+   * does): completes once it can be written (the restore resident), with null when there is none.
+   */
+  default java.util.concurrent.CompletableFuture<RestoreTimeline> restoreTimeline() {
+    return java.util.concurrent.CompletableFuture.completedFuture(null);
+  }
+
+  /**
+   * A restore's timeline.
+   *
+   * @param chromeTrace {@code {"traceEvents": [...]}}, timestamps in microseconds from {@code originNanos}
+   * @param originNanos when the restore began, on the {@link System#nanoTime()} clock
+   */
+  record RestoreTimeline(com.fasterxml.jackson.databind.JsonNode chromeTrace, long originNanos) {}
+
   /** Frees the instance's device memory and whatever else it holds. Idempotent. */
   @Override
   void close();

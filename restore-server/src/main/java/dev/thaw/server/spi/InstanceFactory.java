@@ -31,6 +31,14 @@ public interface InstanceFactory extends AutoCloseable {
    */
   FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) throws Exception;
 
+  /**
+   * True when a start could begin now without waiting for the factory itself (a warm worker is idle). Readiness
+   * ({@code /v2/health/ready}) asks it for functions without a live instance.
+   */
+  default boolean canStart() {
+    return true;
+  }
+
   /** Releases what the factory holds (idle workers, contexts). Instances it made are closed by the server first. */
   @Override
   void close();

@@ -65,6 +65,15 @@ public interface ThawFunction<S> {
   FunctionResponse invoke(FunctionSession session, S state, FunctionRequest request) throws Exception;
 
   /**
+   * Checks a request against the host state alone, with no device work, so that a cold start refuses a
+   * request it cannot serve before it restores anything. {@link #invoke} must still check what it relies on;
+   * the default accepts every request.
+   *
+   * @throws InvalidRequestException if the request cannot be served, naming what is wrong
+   */
+  default void validate(S state, FunctionRequest request) {}
+
+  /**
    * What the requests and responses hold, for serving protocols that need to know (tensors for the KServe
    * v2 protocol, a language model for completions). Read from the host state alone: a server calls it without
    * restoring the image. {@link FunctionSignature#UNDECLARED} by default.

@@ -134,6 +134,14 @@ class PackedSessionTest {
     assertEquals(new MapPlan.Slab(base + 4 * MIB, 2 * MIB, false, List.of("w2", "act")), plan.slabs().get(1));
     assertEquals(new MapPlan.Slab(base + 6 * MIB, 4 * MIB, true, List.of("w3")), plan.slabs().get(2));
     assertEquals(1, MapPlan.of(t, Set.of(), g).slabs().size(), "without read-only buffers: one slab");
+    // Packed: w1 runs into the page act starts on; the read-only slab ends where that page begins.
+    List<AllocationRecord> packed = List.of(
+        new AllocationRecord("w0", base, 3 * MIB),
+        new AllocationRecord("w1", base + 3 * MIB + 256, 2 * MIB),
+        new AllocationRecord("act", base + 5 * MIB + 512, 4096));
+    MapPlan p = MapPlan.of(packed, Set.of("w0", "w1"), g);
+    assertEquals(List.of(new MapPlan.Slab(base, 4 * MIB, true, List.of("w0", "w1")),
+        new MapPlan.Slab(base + 4 * MIB, 2 * MIB, false, List.of("w1", "act"))), p.slabs());
     assertThrows(IllegalArgumentException.class, () -> MapPlan.of(List.of(new AllocationRecord("a", base, 100),
         new AllocationRecord("b", base + 50, 100)), Set.of(), g));
   }

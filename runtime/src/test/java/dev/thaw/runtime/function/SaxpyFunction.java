@@ -51,11 +51,21 @@ public final class SaxpyFunction implements ThawFunction<SaxpyFunction.State> {
   }
 
   @Override
-  public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
+  public void validate(State s, FunctionRequest request) {
+    a(request);
+  }
+
+  private static JsonNode a(FunctionRequest request) {
     JsonNode a = request.json().get("a");
     if (a == null || !a.isNumber()) {
       throw new InvalidRequestException("the request needs a number 'a'");
     }
+    return a;
+  }
+
+  @Override
+  public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
+    JsonNode a = a(request);
     session.context().copyDeviceToDevice(session.address(s.out()), session.address(s.y()), 4L * s.n());
     session.launch(s.saxpy(), Dim3.of((s.n() + 255) / 256), Dim3.of(256), a.floatValue(), s.x(), s.out(), s.n());
     ByteBuffer out = ByteBuffer.allocateDirect(4 * s.n()).order(ByteOrder.LITTLE_ENDIAN);

@@ -18,14 +18,14 @@ import java.nio.ByteOrder;
  * {@code out} into {@code doubled}. Speculation misses {@code t0}, so profiling must call the first kernel unsafe,
  * naming {@code t0}, and the second exact. Runs on the sim (the kernels' Java twins) and on a GPU.
  */
-final class PointerTableFunction implements ThawFunction<PointerTableFunction.State> {
+public final class PointerTableFunction implements ThawFunction<PointerTableFunction.State> {
 
   /** The module: the two kernels only, so that it can be instrumented. */
   static final String PTX = SpeculationKernels.ptxOf("spec_args_only", "spec_pointer_table");
-  static final String TABLE = SpeculationKernels.MODULE + "/spec_pointer_table";
-  static final String ARGS_ONLY = SpeculationKernels.MODULE + "/spec_args_only";
+  public static final String TABLE = SpeculationKernels.MODULE + "/spec_pointer_table";
+  public static final String ARGS_ONLY = SpeculationKernels.MODULE + "/spec_args_only";
 
-  record State(int n, BufferRef tables, BufferRef t0, BufferRef out, BufferRef doubled, KernelRef table,
+  public record State(int n, BufferRef tables, BufferRef t0, BufferRef out, BufferRef doubled, KernelRef table,
       KernelRef argsOnly) {}
 
   @Override

@@ -1,11 +1,13 @@
 package dev.thaw.examples.gpt2.kernels;
 
-import dev.thaw.runtime.gpu.Dim3;
+import static dev.thaw.examples.function.KernelLaunch.address;
+import static dev.thaw.examples.function.KernelLaunch.aligned;
+import static dev.thaw.examples.function.KernelLaunch.positive;
+
+import dev.thaw.examples.function.KernelLaunch;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
-import dev.thaw.runtime.gpu.Kernel;
-import dev.thaw.runtime.gpu.KernelArgs;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
@@ -22,7 +24,7 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * Contents are not checked: token ids, positions and cache rows must be in range (the kernels do not check
  * them either).
  *
- * <p>The hot path allocates nothing: each kernel has one pre-built {@link KernelArgs} and a cached grid.
+ * <p>The hot path allocates nothing: each kernel has one pre-built {@link dev.thaw.runtime.gpu.KernelArgs} and a cached grid.
  * Hence <b>not thread-safe</b>: use one instance per context and launching thread.
  */
 public final class Gpt2Kernels implements AutoCloseable {
@@ -60,14 +62,14 @@ public final class Gpt2Kernels implements AutoCloseable {
   private final GpuModule module;
   private final boolean ownsModule;
   private final AtomicBoolean closed = new AtomicBoolean();
-  private final Launch embed;
-  private final Launch layernorm;
-  private final Launch matmul;
-  private final Launch matmulResidual;
-  private final Launch kvAppend;
-  private final Launch attention;
-  private final Launch lmHead;
-  private final Launch argmax;
+  private final KernelLaunch embed;
+  private final KernelLaunch layernorm;
+  private final KernelLaunch matmul;
+  private final KernelLaunch matmulResidual;
+  private final KernelLaunch kvAppend;
+  private final KernelLaunch attention;
+  private final KernelLaunch lmHead;
+  private final KernelLaunch argmax;
 
   /** Uses kernels of a module loaded from {@link #ptx()} (or its cubin); the caller keeps and closes it. */
   public Gpt2Kernels(GpuModule module) {
@@ -77,14 +79,14 @@ public final class Gpt2Kernels implements AutoCloseable {
   private Gpt2Kernels(GpuModule module, boolean ownsModule) {
     this.module = module;
     this.ownsModule = ownsModule;
-    this.embed = new Launch(module.kernel(EMBED), ELEMENTWISE_THREADS);
-    this.layernorm = new Launch(module.kernel(LAYERNORM), ROW_THREADS);
-    this.matmul = new Launch(module.kernel(MATMUL), MATMUL_THREADS);
-    this.matmulResidual = new Launch(module.kernel(MATMUL_RESIDUAL), MATMUL_THREADS);
-    this.kvAppend = new Launch(module.kernel(KV_APPEND), ELEMENTWISE_THREADS);
-    this.attention = new Launch(module.kernel(ATTENTION), ATTENTION_THREADS);
-    this.lmHead = new Launch(module.kernel(LM_HEAD), MATMUL_THREADS);
-    this.argmax = new Launch(module.kernel(ARGMAX), ROW_THREADS);
+    this.embed = new KernelLaunch(module.kernel(EMBED), ELEMENTWISE_THREADS);
+    this.layernorm = new KernelLaunch(module.kernel(LAYERNORM), ROW_THREADS);
+    this.matmul = new KernelLaunch(module.kernel(MATMUL), MATMUL_THREADS);
+    this.matmulResidual = new KernelLaunch(module.kernel(MATMUL_RESIDUAL), MATMUL_THREADS);
+    this.kvAppend = new KernelLaunch(module.kernel(KV_APPEND), ELEMENTWISE_THREADS);
+    this.attention = new KernelLaunch(module.kernel(ATTENTION), ATTENTION_THREADS);
+    this.lmHead = new KernelLaunch(module.kernel(LM_HEAD), MATMUL_THREADS);
+    this.argmax = new KernelLaunch(module.kernel(ARGMAX), ROW_THREADS);
   }
 
   /** Loads {@link #ptx()} into {@code context}; {@link #close()} unloads it. */
@@ -123,7 +125,7 @@ public final class Gpt2Kernels implements AutoCloseable {
     address("tokens", tokens);
     address("positions", positions);
     address("x", x);
-    embed.args.set(0, wte).set(1, wpe).set(2, tokens).set(3, positions).set(4, x).set(5, M).set(6, C);
+    embed.args().set(0, wte).set(1, wpe).set(2, tokens).set(3, positions).set(4, x).set(5, M).set(6, C);
     embed.launch(stream, elementwiseBlocks((long) M * C), 1);
   }
 
@@ -141,7 +143,7 @@ public final class Gpt2Kernels implements AutoCloseable {
     if (!(eps >= 0f) || Float.isInfinite(eps)) {
       throw new IllegalArgumentException("eps must be finite and not negative: " + eps);
     }
-    layernorm.args.set(0, x).set(1, gamma).set(2, beta).set(3, y).set(4, M).set(5, C).set(6, eps);
+    layernorm.args().set(0, x).set(1, gamma).set(2, beta).set(3, y).set(4, M).set(5, C).set(6, eps);
     layernorm.launch(stream, M, 1);
   }
 
@@ -155,14 +157,14 @@ public final class Gpt2Kernels implements AutoCloseable {
    */
   public void matmul(GpuStream stream, long X, long W, long bias, long Y, int M, int N, int K, boolean gelu) {
     checkMatmul(X, W, bias, Y, "Y", M, N, K);
-    matmul.args.set(0, X).set(1, W).set(2, bias).set(3, Y).set(4, M).set(5, N).set(6, K).set(7, gelu ? 1 : 0);
+    matmul.args().set(0, X).set(1, W).set(2, bias).set(3, Y).set(4, M).set(5, N).set(6, K).set(7, gelu ? 1 : 0);
     matmul.launch(stream, N / TILE, rowTiles(M));
   }
 
   /** {@code R[m,n] += sum_k X[m,k] * W[k,n] + bias[n]} into the fp32 residual stream R [M, N]; as {@link #matmul}. */
   public void matmulResidual(GpuStream stream, long X, long W, long bias, long R, int M, int N, int K) {
     checkMatmul(X, W, bias, R, "R", M, N, K);
-    matmulResidual.args.set(0, X).set(1, W).set(2, bias).set(3, R).set(4, M).set(5, N).set(6, K);
+    matmulResidual.args().set(0, X).set(1, W).set(2, bias).set(3, R).set(4, M).set(5, N).set(6, K);
     matmulResidual.launch(stream, N / TILE, rowTiles(M));
   }
 
@@ -182,7 +184,7 @@ public final class Gpt2Kernels implements AutoCloseable {
     address("positions", positions);
     address("cacheRows", cacheRows);
     int C = embedding(H, D);
-    kvAppend.args.set(0, qkv).set(1, kcache).set(2, vcache).set(3, positions).set(4, cacheRows)
+    kvAppend.args().set(0, qkv).set(1, kcache).set(2, vcache).set(3, positions).set(4, cacheRows)
         .set(5, M).set(6, H).set(7, D).set(8, maxT);
     kvAppend.launch(stream, elementwiseBlocks((long) M * C), 1);
   }
@@ -213,14 +215,14 @@ public final class Gpt2Kernels implements AutoCloseable {
     if (!Float.isFinite(scale)) {
       throw new IllegalArgumentException("scale must be finite: " + scale);
     }
-    aligned("qkv", qkv);
-    aligned("kcache", kcache);
-    aligned("vcache", vcache);
+    aligned("qkv", qkv, ALIGNMENT);
+    aligned("kcache", kcache, ALIGNMENT);
+    aligned("vcache", vcache, ALIGNMENT);
     address("out", out);
     address("positions", positions);
     address("cacheRows", cacheRows);
     embedding(H, D);
-    attention.args.set(0, qkv).set(1, kcache).set(2, vcache).set(3, out).set(4, positions).set(5, cacheRows)
+    attention.args().set(0, qkv).set(1, kcache).set(2, vcache).set(3, out).set(4, positions).set(5, cacheRows)
         .set(6, M).set(7, H).set(8, D).set(9, maxT).set(10, scale);
     attention.launch(stream, H, M);
   }
@@ -236,10 +238,10 @@ public final class Gpt2Kernels implements AutoCloseable {
     positive("M", M);
     positive("V", V);
     multipleOfTile("C", C);
-    aligned("X", X);
-    aligned("wte", wte);
+    aligned("X", X, ALIGNMENT);
+    aligned("wte", wte, ALIGNMENT);
     address("logits", logits);
-    lmHead.args.set(0, X).set(1, wte).set(2, logits).set(3, M).set(4, V).set(5, C);
+    lmHead.args().set(0, X).set(1, wte).set(2, logits).set(3, M).set(4, V).set(5, C);
     lmHead.launch(stream, (V + TILE - 1) / TILE, rowTiles(M));
   }
 
@@ -252,7 +254,7 @@ public final class Gpt2Kernels implements AutoCloseable {
     positive("V", V);
     address("logits", logits);
     address("out", out);
-    argmax.args.set(0, logits).set(1, out).set(2, M).set(3, V);
+    argmax.args().set(0, logits).set(1, out).set(2, M).set(3, V);
     argmax.launch(stream, M, 1);
   }
 
@@ -270,8 +272,8 @@ public final class Gpt2Kernels implements AutoCloseable {
     positive("M", M);
     multipleOfTile("N", N);
     multipleOfTile("K", K);
-    aligned("X", X);
-    aligned("W", W);
+    aligned("X", X, ALIGNMENT);
+    aligned("W", W, ALIGNMENT);
     address("bias", bias);
     address(outName, out);
     rowTiles(M);
@@ -297,50 +299,9 @@ public final class Gpt2Kernels implements AutoCloseable {
     return (int) C;
   }
 
-  private static void positive(String name, int value) {
-    if (value <= 0) {
-      throw new IllegalArgumentException(name + " must be positive: " + value);
-    }
-  }
-
   private static void multipleOfTile(String name, int value) {
     if (value <= 0 || value % TILE != 0) {
       throw new IllegalArgumentException(name + " must be a positive multiple of " + TILE + ": " + value);
-    }
-  }
-
-  private static void address(String name, long address) {
-    if (address == 0) {
-      throw new IllegalArgumentException(name + " is a null device address");
-    }
-  }
-
-  private static void aligned(String name, long address) {
-    address(name, address);
-    if (address % ALIGNMENT != 0) {
-      throw new IllegalArgumentException(String.format("%s must be %d-byte aligned: 0x%x", name, ALIGNMENT,
-          address));
-    }
-  }
-
-  /** One kernel's launch state: its argument slab, its block, the last grid (reused while unchanged). */
-  private static final class Launch {
-    final Kernel kernel;
-    final KernelArgs args;
-    final Dim3 block;
-    Dim3 grid = Dim3.of(1);
-
-    Launch(Kernel kernel, int threads) {
-      this.kernel = kernel;
-      this.args = kernel.newArgs();
-      this.block = Dim3.of(threads);
-    }
-
-    void launch(GpuStream stream, int gridX, int gridY) {
-      if (grid.x() != gridX || grid.y() != gridY) {
-        grid = Dim3.of(gridX, gridY);
-      }
-      kernel.launch(grid, block, 0, stream, args);
     }
   }
 }

@@ -1,11 +1,13 @@
 package dev.thaw.examples.llama.kernels;
 
-import dev.thaw.runtime.gpu.Dim3;
+import static dev.thaw.examples.function.KernelLaunch.address;
+import static dev.thaw.examples.function.KernelLaunch.aligned;
+import static dev.thaw.examples.function.KernelLaunch.positive;
+
+import dev.thaw.examples.function.KernelLaunch;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
-import dev.thaw.runtime.gpu.Kernel;
-import dev.thaw.runtime.gpu.KernelArgs;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
@@ -23,7 +25,7 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * product is {@code X W^T}. Contents are not checked: positions and cache rows must be in range (token ids
  * outside the vocabulary embed as zeros).
  *
- * <p>The hot path allocates nothing: each kernel has one pre-built {@link KernelArgs} and a cached grid. Hence
+ * <p>The hot path allocates nothing: each kernel has one pre-built {@link dev.thaw.runtime.gpu.KernelArgs} and a cached grid. Hence
  * <b>not thread-safe</b>: use one instance per context and launching thread.
  */
 public final class LlamaKernels implements AutoCloseable {
@@ -34,14 +36,16 @@ public final class LlamaKernels implements AutoCloseable {
   public static final String EMBED = "llama_embed";
   public static final String RMSNORM = "llama_rmsnorm";
   public static final String GEMV = "llama_gemv";
+  /** {@link #GEMV} for one row: its own entry, with the registers of one accumulator. */
+  public static final String GEMV1 = "llama_gemv1";
   public static final String MATMUL = "llama_matmul";
   public static final String ROPE_KV = "llama_rope_kv";
   public static final String ATTENTION = "llama_attention";
   public static final String SWIGLU = "llama_swiglu";
   public static final String ARGMAX = "llama_argmax";
   /** Every entry of the module. */
-  public static final List<String> ENTRIES = List.of(EMBED, RMSNORM, GEMV, MATMUL, ROPE_KV, ATTENTION, SWIGLU,
-      ARGMAX);
+  public static final List<String> ENTRIES = List.of(EMBED, RMSNORM, GEMV, GEMV1, MATMUL, ROPE_KV, ATTENTION,
+      SWIGLU, ARGMAX);
 
   /** The longest context {@link #attention} supports (its scores live in shared memory). */
   public static final int MAX_CONTEXT = 4096;
@@ -60,6 +64,8 @@ public final class LlamaKernels implements AutoCloseable {
   static final int MATMUL_THREADS = 128;
   static final int ATTENTION_THREADS = 128;
   static final int ROW_THREADS = 256;
+  /** argmax scans a whole vocabulary per row: the most threads a block has. */
+  static final int ARGMAX_THREADS = 1024;
   static final int ELEMENTWISE_THREADS = 256;
   /** Grid-stride kernels need no more blocks than this to fill a GPU. */
   static final int MAX_ELEMENTWISE_BLOCKS = 4096;
@@ -95,14 +101,15 @@ public final class LlamaKernels implements AutoCloseable {
   private final HalfType type;
   private final boolean ownsModule;
   private final AtomicBoolean closed = new AtomicBoolean();
-  private final Launch embed;
-  private final Launch rmsnorm;
-  private final Launch gemv;
-  private final Launch matmul;
-  private final Launch ropeKv;
-  private final Launch attention;
-  private final Launch swiglu;
-  private final Launch argmax;
+  private final KernelLaunch embed;
+  private final KernelLaunch rmsnorm;
+  private final KernelLaunch gemv;
+  private final KernelLaunch gemv1;
+  private final KernelLaunch matmul;
+  private final KernelLaunch ropeKv;
+  private final KernelLaunch attention;
+  private final KernelLaunch swiglu;
+  private final KernelLaunch argmax;
 
   /** Uses kernels of a module loaded from {@link #ptx()} (or its cubin); the caller keeps and closes it. */
   public LlamaKernels(GpuModule module, HalfType type) {
@@ -113,14 +120,15 @@ public final class LlamaKernels implements AutoCloseable {
     this.module = module;
     this.type = type;
     this.ownsModule = ownsModule;
-    this.embed = new Launch(module.kernel(EMBED), ELEMENTWISE_THREADS);
-    this.rmsnorm = new Launch(module.kernel(RMSNORM), ROW_THREADS);
-    this.gemv = new Launch(module.kernel(GEMV), GEMV_THREADS);
-    this.matmul = new Launch(module.kernel(MATMUL), MATMUL_THREADS);
-    this.ropeKv = new Launch(module.kernel(ROPE_KV), ELEMENTWISE_THREADS);
-    this.attention = new Launch(module.kernel(ATTENTION), ATTENTION_THREADS);
-    this.swiglu = new Launch(module.kernel(SWIGLU), ELEMENTWISE_THREADS);
-    this.argmax = new Launch(module.kernel(ARGMAX), ROW_THREADS);
+    this.embed = new KernelLaunch(module.kernel(EMBED), ELEMENTWISE_THREADS);
+    this.rmsnorm = new KernelLaunch(module.kernel(RMSNORM), ROW_THREADS);
+    this.gemv = new KernelLaunch(module.kernel(GEMV), GEMV_THREADS);
+    this.gemv1 = new KernelLaunch(module.kernel(GEMV1), GEMV_THREADS);
+    this.matmul = new KernelLaunch(module.kernel(MATMUL), MATMUL_THREADS);
+    this.ropeKv = new KernelLaunch(module.kernel(ROPE_KV), ELEMENTWISE_THREADS);
+    this.attention = new KernelLaunch(module.kernel(ATTENTION), ATTENTION_THREADS);
+    this.swiglu = new KernelLaunch(module.kernel(SWIGLU), ELEMENTWISE_THREADS);
+    this.argmax = new KernelLaunch(module.kernel(ARGMAX), ARGMAX_THREADS);
   }
 
   /** Loads {@link #ptx()} into {@code context}; {@link #close()} unloads it. */
@@ -162,7 +170,7 @@ public final class LlamaKernels implements AutoCloseable {
     address("table", table);
     address("tokens", tokens);
     address("x", x);
-    embed.args.set(0, table).set(1, tokens).set(2, x).set(3, M).set(4, C).set(5, V).set(6, type.flag());
+    embed.args().set(0, table).set(1, tokens).set(2, x).set(3, M).set(4, C).set(5, V).set(6, type.flag());
     embed.launch(stream, elementwiseBlocks((long) M * C), 1);
   }
 
@@ -176,7 +184,7 @@ public final class LlamaKernels implements AutoCloseable {
     if (!(eps >= 0f) || Float.isInfinite(eps)) {
       throw new IllegalArgumentException("eps must be finite and not negative: " + eps);
     }
-    rmsnorm.args.set(0, x).set(1, w).set(2, y).set(3, M).set(4, C).set(5, eps).set(6, type.flag());
+    rmsnorm.args().set(0, x).set(1, w).set(2, y).set(3, M).set(4, C).set(5, eps).set(6, type.flag());
     rmsnorm.launch(stream, M, 1);
   }
 
@@ -190,7 +198,8 @@ public final class LlamaKernels implements AutoCloseable {
   }
 
   /**
-   * {@code out = epilogue(X W^T)} for 1..8 rows, streaming W with 16-byte loads: X [M, K], W [N, K], out [M, N];
+   * {@code out = epilogue(X W^T)} for 1..8 rows, streaming W with 16-byte loads ({@code llama_gemv1} for one row,
+   * {@code llama_gemv} for more): X [M, K], W [N, K], out [M, N];
    * {@code bias} [N] (0 for none) only with {@link Epilogue#STORE}.
    *
    * @throws IllegalArgumentException unless M is 1..8, N is positive, K a positive multiple of 8, and X and W
@@ -201,7 +210,8 @@ public final class LlamaKernels implements AutoCloseable {
       throw new IllegalArgumentException("M must be 1.." + GEMV_MAX_ROWS + " for gemv: " + M);
     }
     checkProduct(X, W, bias, out, N, K, 8, e);
-    gemv.args.set(0, X).set(1, W).set(2, bias).set(3, out).set(4, M).set(5, N).set(6, K).set(7, e.code)
+    KernelLaunch gemv = M == 1 ? gemv1 : this.gemv;
+    gemv.args().set(0, X).set(1, W).set(2, bias).set(3, out).set(4, M).set(5, N).set(6, K).set(7, e.code)
         .set(8, bias != 0 ? 1 : 0).set(9, type.flag());
     gemv.launch(stream, (N + GEMV_COLUMNS - 1) / GEMV_COLUMNS, 1);
   }
@@ -216,7 +226,7 @@ public final class LlamaKernels implements AutoCloseable {
     if (rowTiles > MAX_GRID_Y) {
       throw new IllegalArgumentException("M must be at most " + (long) MAX_GRID_Y * MATMUL_TILE + ": " + M);
     }
-    matmul.args.set(0, X).set(1, W).set(2, bias).set(3, out).set(4, M).set(5, N).set(6, K).set(7, e.code)
+    matmul.args().set(0, X).set(1, W).set(2, bias).set(3, out).set(4, M).set(5, N).set(6, K).set(7, e.code)
         .set(8, bias != 0 ? 1 : 0).set(9, type.flag());
     matmul.launch(stream, (N + MATMUL_TILE - 1) / MATMUL_TILE, rowTiles);
   }
@@ -236,7 +246,7 @@ public final class LlamaKernels implements AutoCloseable {
     address("invFreq", invFreq);
     address("positions", positions);
     address("cacheRows", cacheRows);
-    ropeKv.args.set(0, qkv).set(1, kcache).set(2, vcache).set(3, invFreq).set(4, positions).set(5, cacheRows)
+    ropeKv.args().set(0, qkv).set(1, kcache).set(2, vcache).set(3, invFreq).set(4, positions).set(5, cacheRows)
         .set(6, M).set(7, Hq).set(8, Hkv).set(9, D).set(10, maxT).set(11, type.flag());
     ropeKv.launch(stream, elementwiseBlocks((long) M * (Hq + 2L * Hkv) * (D / 2)), 1);
   }
@@ -256,13 +266,13 @@ public final class LlamaKernels implements AutoCloseable {
     if (!Float.isFinite(scale)) {
       throw new IllegalArgumentException("scale must be finite: " + scale);
     }
-    aligned("qkv", qkv);
-    aligned("kcache", kcache);
-    aligned("vcache", vcache);
+    aligned("qkv", qkv, ALIGNMENT);
+    aligned("kcache", kcache, ALIGNMENT);
+    aligned("vcache", vcache, ALIGNMENT);
     address("out", out);
     address("positions", positions);
     address("cacheRows", cacheRows);
-    attention.args.set(0, qkv).set(1, kcache).set(2, vcache).set(3, out).set(4, positions).set(5, cacheRows)
+    attention.args().set(0, qkv).set(1, kcache).set(2, vcache).set(3, out).set(4, positions).set(5, cacheRows)
         .set(6, M).set(7, Hq).set(8, Hkv).set(9, D).set(10, maxT).set(11, scale).set(12, type.flag());
     attention.launch(stream, Hq, M);
   }
@@ -273,7 +283,7 @@ public final class LlamaKernels implements AutoCloseable {
     positive("I", I);
     address("gu", gu);
     address("y", y);
-    swiglu.args.set(0, gu).set(1, y).set(2, M).set(3, I).set(4, type.flag());
+    swiglu.args().set(0, gu).set(1, y).set(2, M).set(3, I).set(4, type.flag());
     swiglu.launch(stream, elementwiseBlocks((long) M * I), 1);
   }
 
@@ -286,7 +296,7 @@ public final class LlamaKernels implements AutoCloseable {
     positive("V", V);
     address("logits", logits);
     address("out", out);
-    argmax.args.set(0, logits).set(1, out).set(2, M).set(3, V);
+    argmax.args().set(0, logits).set(1, out).set(2, M).set(3, V);
     argmax.launch(stream, M, 1);
   }
 
@@ -305,8 +315,8 @@ public final class LlamaKernels implements AutoCloseable {
     if (K <= 0 || K % kMultiple != 0) {
       throw new IllegalArgumentException("K must be a positive multiple of " + kMultiple + ": " + K);
     }
-    aligned("X", X);
-    aligned("W", W);
+    aligned("X", X, ALIGNMENT);
+    aligned("W", W, ALIGNMENT);
     address("out", out);
     if (bias != 0 && e != Epilogue.STORE) {
       throw new IllegalArgumentException("a bias goes only with the STORE epilogue, not " + e);
@@ -334,46 +344,5 @@ public final class LlamaKernels implements AutoCloseable {
 
   private static int elementwiseBlocks(long elements) {
     return (int) Math.min((elements + ELEMENTWISE_THREADS - 1) / ELEMENTWISE_THREADS, MAX_ELEMENTWISE_BLOCKS);
-  }
-
-  private static void positive(String name, int value) {
-    if (value <= 0) {
-      throw new IllegalArgumentException(name + " must be positive: " + value);
-    }
-  }
-
-  private static void address(String name, long address) {
-    if (address == 0) {
-      throw new IllegalArgumentException(name + " is a null device address");
-    }
-  }
-
-  private static void aligned(String name, long address) {
-    address(name, address);
-    if (address % ALIGNMENT != 0) {
-      throw new IllegalArgumentException(String.format("%s must be %d-byte aligned: 0x%x", name, ALIGNMENT,
-          address));
-    }
-  }
-
-  /** One kernel's launch state: its argument slab, its block, the last grid (reused while unchanged). */
-  private static final class Launch {
-    final Kernel kernel;
-    final KernelArgs args;
-    final Dim3 block;
-    Dim3 grid = Dim3.of(1);
-
-    Launch(Kernel kernel, int threads) {
-      this.kernel = kernel;
-      this.args = kernel.newArgs();
-      this.block = Dim3.of(threads);
-    }
-
-    void launch(GpuStream stream, int gridX, int gridY) {
-      if (grid.x() != gridX || grid.y() != gridY) {
-        grid = Dim3.of(gridX, gridY);
-      }
-      kernel.launch(grid, block, 0, stream, args);
-    }
   }
 }

@@ -107,6 +107,25 @@ public final class LlamaSimKernels {
     }
   }
 
+  /** {@code llama_gemv1(...)}: {@link Gemv} for M = 1, grid ceil(N/8) x 256. */
+  public static final class Gemv1 implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.GEMV1;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      int M = launch.intArg(4);
+      int N = launch.intArg(5);
+      if (M != 1 || N <= 0) {
+        throw new IllegalArgumentException("llama_gemv1: bad shape M=" + M + " N=" + N + " (M must be 1)");
+      }
+      expectShape(launch, ceilDiv(N, LlamaKernels.GEMV_COLUMNS), 1, LlamaKernels.GEMV_THREADS);
+      product(launch);
+    }
+  }
+
   /** {@code llama_matmul(X, W, bias, out, M, N, K, mode, has_bias, bf16)}, grid (ceil(N/64), ceil(M/64)) x 128. */
   public static final class Matmul implements SimKernel {
     @Override

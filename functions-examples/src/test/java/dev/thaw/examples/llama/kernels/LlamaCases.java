@@ -169,7 +169,7 @@ final class LlamaCases {
     short[] W = random(type, rnd, N * K, 2 * xs);
     short[] b = bias ? random(type, rnd, N, 0.5) : null;
     float[] r0 = randomFloats(rnd, M * N, 1);
-    String kernel = M <= LlamaKernels.GEMV_MAX_ROWS ? "llama_gemv" : "llama_matmul";
+    String kernel = M == 1 ? "llama_gemv1" : M <= LlamaKernels.GEMV_MAX_ROWS ? "llama_gemv" : "llama_matmul";
     return new Case(String.format("%s %s M=%d N=%d K=%d %s%s", kernel, type, M, N, K, epilogue,
         bias ? "+bias" : "")) {
       @Override

@@ -53,14 +53,22 @@ final class CudaPinnedBuffer extends CudaResource implements PinnedBuffer {
     if (size > Integer.MAX_VALUE) {
       throw new IllegalStateException(describe() + " is larger than a ByteBuffer can be; use slice()");
     }
-    return new Pointer(address).getByteBuffer(0, size).order(ByteOrder.LITTLE_ENDIAN);
+    return view(new Pointer(address).getByteBuffer(0, size));
   }
 
   @Override
   public ByteBuffer slice(long offset, int length) {
     checkOpen();
     checkRange(offset, length);
-    return new Pointer(address).getByteBuffer(offset, length).order(ByteOrder.LITTLE_ENDIAN);
+    return view(new Pointer(address).getByteBuffer(offset, length));
+  }
+
+  /**
+   * A read-only registration is mapped read-only too: its views must refuse a put with
+   * {@link java.nio.ReadOnlyBufferException}, since a write through them would be a SIGSEGV that kills the JVM.
+   */
+  private ByteBuffer view(ByteBuffer b) {
+    return (readOnly ? b.asReadOnlyBuffer() : b).order(ByteOrder.LITTLE_ENDIAN);
   }
 
   /** Throws unless {@code [offset, offset + length)} lies inside this buffer. */

@@ -1,0 +1,192 @@
+package dev.thaw.bench.coldstart;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * A {@code thaw serve} child process serving one image as one function, as a user runs it: pool-backed
+ * instances, the store opened read-only (it was built before the server started), configured by a file.
+ * Closed by SIGTERM, which drains it.
+ */
+final class HarnessServer implements AutoCloseable {
+
+  static final String FUNCTION = "f";
+  private static final Pattern LISTENING = Pattern.compile("listening on (http://\\S+)");
+
+  /**
+   * One answer over HTTP.
+   *
+   * @param millis from sending the request to the whole body in hand
+   * @param status the HTTP status
+   * @param start {@code Thaw-Start}: cold or warm
+   * @param serverTiming {@code Server-Timing}'s phases, in order, in milliseconds
+   * @param body the response body
+   */
+  record Answer(double millis, int status, String start, Map<String, Double> serverTiming, String body) {}
+
+  private final Process process;
+  private final URI url;
+  private final HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build();
+  private final StringBuilder output;
+  private final int idleWorkers;
+
+  private HarnessServer(Process process, URI url, int idleWorkers, StringBuilder output) {
+    this.process = process;
+    this.url = url;
+    this.idleWorkers = idleWorkers;
+    this.output = output;
+  }
+
+  /** Starts {@code thaw serve} with {@code tag} as {@link #FUNCTION}, kept alive {@code keepAlive} when idle. */
+  static HarnessServer start(Bench bench, String tag, String keepAlive, int idleWorkers)
+      throws Contender.ContenderException, InterruptedException {
+    try {
+      ObjectNode config = ColdStartResult.JSON.createObjectNode();
+      config.put("host", "127.0.0.1").put("port", 0);
+      config.putObject("functions").putObject(FUNCTION).put("image", tag).put("minInstances", 0)
+          .put("maxInstances", 1).put("keepAlive", keepAlive);
+      Path file = Files.createTempFile(bench.work(), "serve-", ".json");
+      ColdStartResult.JSON.writeValue(file.toFile(), config);
+      ProcessBuilder pb = new ProcessBuilder(bench.thaw().command("serve", "--config", file.toString(),
+          "--read-only-store", "--idle-workers", Integer.toString(idleWorkers)));
+      pb.environment().putAll(bench.thaw().environment());
+      pb.redirectErrorStream(true);
+      Process p = pb.start();
+      p.getOutputStream().close();
+      CompletableFuture<URI> listening = new CompletableFuture<>();
+      StringBuilder output = new StringBuilder();
+      Thread reader = new Thread(() -> {
+        try (BufferedReader in = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+          for (String line; (line = in.readLine()) != null; ) {
+            synchronized (output) {
+              output.append(line).append('\n');
+            }
+            Matcher m = LISTENING.matcher(line);
+            if (m.find()) {
+              listening.complete(URI.create(m.group(1)));
+            }
+          }
+        } catch (IOException e) {
+          listening.completeExceptionally(e);
+        }
+        listening.completeExceptionally(new IOException("thaw serve ended before it listened"));
+      }, "thaw-serve-output");
+      reader.setDaemon(true);
+      reader.start();
+      URI url;
+      try {
+        url = listening.get(bench.childTimeout().toSeconds(), TimeUnit.SECONDS);
+      } catch (java.util.concurrent.ExecutionException | java.util.concurrent.TimeoutException e) {
+        p.descendants().forEach(ProcessHandle::destroyForcibly);
+        p.destroyForcibly();
+        synchronized (output) {
+          throw new Contender.ContenderException("thaw serve did not start: " + Lines.abbreviate(output.toString()));
+        }
+      }
+      return new HarnessServer(p, url, idleWorkers, output);
+    } catch (IOException e) {
+      throw new Contender.ContenderException("cannot start thaw serve: " + e.getMessage(), e);
+    }
+  }
+
+  /** POSTs {@code request} to the function's native invoke endpoint. */
+  Answer invoke(byte[] request) throws Contender.ContenderException, InterruptedException {
+    HttpRequest r = HttpRequest.newBuilder(url.resolve("/v1/functions/" + FUNCTION + "/invoke"))
+        .header("Content-Type", "application/json").timeout(Duration.ofMinutes(3))
+        .POST(HttpRequest.BodyPublishers.ofByteArray(request)).build();
+    try {
+      long t0 = System.nanoTime();
+      HttpResponse<String> response = http.send(r, HttpResponse.BodyHandlers.ofString());
+      double ms = (System.nanoTime() - t0) / 1e6;
+      return new Answer(ms, response.statusCode(), response.headers().firstValue("Thaw-Start").orElse(""),
+          serverTiming(response.headers().firstValue("Server-Timing").orElse("")), response.body());
+    } catch (IOException e) {
+      throw new Contender.ContenderException("POST " + r.uri() + ": " + e.getMessage(), e);
+    }
+  }
+
+  /** {@code queue;dur=0.004, acquire;dur=1.2} as an ordered map. */
+  static Map<String, Double> serverTiming(String header) {
+    Map<String, Double> phases = new LinkedHashMap<>();
+    for (String part : header.split(",")) {
+      String[] fields = part.trim().split(";");
+      for (int i = 1; i < fields.length; i++) {
+        if (fields[i].trim().startsWith("dur=")) {
+          phases.put(fields[0].trim(), Double.parseDouble(fields[i].trim().substring(4)));
+        }
+      }
+    }
+    return phases;
+  }
+
+  /**
+   * Waits until the function has no instance (its keep-alive ran out) and the server's pool has its idle
+   * workers back (as many worker processes alive as it keeps idle), then a little more for the last one to
+   * finish starting: the server tells no one when its pool is idle.
+   */
+  void awaitCold(Duration settle) throws Contender.ContenderException, InterruptedException {
+    long deadline = System.nanoTime() + TimeUnit.MINUTES.toNanos(2);
+    while (System.nanoTime() < deadline) {
+      JsonNode state = get("/v1/functions/" + FUNCTION);
+      if (state.path("instances").isArray() && state.path("instances").isEmpty()
+          && process.descendants().filter(h -> h.parent().map(x -> x.pid() == process.pid()).orElse(false))
+              .count() >= idleWorkers) {
+        Thread.sleep(settle.toMillis());
+        return;
+      }
+      Thread.sleep(50);
+    }
+    throw new Contender.ContenderException("the server kept an instance or did not refill its pool in 2 minutes");
+  }
+
+  JsonNode get(String path) throws Contender.ContenderException, InterruptedException {
+    try {
+      HttpResponse<String> r = http.send(HttpRequest.newBuilder(url.resolve(path)).timeout(Duration.ofSeconds(30))
+          .GET().build(), HttpResponse.BodyHandlers.ofString());
+      return ColdStartResult.JSON.readTree(r.body());
+    } catch (IOException e) {
+      throw new Contender.ContenderException("GET " + path + ": " + e.getMessage(), e);
+    }
+  }
+
+  /** The server's Chrome trace of its recent cold starts. */
+  String trace() throws Contender.ContenderException, InterruptedException {
+    return get("/v1/functions/" + FUNCTION + "/trace").toString();
+  }
+
+  String output() {
+    synchronized (output) {
+      return output.toString();
+    }
+  }
+
+  @Override
+  public void close() throws InterruptedException {
+    List<ProcessHandle> children = new ArrayList<>(process.descendants().toList());
+    process.destroy(); // SIGTERM: the server drains and exits
+    if (!process.waitFor(30, TimeUnit.SECONDS)) {
+      process.destroyForcibly();
+      process.waitFor();
+    }
+    children.forEach(ProcessHandle::destroyForcibly);
+  }
+}
