@@ -372,11 +372,16 @@ public record ImageManifest(
       check(a.address() != 0, at + ".address", "must not be 0");
       check(a.size() > 0, at + ".size", "must be positive, not " + a.size());
       long next = 0;
+      // Thousands of chunks per image: the messages are built only for the chunk that fails.
       for (int j = 0; j < a.chunks().size(); j++) {
         Chunk c = a.chunks().get(j);
-        String ct = at + ".chunks[" + j + "]";
-        check(c.offset() == next, ct + ".offset", "is " + c.offset() + " but the previous chunk ends at " + next);
-        check(c.length() > 0, ct + ".length", "must be positive, not " + c.length());
+        if (c.offset() != next) {
+          check(false, at + ".chunks[" + j + "].offset", "is " + c.offset() + " but the previous chunk ends at "
+              + next);
+        }
+        if (c.length() <= 0) {
+          check(false, at + ".chunks[" + j + "].length", "must be positive, not " + c.length());
+        }
         next += c.length();
       }
       check(next == a.size(), at + ".chunks", "cover " + next + " bytes of an allocation of " + a.size());
