@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The cold-start harness on a GPU host: Thaw's fresh process (thaw run), Thaw's pooled worker from the host
-# cache, the Thaw server over HTTP (cold from the store, warm), PyTorch from scratch and NVIDIA's driver
+# The cold-start harness on a GPU host: Thaw's fresh process (thaw run), Thaw's pooled worker (full restore from
+# the store; on-demand from the host cache), the Thaw server over HTTP (cold on demand from the store, warm), PyTorch from scratch and NVIDIA's driver
 # checkpoint, side by side, on the MLP and GPT-2-large (5 cold starts each); then 1, 2, 4, 8 GPT-2-large cold
 # starts at once through the context pool; then, as time allows, the image-size sweep (GPT-2 small, medium,
 # xl; 3 each: the pooled worker from the host cache, the driver checkpoint). What has not begun by 280 s is
@@ -41,11 +41,11 @@ mkdir -p "$OUT"
 } > "$OUT/env.txt" 2>&1
 
 # --device cuda: Thaw fails rather than fall back to the simulated device.
-# The pooled worker from the store and warm are left out: the server's cold and warm contenders take the same
-# paths (plus HTTP), and the time goes to the sweep.
+# The pooled worker on demand from the store and warm are left out: the server's cold and warm contenders take
+# the same paths (plus HTTP); the pooled full restore from the store is the baseline beside them.
 timeout 345 "$thaw_home/bin/thaw-bench" cold-start --device cuda \
     --models mlp,gpt2-large --runs 5 --concurrency 1,2,4,8 \
-    --contenders thaw-process,thaw-pool-cold-cache,thaw-server-cold,thaw-server-warm,pytorch-scratch,driver-checkpoint \
+    --contenders thaw-process,thaw-pool-cold-full,thaw-pool-cold-cache,thaw-server-cold,thaw-server-warm,pytorch-scratch,driver-checkpoint \
     --sweep gpt2,gpt2-medium,gpt2-xl --sweep-runs 3 \
     --sweep-contenders thaw-pool-cold-cache,driver-checkpoint --deadline 280 \
     --out "$OUT" --work "$work" > "$OUT/harness.log" 2>&1

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The restore server on a GPU: builds the MLP and GPT-2-large (seeded) images, then
 #  1. times a whole `thaw serve --function` process from start to its first response (Knative scale-from-zero),
-#  2. serves both from one `thaw serve` (pool-backed instances) and measures HTTP cold and warm end to end with each
-#     Server-Timing, the server's own overhead on a warm invoke (round trip minus the invoke phase), KServe v2 and
-#     completions once each, and a SIGTERM drain (exit status 0),
+#  2. serves both from one `thaw serve` (pool-backed instances, 2 idle workers, an 8 GiB host cache, the HBM tier,
+#     keepAlive 2s) and measures, each with its Server-Timing (tier included): HTTP cold from the host cache (after
+#     the registration prefetch), warm, then scale to zero (keepAlive) and cold again from the HBM tier; the
+#     server's own overhead on a warm invoke (round trip minus the invoke phase), KServe v2 and completions once
+#     each, the functions' image state and restore bytes per tier, and a SIGTERM drain (exit status 0),
 #  3. the same warm MLP invoke through `thaw serve --instances in-process`, for the in-process baseline.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/server-run.sh <unpacked thaw dir>
 # Writes $OUT/server.txt (log) and $OUT/results.json. Exits non-zero on any failure.
@@ -47,7 +49,15 @@ def post(path, body, ctype="application/json"):
         if ";dur=" in part:
             k, v = part.strip().split(";dur=")
             timing[k] = float(v)
-    return {"status": status, "ms": ms, "start": h.get("Thaw-Start"), "timing": timing, "body": data[:300].decode(errors="replace")}
+    tier = None
+    for part in (h.get("Server-Timing") or "").split(","):
+        if part.strip().startswith("tier;desc="):
+            tier = part.strip()[len("tier;desc="):].strip('"')
+    return {"status": status, "ms": ms, "start": h.get("Thaw-Start"), "tier": tier, "timing": timing,
+            "body": data[:300].decode(errors="replace")}
+def get(path):
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        return r.read().decode()
 def wait_ready(deadline_s=120):
     t = time.time()
     while time.time() - t < deadline_s:
@@ -59,6 +69,24 @@ def wait_ready(deadline_s=120):
             pass
         time.sleep(0.01)
     return False
+def wait_state(name, test, deadline_s=90):
+    t = time.time()
+    s = {}
+    while time.time() - t < deadline_s:
+        s = json.loads(get("/v1/functions/" + name))
+        if test(s):
+            return s
+        time.sleep(0.05)
+    s["timedOut"] = True
+    return s
+def warm_stats(name, body, n):
+    warm = [post("/v1/functions/%s/invoke" % name, body) for _ in range(n)]
+    ms = sorted(w["ms"] for w in warm)
+    overhead = sorted(w["ms"] - w["timing"].get("invoke", 0) for w in warm)
+    return {"warmP50Ms": statistics.median(ms), "warmMinMs": ms[0],
+            "warmInvokeP50Ms": statistics.median(w["timing"].get("invoke", 0) for w in warm),
+            "serverOverheadP50Ms": statistics.median(overhead), "warmStarts": sorted({w["start"] for w in warm}),
+            "errors": sum(1 for w in warm if w["status"] != 200)}
 mlp = json.load(open(sys.argv[3])); gpt = json.load(open(sys.argv[4]))
 out = {}
 if mode == "first":
@@ -73,36 +101,58 @@ if mode == "first":
         time.sleep(0.005)
     out["startToFirstResponseMs"] = (time.time() - t0) * 1e3
     out["first"] = r
+elif mode == "inproc":
+    out["ready"] = wait_ready()
+    cold = post("/v1/functions/mlp/invoke", mlp)
+    out["mlp"] = dict(warm_stats("mlp", mlp, 30), cold=cold)
+    out["mlp"]["errors"] += cold["status"] != 200
 else:
     out["ready"] = wait_ready()
-    for name, body in (("mlp", mlp),) if mode == "inproc" else (("mlp", mlp), ("gpt2", gpt)):
+    fns = (("mlp", mlp, 30), ("gpt2", gpt, 10))
+    # The registration prefetch: both images staged in the host cache before the first request.
+    out["staged"] = {n: wait_state(n, lambda s: s.get("image", {}).get("hostCache") in ("cached", "store")).get("image")
+                     for n, _, _ in fns}
+    for name, body, n in fns:
+        wait_ready(); time.sleep(3)   # the pool's idle workers all warm again: acquire must not wait for a JVM
         cold = post("/v1/functions/%s/invoke" % name, body)
-        warm = [post("/v1/functions/%s/invoke" % name, body) for _ in range(30 if name == "mlp" else 10)]
-        ms = sorted(w["ms"] for w in warm)
-        overhead = sorted(w["ms"] - w["timing"].get("invoke", 0) for w in warm)
-        out[name] = {"cold": cold, "warmP50Ms": statistics.median(ms), "warmMinMs": ms[0],
-                     "warmInvokeP50Ms": statistics.median(w["timing"].get("invoke", 0) for w in warm),
-                     "serverOverheadP50Ms": statistics.median(overhead), "warmStarts": sorted({w["start"] for w in warm}),
-                     "errors": sum(1 for w in warm if w["status"] != 200) + (cold["status"] != 200)}
-    if mode == "pool":
-        out["kserve"] = post("/v2/models/mlp/infer", {"inputs": [{"name": "inputs", "datatype": "FP32", "shape": [1, 64], "data": mlp["inputs"][0]}]})
-        out["completions"] = post("/v1/completions", {"model": "gpt2", "prompt": "The quick brown fox", "max_tokens": 8})
+        out[name] = dict(warm_stats(name, body, n), coldHostCache=cold)
+        out[name]["errors"] += cold["status"] != 200
+    out["kserve"] = post("/v2/models/mlp/infer", {"inputs": [{"name": "inputs", "datatype": "FP32", "shape": [1, 64], "data": mlp["inputs"][0]}]})
+    out["completions"] = post("/v1/completions", {"model": "gpt2", "prompt": "The quick brown fox", "max_tokens": 8})
+    # Scale to zero (keepAlive 2s): each instance hands its read-only weights to the HBM tier as its worker exits.
+    for name, body, n in fns:
+        out[name]["scaledIn"] = wait_state(name, lambda s: s.get("state") == "cold").get("image")
+    for name, body, n in fns:
+        wait_ready(); time.sleep(3)
+        cold = post("/v1/functions/%s/invoke" % name, body)
+        out[name]["coldHbm"] = cold
+        out[name]["errors"] += cold["status"] != 200
+        again = warm_stats(name, body, 5)
+        out[name]["warmAfterHbmP50Ms"] = again["warmP50Ms"]
+        out[name]["errors"] += again["errors"]
+    out["restoreBytes"] = [l for l in get("/metrics").splitlines() if l.startswith("thaw_restore_bytes_total")]
 print(json.dumps(out, indent=1))
 PY
 
 port=18080
 say "== 1. thaw serve --function: process start to first response"
 t0=$(python3 -c 'import time; print(time.time())')
-"$thaw" serve --port $port --function mlp=mlp:1 > "$root/first.log" 2>&1 &
+# No host cache here: registering one costs its workers ~0.15 s per GiB at start, and a one-function pod would
+# size it to its image; the worker reads the store, as the previous runs of this step did.
+"$thaw" serve --port $port --function mlp=mlp:1 --host-cache 0 > "$root/first.log" 2>&1 &
 pid=$!
 timeout 120 python3 "$root/client.py" "http://127.0.0.1:$port" first "$root/mlp.json" "$root/gpt.json" "$t0" > "$root/first.json" || status=1
 kill -TERM $pid; wait $pid; echo "exit status after SIGTERM: $?" >> "$log"
 cat "$root/first.log" "$root/first.json" >> "$log"
 
-say "== 2. pool-backed server: mlp + gpt2-large"
-"$thaw" serve --port $port --function mlp=mlp:1 --function gpt2=gpt2:large > "$root/pool.log" 2>&1 &
+say "== 2. pool-backed server: mlp + gpt2-large; host cache, warm, HBM tier"
+cat > "$root/serve.json" <<'JSON'
+{"functions": {"mlp": {"image": "mlp:1", "keepAlive": "2s"}, "gpt2": {"image": "gpt2:large", "keepAlive": "2s"}}}
+JSON
+"$thaw" serve --port $port --config "$root/serve.json" --idle-workers 2 --host-cache 8g --hbm-tier 16g \
+    > "$root/pool.log" 2>&1 &
 pid=$!
-timeout 200 python3 "$root/client.py" "http://127.0.0.1:$port" pool "$root/mlp.json" "$root/gpt.json" > "$root/pool.json" || status=1
+timeout 150 python3 "$root/client.py" "http://127.0.0.1:$port" pool "$root/mlp.json" "$root/gpt.json" > "$root/pool.json" || status=1
 kill -TERM $pid; wait $pid; drain=$?
 echo "exit status after SIGTERM: $drain" >> "$log"; [[ $drain == 0 ]] || status=1
 cat "$root/pool.log" "$root/pool.json" >> "$log"
@@ -126,6 +176,29 @@ print(json.dumps(r, indent=1))
 bad = [n for n in ("mlp", "gpt2") if r["pool"].get(n, {}).get("errors", 1)]
 sys.exit(1 if bad else 0)
 PY
-say "== results"; cat "$OUT/results.json" | tee -a "$log" | head -80
+say "== results"; cat "$OUT/results.json" >> "$log"
+python3 - "$OUT/results.json" <<'PY' | tee -a "$log"
+import json, sys
+r = json.load(open(sys.argv[1]))
+p = r["pool"]
+def row(label, c):
+    if not c:
+        return "%-28s (missing)" % label
+    t = c.get("timing", {})
+    return "%-28s %8.1f ms  tier=%-10s %s  %s" % (label, c["ms"], c.get("tier"), c.get("start"),
+        " ".join("%s=%.3f" % kv for kv in t.items()))
+print("process start to first response: %.0f ms" % r["first"].get("startToFirstResponseMs", -1))
+for n in ("mlp", "gpt2"):
+    f = p.get(n, {})
+    print(row(n + " cold (host cache)", f.get("coldHostCache")))
+    print(row(n + " cold (HBM tier)", f.get("coldHbm")))
+    print("%-28s %8.2f ms  (invoke %.2f ms, server overhead %.3f ms)" % (n + " warm p50", f.get("warmP50Ms", -1),
+        f.get("warmInvokeP50Ms", -1), f.get("serverOverheadP50Ms", -1)))
+    print("%-28s staged=%s scaledIn=%s" % (n + " image", p.get("staged", {}).get(n), f.get("scaledIn")))
+if r.get("inproc", {}).get("mlp"):
+    print("%-28s %8.2f ms" % ("mlp warm p50 (in-process)", r["inproc"]["mlp"]["warmP50Ms"]))
+for l in p.get("restoreBytes", []):
+    print(l)
+PY
 rm -rf "$root"
 exit $status

@@ -10,7 +10,6 @@ import dev.thaw.server.impl.Endpoints;
 import dev.thaw.server.impl.InProcessInstances;
 import dev.thaw.server.impl.PoolInstances;
 import dev.thaw.server.spi.InstanceFactory;
-import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
 import java.util.ArrayList;
 import java.util.List;
@@ -98,6 +97,16 @@ final class ServeCommand implements Callable<Integer> {
       description = "Warm idle workers the pool keeps per device (default: ${DEFAULT-VALUE}).")
   int idleWorkers;
 
+  @Option(names = "--host-cache", paramLabel = "SIZE",
+      description = {"The pinned host image cache pool workers restore from, e.g. 8g, 512m, 0 for none",
+          "(default: hostCacheBytes of the config, else 8g or a quarter of RAM, whichever is less)."})
+  String hostCache;
+
+  @Option(names = "--hbm-tier", paramLabel = "SIZE",
+      description = {"Device memory per GPU that weights of scaled-in instances keep for the next one, e.g. 16g,",
+          "0 for none (default: hbmTierBytes of the config, else 16g)."})
+  String hbmTier;
+
   @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept). "
           + "Implied under Knative.")
   boolean readOnlyStore;
@@ -144,6 +153,11 @@ final class ServeCommand implements Callable<Integer> {
       out.println(CheckCommand.SIMULATED_NOTE);
     }
     out.printf("store    %s%s%n", storePath, readOnly ? " (read-only)" : "");
+    if (server.instances().equals("pool")) {
+      out.printf("cache    %s%n", options.hostCacheBytes() == 0 ? "none (workers read the store)"
+          : (options.hostCacheBytes() >> 20) + " MiB pinned host cache; images staged at registration; HBM tier "
+          + (options.hbmTierBytes() >> 20) + " MiB per GPU");
+    }
     options.functions().forEach((name, f) -> out.printf("function %s = %s%n", name, f.image()));
     out.println("admin    " + (server.adminTokenFile() != null ? "bearer token in " + server.adminTokenFile()
         : options.adminToken() != null ? "bearer token from THAW_ADMIN_TOKEN or the config"
@@ -183,9 +197,11 @@ final class ServeCommand implements Callable<Integer> {
       case "pool":
         List<Integer> devices = new ArrayList<>();
         driver.devices().forEach(d -> devices.add(d.ordinal()));
-        ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(devices)
-            .setIdleTarget(idleWorkers).setDeviceChoice(driver.name()).setStorePath(storePath));
-        return new PoolInstances(pool, s, storePath, driver.devices(), Duration.ofSeconds(120), options.retryAfter());
+        ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(devices)
+            .setIdleTarget(idleWorkers).setDeviceChoice(driver.name()).setStorePath(storePath);
+        return PoolInstances.create(poolOptions, options.hostCacheBytes(), options.hbmTierBytes(), s, storePath,
+            driver.devices(),
+            Duration.ofSeconds(120), options.retryAfter());
       default:
         throw new ParameterException(spec.commandLine(), "--instances is pool or in-process, not " + instances);
     }
@@ -222,6 +238,12 @@ final class ServeCommand implements Callable<Integer> {
       if (invokePort != null) {
         o.setInvokePort(invokePort);
       }
+      if (hostCache != null) {
+        o.setHostCacheBytes(bytes(hostCache, "--host-cache"));
+      }
+      if (hbmTier != null) {
+        o.setHbmTierBytes(bytes(hbmTier, "--hbm-tier"));
+      }
       String token = cli.env("THAW_ADMIN_TOKEN");
       if (token != null && !token.isBlank()) {
         o.setAdminToken(token.trim());
@@ -237,6 +259,26 @@ final class ServeCommand implements Callable<Integer> {
       throw new ParameterException(spec.commandLine(), e.getMessage(), e);
     }
     return o;
+  }
+
+  /** {@code 8g}, {@code 512m}, {@code 64k} or a number of bytes. */
+  static long bytes(String size, String option) {
+    java.util.regex.Matcher m = java.util.regex.Pattern.compile("([0-9]+)([kKmMgGtT]?)[iI]?[bB]?").matcher(size.trim());
+    if (!m.matches()) {
+      throw new IllegalArgumentException(option + " takes a size such as 8g, 512m or 0, not '" + size + "'");
+    }
+    int shift = switch (m.group(2).toLowerCase(java.util.Locale.ROOT)) {
+      case "k" -> 10;
+      case "m" -> 20;
+      case "g" -> 30;
+      case "t" -> 40;
+      default -> 0;
+    };
+    long n = Long.parseLong(m.group(1));
+    if (n > (Long.MAX_VALUE >> shift)) {
+      throw new IllegalArgumentException(option + " " + size + " is too large");
+    }
+    return n << shift;
   }
 
   private void label(ServerOptions o, String label, String env) {

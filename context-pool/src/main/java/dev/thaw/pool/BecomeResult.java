@@ -6,10 +6,11 @@ import java.util.Map;
  * A worker became an image.
  *
  * @param image the name it was given
- * @param source where the bytes came from: {@code cache}, {@code store}, or {@code store (…why)} when a host
- *     cache source fell back
+ * @param source where the bytes came from: {@code hbm} (read-only slabs mapped from the HBM tier, the rest from
+ *     the host cache), {@code cache}, {@code store}, or {@code store (…why)} when a host cache source fell back
  * @param phases milliseconds inside the worker, disjoint and in order (they add up to {@code total}, which is
- *     the last entry): {@code manifest} (parse), {@code placement} (host cache source only), {@code store} (use or
+ *     the last entry): {@code manifest} (parse), {@code placement} (host cache source only), {@code hbm take} (HBM-tier descriptors taken; with the
+ *     tier only), {@code store} (use or
  *     open the store), {@code load modules}, {@code map allocations}, {@code rebuild state}, {@code start restore}
  *     (the rest of the restore call), {@code resident} (waiting for every byte, only with
  *     {@link ContextPoolOptions#awaitResident()}); the function is invocable at the end of them

@@ -4,6 +4,8 @@ import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.cache.ChunkPlacement;
+import dev.thaw.pool.hbm.ExportedSlab;
+import java.util.List;
 import java.nio.file.Path;
 
 /**
@@ -21,8 +23,33 @@ import java.nio.file.Path;
  * @param path the store's folder (for {@code cache}: the fallback)
  * @param lease the host cache lease that pins the image's chunks, for {@code cache}; else null. The worker handle
  *     takes it over: it closes it once the restore is complete ({@link Worker#resident()}) or the worker ends
+ * @param resident the HBM tier's slabs of the image (descriptors of this process, which the worker takes with
+ *     {@code pidfd_getfd}), maybe none; null when the caller keeps no HBM tier. Non-null also asks the worker to
+ *     create the image's read-only slabs exportable, so that they can join the tier when it is evicted
+ *     ({@link Worker#exportReadOnly()}). Only with the host cache, which supplies whatever the slabs lack
  */
-public record ImageSource(String kind, Path path, CacheLease lease) {
+public record ImageSource(String kind, Path path, CacheLease lease, List<ExportedSlab> resident) {
+
+  public ImageSource {
+    resident = resident == null ? null : List.copyOf(resident);
+  }
+
+  public ImageSource(String kind, Path path, CacheLease lease) {
+    this(kind, path, lease, null);
+  }
+
+  /**
+   * The same source with the image's read-only slabs left on the device by an earlier worker ({@code HbmTier}):
+   * the worker maps them read-only instead of copying their bytes.
+   *
+   * @throws IllegalStateException for a store source (the tier is used with a staged image)
+   */
+  public ImageSource withResident(List<ExportedSlab> slabs) {
+    if (lease == null) {
+      throw new IllegalStateException("the HBM tier is used together with the host cache, not the store alone");
+    }
+    return new ImageSource(kind, path, lease, slabs);
+  }
 
   public static ImageSource store(Path path) {
     return new ImageSource("store", path.toAbsolutePath().normalize(), null);
@@ -46,6 +73,11 @@ public record ImageSource(String kind, Path path, CacheLease lease) {
     ObjectNode n = JsonNodeFactory.instance.objectNode();
     n.put("kind", kind);
     n.put("path", path.toString());
+    if (resident != null) {
+      ObjectNode h = n.putObject("hbm");
+      h.put("pid", ProcessHandle.current().pid());
+      h.put("slabs", ExportedSlab.encodeAll(resident));
+    }
     return n;
   }
 }

@@ -75,6 +75,15 @@ public interface Worker extends AutoCloseable {
     return invokeBlocking(json, null, null);
   }
 
+  /**
+   * Exports the read-only slabs of its image (wholly resident) as POSIX descriptors of the worker's process, for
+   * {@link dev.thaw.pool.hbm.HbmTier#offer} to take before the worker is released. Only slabs created exportable
+   * (a BECOME whose source carried the HBM tier) are there; none is an empty list.
+   *
+   * @throws IllegalStateException (at once) if the worker has not become an image or is busy
+   */
+  CompletableFuture<java.util.List<dev.thaw.pool.hbm.ExportedSlab>> exportReadOnly();
+
   /** Asks the worker what it is doing; answered even while it restores or serves. */
   CompletableFuture<WorkerStatus> status();
 

@@ -18,7 +18,8 @@ import java.util.regex.Pattern;
  * <pre>{@code
  * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
- *  "gpuMemoryBytes": 0, "labels": {"service": "mlp"},
+ *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184,
+ *  "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
  * }</pre>
  */
@@ -34,6 +35,13 @@ public final class ServerOptions {
   public static final Duration DEFAULT_RETRY_AFTER = Duration.ofSeconds(1);
   /** Use each device's whole memory as the budget for instances. */
   public static final long DEFAULT_GPU_MEMORY_BYTES = 0;
+  /**
+   * The pinned host image cache that pool-backed instances restore from: 8 GiB, or a quarter of the host's memory
+   * where that is less (shared memory; pages are taken only as images are staged).
+   */
+  public static final long DEFAULT_HOST_CACHE_BYTES = Math.min(8L << 30, physicalMemory() / 4);
+  /** Device memory per device that weights of scaled-in instances may keep (the HBM tier): 16 GiB. */
+  public static final long DEFAULT_HBM_TIER_BYTES = 16L << 30;
   /** The admin token's file, in the store's folder: created with mode 0600 at first start. */
   public static final String ADMIN_TOKEN_FILE = "admin-token";
   /** Cold-start timelines kept per function for {@code /v1/functions/{name}/trace}. */
@@ -41,7 +49,7 @@ public final class ServerOptions {
 
   private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
       "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
-      "tracesKept");
+      "tracesKept", "hostCacheBytes", "hbmTierBytes");
   private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|s|m)?");
 
   private String host = DEFAULT_HOST;
@@ -54,6 +62,8 @@ public final class ServerOptions {
   private Duration drainTimeout = DEFAULT_DRAIN_TIMEOUT;
   private Duration retryAfter = DEFAULT_RETRY_AFTER;
   private long gpuMemoryBytes = DEFAULT_GPU_MEMORY_BYTES;
+  private long hostCacheBytes = DEFAULT_HOST_CACHE_BYTES;
+  private long hbmTierBytes = DEFAULT_HBM_TIER_BYTES;
   private int tracesKept = DEFAULT_TRACES_KEPT;
   private final Map<String, String> labels = new LinkedHashMap<>();
   private final Map<String, FunctionOptions> functions = new LinkedHashMap<>();
@@ -71,6 +81,8 @@ public final class ServerOptions {
     drainTimeout = o.drainTimeout;
     retryAfter = o.retryAfter;
     gpuMemoryBytes = o.gpuMemoryBytes;
+    hostCacheBytes = o.hostCacheBytes;
+    hbmTierBytes = o.hbmTierBytes;
     tracesKept = o.tracesKept;
     labels.putAll(o.labels);
     o.functions.forEach((k, v) -> functions.put(k, new FunctionOptions(v)));
@@ -200,6 +212,48 @@ public final class ServerOptions {
     return this;
   }
 
+  public long hostCacheBytes() {
+    return hostCacheBytes;
+  }
+
+  /**
+   * The host image cache's size for pool-backed instances ({@link #DEFAULT_HOST_CACHE_BYTES} by default); 0 turns
+   * it off, and workers then read every image from the store. A function's image is staged into it when the
+   * function is registered; one that does not fit is read from the store (its state says so).
+   */
+  public ServerOptions setHostCacheBytes(long bytes) {
+    if (bytes < 0) {
+      throw new IllegalArgumentException("hostCacheBytes must be 0 (no host cache) or positive");
+    }
+    this.hostCacheBytes = bytes;
+    return this;
+  }
+
+  public long hbmTierBytes() {
+    return hbmTierBytes;
+  }
+
+  /**
+   * Device bytes per device the HBM tier may hold ({@link #DEFAULT_HBM_TIER_BYTES}): when a pool-backed instance
+   * is scaled in or evicted, its read-only weights stay on the GPU for the next instance of its image, unless an
+   * admission needs the memory. 0 turns it off. Needs the host cache.
+   */
+  public ServerOptions setHbmTierBytes(long bytes) {
+    if (bytes < 0) {
+      throw new IllegalArgumentException("hbmTierBytes must be 0 (no HBM tier) or positive");
+    }
+    this.hbmTierBytes = bytes;
+    return this;
+  }
+
+  private static long physicalMemory() {
+    java.lang.management.OperatingSystemMXBean os = java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+    if (os instanceof com.sun.management.OperatingSystemMXBean sun) {
+      return sun.getTotalMemorySize();
+    }
+    return 32L << 30;
+  }
+
   public int tracesKept() {
     return tracesKept;
   }
@@ -244,6 +298,8 @@ public final class ServerOptions {
     json.put("drainTimeout", drainTimeout.toMillis() + "ms");
     json.put("retryAfter", retryAfter.toMillis() + "ms");
     json.put("gpuMemoryBytes", gpuMemoryBytes);
+    json.put("hostCacheBytes", hostCacheBytes);
+    json.put("hbmTierBytes", hbmTierBytes);
     json.put("tracesKept", tracesKept);
     ObjectNode l = json.putObject("labels");
     labels.forEach(l::put);
@@ -305,6 +361,20 @@ public final class ServerOptions {
         throw new IllegalArgumentException("'gpuMemoryBytes' is an integer, not " + v);
       }
       o.setGpuMemoryBytes(v.longValue());
+    }
+    if (json.has("hostCacheBytes")) {
+      JsonNode v = json.get("hostCacheBytes");
+      if (!v.isIntegralNumber()) {
+        throw new IllegalArgumentException("'hostCacheBytes' is an integer, not " + v);
+      }
+      o.setHostCacheBytes(v.longValue());
+    }
+    if (json.has("hbmTierBytes")) {
+      JsonNode v = json.get("hbmTierBytes");
+      if (!v.isIntegralNumber()) {
+        throw new IllegalArgumentException("'hbmTierBytes' is an integer, not " + v);
+      }
+      o.setHbmTierBytes(v.longValue());
     }
     if (json.has("tracesKept")) {
       o.setTracesKept(FunctionOptions.intField(json, "tracesKept"));

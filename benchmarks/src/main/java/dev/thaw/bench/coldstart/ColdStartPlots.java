@@ -145,35 +145,59 @@ final class ColdStartPlots {
     return chart;
   }
 
+  /** The stacked plot's groups, in stacking order: each contender's own phases fall into one of them. */
+  static final List<String> PHASE_GROUPS = List.of("process start", "context", "acquire", "map", "restore",
+      "invoke", "overhead");
+
+  /**
+   * The group a contender's phase belongs to: the fresh process's JVM start and context; a worker's acquire; the
+   * manifest, allocations and modules (map); the copies, their verification and the host state (restore); the
+   * request itself (invoke); what frames, HTTP and queues add (overhead).
+   */
+  static String phaseGroup(String phase) {
+    return switch (phase) {
+      case ThawProcessContender.JVM_PHASE -> "process start";
+      case "driver + store + context" -> "context";
+      case "acquire" -> "acquire";
+      case "manifest", "store", "open manifest", "map allocations", "load modules", "placement", "map + modules",
+          "map" -> "map";
+      case "copy + verify", "copy", "rebuild state", "restore-wait", "start restore", "resident" -> "restore";
+      case "invoke", "invoke (round trip)" -> "invoke";
+      default -> "overhead";
+    };
+  }
+
   static CategoryChart phases(ColdStartResult r, String suffix) throws NotDrawn {
     List<String> categories = new ArrayList<>();
-    List<Map<String, Double>> medians = new ArrayList<>();
-    Set<String> phaseNames = new LinkedHashSet<>();
+    List<Map<String, Double>> groups = new ArrayList<>();
     for (ModelResult m : r.models()) {
       if (m.sweep()) {
         continue;
       }
       for (ContenderResult c : m.contenders()) {
         if (c.ran() && c.id().startsWith("thaw-")) {
-          categories.add(m.model() + " · " + c.id());
-          Map<String, Double> p = c.medianPhases();
-          medians.add(p);
-          phaseNames.addAll(p.keySet());
+          categories.add(m.model() + " · " + c.id().substring("thaw-".length()));
+          Map<String, Double> g = new LinkedHashMap<>();
+          c.medianPhases().forEach((phase, ms) -> g.merge(phaseGroup(phase), ms, Double::sum));
+          groups.add(g);
         }
       }
     }
     if (categories.isEmpty()) {
       throw new NotDrawn("no Thaw contender ran");
     }
-    CategoryChart chart = new CategoryChartBuilder().width(WIDTH).height(HEIGHT)
+    CategoryChart chart = new CategoryChartBuilder().width(WIDTH + 200).height(HEIGHT + 80)
         .title("Where Thaw's cold start goes, median per phase" + suffix).xAxisTitle("model · contender")
         .yAxisTitle("milliseconds").build();
     style(chart.getStyler());
+    chart.getStyler().setLegendPosition(Styler.LegendPosition.OutsideE);
     chart.getStyler().setStacked(true);
-    chart.getStyler().setShowStackSum(true);
     chart.getStyler().setLabelsVisible(false);
-    for (String phase : phaseNames) {
-      chart.addSeries(phase, categories, medians.stream().map(p -> (Number) p.getOrDefault(phase, 0.0)).toList());
+    chart.getStyler().setXAxisLabelRotation(20);
+    for (String group : PHASE_GROUPS) {
+      if (groups.stream().anyMatch(g -> g.containsKey(group))) {
+        chart.addSeries(group, categories, groups.stream().map(g -> (Number) g.getOrDefault(group, 0.0)).toList());
+      }
     }
     return chart;
   }
@@ -258,11 +282,13 @@ final class ColdStartPlots {
       throw new NotDrawn("the trace holds no complete events");
     }
     List<String> lanes = trace.lanes();
-    XYChart chart = new XYChartBuilder().width(WIDTH).height(Math.max(HEIGHT / 2, 160 + 40 * lanes.size()))
+    XYChart chart = new XYChartBuilder().width(WIDTH).height(Math.max(HEIGHT * 2 / 3, 200 + 40 * lanes.size()))
         .title("Restore timeline: " + trace.source() + suffix).xAxisTitle("milliseconds from the first event").build();
     style(chart.getStyler());
-    chart.getStyler().setYAxisMin(-0.5).setYAxisMax(lanes.size() - 0.5);
-    chart.getStyler().setYAxisTickMarkSpacingHint(40);
+    chart.getStyler().setYAxisMin(-1.0).setYAxisMax((double) lanes.size());
+    chart.getStyler().setYAxisTickMarkSpacingHint(20);
+    chart.setXAxisTitle("milliseconds from the first event; lanes from the bottom: " + String.join(", ", lanes));
+    chart.getStyler().setYAxisTicksVisible(false);
     chart.setCustomYAxisTickLabelsFormatter(v -> {
       long i = Math.round(v);
       return Math.abs(v - i) < 1e-9 && i >= 0 && i < lanes.size() ? lanes.get((int) i) : " ";

@@ -18,7 +18,8 @@ import java.util.concurrent.Future;
 
 /**
  * N cold starts of one image at once on one GPU, for N in the levels asked: N pooled workers, idle and warm,
- * released together; each acquires, becomes the image (full restore from the store) and answers the request.
+ * released together; each acquires, becomes the image (the pool's on-demand restore from the store) and answers
+ * the request.
  * Each request's time is from the common start to its own answer. A pool of its own keeps the largest N idle,
  * and refills before each level, so no worker starts while a level is timed.
  */

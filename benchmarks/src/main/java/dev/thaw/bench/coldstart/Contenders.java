@@ -11,8 +11,9 @@ final class Contenders {
 
   private static final List<Contender> ALL = List.of(
       new ThawProcessContender(),
-      new ThawPoolColdContender(false),
-      new ThawPoolColdContender(true),
+      new ThawPoolColdContender(false, false),
+      new ThawPoolColdContender(false, true),
+      new ThawPoolColdContender(true, false),
       new ThawPoolWarmContender(),
       new ThawServerContender(true),
       new ThawServerContender(false),

@@ -19,22 +19,27 @@ final class HarnessPool implements AutoCloseable {
   private final Path store;
   private final Duration timeout;
   private final Path hostCache;
+  private final boolean awaitResident;
   private ContextPool pool;
 
   HarnessPool(String device, Path store, Duration timeout) {
-    this(device, store, timeout, null);
+    this(device, store, timeout, null, false);
   }
 
-  /** A pool like {@code other} whose workers map the host image cache at {@code hostCache}. */
-  HarnessPool(HarnessPool other, Path hostCache) {
-    this(other.device, other.store, other.timeout, hostCache);
+  /**
+   * A pool like {@code other} whose workers map the host image cache at {@code hostCache} (or none), and restore
+   * fully before they answer BECOME when {@code awaitResident} (else on demand, the pool's default).
+   */
+  HarnessPool(HarnessPool other, Path hostCache, boolean awaitResident) {
+    this(other.device, other.store, other.timeout, hostCache, awaitResident);
   }
 
-  private HarnessPool(String device, Path store, Duration timeout, Path hostCache) {
+  private HarnessPool(String device, Path store, Duration timeout, Path hostCache, boolean awaitResident) {
     this.device = device;
     this.store = store;
     this.timeout = timeout;
     this.hostCache = hostCache;
+    this.awaitResident = awaitResident;
   }
 
   /**
@@ -50,7 +55,7 @@ final class HarnessPool implements AutoCloseable {
     if (pool == null) {
       pool = ContextPool.create(new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(1).setMaxWorkers(2)
           .setMaxStarting(1).setDeviceChoice(device).setStorePath(store).setHostCachePath(hostCache)
-          .setWarmupLaunches(warmupLaunches(device)));
+          .setWarmupLaunches(warmupLaunches(device)).setAwaitResident(awaitResident));
     }
     if (!pool.awaitIdle(timeout)) {
       throw new Contender.ContenderException("the context pool had no idle worker after " + timeout.toSeconds()

@@ -108,7 +108,7 @@ final class MarkdownReport {
   private static Optional<String> ratios(ModelResult m) {
     StringBuilder s = new StringBuilder();
     for (String base : List.of(ThawServerContender.COLD_ID, ThawPoolColdContender.CACHE_ID, ThawPoolColdContender.ID,
-        ThawProcessContender.ID)) {
+        ThawPoolColdContender.FULL_ID, ThawProcessContender.ID)) {
       Optional<ContenderResult> thaw = m.contender(base).filter(ContenderResult::ran);
       if (thaw.isEmpty()) {
         continue;

@@ -21,17 +21,21 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.function.Supplier;
 
 /**
  * Thaw's serving cold path without HTTP: a warm worker of the context pool (JVM started, CUDA context made,
  * store open, host cache registered) is acquired, becomes the image and serves the request; then it is released
  * and exits, and the next cold start takes a fresh worker. The clock starts at {@code acquire}, with the pool
- * idle. Two tiers the image is restored from:
+ * idle. The worker restores on demand (the pool's default: BECOME answers once the function can run, each launch
+ * waits on the device for what it touches, the rest streams behind) or, for the baseline, fully (BECOME answers
+ * when every byte is on the device). Tiers the image is restored from:
  * <ul>
- *   <li>{@code thaw-pool-cold}: the store on local disk, every chunk read and verified;
- *   <li>{@code thaw-pool-cold-cache}: the pinned host image cache, the image staged (read and verified) into it
- *       before the clock starts, as a server keeps its hot images; a worker that falls back to the store fails
- *       the contender rather than be counted as the cache.
+ *   <li>{@code thaw-pool-cold} (on demand), {@code thaw-pool-cold-full}: the store on local disk, every chunk
+ *       read and verified;
+ *   <li>{@code thaw-pool-cold-cache} (on demand): the pinned host image cache, the image staged (read and
+ *       verified) into it before the clock starts, as a server keeps its hot images; a worker that falls back to
+ *       the store fails the contender rather than be counted as the cache.
  * </ul>
  * Phases: acquire; the worker's own restore phases; what the BECOME round trip adds to them (frames, the
  * parent's reader); the request's round trip.
@@ -39,25 +43,30 @@ import java.util.Optional;
 final class ThawPoolColdContender implements Contender {
 
   static final String ID = "thaw-pool-cold";
+  static final String FULL_ID = "thaw-pool-cold-full";
   static final String CACHE_ID = "thaw-pool-cold-cache";
 
   /** Entries of a BECOME's phases that are no times (the host-cache restore reports its copies and their rate). */
   private static final java.util.Set<String> NOT_TIMES = java.util.Set.of("copies", "bytes");
 
   private final boolean fromHostCache;
+  private final boolean full;
 
-  ThawPoolColdContender(boolean fromHostCache) {
+  /** {@code full}: the worker answers BECOME only when every byte is on the device (else on demand). */
+  ThawPoolColdContender(boolean fromHostCache, boolean full) {
     this.fromHostCache = fromHostCache;
+    this.full = full;
   }
 
   @Override
   public String id() {
-    return fromHostCache ? CACHE_ID : ID;
+    return fromHostCache ? CACHE_ID : full ? FULL_ID : ID;
   }
 
   @Override
   public String label() {
-    return fromHostCache ? "Thaw, pooled worker, cold from the host cache" : "Thaw, pooled worker, cold from the store";
+    return "Thaw, pooled worker, cold from the " + (fromHostCache ? "host cache" : "store")
+        + (full ? ", full restore" : ", on-demand restore");
   }
 
   @Override
@@ -75,17 +84,24 @@ final class ThawPoolColdContender implements Contender {
     String tag = model.requireTag();
     byte[] manifest = bench.pool().manifest(tag);
     byte[] request = readRequest(model);
-    if (!fromHostCache) {
+    if (!fromHostCache && !full) {
       return runs(bench.pool(), model, tag, manifest, request, runs, null);
+    }
+    if (!fromHostCache) {
+      try (HarnessPool pool = new HarnessPool(bench.pool(), null, true)) {
+        return runs(pool, model, tag, manifest, request, runs, null);
+      }
     }
     // The cache is made for this model's image (the workers map and register all of it at their start), with a
     // pool of its own whose workers map it.
     long capacity = (model.imageBytes() * 5 / 4 + (64L << 20)) & -HostCacheOptions.ALIGNMENT;
     try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(capacity));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(bench.pool().store()).setReadOnly(true));
-        CacheLease lease = cache.stage(tag, ImageManifest.read(manifest), store);
-        HarnessPool pool = new HarnessPool(bench.pool(), cache.path())) {
-      return runs(pool, model, tag, manifest, request, runs, lease);
+        HarnessPool pool = new HarnessPool(bench.pool(), cache.path(), full)) {
+      ImageManifest parsed = ImageManifest.read(manifest);
+      // A worker takes over the lease it becomes an image with, and closes it once resident: one lease per run.
+      // Staging again finds every chunk cached and only pins it.
+      return runs(pool, model, tag, manifest, request, runs, () -> cache.stage(tag, parsed, store));
     } catch (IOException | RuntimeException e) {
       if (e instanceof PoolException) {
         throw new ContenderException("the pooled worker failed: " + e.getMessage(), e);
@@ -95,11 +111,12 @@ final class ThawPoolColdContender implements Contender {
   }
 
   private List<Sample> runs(HarnessPool harnessPool, PreparedModel model, String tag, byte[] manifest,
-      byte[] request, int runs, CacheLease lease) throws ContenderException, InterruptedException {
+      byte[] request, int runs, Supplier<CacheLease> leases) throws ContenderException, InterruptedException {
     List<Sample> samples = new ArrayList<>();
-    ImageSource source = lease == null ? ImageSource.store(harnessPool.store())
-        : ImageSource.hostCache(lease, harnessPool.store());
     for (int i = 0; i < runs; i++) {
+      CacheLease lease = leases == null ? null : leases.get();
+      ImageSource source = lease == null ? ImageSource.store(harnessPool.store())
+          : ImageSource.hostCache(lease, harnessPool.store());
       ContextPool pool = harnessPool.ready();
       try {
         long t0 = System.nanoTime();

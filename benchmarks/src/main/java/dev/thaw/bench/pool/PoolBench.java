@@ -171,17 +171,20 @@ public final class PoolBench {
       Worker w = pool.acquire();
       long acquired = System.nanoTime();
       BecomeResult b;
+      InvokeResult first;
+      double coldMs;
+      RestoreCompletion done;
       try {
         b = w.becomeBlocking(image.tag(), manifestBytes,
             lease == null ? ImageSource.store(store) : ImageSource.hostCache(lease, store));
+        first = w.invokeBlocking(image.request());
+        coldMs = (System.nanoTime() - t0) / 1e6;
+        done = w.resident().get();
       } finally {
         if (lease != null) {
-          lease.close();
+          lease.close(); // the restore reads the arena until resident
         }
       }
-      InvokeResult first = w.invokeBlocking(image.request());
-      double coldMs = (System.nanoTime() - t0) / 1e6;
-      RestoreCompletion done = w.resident().get();
       InvokeResult second = w.invokeBlocking(image.request());
       InvokeResult third = w.invokeBlocking(image.request());
       w.release();

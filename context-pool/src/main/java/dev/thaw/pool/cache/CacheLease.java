@@ -9,22 +9,19 @@ import java.util.concurrent.atomic.AtomicBoolean;
  */
 public final class CacheLease implements AutoCloseable {
 
-  private final HostImageCache cache;
   private final String image;
   private final ChunkPlacement placement;
   private final long stagedBytes;
   private final double stageMillis;
-  private final Object pins;
+  private final Runnable unpin;
   private final AtomicBoolean closed = new AtomicBoolean();
 
-  CacheLease(HostImageCache cache, String image, ChunkPlacement placement, long stagedBytes, double stageMillis,
-      Object pins) {
-    this.cache = cache;
+  CacheLease(String image, ChunkPlacement placement, long stagedBytes, double stageMillis, Runnable unpin) {
     this.image = image;
     this.placement = placement;
     this.stagedBytes = stagedBytes;
     this.stageMillis = stageMillis;
-    this.pins = pins;
+    this.unpin = unpin;
   }
 
   public String image() {
@@ -53,7 +50,7 @@ public final class CacheLease implements AutoCloseable {
   @Override
   public void close() {
     if (closed.compareAndSet(false, true)) {
-      cache.unpin(pins);
+      unpin.run();
     }
   }
 

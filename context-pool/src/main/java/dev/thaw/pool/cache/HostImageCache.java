@@ -213,8 +213,9 @@ public final class HostImageCache implements AutoCloseable {
     }
     hitBytes.addAndGet(lengths.values().stream().mapToLong(Integer::longValue).sum() - missingBytes);
     stagedBytes.addAndGet(missingBytes);
-    return new CacheLease(this, image, new ChunkPlacement(path, entries), missingBytes,
-        (System.nanoTime() - t0) / 1e6, List.copyOf(pinned));
+    List<Extent> pins = List.copyOf(pinned);
+    return new CacheLease(image, new ChunkPlacement(path, entries), missingBytes, (System.nanoTime() - t0) / 1e6,
+        () -> unpin(pins));
   }
 
   /** Reads and verifies the chunks into their places on the staging threads; the first failure wins. */
@@ -326,9 +327,8 @@ public final class HostImageCache implements AutoCloseable {
     freeBytes += length;
   }
 
-  @SuppressWarnings("unchecked")
-  synchronized void unpin(Object pins) {
-    unpinLocked((List<Extent>) pins);
+  private synchronized void unpin(List<Extent> pins) {
+    unpinLocked(pins);
   }
 
   private void unpinLocked(List<Extent> pins) {

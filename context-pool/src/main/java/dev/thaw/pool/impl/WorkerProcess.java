@@ -17,6 +17,7 @@ import dev.thaw.pool.WorkerLostException;
 import dev.thaw.pool.WorkerStart;
 import dev.thaw.pool.WorkerStatus;
 import dev.thaw.pool.cache.CacheLease;
+import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.pool.protocol.FrameType;
@@ -262,6 +263,17 @@ final class WorkerProcess implements Worker {
   @Override
   public InvokeResult invokeBlocking(byte[] json, ByteBuffer binary, Duration deadline) {
     return join(invoke(json, binary, deadline));
+  }
+
+  @Override
+  public CompletableFuture<List<ExportedSlab>> exportReadOnly() {
+    checkUsable();
+    if (!invocable) {
+      throw new IllegalStateException("worker " + pid + " has no image to export");
+    }
+    claim();
+    return release(send(FrameType.EXPORT, FrameCodec.head(), null, STATUS_TIMEOUT)
+        .thenApply(f -> ExportedSlab.decodeAll(f.head().path("slabs").asText(""))));
   }
 
   @Override

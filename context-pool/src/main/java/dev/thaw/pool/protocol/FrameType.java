@@ -17,6 +17,12 @@ public enum FrameType {
    * head says how long that took and where the bytes came from.
    */
   RESIDENT(6),
+  /**
+   * Parent → worker, once its image is resident and it is idle: export the read-only slabs' physical memory as
+   * descriptors (the RESULT's head: {@code pid}, {@code slabs} encoded) for the HBM tier, which takes them before
+   * the worker exits.
+   */
+  EXPORT(7),
   /** Worker → parent: the answer to the request with the same id. */
   RESULT(16),
   /** Worker → parent: the request with the same id failed (id 0: the worker itself failed and exits). */

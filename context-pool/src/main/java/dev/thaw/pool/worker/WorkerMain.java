@@ -16,12 +16,17 @@ import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.cache.HostCacheView;
 import dev.thaw.pool.cache.PinnedChunks;
+import dev.thaw.pool.hbm.ExportedSlab;
+import dev.thaw.pool.hbm.HbmExport;
+import dev.thaw.pool.hbm.ResidentSlabs;
+import dev.thaw.pool.hbm.TieredRestoreSource;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.pool.protocol.FrameType;
 import dev.thaw.pool.protocol.ProtocolException;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
@@ -40,6 +45,7 @@ import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.BlockingQueue;
@@ -186,7 +192,7 @@ public final class WorkerMain {
       Frame reply;
       boolean restoring = f.type() == FrameType.BECOME;
       try {
-        reply = restoring ? become(f) : invoke(f);
+        reply = restoring ? become(f) : f.type() == FrameType.EXPORT ? export(f) : invoke(f);
       } catch (Throwable e) {
         WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
         if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
@@ -207,6 +213,22 @@ public final class WorkerMain {
       send(reply);
     }
   }
+
+  /**
+   * Read-only slabs created exportable, for the HBM tier; where the device refuses exportable memory for any reason
+   * but lack of memory, fresh memory (said once on stderr): the image restores, and merely cannot join the tier.
+   */
+  private static final FunctionSession.SlabSource EXPORTABLE_OR_FRESH = (context, slab) -> {
+    try {
+      return FunctionSession.SlabSource.EXPORTABLE_READ_ONLY.back(context, slab);
+    } catch (dev.thaw.runtime.gpu.CudaOutOfMemoryException e) {
+      throw e;
+    } catch (dev.thaw.runtime.gpu.CudaException e) {
+      System.err.println("thaw worker: exportable memory refused (" + e.getMessage() + "); slab at 0x"
+          + Long.toHexString(slab.address()) + " is not exportable");
+      return FunctionSession.SlabSource.FRESH.back(context, slab);
+    }
+  };
 
   private Frame become(Frame f) throws Exception {
     if (state != State.BLANK) {
@@ -229,17 +251,51 @@ public final class WorkerMain {
     long t = phase(phases, "manifest", start);
     JsonNode source = f.head().path("source");
     RestoreSource tiers = RestoreSource.STORE_ONLY;
+    PinnedChunks lastChunks = null;
     String from = "store";
     if (source.path("kind").asText().equals("cache")) {
       PinnedChunks chunks = cacheChunks(Arrays.copyOfRange(body, manifestBytes, body.length));
+      lastChunks = chunks;
       tiers = m -> d -> chunks.find(d).map(c -> new RestoreSource.HostChunk(c.buffer(), c.offset())).orElse(null);
       from = "cache";
       t = phase(phases, "placement", t);
     }
+    ResidentSlabs resident = null;
+    OnDemandOptions onDemand = new OnDemandOptions();
+    JsonNode hbm = source.path("hbm");
+    if (hbm.isObject()) {
+      if (!from.equals("cache")) {
+        throw new ImageRestoreException("BECOME names HBM-tier slabs without the host cache", null);
+      }
+      String slabs = hbm.path("slabs").asText("");
+      if (!slabs.isBlank()) {
+        try {
+          resident = ResidentSlabs.take(hbm.path("pid").asLong(), ExportedSlab.decodeAll(slabs));
+        } catch (IOException | IllegalArgumentException e) {
+          // The tier dropped them meanwhile (or they cannot be taken): restore every byte from the host cache.
+          System.err.println("thaw worker: HBM-tier slabs not taken, restoring from the host cache: " + e);
+        }
+      }
+      onDemand.slabSource(resident != null ? resident : EXPORTABLE_OR_FRESH);
+      tiers = new TieredRestoreSource(lastChunks, resident, context);
+      t = phase(phases, "hbm take", t);
+    }
     RocksChunkStore store = storeFor(source, name, manifestBody);
     t = phase(phases, "store", t);
-    OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, context, tiers, resources,
-        new OnDemandOptions());
+    OnDemandRestore restore;
+    try {
+      restore = new OnDemandRestorer(store).restore(manifest, context, tiers, resources, onDemand);
+    } finally {
+      if (resident != null) {
+        resident.close();
+      }
+    }
+    double hbmImportMillis = -1;
+    if (resident != null && !resident.residentBuffers().isEmpty()) {
+      from = "hbm";
+      // Part of "map allocations": the slabs imported instead of created (not a phase of its own).
+      hbmImportMillis = resident.importMillis();
+    }
     // Disjoint phases that add up to the total: what the restore call spent besides modules, map and state
     // (loading the function class, planning, starting the stream) is "start restore".
     OnDemandRestore.Timings rt = restore.timings();
@@ -269,6 +325,9 @@ public final class WorkerMain {
     h.set("phases", json.valueToTree(phases));
     h.put("bytes", manifest.totalBytes());
     h.put("source", from);
+    if (hbmImportMillis >= 0) {
+      h.put("hbmImportMillis", hbmImportMillis);
+    }
     h.put("resident", restore.isResident());
     return new Frame(FrameType.RESULT, id, h);
   }
@@ -334,6 +393,19 @@ public final class WorkerMain {
     }
     store = RocksChunkStore.open(new StoreOptions().setPath(path).setReadOnly(true));
     return store;
+  }
+
+  /** Hands the image's read-only slabs to the parent's HBM tier: descriptors it takes before this worker exits. */
+  private Frame export(Frame f) {
+    if (state != State.READY || restored == null || !restored.isResident()) {
+      return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
+          "only a worker whose image is wholly on the device exports it (state " + state + ")"));
+    }
+    List<ExportedSlab> slabs = HbmExport.exportReadOnly(restored.function().session());
+    ObjectNode h = FrameCodec.head();
+    h.put("pid", ProcessHandle.current().pid());
+    h.put("slabs", ExportedSlab.encodeAll(slabs));
+    return new Frame(FrameType.RESULT, f.id(), h);
   }
 
   private Frame invoke(Frame f) throws Exception {
@@ -402,7 +474,7 @@ public final class WorkerMain {
           send(new Frame(FrameType.RESULT, f.id(), FrameCodec.head()));
           Runtime.getRuntime().halt(0);
         }
-        case BECOME, INVOKE -> work.add(f);
+        case BECOME, INVOKE, EXPORT -> work.add(f);
         default -> {
           String m = f.type() + " is not a request a worker takes";
           send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.PROTOCOL, m)));

@@ -103,4 +103,21 @@ public final class OnDemandOptions {
     this.pollNanos = nanos;
     return this;
   }
+
+  private dev.thaw.runtime.function.FunctionSession.SlabSource slabSource;
+
+  /** Where the session's slabs get their memory, or null (the default) for fresh memory, one plan for all. */
+  public dev.thaw.runtime.function.FunctionSession.SlabSource slabSource() {
+    return slabSource;
+  }
+
+  /**
+   * Maps the image with its read-only allocations ({@code ImageManifest.readOnlyAllocations()}) in slabs of their
+   * own, each slab's memory from {@code source}: the HBM tier's exportable memory, or memory imported from it. The
+   * restore must then be told which allocations are resident already (its {@link RestoreSource}).
+   */
+  public OnDemandOptions slabSource(dev.thaw.runtime.function.FunctionSession.SlabSource source) {
+    this.slabSource = source;
+    return this;
+  }
 }

@@ -70,10 +70,19 @@ public final class OnDemandRestorer {
       Map<String, byte[]> cubins = cubins(manifest, context, lease);
       long cubinNanos = System.nanoTime() - t;
       try {
-        session = FunctionSession.rebuild(context, manifest.sessionTable(cubins));
+        session = options.slabSource() == null ? FunctionSession.rebuild(context, manifest.sessionTable(cubins))
+            : FunctionSession.rebuild(context, manifest.sessionTable(cubins), manifest.readOnlyAllocations(),
+                options.slabSource());
       } catch (AddressUnavailableException e) {
         throw new ImageRestoreException("image of " + manifest.function().className() + " needs its device "
             + "addresses, and one is taken in this process: " + e.getMessage(), e);
+      }
+      if (options.slabSource() != null) {
+        // Which allocations the slab source made resident is known only now: ask the source again.
+        RestoreSource.Lease forCubins = lease;
+        lease = null;
+        forCubins.close();
+        lease = source.lease(manifest);
       }
       FunctionSession.RebuildTimings rebuilt = session.rebuildTimings();
       Residency residency = new Residency(plan, resources, store, lease, options);

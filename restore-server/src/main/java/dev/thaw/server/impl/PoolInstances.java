@@ -14,6 +14,26 @@ import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.WorkerException;
 import dev.thaw.pool.WorkerOutOfMemoryException;
+import dev.thaw.pool.ContextPoolOptions;
+import dev.thaw.pool.cache.CacheLease;
+import dev.thaw.pool.cache.HostCacheFullException;
+import dev.thaw.pool.cache.HostCacheOptions;
+import dev.thaw.pool.cache.HostImageCache;
+import dev.thaw.pool.cache.RestoreOrder;
+import dev.thaw.image.store.Digest;
+import dev.thaw.pool.hbm.ExportedSlab;
+import dev.thaw.pool.hbm.HbmTier;
+import dev.thaw.pool.hbm.HbmTierOptions;
+import java.util.HashMap;
+import java.util.concurrent.TimeUnit;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.InvalidRequestException;
@@ -34,6 +54,19 @@ import java.util.Optional;
  * driver and context already paid for) and tells it to become the image; requests travel to it over its pipe;
  * eviction releases it (the process exits, its device memory with it). Instances live in address spaces of their
  * own, so any images can be resident together, and a device fault kills one worker, never the server.
+ *
+ * <p><b>Host cache.</b> With a {@link HostImageCache} (every worker maps and registers it at start), a function's
+ * image is staged into it when the function is registered ({@link #prepare}, on a thread of its own), so the first
+ * cold start finds it there: each BECOME gets a {@link CacheLease} ({@link ImageSource#hostCache}) that pins the
+ * image's chunks until the worker reports them all on the device, or dies. An image the cache cannot hold (or not
+ * staged yet, or evicted since) is read from the store; {@link #imageState} says which, and why.
+ *
+ * <p><b>HBM tier.</b> With a host cache and an HBM tier budget, workers create an image's read-only slabs
+ * exportable; when an instance is closed (scaled in, evicted) with its image wholly on the device, its worker
+ * exports them and the device's {@link HbmTier} takes the descriptors before the worker exits, so the weights stay
+ * on the GPU. The next worker for that image imports and maps them read-only instead of copying them (tier
+ * {@code hbm}). When a start runs out of device memory, the tier gives its memory back and the start is tried once
+ * more before the request is refused.
  */
 public final class PoolInstances implements InstanceFactory {
 
@@ -45,6 +78,55 @@ public final class PoolInstances implements InstanceFactory {
   private final List<DeviceInfo> devices;
   private final Duration acquireWait;
   private final long retryAfterSeconds;
+  private final HostImageCache cache;
+  private final ExecutorService stager;
+  /** Per image tag: where it stands in the host cache. */
+  private final Map<String, Staging> staging = new ConcurrentHashMap<>();
+  /** Per device ordinal: the weights evicted instances left on it; empty without the tier. */
+  private final Map<Integer, HbmTier> hbm = new HashMap<>();
+
+  /** An image's state in the host cache: {@code staging}, {@code cached} or {@code store} (with the reason). */
+  private record Staging(String state, String reason, long stagedBytes, double millis) {
+    ObjectNode json() {
+      ObjectNode o = JsonNodeFactory.instance.objectNode();
+      o.put("hostCache", state);
+      if (reason != null) {
+        o.put("reason", reason);
+      }
+      if (state.equals("cached")) {
+        o.put("stagedBytes", stagedBytes);
+        o.put("stageMillis", millis);
+      }
+      return o;
+    }
+  }
+
+  /**
+   * A pool whose workers map a host image cache of {@code hostCacheBytes} (0: none, every image from the store),
+   * with this factory around it. The cache is created first (its path goes into the pool's options), closed with
+   * the factory.
+   */
+  public static PoolInstances create(ContextPoolOptions poolOptions, long hostCacheBytes, long hbmTierBytes,
+      ChunkStore store, Path storePath, List<DeviceInfo> devices, Duration acquireWait, Duration retryAfter) {
+    HostImageCache cache = null;
+    if (hostCacheBytes > 0) {
+      try {
+        cache = HostImageCache.create(new HostCacheOptions().capacityBytes(hostCacheBytes));
+      } catch (IOException e) {
+        throw new UncheckedIOException("cannot create the host image cache (" + hostCacheBytes + " bytes)", e);
+      }
+      poolOptions = new ContextPoolOptions(poolOptions).setHostCachePath(cache.path());
+    }
+    try {
+      return new PoolInstances(ContextPool.create(poolOptions), cache, hbmTierBytes, store, storePath, devices,
+          acquireWait, retryAfter);
+    } catch (RuntimeException | Error e) {
+      if (cache != null) {
+        cache.close();
+      }
+      throw e;
+    }
+  }
 
   /**
    * @param pool the pool; closed with this factory
@@ -55,7 +137,33 @@ public final class PoolInstances implements InstanceFactory {
    */
   public PoolInstances(ContextPool pool, ChunkStore store, Path storePath, List<DeviceInfo> devices,
       Duration acquireWait, Duration retryAfter) {
+    this(pool, null, 0, store, storePath, devices, acquireWait, retryAfter);
+  }
+
+  /**
+   * @param cache the host image cache the pool's workers map ({@link ContextPoolOptions#setHostCachePath}), or
+   *     null; closed with this factory
+   */
+  public PoolInstances(ContextPool pool, HostImageCache cache, ChunkStore store, Path storePath,
+      List<DeviceInfo> devices, Duration acquireWait, Duration retryAfter) {
+    this(pool, cache, 0, store, storePath, devices, acquireWait, retryAfter);
+  }
+
+  /**
+   * @param hbmTierBytes device bytes each device's HBM tier may hold (0: no tier); needs {@code cache}
+   */
+  public PoolInstances(ContextPool pool, HostImageCache cache, long hbmTierBytes, ChunkStore store, Path storePath,
+      List<DeviceInfo> devices, Duration acquireWait, Duration retryAfter) {
+    if (cache != null && hbmTierBytes > 0) {
+      devices.forEach(d -> hbm.put(d.ordinal(), new HbmTier(new HbmTierOptions().maxBytes(hbmTierBytes))));
+    }
     this.pool = pool;
+    this.cache = cache;
+    this.stager = cache == null ? null : Executors.newSingleThreadExecutor(r -> {
+      Thread t = new Thread(r, "thaw-host-cache-prefetch");
+      t.setDaemon(true);
+      return t;
+    });
     this.store = store;
     this.storePath = storePath;
     this.devices = List.copyOf(devices);
@@ -84,7 +192,114 @@ public final class PoolInstances implements InstanceFactory {
   }
 
   @Override
+  public void prepare(String tag, ImageManifest manifest) {
+    if (cache == null) {
+      return;
+    }
+    Staging now = staging.get(tag);
+    if (now != null && (now.state().equals("staging") || now.state().equals("cached") && cached(manifest))) {
+      return;
+    }
+    staging.put(tag, new Staging("staging", null, 0, 0));
+    try {
+      stager.execute(() -> stage(tag, manifest));
+    } catch (java.util.concurrent.RejectedExecutionException e) {
+      staging.put(tag, new Staging("store", "the server is closing", 0, 0));
+    }
+  }
+
+  /** Reads the image into the host cache (verifying every chunk) and lets it go: it stays until evicted. */
+  private void stage(String tag, ImageManifest manifest) {
+    try (CacheLease lease = cache.stage(tag, manifest, store)) {
+      staging.put(tag, new Staging("cached", null, lease.stagedBytes(), lease.stageMillis()));
+    } catch (HostCacheFullException e) {
+      staging.put(tag, new Staging("store", "the host cache cannot hold it: " + e.getMessage(), 0, 0));
+    } catch (RuntimeException e) {
+      staging.put(tag, new Staging("store", "staging failed: " + e.getMessage(), 0, 0));
+    }
+  }
+
+  /** True if every chunk of the image is in the host cache now (a hash probe each). */
+  private boolean cached(ImageManifest manifest) {
+    for (Digest d : RestoreOrder.chunks(manifest)) {
+      if (!cache.contains(d)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  @Override
+  public JsonNode imageState(String tag) {
+    if (cache == null) {
+      return null;
+    }
+    Staging s = staging.get(tag);
+    if (s == null) {
+      return null;
+    }
+    ObjectNode o = s.json();
+    ObjectNode held = o.putObject("hbmBytes");
+    hbm.forEach((device, tier) -> {
+      Long bytes = tier.heldImages().get(tag);
+      if (bytes != null) {
+        held.put(String.valueOf(device), bytes);
+      }
+    });
+    return o;
+  }
+
+  /**
+   * The host cache's lease on the image when all of it is there (staging its last chunks would read the store on
+   * the cold path: then the worker reads the store itself, on demand, and the image is staged again behind it);
+   * else null.
+   */
+  private CacheLease lease(String tag, ImageManifest manifest) {
+    if (cache == null) {
+      return null;
+    }
+    Staging s = staging.get(tag);
+    if (s == null || !s.state().equals("cached")) {
+      if (s == null) {
+        prepare(tag, manifest);
+      }
+      return null;
+    }
+    if (!cached(manifest)) {
+      staging.put(tag, new Staging("store", "evicted from the host cache; staging it again", 0, 0));
+      prepare(tag, manifest);
+      return null;
+    }
+    try {
+      return cache.stage(tag, manifest, store);
+    } catch (HostCacheFullException | IllegalStateException e) {
+      return null;
+    }
+  }
+
+  @Override
   public FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) {
+    HbmTier tier = hbm.get(device);
+    try {
+      return start(tag, manifest, device, tier);
+    } catch (ServeException e) {
+      // Out of device memory: the HBM tier's weights go before any admission is refused.
+      if (e.status() != 503 || !e.code().equals("no_capacity") || tier == null || tier.giveWay(Long.MAX_VALUE) == 0) {
+        throw e;
+      }
+      return start(tag, manifest, device, tier);
+    } catch (RuntimeException e) {
+      // A start that failed with the tier's slabs in it is tried once more without them (from the host cache).
+      if (tier == null || tier.drop(tag) == 0) {
+        throw e;
+      }
+      System.err.println("thaw: " + tag + ": a start with its HBM-tier slabs failed (" + e.getMessage()
+          + "); dropped them, starting from the host cache");
+      return start(tag, manifest, device, tier);
+    }
+  }
+
+  private FunctionInstance start(String tag, ImageManifest manifest, int device, HbmTier tier) {
     byte[] bytes = store.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
     long t = System.nanoTime();
     Worker worker;
@@ -95,39 +310,89 @@ public final class PoolInstances implements InstanceFactory {
           retryAfterSeconds);
     }
     double acquireMs = (System.nanoTime() - t) / 1e6;
+    CacheLease lease = null;
     try {
-      BecomeResult b = worker.becomeBlocking(tag, bytes, ImageSource.store(storePath));
+      lease = lease(tag, manifest);
+      ImageSource source = lease == null ? ImageSource.store(storePath) : ImageSource.hostCache(lease, storePath);
+      if (lease != null && tier != null) {
+        source = source.withResident(tier.slabs(tag).orElse(List.of()));
+      }
+      BecomeResult b = worker.becomeBlocking(tag, bytes, source);
       Map<String, Double> p = b.phases();
       // From the store the copy is "copy + verify"; from the host cache, "copy" (its bytes were verified on entry).
       double restoreMs = p.getOrDefault("copy + verify", p.getOrDefault("copy", 0.0))
           + p.getOrDefault("rebuild state", 0.0);
       // Everything else the BECOME took (parse, map, modules, the pipe both ways) is the map phase.
       double mapMs = Math.max(0, b.roundTripMillis() - restoreMs);
-      String tier = b.source().equals("cache") ? "host-cache" : "store";
-      return new Instance(worker, new StartPhases(acquireMs, mapMs, restoreMs, b.bytes(), tier));
+      String from = switch (b.source()) {
+        case "hbm" -> "hbm";
+        case "cache" -> "host-cache";
+        default -> "store";
+      };
+      return new Instance(worker, new StartPhases(acquireMs, mapMs, restoreMs, b.bytes(), from), tag,
+          lease == null ? null : tier);
     } catch (WorkerOutOfMemoryException e) {
       worker.release();
+      closeLease(lease);
       throw new ServeException(503, "no_capacity", "image '" + tag + "' does not fit on device " + device + ": "
           + e.getMessage(), retryAfterSeconds);
     } catch (RuntimeException | Error e) {
       worker.release();
+      closeLease(lease);
       throw e;
+    }
+  }
+
+  /** A lease whose worker failed: the worker is gone or going, nothing reads the chunks for it any more. */
+  private static void closeLease(CacheLease lease) {
+    if (lease != null) {
+      lease.close();
     }
   }
 
   @Override
   public void close() {
-    pool.close();
+    try {
+      pool.close();
+    } finally {
+      hbm.values().forEach(HbmTier::close);
+      if (cache != null) {
+        closeCache();
+      }
+    }
+  }
+
+  /**
+   * Unmaps the cache once no prefetch writes into it: a stage in flight (its chunks are being read into the
+   * arena) finishes first. One that outlasts the wait leaves the arena mapped until the process exits.
+   */
+  private void closeCache() {
+    stager.shutdownNow();
+    try {
+      if (!stager.awaitTermination(60, TimeUnit.SECONDS)) {
+        System.err.println("thaw: a host cache prefetch is still running; the cache stays mapped until exit");
+        return;
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return;
+    }
+    cache.close();
   }
 
   private static final class Instance implements FunctionInstance {
     private final Worker worker;
     private final StartPhases phases;
+    private final String image;
+    private final HbmTier tier;
     private volatile boolean healthy = true;
 
-    Instance(Worker worker, StartPhases phases) {
+    /** @param tier where the worker's read-only slabs go when it is closed, or null */
+    Instance(Worker worker, StartPhases phases, String image, HbmTier tier) {
       this.worker = worker;
       this.phases = phases;
+      this.image = image;
+      this.tier = tier;
     }
 
     @Override
@@ -174,9 +439,32 @@ public final class PoolInstances implements InstanceFactory {
       return "worker pid " + worker.pid() + " on device " + worker.device();
     }
 
+    /** Releases the worker (it exits), first handing its read-only slabs to the HBM tier where there is one. */
     @Override
     public void close() {
-      worker.release();
+      try {
+        handToTier();
+      } finally {
+        worker.release();
+      }
+    }
+
+    private void handToTier() {
+      java.util.concurrent.CompletableFuture<?> resident = worker.resident();
+      if (tier == null || !healthy || !worker.isAlive() || !resident.isDone() || resident.isCompletedExceptionally()) {
+        return;
+      }
+      try {
+        List<ExportedSlab> slabs = worker.exportReadOnly().get(10, TimeUnit.SECONDS);
+        if (!slabs.isEmpty()) {
+          tier.offer(image, worker.pid(), slabs);
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      } catch (Exception e) {
+        // The weights are not kept on the device; the next start copies them from the host cache.
+        System.err.println("thaw: " + image + ": read-only slabs not kept in the HBM tier: " + e);
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
 package dev.thaw.server.impl;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -118,6 +119,7 @@ public final class Scheduler implements AutoCloseable {
     }
     Deployment d = new Deployment(name, new FunctionOptions(options), image);
     deployments.put(name, d);
+    factory.prepare(image.tag(), image.manifest());
     ensureMinimum(d);
     return old != null;
   }
@@ -537,7 +539,8 @@ public final class Scheduler implements AutoCloseable {
       slot.busy = false;
       slot.idleSince = done;
       if (failure == null) {
-        p.result.complete(new Invocation(p.deployment.name, response, cold, phases, slot.instance.describe()));
+        p.result.complete(new Invocation(p.deployment.name, response, cold, phases, slot.instance.describe(),
+            cold ? sp.tier() : null));
       } else {
         p.result.completeExceptionally(failure);
       }
@@ -656,6 +659,10 @@ public final class Scheduler implements AutoCloseable {
     s.put("function", d.image.manifest().function().className());
     s.put("deviceBytes", d.image.deviceBytes());
     s.put("queued", d.queue.size());
+    JsonNode imageTiers = factory.imageState(d.image.tag());
+    if (imageTiers != null) {
+      s.set("image", imageTiers);
+    }
     if (d.lastStartFailure != null) {
       s.put("lastStartFailure", d.lastStartFailure);
     }

@@ -1,5 +1,6 @@
 package dev.thaw.server.spi;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import java.util.List;
@@ -37,6 +38,20 @@ public interface InstanceFactory extends AutoCloseable {
    */
   default boolean canStart() {
     return true;
+  }
+
+  /**
+   * A function now serves image {@code tag}: the factory may prepare its cold starts (the pool stages the image in
+   * the host cache) in the background. Returns at once; the server calls it under its lock.
+   */
+  default void prepare(String tag, ImageManifest manifest) {}
+
+  /**
+   * Where the factory holds image {@code tag} now, for {@code GET /v1/functions/{name}} ({@code "image"}), or null
+   * when it holds nothing of its own. Fast: the server calls it under its lock.
+   */
+  default JsonNode imageState(String tag) {
+    return null;
   }
 
   /** Releases what the factory holds (idle workers, contexts). Instances it made are closed by the server first. */
