@@ -59,7 +59,7 @@ import java.util.regex.Pattern;
 @JsonPropertyOrder({"schemaVersion", "function", "device", "allocations", "modules", "hostState", "samples", "build",
     "profile"})
 public record ImageManifest(
-    int schemaVersion,
+    @JsonDeserialize(using = IntegerOnlyDeserializer.class) int schemaVersion,
     Function function,
     Device device,
     List<Allocation> allocations,
@@ -318,6 +318,19 @@ public record ImageManifest(
    *     wrong; the message names the field
    */
   public static ImageManifest read(byte[] json) {
+    // The common case in one streaming pass (a large model's manifest is megabytes: building a tree first and
+    // binding it after costs twice). Anything else, including a manifest of another schema version that happens
+    // to bind, takes the checked path below, which names what is wrong.
+    ImageManifest direct;
+    try {
+      direct = JSON.readValue(json, ImageManifest.class);
+    } catch (IOException | RuntimeException e) {
+      direct = null;
+    }
+    if (direct != null && direct.schemaVersion() == SCHEMA_VERSION) {
+      direct.validate();
+      return direct;
+    }
     JsonNode tree;
     try {
       tree = JSON.readTree(json);
@@ -372,11 +385,16 @@ public record ImageManifest(
       check(a.address() != 0, at + ".address", "must not be 0");
       check(a.size() > 0, at + ".size", "must be positive, not " + a.size());
       long next = 0;
+      // Thousands of chunks per image: the messages are built only for the chunk that fails.
       for (int j = 0; j < a.chunks().size(); j++) {
         Chunk c = a.chunks().get(j);
-        String ct = at + ".chunks[" + j + "]";
-        check(c.offset() == next, ct + ".offset", "is " + c.offset() + " but the previous chunk ends at " + next);
-        check(c.length() > 0, ct + ".length", "must be positive, not " + c.length());
+        if (c.offset() != next) {
+          check(false, at + ".chunks[" + j + "].offset", "is " + c.offset() + " but the previous chunk ends at "
+              + next);
+        }
+        if (c.length() <= 0) {
+          check(false, at + ".chunks[" + j + "].length", "must be positive, not " + c.length());
+        }
         next += c.length();
       }
       check(next == a.size(), at + ".chunks", "cover " + next + " bytes of an allocation of " + a.size());
@@ -457,6 +475,21 @@ public record ImageManifest(
       } catch (IllegalArgumentException e) {
         throw JsonMappingException.from(p, e.getMessage(), e);
       }
+    }
+  }
+
+  /**
+   * {@code schemaVersion} as a JSON integer and nothing Jackson would coerce to one ({@code "1"}, {@code 1.0}):
+   * what {@link #read}'s checked path demands, so that its one-pass path accepts nothing more.
+   */
+  static final class IntegerOnlyDeserializer extends JsonDeserializer<Integer> {
+    @Override
+    public Integer deserialize(JsonParser p, DeserializationContext ctxt) throws IOException {
+      if (p.currentToken() != com.fasterxml.jackson.core.JsonToken.VALUE_NUMBER_INT
+          || p.getNumberType() != JsonParser.NumberType.INT) {
+        throw JsonMappingException.from(p, "schemaVersion must be an integer");
+      }
+      return p.getIntValue();
     }
   }
 

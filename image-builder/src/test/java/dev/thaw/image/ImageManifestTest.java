@@ -55,6 +55,9 @@ class ImageManifestTest {
     String e = problem(t -> t.put("schemaVersion", 2).remove("allocations"));
     assertEquals("the manifest has schemaVersion 2; this Thaw reads schemaVersion 1", e);
     assertEquals("the manifest has no integer schemaVersion", problem(t -> t.remove("schemaVersion")));
+    // read's one-pass path must not accept what Jackson would coerce to an integer.
+    assertEquals("the manifest has no integer schemaVersion", problem(t -> t.put("schemaVersion", "1")));
+    assertEquals("the manifest has no integer schemaVersion", problem(t -> t.put("schemaVersion", 1.0)));
   }
 
   @Test

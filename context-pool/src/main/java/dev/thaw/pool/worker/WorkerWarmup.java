@@ -2,6 +2,8 @@ package dev.thaw.pool.worker;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.Images;
 import dev.thaw.image.restore.OnDemandOptions;
@@ -10,6 +12,8 @@ import dev.thaw.image.restore.OnDemandRestorer;
 import dev.thaw.image.restore.RestoreResources;
 import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.ChunkStore;
+import dev.thaw.image.store.Digest;
+import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.runtime.check.CheckKernels;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
@@ -19,6 +23,8 @@ import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.List;
 
 /**
  * What a worker runs before it says READY, so that a cold invoke does not pay for a fresh JVM's cold code:
@@ -87,6 +93,73 @@ final class WorkerWarmup {
         return;
       }
     }
+    // A BECOME of a large model parses megabytes: thousands of chunks, hundreds of allocations. A small manifest
+    // leaves those loops interpreted; this one is the size of GPT-2-large's, so the JIT compiles them now.
+    byte[] large;
+    try {
+      large = largeManifest(bytes, LARGE_ALLOCATIONS, LARGE_CHUNKS_PER_ALLOCATION);
+    } catch (java.io.IOException | RuntimeException e) {
+      return;
+    }
+    for (int i = 0; i < 6; i++) {
+      try {
+        ImageManifest m = ImageManifest.read(large);
+        m.totalBytes();
+        m.chunkDigests();
+        List<ChunkPlacement.Entry> entries = new ArrayList<>();
+        long at = 0;
+        for (ImageManifest.Allocation a : m.allocations()) {
+          for (ImageManifest.Chunk c : a.chunks()) {
+            entries.add(new ChunkPlacement.Entry(c.digest(), at, c.length()));
+            at += c.length();
+          }
+        }
+        ChunkPlacement p = ChunkPlacement.fromBytes(new ChunkPlacement("warm-up", entries).toBytes());
+        p.runs();
+      } catch (RuntimeException e) {
+        return;
+      }
+    }
+  }
+
+  /** About GPT-2-large's shape: 436 allocations, 5,363 chunks. */
+  private static final int LARGE_ALLOCATIONS = 440;
+  private static final int LARGE_CHUNKS_PER_ALLOCATION = 12;
+
+  /**
+   * The small manifest with its allocations replaced by {@code allocations} of {@code chunksPerAllocation}
+   * distinct chunks each, its access order naming them all: valid, and as large as a real model's.
+   */
+  static byte[] largeManifest(byte[] small, int allocations, int chunksPerAllocation) throws java.io.IOException {
+    ObjectMapper json = new ObjectMapper();
+    ObjectNode root = (ObjectNode) json.readTree(small);
+    ArrayNode allocs = root.putArray("allocations");
+    ArrayNode order = json.createArrayNode();
+    java.util.Random random = new java.util.Random(1);
+    byte[] raw = new byte[32];
+    long total = 0;
+    for (int i = 0; i < allocations; i++) {
+      ObjectNode a = allocs.addObject();
+      String name = "warm" + i;
+      int length = 1 << 16;
+      a.put("name", name);
+      a.put("address", "0x" + Long.toHexString(0x7f0000000000L + (long) i * (1L << 24)));
+      a.put("size", (long) length * chunksPerAllocation);
+      ArrayNode chunks = a.putArray("chunks");
+      for (int j = 0; j < chunksPerAllocation; j++) {
+        random.nextBytes(raw);
+        ObjectNode c = chunks.addObject();
+        c.put("digest", Digest.fromBytes(raw).toString());
+        c.put("offset", (long) length * j);
+        c.put("length", length);
+      }
+      total += (long) length * chunksPerAllocation;
+      order.add(name);
+    }
+    ((ObjectNode) root.path("build")).put("totalBytes", total);
+    ((ObjectNode) root.path("profile")).set("firstAccessOrder", order);
+    ((ObjectNode) root.path("profile")).remove("writtenAllocations");
+    return json.writeValueAsBytes(root);
   }
 
   /** Restores {@code tag} on demand, invokes it with each of its sample requests and closes it: the cold path, warm. */
