@@ -119,9 +119,12 @@ class OnDemandRestorerTest {
       OnDemandRestore.Stats stats = r.restore.stats();
       assertEquals(manifest.totalBytes(), stats.bytes());
       assertEquals(manifest.totalBytes(), from == Source.STORE ? stats.storeBytes() : stats.hostBytes());
-      if (background && from == Source.HOST_CACHE && !tag.equals("planted")) {
+      assertTrue(stats.copies() <= manifest.allocations().size(), stats.toString());
+      if (background && from == Source.HOST_CACHE && !tag.equals("planted") && stats.promotions() == 0) {
         // A packed image from a cache laid out in restore order: allocations that follow each other on the device
         // and in the cache are copied as one run (the planted image's odd sizes leave 256-byte gaps between them).
+        // Only where no launch promoted one on its own: on a loaded machine the request can outrun the streamer
+        // and take every allocation as a single copy, which is right too.
         assertTrue(stats.copies() < manifest.allocations().size(), stats.copies() + " copies for "
             + manifest.allocations().size() + " allocations");
       }
