@@ -77,9 +77,7 @@ public interface GpuContext extends AutoCloseable {
    *
    * @throws CudaException {@code CUDA_ERROR_NOT_SUPPORTED} where the device cannot export memory
    */
-  default PhysicalMemory createExportableMemory(long size) {
-    throw new UnsupportedOperationException(driver().name() + " contexts cannot create exportable memory");
-  }
+  PhysicalMemory createExportableMemory(long size);
 
   /**
    * Imports physical memory that this or another process exported ({@code cuMemImportFromShareableHandle}). The
@@ -89,9 +87,7 @@ public interface GpuContext extends AutoCloseable {
    * @param size the exported memory's size, a multiple of the granularity (a descriptor does not carry it)
    * @throws CudaException if the descriptor is not exported GPU memory of this device
    */
-  default PhysicalMemory importMemory(int fd, long size) {
-    throw new UnsupportedOperationException(driver().name() + " contexts cannot import memory");
-  }
+  PhysicalMemory importMemory(int fd, long size);
 
   /** Reserves, creates, maps and grants read-write access: a buffer anywhere in the address space. */
   default DeviceBuffer allocate(long size) {
@@ -123,9 +119,7 @@ public interface GpuContext extends AutoCloseable {
    *     device only reads it, and a copy into it is refused
    * @throws CudaException {@code CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED} (712) if part of it is registered
    */
-  default PinnedBuffer registerHost(long address, long size, boolean readOnly) {
-    throw new UnsupportedOperationException(driver().name() + " contexts cannot register host memory");
-  }
+  PinnedBuffer registerHost(long address, long size, boolean readOnly);
 
   // ---- synchronous copies and memset ----
 
