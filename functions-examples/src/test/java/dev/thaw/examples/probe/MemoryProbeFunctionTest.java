@@ -60,6 +60,11 @@ class MemoryProbeFunctionTest {
       assertEquals(AccessLog.of(AddressRange.of(values + 4L * 3790, 4L * 300)), launch.reads());
       assertEquals(AccessLog.of(AddressRange.of(out, 4L * 300)), launch.writes());
       assertEquals(2, launch.grid().x());
+
+      // Just past the buffer is still mapped (the rest of its 2 MiB slab): garbage, no fault, as on a GPU.
+      JsonNode past = f.invoke(session, s, request("{\"offset\": 4096, \"count\": 16}")).json();
+      assertEquals(16, past.get("values").size());
+      assertTrue(ctx.poisonedBy().isEmpty());
     }
   }
 
