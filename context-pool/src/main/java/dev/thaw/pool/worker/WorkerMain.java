@@ -163,6 +163,15 @@ public final class WorkerMain {
       WorkerWarmup.launches(context, config.warmupLaunches(), json);
       WorkerWarmup.manifests();
       t = phase(phases, "warmup", t);
+      if (store != null && config.warmupLaunches() > 0) {
+        try {
+          WorkerWarmup.rehearse(context, resources, store);
+        } catch (dev.thaw.runtime.gpu.CudaOutOfMemoryException e) {
+          // A device too small (or too full) for the 32 MiB rehearsal: the worker serves, with colder code.
+          System.err.println("thaw worker: restore rehearsal skipped: " + e.getMessage());
+        }
+        t = phase(phases, "rehearsal", t);
+      }
       if (config.warmupImage() != null && store != null) {
         WorkerWarmup.image(context, resources, store, config.warmupImage());
         phase(phases, "warmupImage", t);
