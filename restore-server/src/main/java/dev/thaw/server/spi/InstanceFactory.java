@@ -50,6 +50,9 @@ public interface InstanceFactory extends AutoCloseable {
    * Where the factory holds image {@code tag} now, for {@code GET /v1/functions/{name}} ({@code "image"}), or null
    * when it holds nothing of its own. Fast: the server calls it under its lock.
    */
+  /** Registers the factory's own gauges (e.g. its worker pool's sizes) with the server's metrics. */
+  default void bindMetrics(io.micrometer.core.instrument.MeterRegistry registry) {}
+
   default JsonNode imageState(String tag) {
     return null;
   }
