@@ -249,6 +249,12 @@ public final class PoolInstances implements InstanceFactory {
     return o;
   }
 
+  @Override
+  public long residentBytes(String tag, int device) {
+    HbmTier tier = hbm.get(device);
+    return tier == null ? 0 : tier.bytes(tag);
+  }
+
   /**
    * The host cache's lease on the image when all of it is there (staging its last chunks would read the store on
    * the cold path: then the worker reads the store itself, on demand, and the image is staged again behind it);
@@ -427,6 +433,14 @@ public final class PoolInstances implements InstanceFactory {
         }
         throw e;
       }
+    }
+
+    /** The worker's timeline, asked for once its restore is resident; null when the worker ends first. */
+    @Override
+    public java.util.concurrent.CompletableFuture<RestoreTimeline> restoreTimeline() {
+      return worker.resident().thenCompose(r -> worker.restoreTimeline(ColdStartTraces.MAX_SPANS))
+          .thenApply(t -> new RestoreTimeline(t.chromeTrace(), t.originNanos()))
+          .exceptionally(e -> null);
     }
 
     @Override
