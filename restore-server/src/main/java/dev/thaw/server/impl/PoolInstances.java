@@ -66,7 +66,11 @@ import java.util.Optional;
  * exports them and the device's {@link HbmTier} takes the descriptors before the worker exits, so the weights stay
  * on the GPU. The next worker for that image imports and maps them read-only instead of copying them (tier
  * {@code hbm}). When a start runs out of device memory, the tier gives its memory back and the start is tried once
- * more before the request is refused.
+ * more before the request is refused. {@link #residentBytes} tells the server's placement which device's tier holds
+ * an image, so its next instance goes back there.
+ *
+ * <p><b>Timeline.</b> An instance's {@link FunctionInstance#restoreTimeline} is its worker's (TRACE, asked once the
+ * restore is resident): the BECOME's phases and the restore's copies, on this process's clock.
  */
 public final class PoolInstances implements InstanceFactory {
 
