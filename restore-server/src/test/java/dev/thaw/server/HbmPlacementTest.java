@@ -10,7 +10,6 @@ import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.ContextPool;
-import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.runtime.gpu.sim.SimDriver;
@@ -20,8 +19,6 @@ import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
-import java.util.function.Predicate;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -53,11 +50,7 @@ class HbmPlacementTest {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2))) {
       HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(96 << 20));
-      ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(List.of(0, 1)).setIdleTarget(1)
-          .setMaxWorkers(3).setDeviceChoice("sim").setStorePath(storePath).setWarmupLaunches(0)
-          .setHostCachePath(cache.path())
-          .setJvmOptions(List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"))
-          .setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "2")));
+      ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0, 1)));
       Duration brief = Duration.ofMillis(200);
       try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0).setGpuMemoryBytes(256L << 20)
               .addFunction("big", new FunctionOptions().setImage("big:1").setMinInstances(1))
@@ -70,9 +63,9 @@ class HbmPlacementTest {
         long wideBytes = json(get(port, "/v1/functions/wide")).path("deviceBytes").asLong();
         assertTrue(bigBytes > wideBytes, "big " + bigBytes + " > wide " + wideBytes);
         for (String f : List.of("big", "wide", "small")) {
-          await(port, f, s -> s.path("image").path("hostCache").asText().equals("cached"));
+          ServerFixture.awaitState(port, f, s -> s.path("image").path("hostCache").asText().equals("cached"));
         }
-        awaitReady(port);
+        ServerFixture.awaitReady(port);
 
         // big (started at registration) → device 0, both empty; wide → device 1, device 0 holds big; small → device 1,
         // as big takes more than wide.
@@ -84,12 +77,12 @@ class HbmPlacementTest {
         HttpResponse<String> deleted = ServerFixture.send(ServerFixture.request(port, "/v1/functions/big").DELETE()
             .header("Authorization", "Bearer " + server.adminToken()).build());
         assertEquals(200, deleted.statusCode(), deleted.body());
-        JsonNode held = await(port, "wide", s -> s.path("state").asText().equals("cold")
+        JsonNode held = ServerFixture.awaitState(port, "wide", s -> s.path("state").asText().equals("cold")
             && s.path("image").path("hbmBytes").path("1").asLong() > 0);
         assertTrue(held.path("image").path("hbmBytes").path("0").isMissingNode(), "none on device 0: " + held);
 
         // Free budget alone would pick device 0 (empty) over device 1 (small's there): the tier's copy decides.
-        awaitReady(port);
+        ServerFixture.awaitReady(port);
         assertEquals(1, coldOn(port, "wide", wide, "hbm"));
         ColdStartTrace t = ColdStartTrace.awaitWorkerRows(port, "wide", 2);
         assertEquals("wide cold start #2 on device 1", t.title());
@@ -124,27 +117,5 @@ class HbmPlacementTest {
       request.append(i == 0 ? "" : ", ").append(i % 5 - 2);
     }
     return request.append("]]}").toString();
-  }
-
-  static JsonNode await(int port, String function, Predicate<JsonNode> done) throws Exception {
-    JsonNode s = null;
-    for (int i = 0; i < 3000; i++) {
-      s = json(get(port, "/v1/functions/" + function));
-      if (done.test(s)) {
-        return s;
-      }
-      Thread.sleep(10);
-    }
-    throw new AssertionError(function + " never reached the expected state: " + s);
-  }
-
-  static void awaitReady(int port) throws Exception {
-    for (int i = 0; i < 6000; i++) {
-      if (get(port, "/v2/health/ready").statusCode() == 200) {
-        return;
-      }
-      Thread.sleep(10);
-    }
-    throw new AssertionError("the server never became ready");
   }
 }

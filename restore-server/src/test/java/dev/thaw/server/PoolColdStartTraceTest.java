@@ -12,7 +12,6 @@ import dev.thaw.image.Images;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.ContextPool;
-import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.runtime.gpu.sim.SimDriver;
@@ -22,7 +21,6 @@ import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -46,18 +44,14 @@ class PoolColdStartTraceTest {
         SimDriver driver = SimDriver.open(new SimOptions())) {
       ImageManifest manifest = Images.manifest(store, "mlp:1");
       HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 << 20));
-      ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(1)
-          .setMaxWorkers(2).setDeviceChoice("sim").setStorePath(storePath).setWarmupLaunches(0)
-          .setHostCachePath(cache.path())
-          .setJvmOptions(List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"))
-          .setEnvironment(Map.of("THAW_DEVICE", "sim")));
+      ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0)));
       try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
               .addFunction("mlp", new FunctionOptions().setImage("mlp:1")),
           store, new PoolInstances(pool, cache, store, storePath, driver.devices(), Duration.ofSeconds(60),
               Duration.ofSeconds(1)))) {
         int port = server.port();
-        HbmPlacementTest.await(port, "mlp", s -> s.path("image").path("hostCache").asText().equals("cached"));
-        HbmPlacementTest.awaitReady(port);
+        ServerFixture.awaitState(port, "mlp", s -> s.path("image").path("hostCache").asText().equals("cached"));
+        ServerFixture.awaitReady(port);
         HttpResponse<String> cold = postJson(port, "/v1/functions/mlp/invoke", ServerFixture.MLP_REQUEST);
         assertEquals(200, cold.statusCode(), cold.body());
         assertEquals("cold", cold.headers().firstValue("Thaw-Start").orElseThrow());
