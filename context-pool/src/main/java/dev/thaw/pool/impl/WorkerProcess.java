@@ -291,7 +291,7 @@ final class WorkerProcess implements Worker {
       long received = System.nanoTime();
       long now = f.head().path("nowNanos").asLong();
       boolean shared = now >= sent && now <= received;
-      long shift = shared ? 0 : (sent + received) / 2 - now;
+      long shift = shared ? 0 : sent + (received - sent) / 2 - now;
       try {
         JsonNode trace = JSON.readTree(f.body());
         double error = shared ? 0 : (received - sent) / 2e3;
