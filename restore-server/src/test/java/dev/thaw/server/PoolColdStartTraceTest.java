@@ -60,9 +60,17 @@ class PoolColdStartTraceTest {
         assertEquals("mlp cold start #1 on device 0", t.title());
         List<String> become = t.becomeRow();
         assertEquals("BECOME mlp:1", become.get(0), become.toString());
-        assertTrue(become.containsAll(List.of("manifest", "placement", "load modules", "map allocations",
-            "rebuild state", "start restore")), "the worker's phases: " + become);
+        // The BECOME's phases as the worker reported them ("manifest", or "prepared" for an image the idle worker
+        // prepared ahead), end to end inside the BECOME's own span.
+        assertTrue(become.containsAll(List.of("placement", "load modules", "map allocations", "start restore")),
+            "the worker's phases: " + become);
         JsonNode whole = t.span(10, "BECOME mlp:1");
+        double at = whole.get("ts").asDouble();
+        for (JsonNode phase : t.spans(10).subList(1, become.size())) {
+          assertEquals(at, phase.get("ts").asDouble(), 0.01, "each phase starts where the one before it ended");
+          at += phase.get("dur").asDouble();
+        }
+        assertTrue(at <= whole.get("ts").asDouble() + whole.get("dur").asDouble() + 0.01, "inside the BECOME");
         assertEquals("cache", whole.path("args").path("source").asText());
         assertEquals(manifest.totalBytes(), t.copiedBytes(), "every byte's copy on the restore stream's row");
         assertTrue(t.events().stream().anyMatch(e -> e.path("name").asText().startsWith("resident")),
