@@ -72,7 +72,11 @@ import org.slf4j.LoggerFactory;
  * exports them and the device's {@link HbmTier} takes the descriptors before the worker exits, so the weights stay
  * on the GPU. The next worker for that image imports and maps them read-only instead of copying them (tier
  * {@code hbm}). When a start runs out of device memory, the tier gives its memory back and the start is tried once
- * more before the request is refused.
+ * more before the request is refused. {@link #residentBytes} tells the server's placement which device's tier holds
+ * an image, so its next instance goes back there.
+ *
+ * <p><b>Timeline.</b> An instance's {@link FunctionInstance#restoreTimeline} is its worker's (TRACE, asked once the
+ * restore is resident): the BECOME's phases and the restore's copies, on this process's clock.
  */
 public final class PoolInstances implements InstanceFactory {
 
@@ -312,6 +316,12 @@ public final class PoolInstances implements InstanceFactory {
     return o;
   }
 
+  @Override
+  public long residentBytes(String tag, int device) {
+    HbmTier tier = hbm.get(device);
+    return tier == null ? 0 : tier.bytes(tag);
+  }
+
   /**
    * The host cache's lease on the image when all of it is there (staging its last chunks would read the store on
    * the cold path: then the worker reads the store itself, on demand, and the image is staged again behind it);
@@ -508,6 +518,14 @@ public final class PoolInstances implements InstanceFactory {
         }
         throw e;
       }
+    }
+
+    /** The worker's timeline, asked for once its restore is resident; null when the worker ends first. */
+    @Override
+    public java.util.concurrent.CompletableFuture<RestoreTimeline> restoreTimeline() {
+      return worker.resident().thenCompose(r -> worker.restoreTimeline(ColdStartTraces.MAX_SPANS))
+          .thenApply(t -> new RestoreTimeline(t.chromeTrace(), t.originNanos()))
+          .exceptionally(e -> null);
     }
 
     @Override
