@@ -28,6 +28,10 @@ import java.util.concurrent.locks.ReentrantLock;
  * in the window). One restore stream keeps every unit's copies in queue order, so the last event recorded covers all
  * units queued before it.
  *
+ * <p>Bytes in the lease's {@linkplain RestoreSource.Lease#residentRanges() resident ranges} are never copied: a unit
+ * lying partly in one (a packed weight that runs from an HBM-tier slab into a fresh one) is an ordinary unit whose
+ * copies leave that part out, and one lying wholly inside them is resident from the start.
+ *
  * <p>From a host tier a unit is queued without waiting for anything. From the store its chunks are read and
  * verified into pinned staging by the restore thread first; a launch that needs such a unit waits, on its thread, for
  * that read (never for a copy: it waits until the copy is queued). No byte reaches the device unverified: host
@@ -75,6 +79,11 @@ final class Residency {
   private final GpuEvent[] events;
   private final long[] queuedNanos;
   private final HostCopy[][] copies;
+  /** Bytes each unit's copies move: its size, less what lies in a resident range. */
+  private final long[] copyBytes;
+  /** The lease's resident ranges {@code [start, end)}, in address order. */
+  private final long[] residentStarts;
+  private final long[] residentEnds;
   private final ReentrantLock lock = new ReentrantLock();
   private final Condition queued = lock.newCondition();
   private final ArrayDeque<Integer> inFlight = new ArrayDeque<>();
@@ -113,12 +122,65 @@ final class Residency {
     this.events = new GpuEvent[units];
     this.queuedNanos = new long[units];
     this.copies = new HostCopy[units][];
+    this.copyBytes = new long[units];
     this.background = options.streamInBackground();
+    List<long[]> ranges = new ArrayList<>(lease.residentRanges());
+    ranges.sort(java.util.Comparator.comparingLong(r -> r[0]));
+    this.residentStarts = new long[ranges.size()];
+    this.residentEnds = new long[ranges.size()];
+    for (int i = 0; i < ranges.size(); i++) {
+      residentStarts[i] = ranges.get(i)[0];
+      residentEnds[i] = ranges.get(i)[1];
+    }
     for (int u = 0; u < units; u++) {
-      if (lease.resident(plan.unit(u))) {
+      ImageManifest.Allocation a = plan.unit(u);
+      copyBytes[u] = a.size() - residentBytesIn(a.address(), a.address() + a.size());
+      if (lease.resident(a) || copyBytes[u] == 0) {
         state.set(u, RESIDENT);
         residentUnits++;
       }
+    }
+  }
+
+  /** Bytes of {@code [start, end)} that lie in a resident range. */
+  private long residentBytesIn(long start, long end) {
+    long bytes = 0;
+    for (int i = firstResidentEndingAfter(start); i < residentStarts.length && residentStarts[i] < end; i++) {
+      bytes += Math.min(end, residentEnds[i]) - Math.max(start, residentStarts[i]);
+    }
+    return bytes;
+  }
+
+  /** The index of the first resident range that ends after {@code address} (the ranges are disjoint and sorted). */
+  private int firstResidentEndingAfter(long address) {
+    int lo = 0;
+    int hi = residentEnds.length;
+    while (lo < hi) {
+      int mid = (lo + hi) >>> 1;
+      if (residentEnds[mid] <= address) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
+
+  /**
+   * Adds to {@code out} the copies of {@code bytes} from {@code buffer} at {@code offset} to {@code dst} that leave
+   * out every resident range: the whole copy where it touches none.
+   */
+  private void addOutsideResident(List<HostCopy> out, long dst, PinnedBuffer buffer, long offset, long bytes) {
+    long end = dst + bytes;
+    long at = dst;
+    for (int i = firstResidentEndingAfter(dst); i < residentStarts.length && residentStarts[i] < end; i++) {
+      if (residentStarts[i] > at) {
+        out.add(new HostCopy(at, buffer, offset + (at - dst), residentStarts[i] - at));
+      }
+      at = Math.max(at, residentEnds[i]);
+    }
+    if (at < end) {
+      out.add(new HostCopy(at, buffer, offset + (at - dst), end - at));
     }
   }
 
@@ -311,6 +373,13 @@ final class Residency {
         out.add(cur);
       }
     }
+    if (copyBytes[unit] != a.size()) {
+      List<HostCopy> clipped = new ArrayList<>(out.size() + 1);
+      for (HostCopy h : out) {
+        addOutsideResident(clipped, h.dst, h.buffer, h.offset, h.bytes);
+      }
+      out = clipped;
+    }
     c = out.toArray(new HostCopy[0]);
     copies[unit] = c;
     return c;
@@ -322,7 +391,7 @@ final class Residency {
       on.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
       copyCount++;
     }
-    hostBytes += plan.unit(unit).size();
+    hostBytes += copyBytes[unit];
     recordQueued(on, unit);
   }
 
@@ -339,6 +408,7 @@ final class Residency {
     }
     int last = first;
     long bytes = plan.unit(first).size();
+    long copied = copyBytes[first];
     while (last + 1 < units && bytes < MERGE_BYTES && state.get(last + 1) == PENDING) {
       HostCopy[] next = hostCopies(last + 1);
       HostCopy tail = run.get(run.size() - 1);
@@ -352,12 +422,13 @@ final class Residency {
       }
       last++;
       bytes += plan.unit(last).size();
+      copied += copyBytes[last];
     }
     for (HostCopy c : run) {
       stream.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
       copyCount++;
     }
-    hostBytes += bytes;
+    hostBytes += copied;
     int[] queued = new int[last - first + 1];
     for (int u = first; u <= last; u++) {
       queued[u - first] = u;
@@ -435,9 +506,13 @@ final class Residency {
       lock.lock();
       try {
         // Verified above: only now may the bytes go to the device.
-        stream.copyHostToDeviceAsync(a.address() + batchStart, staging, 0, bytes);
+        List<HostCopy> parts = new ArrayList<>(1);
+        addOutsideResident(parts, a.address() + batchStart, staging, 0, bytes);
+        for (HostCopy c : parts) {
+          stream.copyHostToDeviceAsync(c.dst, staging, c.offset, c.bytes);
+          copyCount++;
+        }
         ring.queued(slot, stream);
-        copyCount++;
       } finally {
         lock.unlock();
         ring.release(slot);
@@ -446,7 +521,7 @@ final class Residency {
     }
     lock.lock();
     try {
-      storeBytes += a.size();
+      storeBytes += copyBytes[unit];
       recordQueued(stream, unit);
     } finally {
       lock.unlock();

@@ -45,6 +45,16 @@ public interface RestoreSource {
       return false;
     }
 
+    /**
+     * Device ranges {@code [start, end)}, disjoint and in address order, that hold the image's bytes already and
+     * must not be written (the HBM tier's slabs, mapped read-only by the restore's owner). A restore copies nothing
+     * into them: an allocation that lies partly in one is an ordinary unit whose copies leave that part out, and one
+     * that lies wholly inside them is resident. None by default.
+     */
+    default java.util.List<long[]> residentRanges() {
+      return java.util.List.of();
+    }
+
     /** Releases what the lease held on to. Idempotent. */
     @Override
     default void close() {}

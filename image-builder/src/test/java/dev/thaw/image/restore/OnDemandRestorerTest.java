@@ -348,7 +348,74 @@ class OnDemandRestorerTest {
     }
   }
 
+  @ParameterizedTest(name = "from {0}")
+  @org.junit.jupiter.params.provider.EnumSource(Source.class)
+  void bytesInTheLeasesResidentRangesAreNeverCopiedAndTheRestAre(Source from) throws Exception {
+    // What the HBM tier hands a restore: device ranges that hold the image's bytes already and refuse writes. Here
+    // they are fresh memory (it reads zero), so any copy into them would show; w0 lies partly in one, w1 wholly.
+    ImageManifest manifest = Images.manifest(store, "mlp");
+    ImageManifest.Allocation w0 = allocation(manifest, "w0");
+    ImageManifest.Allocation w1 = allocation(manifest, "w1");
+    List<long[]> ranges = List.of(new long[] {w0.address() + 100, w0.address() + w0.size() - 100},
+        new long[] {w1.address(), w1.address() + w1.size()});
+    long inRanges = w0.size() - 200 + w1.size();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16);
+        PinnedImageSource cache = from == Source.HOST_CACHE ? PinnedImageSource.load(RestorePlan.of(manifest), store,
+            ctx, 2) : null) {
+      RestoreSource tiers = cache == null ? RestoreSource.STORE_ONLY : cache;
+      RestoreSource withRanges = m -> {
+        RestoreSource.Lease inner = tiers.lease(m);
+        return new RestoreSource.Lease() {
+          @Override
+          public RestoreSource.HostChunk find(dev.thaw.image.store.Digest digest) {
+            return inner.find(digest);
+          }
+
+          @Override
+          public List<long[]> residentRanges() {
+            return ranges;
+          }
+
+          @Override
+          public void close() {
+            inner.close();
+          }
+        };
+      };
+      try (OnDemandRestore r = new OnDemandRestorer(store).restore(manifest, ctx, withRanges, resources,
+          new OnDemandOptions())) {
+        r.awaitResident();
+        OnDemandRestore.Stats stats = r.stats();
+        assertEquals(manifest.totalBytes() - inRanges, from == Source.STORE ? stats.storeBytes() : stats.hostBytes());
+        assertEquals(inRanges, stats.residentBytes());
+        for (ImageManifest.Allocation a : manifest.allocations()) {
+          byte[] image = new byte[(int) a.size()];
+          for (ImageManifest.Chunk c : a.chunks()) {
+            ByteBuffer b = ByteBuffer.allocate(c.length());
+            store.readChunk(c.digest(), b);
+            System.arraycopy(b.array(), 0, image, (int) c.offset(), c.length());
+          }
+          ByteBuffer device = ByteBuffer.allocateDirect((int) a.size());
+          ctx.copyDeviceToHost(device, a.address());
+          for (int i = 0; i < image.length; i++) {
+            long at = a.address() + i;
+            boolean resident = ranges.stream().anyMatch(x -> x[0] <= at && at < x[1]);
+            if (device.get(i) != (resident ? 0 : image[i])) {
+              throw new AssertionError(a.name() + " byte " + i + (resident ? " (resident range) was written"
+                  : " is not the image's") + ": " + device.get(i));
+            }
+          }
+        }
+      }
+    }
+  }
+
   // ---- helpers ----
+
+  private static ImageManifest.Allocation allocation(ImageManifest m, String name) {
+    return m.allocations().stream().filter(a -> a.name().equals(name)).findFirst().orElseThrow();
+  }
 
   /** A sim driver with the copy-bandwidth model, its context, the restore's resources and source, and the restore. */
   private static final class Restored implements AutoCloseable {
