@@ -178,6 +178,15 @@ public final class WorkerMain {
           System.err.println("thaw worker: restore rehearsal skipped: " + e.getMessage());
         }
         t = phase(phases, "rehearsal", t);
+        if (cache != null) {
+          // The HBM tier is used with the host cache: its cold path (take, import, map read-only) rehearsed too.
+          try {
+            WorkerWarmup.rehearseHbm(context, resources, store);
+          } catch (dev.thaw.runtime.gpu.CudaException | IOException e) {
+            System.err.println("thaw worker: HBM-tier rehearsal skipped: " + e.getMessage());
+          }
+          t = phase(phases, "hbmRehearsal", t);
+        }
       }
       if (config.warmupImage() != null && store != null) {
         WorkerWarmup.image(context, resources, store, config.warmupImage());
@@ -389,7 +398,7 @@ public final class WorkerMain {
         }
       }
       onDemand.slabSource(resident != null ? resident : EXPORTABLE_OR_FRESH);
-      tiers = new TieredRestoreSource(lastChunks, resident, context);
+      tiers = new TieredRestoreSource(lastChunks, resident);
       t = phase(phases, "hbm take", t);
     }
     // A prepared image was checked against the store then; that store is still the one open unless another

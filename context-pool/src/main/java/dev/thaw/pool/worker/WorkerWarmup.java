@@ -3,6 +3,7 @@ package dev.thaw.pool.worker;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.Images;
@@ -15,7 +16,13 @@ import dev.thaw.image.restore.RestoreResources;
 import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
+import dev.thaw.pool.cache.CachedChunk;
 import dev.thaw.pool.cache.ChunkPlacement;
+import dev.thaw.pool.cache.PinnedChunks;
+import dev.thaw.pool.hbm.ExportedSlab;
+import dev.thaw.pool.hbm.HbmExport;
+import dev.thaw.pool.hbm.ResidentSlabs;
+import dev.thaw.pool.hbm.TieredRestoreSource;
 import dev.thaw.runtime.check.CheckKernels;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
@@ -23,10 +30,14 @@ import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.KernelRef;
 import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.host.ProcessFds;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * What a worker runs before it says READY, so that a cold invoke does not pay for a fresh JVM's cold code:
@@ -169,6 +180,12 @@ final class WorkerWarmup {
   static final int REHEARSAL_CHUNKS_PER_ALLOCATION = 4;
   static final int REHEARSAL_CHUNK_BYTES = 16 << 10;
   static final int REHEARSALS = 6;
+  /**
+   * Chunks of the HBM rehearsal image: 15 KiB, so that its 60 KiB allocations do not tile 2 MiB pages and one
+   * read-only allocation runs from the read-only slab into the written one, as a packed model's last weight does.
+   */
+  static final int HBM_REHEARSAL_CHUNK_BYTES = 15 << 10;
+  static final int HBM_REHEARSALS = 4;
 
   /**
    * Rehearses what a BECOME of a prepared image runs, {@value #REHEARSALS} times, on a synthetic image of
@@ -181,62 +198,191 @@ final class WorkerWarmup {
    * @param store a store for the restorer to fall back on (never read: the host buffer has every chunk)
    */
   static void rehearse(GpuContext context, RestoreResources resources, ChunkStore store) throws Exception {
-    long size = (long) REHEARSAL_CHUNKS_PER_ALLOCATION * REHEARSAL_CHUNK_BYTES;
-    long total = size * REHEARSAL_ALLOCATIONS;
-    long base;
-    try (dev.thaw.runtime.gpu.VirtualRange free = context.reserve(total, 0)) {
-      base = free.address();
-    }
-    java.util.Random random = new java.util.Random(11);
-    byte[] raw = new byte[32];
-    List<ImageManifest.Allocation> allocations = new ArrayList<>();
-    List<String> order = new ArrayList<>();
-    List<String> written = new ArrayList<>();
-    java.util.Map<Digest, Long> at = new java.util.HashMap<>();
-    for (int i = 0; i < REHEARSAL_ALLOCATIONS; i++) {
-      List<ImageManifest.Chunk> chunks = new ArrayList<>();
-      for (int j = 0; j < REHEARSAL_CHUNKS_PER_ALLOCATION; j++) {
-        random.nextBytes(raw);
-        Digest d = Digest.fromBytes(raw);
-        chunks.add(new ImageManifest.Chunk(d, (long) j * REHEARSAL_CHUNK_BYTES, REHEARSAL_CHUNK_BYTES));
-        at.put(d, ((long) i * REHEARSAL_CHUNKS_PER_ALLOCATION + j) * REHEARSAL_CHUNK_BYTES);
-      }
-      String name = "rehearsal." + i;
-      allocations.add(new ImageManifest.Allocation(name, base + i * size, size, chunks));
-      order.add(name);
-      if (i % 2 == 1) {
-        written.add(name);
-      }
-    }
-    ObjectMapper json = new ObjectMapper();
-    dev.thaw.runtime.gpu.DeviceInfo device = context.device();
-    // Built for no architecture: the module loads from its PTX, as for a device of another one.
-    random.nextBytes(raw);
-    ImageManifest.Module check = new ImageManifest.Module("check", "sm_00", new ImageManifest.Blob(
-        Digest.fromBytes(raw), 1), CheckKernels.ptx(), List.of());
-    String fill = "check/" + CheckKernels.FILL_U32;
-    ObjectNode state = json.createObjectNode().put("fill", fill).put("allocations", REHEARSAL_ALLOCATIONS);
-    ImageManifest manifest = new ImageManifest(ImageManifest.SCHEMA_VERSION,
-        new ImageManifest.Function(RehearsalFunction.class.getName(), json.createObjectNode()),
-        new ImageManifest.Device(device.name(), "0.0", "sm_00", "rehearsal"), allocations, List.of(check),
-        state, List.of(), new ImageManifest.Build("", "", 0, total, total, at.size()),
-        new ImageManifest.Profile("recorded", 0, order, java.util.Map.of(fill, new dev.thaw.runtime.speculation
-            .AccessProfile.KernelProfile(dev.thaw.runtime.speculation.AccessProfile.Verdict.EXACT, 1, List.of(),
-            List.of())), written));
-    RestorePlan plan = RestorePlan.of(manifest);
-    try (dev.thaw.runtime.gpu.PinnedBuffer host = context.allocatePinned(total)) {
-      RestoreSource source = m -> d -> {
-        Long offset = at.get(d);
-        return offset == null ? null : new RestoreSource.HostChunk(host, offset);
-      };
+    try (RehearsalImage image = RehearsalImage.create(context, REHEARSAL_CHUNK_BYTES, false)) {
+      RestoreSource source = image.source();
       OnDemandRestorer restorer = new OnDemandRestorer(store);
       for (int i = 0; i < REHEARSALS; i++) {
-        PreparedRestore prepared = restorer.prepare(plan, context, source);
+        PreparedRestore prepared = restorer.prepare(image.plan(), context, source);
         try (OnDemandRestore r = restorer.restore(prepared, source, resources, new OnDemandOptions())) {
-          r.function().invoke(FunctionRequest.of(json.createObjectNode()));
+          r.function().invoke(FunctionRequest.of(JsonNodeFactory.instance.objectNode()));
           r.awaitResident();
         }
       }
+    }
+  }
+
+  /**
+   * Rehearses a cold start on a server with an HBM tier, on a synthetic image whose read-only allocations lie
+   * before its written ones (one of them running into the written slab): once as the image's first start (read-only
+   * slabs created exportable, exported when resident, as an evicted instance hands them to the tier), then
+   * {@value #HBM_REHEARSALS} times as a start from the tier: the descriptors taken back ({@code pidfd_getfd}, from
+   * this process), imported and mapped read-only at the recorded addresses, the rest restored from the host
+   * buffer through {@link TieredRestoreSource}, one gated invoke. Each rehearsal checks that the device holds the
+   * image's bytes, the imported ones and the boundary allocation's: a device that hands on memory wrongly fails
+   * here, not in a tenant's request. Leaves nothing mapped and no descriptor open.
+   *
+   * @throws dev.thaw.runtime.gpu.CudaException if the device refuses exportable memory or its import: the worker
+   *     serves without the rehearsal (and cold starts from the tier copy everything from the host cache)
+   */
+  static void rehearseHbm(GpuContext context, RestoreResources resources, ChunkStore store) throws Exception {
+    try (RehearsalImage image = RehearsalImage.create(context, HBM_REHEARSAL_CHUNK_BYTES, true)) {
+      OnDemandRestorer restorer = new OnDemandRestorer(store);
+      TieredRestoreSource cacheOnly = new TieredRestoreSource(image.chunks(), null);
+      List<ExportedSlab> exported = List.of();
+      try {
+        PreparedRestore first = restorer.prepare(image.plan(), context, cacheOnly);
+        try (OnDemandRestore r = restorer.restore(first, cacheOnly, resources,
+            new OnDemandOptions().slabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY))) {
+          r.function().invoke(FunctionRequest.of(JsonNodeFactory.instance.objectNode()));
+          r.awaitResident();
+          exported = HbmExport.exportReadOnly(r.function().session());
+        }
+        if (exported.isEmpty()) {
+          throw new IllegalStateException("the HBM rehearsal image exported no read-only slab");
+        }
+        // As the protocol carries them: the tier's slabs, one line each.
+        String encoded = ExportedSlab.encodeAll(exported);
+        for (int i = 0; i < HBM_REHEARSALS; i++) {
+          PreparedRestore prepared = restorer.prepare(image.plan(), context, cacheOnly);
+          ResidentSlabs resident = ResidentSlabs.take(ProcessFds.currentPid(), ExportedSlab.decodeAll(encoded));
+          OnDemandRestore r;
+          try (resident) {
+            r = restorer.restore(prepared, new TieredRestoreSource(image.chunks(), resident), resources,
+                new OnDemandOptions().slabSource(resident));
+          }
+          try (r) {
+            if (resident.residentBuffers().isEmpty()) {
+              throw new IllegalStateException("the HBM rehearsal imported no slab");
+            }
+            r.function().invoke(FunctionRequest.of(JsonNodeFactory.instance.objectNode()));
+            r.awaitResident();
+            image.check(context, image.boundary());
+            image.check(context, image.plan().manifest().allocations().get(0));
+          }
+        }
+      } finally {
+        HbmExport.close(exported);
+      }
+    }
+  }
+
+  /**
+   * A synthetic image of {@value #REHEARSAL_ALLOCATIONS} allocations of {@value #REHEARSAL_CHUNKS_PER_ALLOCATION}
+   * chunks each, half of them written (the odd ones, which {@link RehearsalFunction} fills), at addresses the
+   * context has free, with its chunks (random bytes) in a pinned host buffer laid out in restore order.
+   *
+   * @param readOnlyFirst lay every read-only allocation out before the written ones (a model's weights, then its
+   *     buffers); else alternate them
+   */
+  private record RehearsalImage(RestorePlan plan, Map<Digest, Long> at, PinnedBuffer host, int chunkBytes)
+      implements AutoCloseable {
+
+    static RehearsalImage create(GpuContext context, int chunkBytes, boolean readOnlyFirst) throws Exception {
+      long size = (long) REHEARSAL_CHUNKS_PER_ALLOCATION * chunkBytes;
+      long total = size * REHEARSAL_ALLOCATIONS;
+      long base;
+      try (dev.thaw.runtime.gpu.VirtualRange free = context.reserve(total, 0)) {
+        base = free.address();
+      }
+      java.util.Random random = new java.util.Random(11);
+      byte[] raw = new byte[32];
+      List<ImageManifest.Allocation> allocations = new ArrayList<>();
+      List<String> order = new ArrayList<>();
+      List<String> written = new ArrayList<>();
+      Map<Digest, Long> at = new HashMap<>();
+      for (int i = 0; i < REHEARSAL_ALLOCATIONS; i++) {
+        List<ImageManifest.Chunk> chunks = new ArrayList<>();
+        for (int j = 0; j < REHEARSAL_CHUNKS_PER_ALLOCATION; j++) {
+          random.nextBytes(raw);
+          Digest d = Digest.fromBytes(raw);
+          chunks.add(new ImageManifest.Chunk(d, (long) j * chunkBytes, chunkBytes));
+          at.put(d, ((long) i * REHEARSAL_CHUNKS_PER_ALLOCATION + j) * chunkBytes);
+        }
+        String name = "rehearsal." + i;
+        int slot = !readOnlyFirst ? i : i % 2 == 0 ? i / 2 : REHEARSAL_ALLOCATIONS / 2 + i / 2;
+        allocations.add(new ImageManifest.Allocation(name, base + slot * size, size, chunks));
+        order.add(name);
+        if (i % 2 == 1) {
+          written.add(name);
+        }
+      }
+      ObjectMapper json = new ObjectMapper();
+      dev.thaw.runtime.gpu.DeviceInfo device = context.device();
+      // Built for no architecture: the module loads from its PTX, as for a device of another one.
+      random.nextBytes(raw);
+      ImageManifest.Module check = new ImageManifest.Module("check", "sm_00", new ImageManifest.Blob(
+          Digest.fromBytes(raw), 1), CheckKernels.ptx(), List.of());
+      String fill = "check/" + CheckKernels.FILL_U32;
+      ObjectNode state = json.createObjectNode().put("fill", fill).put("allocations", REHEARSAL_ALLOCATIONS);
+      ImageManifest manifest = new ImageManifest(ImageManifest.SCHEMA_VERSION,
+          new ImageManifest.Function(RehearsalFunction.class.getName(), json.createObjectNode()),
+          new ImageManifest.Device(device.name(), "0.0", "sm_00", "rehearsal"), allocations, List.of(check),
+          state, List.of(), new ImageManifest.Build("", "", 0, total, total, at.size()),
+          new ImageManifest.Profile("recorded", 0, order, Map.of(fill, new dev.thaw.runtime.speculation
+              .AccessProfile.KernelProfile(dev.thaw.runtime.speculation.AccessProfile.Verdict.EXACT, 1, List.of(),
+              List.of())), written));
+      PinnedBuffer host = context.allocatePinned(total);
+      try {
+        // Random bytes: a restore that copies a chunk to the wrong place, or not at all, is seen by check.
+        ByteBuffer b = host.slice(0, (int) total);
+        byte[] page = new byte[chunkBytes];
+        while (b.hasRemaining()) {
+          random.nextBytes(page);
+          b.put(page, 0, Math.min(page.length, b.remaining()));
+        }
+        return new RehearsalImage(RestorePlan.of(manifest), at, host, chunkBytes);
+      } catch (RuntimeException e) {
+        host.close();
+        throw e;
+      }
+    }
+
+    /** The chunks as the restore reads them from a host tier. */
+    RestoreSource source() {
+      return m -> d -> {
+        Long offset = at.get(d);
+        return offset == null ? null : new RestoreSource.HostChunk(host, offset);
+      };
+    }
+
+    /** The chunks as a worker's view of the host cache finds them. */
+    PinnedChunks chunks() {
+      return d -> {
+        Long offset = at.get(d);
+        return offset == null ? java.util.Optional.empty()
+            : java.util.Optional.of(new CachedChunk(d, host, offset, chunkBytes));
+      };
+    }
+
+    /** The read-only allocation that runs past the last read-only page (with {@code readOnlyFirst}), or null. */
+    ImageManifest.Allocation boundary() {
+      long page = 2L << 20;
+      for (ImageManifest.Allocation a : plan.manifest().allocations()) {
+        if (!plan.manifest().profile().writtenAllocations().contains(a.name())
+            && a.address() / page != (a.address() + a.size() - 1) / page) {
+          return a;
+        }
+      }
+      return null;
+    }
+
+    /** @throws IllegalStateException if {@code a}'s bytes on the device are not the host buffer's */
+    void check(GpuContext context, ImageManifest.Allocation a) {
+      if (a == null) {
+        return;
+      }
+      ByteBuffer device = ByteBuffer.allocateDirect((int) a.size());
+      context.copyDeviceToHost(device, a.address());
+      long offset = at.get(a.chunks().get(0).digest());
+      if (!device.equals(host.slice(offset, (int) a.size()))) {
+        throw new IllegalStateException("the HBM rehearsal found other bytes on the device than the image's in "
+            + a.name() + " at 0x" + Long.toHexString(a.address()));
+      }
+    }
+
+    @Override
+    public void close() {
+      host.close();
     }
   }
 

@@ -57,4 +57,36 @@ class WorkerWarmupTest {
       WorkerWarmup.rehearse(context, resources, store);
     }
   }
+
+  /**
+   * The HBM rehearsal runs a start from the HBM tier end to end on the device (export, take the descriptors back,
+   * import and map read-only, restore the rest through {@code TieredRestoreSource}, check the imported and the
+   * boundary allocation's bytes; it throws where any of that does not hold) and leaves nothing behind: no
+   * descriptor open, the address range free, the resources free.
+   */
+  @Test
+  void theHbmRehearsalImportsItsOwnSlabsChecksTheBytesAndLeavesNothingBehind(@TempDir Path dir) throws Exception {
+    try (RocksChunkStore store = RocksChunkStore.open(dir.resolve("store"));
+        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, new SimOptions());
+        GpuContext context = driver.createContext(0);
+        RestoreResources resources = RestoreResources.create(context)) {
+      long fds = openDescriptors();
+      WorkerWarmup.rehearseHbm(context, resources, store);
+      assertEquals(fds, openDescriptors(), "every exported and taken descriptor is closed");
+      long bytes = (long) WorkerWarmup.REHEARSAL_ALLOCATIONS * WorkerWarmup.REHEARSAL_CHUNKS_PER_ALLOCATION
+          * WorkerWarmup.HBM_REHEARSAL_CHUNK_BYTES;
+      long address;
+      try (VirtualRange r = context.reserve(bytes, 0)) {
+        address = r.address();
+      }
+      context.reserveExact(address, bytes).close();
+      WorkerWarmup.rehearseHbm(context, resources, store);
+    }
+  }
+
+  private static long openDescriptors() throws java.io.IOException {
+    try (java.util.stream.Stream<Path> s = java.nio.file.Files.list(Path.of("/proc/self/fd"))) {
+      return s.count();
+    }
+  }
 }

@@ -37,6 +37,36 @@ public final class ProcessFds {
     }
   }
 
+  /**
+   * New descriptors in this process for descriptors {@code fds} of process {@code pid}, in order, through one
+   * {@code pidfd_open}: all or none (when one cannot be taken, those taken already are closed again).
+   *
+   * @throws IOException as {@link #take(long, int)}
+   */
+  public static int[] takeAll(long pid, int[] fds) throws IOException {
+    int pidfd;
+    try {
+      pidfd = (int) HostNative.syscall(HostNative.SYS_PIDFD_OPEN, pid, 0, 0);
+    } catch (LastErrorException e) {
+      throw failure("pidfd_open(" + pid + ")", e);
+    }
+    int[] mine = new int[fds.length];
+    int taken = 0;
+    try {
+      for (; taken < fds.length; taken++) {
+        mine[taken] = (int) HostNative.syscall(HostNative.SYS_PIDFD_GETFD, pidfd, fds[taken], 0);
+      }
+      return mine;
+    } catch (LastErrorException e) {
+      for (int i = 0; i < taken; i++) {
+        close(mine[i]);
+      }
+      throw failure("pidfd_getfd(pid " + pid + ", fd " + fds[taken] + ")", e);
+    } finally {
+      HostNative.close(pidfd);
+    }
+  }
+
   /** A second descriptor for the same open file, e.g. one to hand over while keeping the first. */
   public static int dup(int fd) throws IOException {
     try {
