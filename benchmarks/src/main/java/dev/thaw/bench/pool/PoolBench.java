@@ -20,6 +20,9 @@ import dev.thaw.pool.WorkerStart;
 import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
+import dev.thaw.pool.hbm.ExportedSlab;
+import dev.thaw.pool.hbm.HbmTier;
+import dev.thaw.pool.hbm.HbmTierOptions;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -41,7 +44,9 @@ import java.util.Map;
  *   <li>per image and per source (store, host cache): store → cache staging; BECOME until the function is
  *       invocable (on-demand restore: map, modules, state); the first invoke, gated on residency; the whole cold
  *       path acquire → become → first response; when the last byte landed (GB/s over the whole image); and
- *       invokes once resident.
+ *       invokes once resident;
+ *   <li>with a host cache, also {@code hbm}: a prepared image whose read-only slabs an evicted worker left on the
+ *       device ({@link HbmTier}), as {@code thaw serve --hbm-tier} restores it from its second cold start on.
  * </ul>
  *
  * <p>Usage: {@code PoolBench --store DIR [--image TAG=REQUEST.json]... [--runs 3] [--acquires 20000]
@@ -98,9 +103,12 @@ public final class PoolBench {
         for (Image image : images) {
           byte[] manifest = reader.manifest(image.tag()).orElseThrow(
               () -> new IllegalArgumentException("no image " + image.tag() + " in " + reader.path()));
-          List<String> sources = cache == null ? List.of("store", "prepared") : List.of("store", "cache", "prepared");
-          for (String source : sources) {
-            perImage.add(coldRuns(pool, cache, reader, store, image, manifest, source, runs));
+          List<String> sources = cache == null ? List.of("store", "prepared")
+              : List.of("store", "cache", "prepared", "hbm");
+          try (HbmTier tier = new HbmTier(new HbmTierOptions())) {
+            for (String source : sources) {
+              perImage.add(coldRuns(pool, cache, tier, reader, store, image, manifest, source, runs));
+            }
           }
         }
       }
@@ -148,12 +156,42 @@ public final class PoolBench {
     return a;
   }
 
-  private static ObjectNode coldRuns(ContextPool pool, HostImageCache cache, RocksChunkStore reader, Path store,
-      Image image, byte[] manifestBytes, String source, int runs) throws Exception {
+  /**
+   * What {@code thaw serve} does when an instance of a staged image is evicted: a worker becomes it from the host
+   * cache with its read-only slabs created exportable, runs the request, and hands the slabs to {@code tier}.
+   */
+  private static void seedTier(ContextPool pool, HostImageCache cache, HbmTier tier, RocksChunkStore reader,
+      Path store, Image image, byte[] manifestBytes) throws Exception {
+    ImageManifest manifest = ImageManifest.read(manifestBytes);
+    Worker w = pool.acquire();
+    try (CacheLease lease = cache.stage(image.tag(), manifest, reader)) {
+      w.becomeBlocking(image.tag(), manifestBytes, ImageSource.hostCache(lease, store).withResident(List.of()));
+      w.invokeBlocking(image.request());
+      w.resident().get();
+      List<ExportedSlab> slabs = w.exportReadOnly().get();
+      if (slabs.isEmpty() || !tier.offer(image.tag(), w.pid(), slabs)) {
+        throw new IllegalStateException(image.tag() + ": no read-only slab went to the HBM tier (" + slabs.size()
+            + " exported)");
+      }
+      System.out.printf(Locale.ROOT, "%s: %d read-only slab(s), %d MB, left on the device for the HBM tier%n",
+          image.tag(), slabs.size(), ExportedSlab.bytes(slabs) >> 20);
+    } finally {
+      w.release();
+    }
+  }
+
+  private static ObjectNode coldRuns(ContextPool pool, HostImageCache cache, HbmTier tier, RocksChunkStore reader,
+      Path store, Image image, byte[] manifestBytes, String source, int runs) throws Exception {
+    if (source.equals("hbm")) {
+      if (!pool.awaitIdle(WAIT)) {
+        throw new IllegalStateException("the pool did not refill: " + pool.stats());
+      }
+      seedTier(pool, cache, tier, reader, store, image, manifestBytes);
+    }
     ObjectNode node = JSON.createObjectNode();
     node.put("image", image.tag());
     node.put("source", source);
-    node.put("prepared", source.equals("prepared"));
+    node.put("prepared", source.equals("prepared") || source.equals("hbm"));
     ArrayNode list = node.putArray("runs");
     ImageManifest manifest = ImageManifest.read(manifestBytes);
     for (int r = 0; r < runs; r++) {
@@ -163,7 +201,7 @@ public final class PoolBench {
       CacheLease lease = null;
       ObjectNode run = list.addObject();
       PreparedImage prepared = null;
-      if (source.equals("prepared")) {
+      if (source.equals("prepared") || source.equals("hbm")) {
         // As the server does at registration: staged, then every idle worker prepares it; the cold start begins once
         // they are done (a PREPARE still running would be waited for by the BECOME).
         ChunkPlacement placement = null;
@@ -196,6 +234,9 @@ public final class PoolBench {
       RestoreCompletion done;
       try {
         ImageSource from = lease == null ? ImageSource.store(store) : ImageSource.hostCache(lease, store);
+        if (source.equals("hbm")) {
+          from = from.withResident(tier.slabs(image.tag()).orElseThrow());
+        }
         b = prepared != null ? w.becomeBlocking(prepared, from) : w.becomeBlocking(image.tag(), manifestBytes, from);
         first = w.invokeBlocking(image.request());
         coldMs = (System.nanoTime() - t0) / 1e6;
