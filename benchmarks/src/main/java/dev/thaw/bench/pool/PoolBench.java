@@ -158,9 +158,10 @@ public final class PoolBench {
 
   /**
    * What {@code thaw serve} does when an instance of a staged image is evicted: a worker becomes it from the host
-   * cache with its read-only slabs created exportable, runs the request, and hands the slabs to {@code tier}.
+   * cache with its read-only slabs created exportable, runs the request, and hands the slabs to {@code tier}. False
+   * when the image has no read-only slab (its weights share every page with written buffers, as a small MLP's do).
    */
-  private static void seedTier(ContextPool pool, HostImageCache cache, HbmTier tier, RocksChunkStore reader,
+  private static boolean seedTier(ContextPool pool, HostImageCache cache, HbmTier tier, RocksChunkStore reader,
       Path store, Image image, byte[] manifestBytes) throws Exception {
     ImageManifest manifest = ImageManifest.read(manifestBytes);
     Worker w = pool.acquire();
@@ -169,12 +170,18 @@ public final class PoolBench {
       w.invokeBlocking(image.request());
       w.resident().get();
       List<ExportedSlab> slabs = w.exportReadOnly().get();
-      if (slabs.isEmpty() || !tier.offer(image.tag(), w.pid(), slabs)) {
-        throw new IllegalStateException(image.tag() + ": no read-only slab went to the HBM tier (" + slabs.size()
-            + " exported)");
+      if (slabs.isEmpty()) {
+        System.out.printf(Locale.ROOT, "%s: no read-only slab to leave on the device; no HBM-tier runs%n",
+            image.tag());
+        return false;
+      }
+      if (!tier.offer(image.tag(), w.pid(), slabs)) {
+        throw new IllegalStateException(image.tag() + ": the HBM tier refused " + ExportedSlab.bytes(slabs)
+            + " bytes");
       }
       System.out.printf(Locale.ROOT, "%s: %d read-only slab(s), %d MB, left on the device for the HBM tier%n",
           image.tag(), slabs.size(), ExportedSlab.bytes(slabs) >> 20);
+      return true;
     } finally {
       w.release();
     }
@@ -186,7 +193,13 @@ public final class PoolBench {
       if (!pool.awaitIdle(WAIT)) {
         throw new IllegalStateException("the pool did not refill: " + pool.stats());
       }
-      seedTier(pool, cache, tier, reader, store, image, manifestBytes);
+      if (!seedTier(pool, cache, tier, reader, store, image, manifestBytes)) {
+        ObjectNode skipped = JSON.createObjectNode();
+        skipped.put("image", image.tag());
+        skipped.put("source", source);
+        skipped.put("skipped", "no read-only slab");
+        return skipped;
+      }
     }
     ObjectNode node = JSON.createObjectNode();
     node.put("image", image.tag());
