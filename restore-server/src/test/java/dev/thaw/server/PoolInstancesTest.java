@@ -60,6 +60,13 @@ class PoolInstancesTest {
             json(cold).get("argmax"));
         HttpResponse<String> warm = postJson(port, "/v1/functions/mlp/invoke", ServerFixture.MLP_REQUEST);
         assertEquals("warm", warm.headers().firstValue("Thaw-Start").orElseThrow());
+        // In a worker, the function's own time leaves out the pipe both ways, which the invoke phase holds.
+        String timing = warm.headers().firstValue("Server-Timing").orElseThrow();
+        Matcher t = Pattern.compile("invoke;dur=([0-9.]+), function;dur=([0-9.]+), server;dur=([0-9.]+)")
+            .matcher(timing);
+        assertTrue(t.find(), timing);
+        assertTrue(Double.parseDouble(t.group(2)) < Double.parseDouble(t.group(1))
+            && Double.parseDouble(t.group(1)) <= Double.parseDouble(t.group(3)) + 0.002, timing);
         assertEquals(400, postJson(port, "/v1/functions/mlp/invoke", "{\"inputs\": [[1]]}").statusCode());
 
         // gate:1 was built at the MLP's addresses: in its own process it does not care.

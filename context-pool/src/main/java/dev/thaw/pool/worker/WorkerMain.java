@@ -43,13 +43,12 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
+import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
-import java.util.concurrent.BlockingQueue;
-import java.util.concurrent.LinkedBlockingQueue;
 
 /**
  * A pooled worker process: one device, one context, warm, serving the frame protocol ({@link FrameCodec}) with
@@ -59,8 +58,10 @@ import java.util.concurrent.LinkedBlockingQueue;
  * borrows (stream, events, pinned staging, reader threads), open the store read-only, map and register the host
  * image cache, warm up ({@link WorkerWarmup}); then send READY with the time of each phase. After that it serves
  * one BECOME (an on-demand restore: it answers once the function is invocable, and sends RESIDENT when the last
- * byte landed) and any number of INVOKEs, one at a time, on its main thread. A reader thread takes frames off
- * stdin and answers STATUS and EXIT itself, so the parent can ask and stop a worker that is busy.
+ * byte landed) and any number of INVOKEs, one at a time. Two threads share the work: one reads stdin and answers
+ * STATUS and EXIT itself, so the parent can ask and stop a worker that is busy; the other executes. An INVOKE that
+ * finds the worker idle runs on the thread that read it, and the two trade places (see {@link #serve}), so a warm
+ * request waits for no thread to wake.
  *
  * <p>Invariants: stdout carries only frames — {@code System.out} is pointed at stderr before anything else runs,
  * so a function that prints cannot corrupt the protocol. The worker never outlives its parent: end of stdin
@@ -83,7 +84,16 @@ public final class WorkerMain {
   private final DataInputStream in;
   private final OutputStream out;
   private final ObjectMapper json = FrameCodec.json();
-  private final BlockingQueue<Frame> work = new LinkedBlockingQueue<>();
+  /** Guards {@link #work}, {@link #reading}, {@link #executing} and {@link #serving}. */
+  private final Object turn = new Object();
+  /** Work frames read while another one executes (or before start-up ended), in order. */
+  private final ArrayDeque<Frame> work = new ArrayDeque<>();
+  /** A thread reads stdin: at most one at a time. */
+  private boolean reading;
+  /** A thread executes a work frame: at most one at a time. */
+  private boolean executing;
+  /** Start-up is over: work may execute. */
+  private boolean serving;
   private final long pid = ProcessHandle.current().pid();
 
   private volatile State state = State.STARTING;
@@ -117,7 +127,10 @@ public final class WorkerMain {
   }
 
   private void run(long entered) {
-    Thread reader = new Thread(this::readLoop, "thaw-worker-reader");
+    synchronized (turn) {
+      reading = true;
+    }
+    Thread reader = new Thread(() -> serve(true), "thaw-worker-reader");
     reader.setDaemon(true);
     reader.start();
     Thread watch = new Thread(this::watchParent, "thaw-worker-parent-watch");
@@ -170,7 +183,10 @@ public final class WorkerMain {
     ready.set("phases", json.valueToTree(phases));
     state = State.BLANK;
     send(new Frame(FrameType.READY, 0, ready));
-    serve();
+    synchronized (turn) {
+      serving = true;
+    }
+    serve(false);
   }
 
   private static long phase(Map<String, Double> phases, String name, long since) {
@@ -179,39 +195,94 @@ public final class WorkerMain {
     return now;
   }
 
-  // ---- the main thread: BECOME and INVOKE, one at a time ----
+  // ---- two threads, one reading stdin and one executing BECOME, INVOKE and EXPORT, one at a time ----
 
-  private void serve() {
+  /**
+   * The loop both threads (main and the reader) run. One thread reads stdin at a time and answers STATUS and EXIT
+   * itself, so a busy worker still answers them. An INVOKE read while nothing executes runs on the thread that read
+   * it, and the other thread takes over reading: the request waits for no thread to wake up. Any other work frame,
+   * or one read while work executes, is queued for the thread that is not reading, in order.
+   *
+   * @param reads true for the thread that holds the reading turn when it starts
+   */
+  private void serve(boolean reads) {
     while (true) {
       Frame f;
       try {
-        f = work.take();
+        f = reads ? read() : take();
       } catch (InterruptedException e) {
         return;
       }
-      Frame reply;
-      boolean restoring = f.type() == FrameType.BECOME;
-      try {
-        reply = restoring ? become(f) : f.type() == FrameType.EXPORT ? export(f) : invoke(f);
-      } catch (Throwable e) {
-        WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
-        if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
-          e.printStackTrace();
-        }
-        send(new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(kind, e)));
-        if (kind == WorkerErrorKind.CUDA_STICKY) {
-          Runtime.getRuntime().halt(EXIT_STICKY);
-        }
-        if (restoring && state == State.BECOMING) {
-          state = State.BLANK;
-          image = null;
-        } else if (state == State.INVOKING) {
-          state = State.READY;
-        }
+      reads = false;
+      if (f == null) {
+        reads = true;
         continue;
       }
-      send(reply);
+      execute(f);
+      synchronized (turn) {
+        executing = false;
+        turn.notifyAll();
+      }
     }
+  }
+
+  /** Waits for queued work (then executes it: returns it) or the reading turn (then returns null). */
+  private Frame take() throws InterruptedException {
+    synchronized (turn) {
+      while (true) {
+        if (serving && !executing && !work.isEmpty()) {
+          executing = true;
+          return work.poll();
+        }
+        if (!reading) {
+          reading = true;
+          return null;
+        }
+        turn.wait();
+      }
+    }
+  }
+
+  /** Reads until an INVOKE this thread may execute now (returned), queueing other work; the reading turn is left. */
+  private Frame read() {
+    while (true) {
+      Frame f = readFrame();
+      synchronized (turn) {
+        if (f.type() == FrameType.INVOKE && serving && !executing && work.isEmpty()) {
+          executing = true;
+          reading = false;
+          turn.notifyAll();
+          return f;
+        }
+        work.add(f);
+        turn.notifyAll();
+      }
+    }
+  }
+
+  private void execute(Frame f) {
+    Frame reply;
+    boolean restoring = f.type() == FrameType.BECOME;
+    try {
+      reply = restoring ? become(f) : f.type() == FrameType.EXPORT ? export(f) : invoke(f);
+    } catch (Throwable e) {
+      WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
+      if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
+        e.printStackTrace();
+      }
+      send(new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(kind, e)));
+      if (kind == WorkerErrorKind.CUDA_STICKY) {
+        Runtime.getRuntime().halt(EXIT_STICKY);
+      }
+      if (restoring && state == State.BECOMING) {
+        state = State.BLANK;
+        image = null;
+      } else if (state == State.INVOKING) {
+        state = State.READY;
+      }
+      return;
+    }
+    send(reply);
   }
 
   /**
@@ -448,9 +519,10 @@ public final class WorkerMain {
     return new Frame(FrameType.RESULT, f.id(), h, out);
   }
 
-  // ---- the reader thread ----
+  // ---- stdin ----
 
-  private void readLoop() {
+  /** The next work frame (BECOME, INVOKE, EXPORT); STATUS and EXIT are answered here, anything else ends the worker. */
+  private Frame readFrame() {
     while (true) {
       Frame f;
       try {
@@ -458,15 +530,15 @@ public final class WorkerMain {
       } catch (EOFException e) {
         // The parent closed our stdin or died: nothing of ours may outlive it.
         Runtime.getRuntime().halt(EXIT_PARENT_GONE);
-        return;
+        return null;
       } catch (ProtocolException e) {
         System.err.println("worker " + pid + ": protocol error on stdin: " + e.getMessage());
         send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.PROTOCOL, e.getMessage())));
         Runtime.getRuntime().halt(EXIT_PROTOCOL);
-        return;
+        return null;
       } catch (IOException e) {
         Runtime.getRuntime().halt(EXIT_PARENT_GONE);
-        return;
+        return null;
       }
       switch (f.type()) {
         case STATUS -> send(new Frame(FrameType.RESULT, f.id(), status()));
@@ -474,7 +546,9 @@ public final class WorkerMain {
           send(new Frame(FrameType.RESULT, f.id(), FrameCodec.head()));
           Runtime.getRuntime().halt(0);
         }
-        case BECOME, INVOKE, EXPORT -> work.add(f);
+        case BECOME, INVOKE, EXPORT -> {
+          return f;
+        }
         default -> {
           String m = f.type() + " is not a request a worker takes";
           send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.PROTOCOL, m)));
@@ -492,7 +566,9 @@ public final class WorkerMain {
       h.put("image", image);
     }
     h.put("invocations", invocations);
-    h.put("queued", work.size());
+    synchronized (turn) {
+      h.put("queued", work.size());
+    }
     return h;
   }
 
