@@ -42,7 +42,7 @@ import java.util.Map;
 
 /**
  * The restore server's own cost on a warm invoke, against the function invoked in this process: one run builds
- * the MLP image on the device {@code THAW_DEVICE} picks, then measures, in order,
+ * the function's image (the MLP by default) on the device {@code THAW_DEVICE} picks, then measures, in order,
  *
  * <ol>
  *   <li>the <b>anchor</b>: the function's warm invoke in this process, through an in-process instance
@@ -58,23 +58,25 @@ import java.util.Map;
  * <p>Overhead = round trip − anchor p50, per request. On the sim device the function's time is a simulated
  * number, but the overhead is CPU work the server does and is measured as it is.
  *
- * <p>Usage: {@code ServerOverhead [--requests 2000] [--warmup 3000] [--instances in-process,pool]
- * [--config JSON] [--request FILE] [--worker-jvm "-XX:+UseSerialGC -Xmx2g"] [--out result.json]}.
+ * <p>Usage: {@code ServerOverhead [--function CLASS --config JSON --request FILE] [--requests 2000]
+ * [--warmup 3000] [--instances in-process,pool] [--worker-jvm "-XX:+UseSerialGC -Xmx2g"] [--out result.json]};
+ * without {@code --function}, the MLP of {@code scripts/gpu/server-run.sh} and one row of inputs.
  */
 public final class ServerOverhead {
 
   static final ObjectMapper JSON = new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT);
   static final String MLP = "dev.thaw.examples.mlp.MlpFunction";
-  static final String TAG = "mlp:overhead";
-  static final String FUNCTION = "mlp";
+  static final String TAG = "overhead:1";
+  static final String FUNCTION = "f";
   /** The MLP and request {@code scripts/gpu/server-run.sh} serves. */
   static final String DEFAULT_CONFIG = "{\"layers\": [64, 256, 256, 10], \"seed\": 42}";
 
   /** What one run measures. */
-  record Options(int requests, int warmup, List<String> instances, String config, byte[] request,
+  record Options(String function, int requests, int warmup, List<String> instances, String config, byte[] request,
       List<String> workerJvm, Path out) {}
 
   public static void main(String[] args) throws Exception {
+    String function = MLP;
     int requests = 2000;
     int warmup = 3000;
     List<String> instances = List.of("in-process", "pool");
@@ -84,6 +86,7 @@ public final class ServerOverhead {
     Path out = null;
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
+        case "--function" -> function = args[++i];
         case "--requests" -> requests = Integer.parseInt(args[++i]);
         case "--warmup" -> warmup = Integer.parseInt(args[++i]);
         case "--instances" -> instances = List.of(args[++i].split(","));
@@ -92,14 +95,17 @@ public final class ServerOverhead {
         case "--worker-jvm" -> workerJvm = List.of(args[++i].trim().split("\\s+"));
         case "--out" -> out = Path.of(args[++i]);
         default -> throw new IllegalArgumentException("unknown argument " + args[i] + "; usage: ServerOverhead "
-            + "[--requests N] [--warmup N] [--instances in-process,pool] [--config JSON] [--request FILE] "
-            + "[--worker-jvm OPTIONS] [--out FILE]");
+            + "[--function CLASS --config JSON --request FILE] [--requests N] [--warmup N] "
+            + "[--instances in-process,pool] [--worker-jvm OPTIONS] [--out FILE]");
       }
     }
     if (request == null) {
+      if (!function.equals(MLP)) {
+        throw new IllegalArgumentException("--request FILE: a request for " + function);
+      }
       request = defaultRequest(JSON.readTree(config));
     }
-    ObjectNode result = run(new Options(requests, warmup, instances, config, request, workerJvm, out));
+    ObjectNode result = run(new Options(function, requests, warmup, instances, config, request, workerJvm, out));
     System.out.println(summary(result));
     if (out != null) {
       Files.write(out, JSON.writeValueAsBytes(result));
@@ -122,7 +128,8 @@ public final class ServerOverhead {
     // The request log goes to a file, as a server's log would, not between the results.
     System.setProperty("org.slf4j.simpleLogger.logFile", work.resolve("requests.log").toString());
     ObjectNode result = JSON.createObjectNode();
-    result.put("requests", o.requests()).put("warmup", o.warmup()).put("config", o.config())
+    result.put("function", o.function()).put("requests", o.requests()).put("warmup", o.warmup())
+        .put("config", o.config())
         .put("request", new String(o.request(), StandardCharsets.UTF_8));
     Path storePath = work.resolve("store");
     try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment())) {
@@ -146,7 +153,7 @@ public final class ServerOverhead {
   }
 
   private static void build(GpuDriver driver, Path storePath, Options o) throws IOException {
-    BuildOptions b = new BuildOptions().functionClass(MLP).config(o.config()).tag(TAG)
+    BuildOptions b = new BuildOptions().functionClass(o.function()).config(o.config()).tag(TAG)
         .addSampleRequest(JSON.readTree(o.request()));
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath));
         GpuContext ctx = driver.createContext(0)) {
@@ -307,8 +314,8 @@ public final class ServerOverhead {
 
   static String summary(ObjectNode r) {
     StringBuilder s = new StringBuilder();
-    s.append(String.format(Locale.ROOT, "device %s; %d requests after %d warm-up%n", r.path("device").asText(),
-        r.path("requests").asInt(), r.path("warmup").asInt()));
+    s.append(String.format(Locale.ROOT, "%s on %s; %d requests after %d warm-up%n", r.path("function").asText(),
+        r.path("device").asText(), r.path("requests").asInt(), r.path("warmup").asInt()));
     s.append(String.format(Locale.ROOT, "anchor: in-process invoke p50 %.1f us (after: %.1f us), p99 %.1f us%n",
         r.at("/anchor/invokeMicros/p50").asDouble(), r.at("/anchorAfter/invokeMicros/p50").asDouble(),
         r.at("/anchor/invokeMicros/p99").asDouble()));

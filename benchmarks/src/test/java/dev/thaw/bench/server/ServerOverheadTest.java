@@ -18,7 +18,7 @@ class ServerOverheadTest {
   @Test
   void measuresBothServersAgainstTheAnchor() throws Exception {
     String config = "{\"layers\": [8, 16, 4], \"seed\": 3}";
-    ObjectNode r = ServerOverhead.run(new ServerOverhead.Options(40, 40, List.of("in-process", "pool"), config,
+    ObjectNode r = ServerOverhead.run(new ServerOverhead.Options(ServerOverhead.MLP, 40, 40, List.of("in-process", "pool"), config,
         ServerOverhead.defaultRequest(ServerOverhead.JSON.readTree(config)),
         List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null));
     assertTrue(r.path("simulated").asBoolean(), "CI runs this on the sim device: " + r.path("device"));
