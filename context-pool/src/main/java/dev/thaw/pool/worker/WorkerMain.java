@@ -2,16 +2,20 @@ package dev.thaw.pool.worker;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
 import dev.thaw.image.restore.OnDemandRestorer;
+import dev.thaw.image.restore.PreparedRestore;
+import dev.thaw.image.restore.RestorePlan;
 import dev.thaw.image.restore.RestoreResources;
 import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
+import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.cache.HostCacheView;
@@ -106,6 +110,15 @@ public final class WorkerMain {
   private RestoreResources resources;
   private HostCacheView cache;
   private OnDemandRestore restored;
+  /** Images prepared while blank, by key, least recently prepared first (main thread only). */
+  private final LinkedHashMap<String, Prepared> prepared = new LinkedHashMap<>();
+
+  /**
+   * One PREPARE's result: the restore made ready ahead, the placement it was prepared with (and the chunks it
+   * resolves to in this worker's view of the arena), and the store it was checked against.
+   */
+  private record Prepared(String key, String name, PreparedRestore restore, byte[] placement, PinnedChunks chunks,
+      RocksChunkStore store) {}
 
   private WorkerMain(WorkerConfig config, DataInputStream in, OutputStream out) {
     this.config = config;
@@ -163,6 +176,15 @@ public final class WorkerMain {
       WorkerWarmup.launches(context, config.warmupLaunches(), json);
       WorkerWarmup.manifests();
       t = phase(phases, "warmup", t);
+      if (store != null && config.warmupLaunches() > 0) {
+        try {
+          WorkerWarmup.rehearse(context, resources, store);
+        } catch (dev.thaw.runtime.gpu.CudaOutOfMemoryException e) {
+          // A device too small (or too full) for the 32 MiB rehearsal: the worker serves, with colder code.
+          System.err.println("thaw worker: restore rehearsal skipped: " + e.getMessage());
+        }
+        t = phase(phases, "rehearsal", t);
+      }
       if (config.warmupImage() != null && store != null) {
         WorkerWarmup.image(context, resources, store, config.warmupImage());
         phase(phases, "warmupImage", t);
@@ -195,7 +217,7 @@ public final class WorkerMain {
     return now;
   }
 
-  // ---- two threads, one reading stdin and one executing BECOME, INVOKE and EXPORT, one at a time ----
+  // ---- two threads, one reading stdin and one executing BECOME, PREPARE, INVOKE and EXPORT, one at a time ----
 
   /**
    * The loop both threads (main and the reader) run. One thread reads stdin at a time and answers STATUS and EXIT
@@ -264,7 +286,12 @@ public final class WorkerMain {
     Frame reply;
     boolean restoring = f.type() == FrameType.BECOME;
     try {
-      reply = restoring ? become(f) : f.type() == FrameType.EXPORT ? export(f) : invoke(f);
+      reply = switch (f.type()) {
+        case BECOME -> become(f);
+        case PREPARE -> prepare(f);
+        case EXPORT -> export(f);
+        default -> invoke(f);
+      };
     } catch (Throwable e) {
       WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
       if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
@@ -283,6 +310,70 @@ public final class WorkerMain {
       return;
     }
     send(reply);
+    if (restoring && state == State.READY) {
+      // This worker is that image for life: the others' modules go (after the answer, off the cold path).
+      prepared.values().forEach(p -> p.restore().close());
+      prepared.clear();
+    }
+  }
+
+  /**
+   * Prepares an image ahead of its BECOME ({@link OnDemandRestorer#prepare}): parses the manifest, resolves the
+   * placement, checks the store holds it, loads the class, reads the state, loads the modules. An image the
+   * worker cannot prepare is an ERROR that leaves it blank: the parent then sends that image whole.
+   */
+  private Frame prepare(Frame f) throws Exception {
+    if (state != State.BLANK) {
+      return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
+          "this worker became '" + image + "'; it prepares no other image"));
+    }
+    long start = System.nanoTime();
+    String key = f.head().path("key").asText("");
+    String name = f.head().path("name").asText("image");
+    if (key.isEmpty()) {
+      throw new ProtocolException("PREPARE without a key");
+    }
+    byte[] body = f.body();
+    int manifestBytes = manifestBytes(f);
+    byte[] manifestBody = manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
+    ImageManifest manifest = ImageManifest.read(manifestBody);
+    Map<String, Double> phases = new LinkedHashMap<>();
+    long t = phase(phases, "manifest", start);
+    byte[] placement = Arrays.copyOfRange(body, manifestBytes, body.length);
+    PinnedChunks chunks = placement.length == 0 || cache == null ? null : cacheChunks(placement);
+    t = phase(phases, "placement", t);
+    RocksChunkStore store = storeFor(JsonNodeFactory.instance.objectNode(), name, manifestBody);
+    t = phase(phases, "store", t);
+    RestoreSource tiers = chunks == null ? RestoreSource.STORE_ONLY : hostTier(chunks);
+    PreparedRestore restore = new OnDemandRestorer(store).prepare(RestorePlan.of(manifest), context, tiers);
+    phase(phases, "class, state, modules", t);
+    Prepared old = prepared.remove(key);
+    if (old != null) {
+      old.restore().close();
+    }
+    prepared.put(key, new Prepared(key, name, restore, placement, chunks, store));
+    int keep = Math.max(1, f.head().path("keep").asInt(ContextPoolOptions.DEFAULT_MAX_PREPARED_IMAGES));
+    while (prepared.size() > keep) {
+      Prepared eldest = prepared.remove(prepared.keySet().iterator().next());
+      eldest.restore().close();
+    }
+    phases.put("total", (System.nanoTime() - start) / 1e6);
+    ObjectNode h = FrameCodec.head();
+    h.set("phases", json.valueToTree(phases));
+    return new Frame(FrameType.RESULT, f.id(), h);
+  }
+
+  private static RestoreSource hostTier(PinnedChunks chunks) {
+    return m -> d -> chunks.find(d).map(c -> new RestoreSource.HostChunk(c.buffer(), c.offset())).orElse(null);
+  }
+
+  private static int manifestBytes(Frame f) {
+    int n = f.head().path("manifestBytes").asInt(f.body().length);
+    if (n < 0 || n > f.body().length) {
+      throw new ImageRestoreException(f.type() + " says its manifest has " + n + " of the body's "
+          + f.body().length + " bytes", null);
+    }
+    return n;
   }
 
   /**
@@ -307,27 +398,32 @@ public final class WorkerMain {
           "this worker already became '" + image + "'; a worker becomes one image in its life"));
     }
     String name = f.head().path("name").asText("image");
-    image = name;
-    state = State.BECOMING;
     long start = System.nanoTime();
     byte[] body = f.body();
-    int manifestBytes = f.head().path("manifestBytes").asInt(body.length);
-    if (manifestBytes < 0 || manifestBytes > body.length) {
-      throw new ImageRestoreException("BECOME says its manifest has " + manifestBytes + " of the body's "
-          + body.length + " bytes", null);
+    String key = f.head().path("prepared").asText("");
+    Prepared ready = key.isEmpty() ? null : prepared.remove(key);
+    if (!key.isEmpty() && ready == null) {
+      return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
+          "BECOME names prepared image '" + key + "', which this worker has not prepared"));
     }
-    byte[] manifestBody = manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
-    ImageManifest manifest = ImageManifest.read(manifestBody);
+    image = name;
+    state = State.BECOMING;
+    int manifestBytes = ready != null ? 0 : manifestBytes(f);
+    byte[] manifestBody = ready != null ? null : manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
+    ImageManifest manifest = ready != null ? ready.restore().plan().manifest() : ImageManifest.read(manifestBody);
     Map<String, Double> phases = new LinkedHashMap<>();
-    long t = phase(phases, "manifest", start);
+    long t = phase(phases, ready != null ? "prepared" : "manifest", start);
     JsonNode source = f.head().path("source");
     RestoreSource tiers = RestoreSource.STORE_ONLY;
     PinnedChunks lastChunks = null;
     String from = "store";
     if (source.path("kind").asText().equals("cache")) {
-      PinnedChunks chunks = cacheChunks(Arrays.copyOfRange(body, manifestBytes, body.length));
+      byte[] placement = Arrays.copyOfRange(body, manifestBytes, body.length);
+      // The placement it was prepared with holds unless the cache moved the image since (staged it again).
+      PinnedChunks chunks = ready != null && ready.chunks() != null && Arrays.equals(placement, ready.placement())
+          ? ready.chunks() : cacheChunks(placement);
       lastChunks = chunks;
-      tiers = m -> d -> chunks.find(d).map(c -> new RestoreSource.HostChunk(c.buffer(), c.offset())).orElse(null);
+      tiers = hostTier(chunks);
       from = "cache";
       t = phase(phases, "placement", t);
     }
@@ -351,11 +447,15 @@ public final class WorkerMain {
       tiers = new TieredRestoreSource(lastChunks, resident, context);
       t = phase(phases, "hbm take", t);
     }
-    RocksChunkStore store = storeFor(source, name, manifestBody);
+    // A prepared image was checked against the store then; that store is still the one open unless another
+    // PREPARE reopened it since.
+    RocksChunkStore store = ready != null && ready.store() == this.store ? ready.store()
+        : storeFor(source, name, ready != null ? manifest.toBytes() : manifestBody);
     t = phase(phases, "store", t);
     OnDemandRestore restore;
     try {
-      restore = new OnDemandRestorer(store).restore(manifest, context, tiers, resources, onDemand);
+      restore = ready != null ? new OnDemandRestorer(store).restore(ready.restore(), tiers, resources, onDemand)
+          : new OnDemandRestorer(store).restore(manifest, context, tiers, resources, onDemand);
     } finally {
       if (resident != null) {
         resident.close();
@@ -521,7 +621,10 @@ public final class WorkerMain {
 
   // ---- stdin ----
 
-  /** The next work frame (BECOME, INVOKE, EXPORT); STATUS and EXIT are answered here, anything else ends the worker. */
+  /**
+   * The next work frame (BECOME, PREPARE, INVOKE, EXPORT); STATUS and EXIT are answered here, anything else ends
+   * the worker.
+   */
   private Frame readFrame() {
     while (true) {
       Frame f;
@@ -546,7 +649,7 @@ public final class WorkerMain {
           send(new Frame(FrameType.RESULT, f.id(), FrameCodec.head()));
           Runtime.getRuntime().halt(0);
         }
-        case BECOME, INVOKE, EXPORT -> {
+        case BECOME, INVOKE, EXPORT, PREPARE -> {
           return f;
         }
         default -> {
