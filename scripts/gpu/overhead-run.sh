@@ -6,6 +6,8 @@
 # its own; overhead = round trip - anchor p50. Server-Timing's `server` (request in to response out, inside the
 # server) and `function` (the function's own invoke where it ran) split the round trip into client + loopback,
 # server, and function. Once for the MLP of server-run.sh, once for GPT-2-large.
+# Each run is a fresh JVM: warm-up requests let the JIT compile the server's path first (GPT-2-large: 300 x ~25 ms).
+# About 2 minutes in all.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/overhead-run.sh <unpacked thaw dir>
 # Writes $OUT/overhead.txt (summaries and log) and $OUT/mlp.json, $OUT/gpt2-large.json. Exits non-zero on failure.
 set -uo pipefail
@@ -27,13 +29,13 @@ echo '{"tokens": [[464, 2068, 7586, 21831]], "maxNewTokens": 8}' > "$root/gpt.js
 run() {
   local name=$1; shift
   echo "== $name" >> "$log"
-  timeout 150 "$java" -cp "$cp" dev.thaw.bench.server.ServerOverhead --out "$OUT/$name.json" "$@" \
+  timeout 170 "$java" -cp "$cp" dev.thaw.bench.server.ServerOverhead --out "$OUT/$name.json" "$@" \
       >> "$log" 2>&1 || { echo "FAILED: $name (exit $?)" >> "$log"; status=1; }
 }
 run mlp --requests 2000 --warmup 3000
 run gpt2-large --function dev.thaw.examples.gpt2.Gpt2Function \
     --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --request "$root/gpt.json" \
-    --requests 200 --warmup 50
+    --requests 200 --warmup 300
 
 python3 - "$OUT" <<'PY' | tee -a "$log" || status=1
 import json, sys, os
