@@ -82,15 +82,24 @@ def wait(test, s=90):
             pass
         time.sleep(0.05)
     return None
+def idle_workers():
+    return sum(float(l.rsplit(" ", 1)[1]) for l in get("/metrics").splitlines()
+               if l.startswith("thaw_pool_workers") and 'state="idle"' in l)
+def settle():
+    # Scaled to zero, and the pool's idle workers all back (a fresh JVM each) and done preparing the image.
+    wait(lambda s: s.get("state") == "cold")
+    t = time.time()
+    while idle_workers() < 2 and time.time() - t < 60:
+        time.sleep(0.1)
+    time.sleep(2)
 out = {"staged": wait(lambda s: s.get("image", {}).get("hostCache") in ("cached", "store"))}
 colds = []
-for i in range(5):
-    wait(lambda s: s.get("state") == "cold")
-    time.sleep(4)   # the pool's idle workers ready and prepared again
+for i in range(4):
+    settle()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     colds.append(post(conn, gpt)); conn.close()
 out["cold16to1"] = colds
-wait(lambda s: s.get("state") == "cold"); time.sleep(4)
+settle()
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 out["cold16to8"] = post(conn, gpt8)
 warm = [post(conn, gpt) for _ in range(30)]
@@ -110,12 +119,19 @@ sys.exit(1 if any(c["status"] != 200 for c in colds) else 0)
 PY
 port=18090
 echo '{"functions": {"gpt2": {"image": "gpt2:large", "keepAlive": "1s"}}}' > "$work/serve-config.json"
-"$home/bin/thaw" serve --port $port --config "$work/serve-config.json" --idle-workers 2 --host-cache 8g \
-    --hbm-tier 16g > "$work/serve.log" 2>&1 &
-pid=$!
-timeout 150 python3 "$work/client.py" $port "$work" || status=1
-kill -TERM $pid; wait $pid; echo "exit status after SIGTERM: $?"
-cp "$work/serve.json" "$OUT/serve.json" 2>/dev/null
-grep -v '^\[main\] INFO' "$work/serve.log" | strip | tail -60 > "$OUT/serve-log.txt"
+# Twice: the host cache alone (every cold start copies the weights), then with the HBM tier (from the second cold
+# start on, the weights an evicted instance left on the GPU are mapped, not copied).
+for tier in host-cache hbm; do
+  echo "-- $tier"
+  hbm=0; [[ $tier == hbm ]] && hbm=16g
+  "$home/bin/thaw" serve --port $port --config "$work/serve-config.json" --idle-workers 2 --host-cache 8g \
+      --hbm-tier $hbm > "$work/serve-$tier.log" 2>&1 &
+  pid=$!
+  timeout 120 python3 "$work/client.py" $port "$work" || status=1
+  kill -TERM $pid; wait $pid; echo "exit status after SIGTERM: $?"
+  cp "$work/serve.json" "$OUT/serve-$tier.json" 2>/dev/null
+  grep -v '^\[main\] INFO' "$work/serve-$tier.log" | strip | grep -v 'warm queue=' > "$OUT/serve-$tier-log.txt"
+  grep 'cold start on worker' "$OUT/serve-$tier-log.txt" | sed 's/.*dev.thaw.server.instances - //'
+done
 rm -rf "$work"
 exit $status

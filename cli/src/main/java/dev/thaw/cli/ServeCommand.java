@@ -125,8 +125,9 @@ final class ServeCommand implements Callable<Integer> {
     if (!readOnly) {
       options.setStorePath(storePath);
     }
-    // One INFO line per request; the rest of the libraries stay at the CLI's WARN.
+    // One INFO line per request, one per cold start (the worker's phases); the rest stay at the CLI's WARN.
     System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.REQUEST_LOG, "info");
+    System.setProperty("org.slf4j.simpleLogger.log.dev.thaw.server.instances", "info");
     PrintWriter out = spec.commandLine().getOut();
     GpuDriver driver = cli.openDriver(device.choice, spec);
     ChunkStore s;

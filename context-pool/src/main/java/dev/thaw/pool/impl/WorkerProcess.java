@@ -1,6 +1,7 @@
 package dev.thaw.pool.impl;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.pool.BecomeResult;
 import dev.thaw.pool.ContextPoolOptions;
@@ -15,6 +16,7 @@ import dev.thaw.pool.WorkerException;
 import dev.thaw.pool.WorkerLostException;
 import dev.thaw.pool.WorkerStart;
 import dev.thaw.pool.WorkerStatus;
+import dev.thaw.pool.WorkerTimeline;
 import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.protocol.Frame;
@@ -67,6 +69,7 @@ final class WorkerProcess implements Worker {
     void returned(WorkerProcess w);
   }
 
+  private static final ObjectMapper JSON = FrameCodec.json();
   private static final Duration STATUS_TIMEOUT = Duration.ofSeconds(10);
   private static final int LOG_TAIL_BYTES = 2000;
   /**
@@ -357,6 +360,37 @@ final class WorkerProcess implements Worker {
     claim();
     return release(send(FrameType.EXPORT, FrameCodec.head(), null, STATUS_TIMEOUT)
         .thenApply(f -> ExportedSlab.decodeAll(f.head().path("slabs").asText(""))));
+  }
+
+  @Override
+  public CompletableFuture<WorkerTimeline> restoreTimeline(int maxSpans) {
+    checkUsable();
+    if (!invocable) {
+      throw new IllegalStateException("worker " + pid + " has no restore to trace");
+    }
+    ObjectNode head = FrameCodec.head();
+    head.put("maxSpans", maxSpans);
+    long sent = System.nanoTime();
+    // Not claimed: the worker answers it between requests, so it may wait behind one.
+    return send(FrameType.TRACE, head, null, options.invokeTimeout().plus(STATUS_TIMEOUT)).thenApply(f -> {
+      long received = System.nanoTime();
+      long now = f.head().path("nowNanos").asLong();
+      boolean shared = now >= sent && now <= received;
+      long shift = shared ? 0 : sent + (received - sent) / 2 - now;
+      try {
+        JsonNode trace = JSON.readTree(f.body());
+        double error = shared ? 0 : (received - sent) / 2e3;
+        if (!shared && trace.path("traceEvents").isArray()) {
+          ((com.fasterxml.jackson.databind.node.ArrayNode) trace.get("traceEvents")).addObject()
+              .put("name", String.format("the worker's clock is not this process's: placed by the round trip, "
+                  + "within %.0f us", error)).put("ph", "i").put("s", "g").put("pid", 1).put("tid", 0).put("ts", 0);
+        }
+        return new WorkerTimeline(trace, f.head().path("originNanos").asLong() + shift, shared, error);
+      } catch (IOException e) {
+        throw new CompletionException(new WorkerException(WorkerErrorKind.PROTOCOL, pid, null,
+            "its restore timeline is not JSON: " + e.getMessage()));
+      }
+    });
   }
 
   @Override
