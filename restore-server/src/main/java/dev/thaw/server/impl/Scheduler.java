@@ -43,7 +43,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * dispatched only from the head of its function's queue, or straight to an idle instance when the queue is
  * empty; a device's reserved bytes are the sum of the footprints of the instances placed on it (starting ones
  * included). Every instance's start, invokes and close run on that instance's own thread, never on an event
- * loop and never under the monitor.
+ * loop and never under the monitor — except the invoke of an instance that {@link FunctionInstance#invokesAsync()
+ * invokes asynchronously} (a worker process), which the dispatching thread makes once it left the monitor; a request
+ * is finished on the thread that completes its invoke.
  */
 public final class Scheduler implements AutoCloseable {
 
