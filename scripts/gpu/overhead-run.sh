@@ -7,7 +7,7 @@
 # server) and `function` (the function's own invoke where it ran) split the round trip into client + loopback,
 # server, and function. Once for the MLP of server-run.sh, once for GPT-2-large.
 # Each run is a fresh JVM: warm-up requests let the JIT compile the server's path first (GPT-2-large: 300 x ~25 ms).
-# About 2 minutes in all.
+# About 1.5 minutes in all (at most 100 s + 130 s).
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/overhead-run.sh <unpacked thaw dir>
 # Writes $OUT/overhead.txt (summaries and log) and $OUT/mlp.json, $OUT/gpt2-large.json. Exits non-zero on failure.
 set -uo pipefail
@@ -27,13 +27,13 @@ root=$(mktemp -d /tmp/thaw-overhead.XXXX)
 
 echo '{"tokens": [[464, 2068, 7586, 21831]], "maxNewTokens": 8}' > "$root/gpt.json"
 run() {
-  local name=$1; shift
+  local name=$1 limit=$2; shift 2
   echo "== $name" >> "$log"
-  timeout 170 "$java" -cp "$cp" dev.thaw.bench.server.ServerOverhead --out "$OUT/$name.json" "$@" \
+  timeout "$limit" "$java" -cp "$cp" dev.thaw.bench.server.ServerOverhead --out "$OUT/$name.json" "$@" \
       >> "$log" 2>&1 || { echo "FAILED: $name (exit $?)" >> "$log"; status=1; }
 }
-run mlp --requests 2000 --warmup 3000
-run gpt2-large --function dev.thaw.examples.gpt2.Gpt2Function \
+run mlp 100 --requests 2000 --warmup 3000
+run gpt2-large 130 --function dev.thaw.examples.gpt2.Gpt2Function \
     --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --request "$root/gpt.json" \
     --requests 200 --warmup 300
 
