@@ -7,7 +7,8 @@
 #     1 out (the request of the in-process 34.4 ms) cold over HTTP five times, scaled to zero between (the first
 #     from the host cache, the rest from the HBM tier), then 8 tokens out cold once, warm p50 over a kept-alive
 #     connection; every response's Server-Timing; the cold start trace of the last one.
-# Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/coldpath-run.sh <unpacked thaw dir>  (~3 minutes)
+#  0. First, the prepared path's tests on CUDA (PreparedImageTest, the rehearsal, the host cache's extent leases).
+# Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/coldpath-run.sh <unpacked thaw dir>  (~4 minutes)
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=$(cd "${1:?usage: OUT=<dir> scripts/gpu/coldpath-run.sh <unpacked thaw dir>}" && pwd)
@@ -35,6 +36,14 @@ PY
       --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --tag gpt2:large \
       --sample-request "$work/gpt2.json" || status=1
 } > "$OUT/build.txt" 2>&1
+
+echo "== 0. the prepared path's tests on CUDA"
+tests=(dev.thaw.pool.PreparedImageTest dev.thaw.pool.worker.WorkerWarmupTest dev.thaw.pool.cache.HostImageCacheTest
+  dev.thaw.pool.ContextPoolTest dev.thaw.pool.HostCacheWorkerTest)
+selectors=(); for t in "${tests[@]}"; do selectors+=(--select-class "$t"); done
+timeout 150 "$home/bin/thaw-test" "${selectors[@]}" --reports-dir "$work/reports" 2>&1 | strip > "$OUT/tests.txt" \
+  || status=1
+grep -E 'tests (successful|failed|skipped|aborted)' "$OUT/tests.txt"
 
 echo "== 1. PoolBench"
 timeout 150 "$java" ${THAW_JAVA_OPTS:-} -cp "$home/lib/*:$home/lib/bench/*" dev.thaw.bench.pool.PoolBench \

@@ -254,6 +254,19 @@ final class WorkerProcess implements Worker {
     });
   }
 
+  /** Waits up to {@code nanos} for every PREPARE sent so far to be answered; false if one is still running. */
+  boolean awaitPrepares(long nanos) throws InterruptedException {
+    try {
+      CompletableFuture.allOf(prepared.values().toArray(CompletableFuture[]::new))
+          .handle((ok, failed) -> null).get(nanos, TimeUnit.NANOSECONDS);
+      return true;
+    } catch (java.util.concurrent.TimeoutException e) {
+      return false;
+    } catch (ExecutionException e) {
+      return true;
+    }
+  }
+
   @Override
   public CompletableFuture<BecomeResult> become(PreparedImage image, ImageSource source) {
     CompletableFuture<Frame> p = prepared.get(image.key());
