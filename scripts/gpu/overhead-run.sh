@@ -52,10 +52,11 @@ for name in ("mlp", "gpt2-large"):
     for kind, s in r["servers"].items():
         st = s["serverTimingMicros"]
         print("  %-10s round trip %8.1f / %8.1f | overhead %7.1f / %7.1f | server - function %6.1f / %6.1f | "
-              "server %8.1f invoke %8.1f function %8.1f | GET health %5.1f" % (kind,
+              "server %8.1f invoke %8.1f function %8.1f | GET health %5.1f | first 100 warm %8.1f" % (kind,
               s["roundTripMicros"]["p50"], s["roundTripMicros"]["p99"], s["overheadMicros"]["p50"],
               s["overheadMicros"]["p99"], s["serverMinusFunctionMicros"]["p50"], s["serverMinusFunctionMicros"]["p99"],
-              st["server"]["p50"], st["invoke"]["p50"], st["function"]["p50"], s["healthRoundTripMicros"]["p50"]))
+              st["server"]["p50"], st["invoke"]["p50"], st["function"]["p50"], s["healthRoundTripMicros"]["p50"],
+              s.get("firstWarmRoundTripMicros", {}).get("p50", -1)))
 PY
 rm -rf "$root"
 exit $status

@@ -49,9 +49,11 @@ import java.util.Map;
  *       ({@link FunctionInstance#invokeBlocking}, the request already parsed), on the same device;
  *   <li>a {@link ThawServer} on loopback with <b>in-process</b> instances, then one with <b>pool</b>-backed
  *       instances (a worker process), each warmed, then timed request by request on one keep-alive HTTP/1.1
- *       connection ({@link KeepAliveClient}): the client's round trip and the server's {@code Server-Timing}
- *       ({@code server}: request in to response out, inside the server; {@code invoke}; {@code function}: the
- *       function's own invoke where it ran); and {@code GET /v2/health/live} on the same connection, the HTTP floor;
+ *       connection ({@link KeepAliveClient}; the first {@value #EARLY_REQUESTS} warm-up requests, before the JIT
+ *       compiled the server's path, are reported apart): the client's round trip and the server's
+ *       {@code Server-Timing} ({@code server}: request in to response out, inside the server; {@code invoke};
+ *       {@code function}: the function's own invoke where it ran); and {@code GET /v2/health/live} on the same
+ *       connection, the HTTP floor;
  *   <li>the anchor again, so that drift over the run shows.
  * </ol>
  *
@@ -70,6 +72,8 @@ public final class ServerOverhead {
   static final String FUNCTION = "f";
   /** The MLP and request {@code scripts/gpu/server-run.sh} serves. */
   static final String DEFAULT_CONFIG = "{\"layers\": [64, 256, 256, 10], \"seed\": 42}";
+  /** The first warm-up requests, reported apart ({@code firstWarmRoundTripMicros}). */
+  static final int EARLY_REQUESTS = 100;
 
   /** What one run measures. */
   record Options(String function, int requests, int warmup, List<String> instances, String config, byte[] request,
@@ -202,9 +206,18 @@ public final class ServerOverhead {
         throw new IllegalStateException(kind + ": the first request got " + first.status() + ": " + first.text());
       }
       r.put("firstStart", first.header("Thaw-Start"));
+      // The first warm requests of a fresh server run its path before the JIT compiled it: kept apart.
+      long[] early = new long[Math.min(EARLY_REQUESTS, o.warmup())];
       for (int i = 0; i < o.warmup(); i++) {
+        long t = System.nanoTime();
         expectOk(client.post(path, "application/json", o.request()), kind);
+        if (i < early.length) {
+          early[i] = System.nanoTime() - t;
+        }
         client.get("/v2/health/live");
+      }
+      if (early.length > 0) {
+        r.set("firstWarmRoundTripMicros", stats(early));
       }
       long[] rtt = new long[o.requests()];
       Map<String, long[]> timing = new LinkedHashMap<>();
@@ -331,7 +344,9 @@ public final class ServerOverhead {
         s.append(String.format(Locale.ROOT, " | server - function p50 %.1f p99 %.1f",
             v.at("/serverMinusFunctionMicros/p50").asDouble(), v.at("/serverMinusFunctionMicros/p99").asDouble()));
       }
-      s.append(String.format(Locale.ROOT, " | GET health p50 %.1f us%n", v.at("/healthRoundTripMicros/p50").asDouble()));
+      s.append(String.format(Locale.ROOT, " | GET health p50 %.1f us | first %d warm requests p50 %.1f us%n",
+          v.at("/healthRoundTripMicros/p50").asDouble(), v.at("/firstWarmRoundTripMicros/count").asInt(),
+          v.at("/firstWarmRoundTripMicros/p50").asDouble()));
     });
     return s.toString();
   }
