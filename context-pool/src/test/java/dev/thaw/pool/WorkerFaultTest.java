@@ -124,6 +124,29 @@ class WorkerFaultTest {
     }
   }
 
+  /**
+   * An INVOKE that finds the worker idle runs on the thread that read it while the other thread takes over stdin:
+   * answers stay paired with their requests across those hand-overs, and a worker busy in one still answers STATUS.
+   */
+  @Test
+  void backToBackInvokesAnswerInOrderAndABusyWorkerStillAnswersStatus() throws Exception {
+    Worker w = probeWorker();
+    for (int i = 0; i < 200; i++) {
+      assertEquals(i, w.invokeBlocking(json("{\"op\": \"echo\", \"value\": " + i + "}")).jsonTree()
+          .get("echo").asInt(), "answer " + i);
+    }
+    CompletableFuture<InvokeResult> hung = w.invoke(json("{\"op\": \"hang\"}"), null, Duration.ofSeconds(60));
+    long deadline = System.nanoTime() + WAIT.toNanos();
+    String state = "";
+    while (!state.equals("INVOKING") && System.nanoTime() < deadline) {
+      state = w.status().get().state();
+    }
+    assertEquals("INVOKING", state, "STATUS is answered while an INVOKE runs");
+    assertTrue(!hung.isDone());
+    w.evict();
+    awaitExit(w.pid());
+  }
+
   @Test
   void misuseOfAHandleFailsAtOnce() throws Exception {
     Worker w = pool.acquire(0, WAIT);

@@ -51,6 +51,7 @@ public final class ThawServer implements AutoCloseable {
   private final String adminToken;
   private final Path adminTokenFile;
   private final List<HttpServer> servers = new ArrayList<>();
+  private Endpoints endpoints;
   private int port;
   private int invokePort = ServerOptions.NO_INVOKE_PORT;
   private boolean closed;
@@ -94,6 +95,7 @@ public final class ThawServer implements AutoCloseable {
         server.scheduler.register(f.getKey(), f.getValue(), image);
       }
       Endpoints endpoints = new Endpoints(options, server.scheduler, store, server.metrics, token);
+      server.endpoints = endpoints;
       if (options.invokePort() == ServerOptions.NO_INVOKE_PORT) {
         server.port = server.listen(endpoints.all(server.vertx), options.port());
       } else {
@@ -192,6 +194,9 @@ public final class ThawServer implements AutoCloseable {
       } catch (ExecutionException e) {
         // Closing anyway.
       }
+    }
+    if (endpoints != null) {
+      endpoints.close();
     }
     scheduler.close();
     factory.close();

@@ -16,6 +16,7 @@ import dev.thaw.server.impl.PoolInstances;
 import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -60,7 +61,33 @@ class PoolInstancesTest {
             json(cold).get("argmax"));
         HttpResponse<String> warm = postJson(port, "/v1/functions/mlp/invoke", ServerFixture.MLP_REQUEST);
         assertEquals("warm", warm.headers().firstValue("Thaw-Start").orElseThrow());
+        // In a worker, the function's own time leaves out the pipe both ways, which the invoke phase holds.
+        String timing = warm.headers().firstValue("Server-Timing").orElseThrow();
+        Matcher t = Pattern.compile("invoke;dur=([0-9.]+), function;dur=([0-9.]+), server;dur=([0-9.]+)")
+            .matcher(timing);
+        assertTrue(t.find(), timing);
+        assertTrue(Double.parseDouble(t.group(2)) < Double.parseDouble(t.group(1))
+            && Double.parseDouble(t.group(1)) <= Double.parseDouble(t.group(3)) + 0.002, timing);
         assertEquals(400, postJson(port, "/v1/functions/mlp/invoke", "{\"inputs\": [[1]]}").statusCode());
+
+        // Four clients at once on its one instance: requests queue, and each is sent to the worker by the thread
+        // that finished the one before (the pool's reader); every answer is its own and right.
+        List<CompletableFuture<List<HttpResponse<String>>>> clients = new ArrayList<>();
+        for (int c = 0; c < 4; c++) {
+          clients.add(ServerFixture.background(() -> {
+            List<HttpResponse<String>> got = new ArrayList<>();
+            for (int i = 0; i < 25; i++) {
+              got.add(postJson(port, "/v1/functions/mlp/invoke", ServerFixture.MLP_REQUEST));
+            }
+            return got;
+          }));
+        }
+        for (CompletableFuture<List<HttpResponse<String>>> c : clients) {
+          for (HttpResponse<String> r : c.get(60, TimeUnit.SECONDS)) {
+            assertEquals(200, r.statusCode(), r.body());
+            assertEquals(json(warm), json(r));
+          }
+        }
 
         // gate:1 was built at the MLP's addresses: in its own process it does not care.
         assertEquals(200, postJson(port, "/v1/functions/gate/invoke", "{}").statusCode());

@@ -14,7 +14,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -126,16 +125,7 @@ final class HarnessServer implements AutoCloseable {
 
   /** {@code queue;dur=0.004, acquire;dur=1.2} as an ordered map. */
   static Map<String, Double> serverTiming(String header) {
-    Map<String, Double> phases = new LinkedHashMap<>();
-    for (String part : header.split(",")) {
-      String[] fields = part.trim().split(";");
-      for (int i = 1; i < fields.length; i++) {
-        if (fields[i].trim().startsWith("dur=")) {
-          phases.put(fields[0].trim(), Double.parseDouble(fields[i].trim().substring(4)));
-        }
-      }
-    }
-    return phases;
+    return dev.thaw.bench.server.ServerOverhead.serverTiming(header);
   }
 
   /**

@@ -1,6 +1,5 @@
 package dev.thaw.pool.impl;
 
-import com.fasterxml.jackson.core.type.TypeReference;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -73,6 +72,13 @@ final class WorkerProcess implements Worker {
   private static final ObjectMapper JSON = FrameCodec.json();
   private static final Duration STATUS_TIMEOUT = Duration.ofSeconds(10);
   private static final int LOG_TAIL_BYTES = 2000;
+  /**
+   * An INVOKE frame up to this size is written on the caller's thread: a pipe holds at least one page even when
+   * the user's pipe budget is spent, and it is empty then (the worker's reader drains it, and one request at a
+   * time means everything sent before was read). A worker that stopped reading is still ended by the deadline:
+   * killing it closes the pipe, which fails the write.
+   */
+  static final int INLINE_WRITE_BYTES = 4096;
 
   private final int device;
   private final Process process;
@@ -512,17 +518,23 @@ final class WorkerProcess implements Worker {
       pending.remove(id);
     });
     Frame frame = new Frame(type, id, head, body);
-    // Off the caller's thread: a worker that stops reading fills the pipe, and only its deadline may end that.
-    io.execute(() -> {
-      try {
-        synchronized (out) {
-          FrameCodec.write(out, frame);
-        }
-      } catch (IOException x) {
-        lose(WorkerErrorKind.CRASHED, null, "its stdin is closed (" + x.getMessage() + ")" + exitDescription());
-      }
-    });
+    if (type == FrameType.INVOKE && frame.body().length + FrameCodec.HEADER_BYTES + 256 <= INLINE_WRITE_BYTES) {
+      write(frame);
+    } else {
+      // Off the caller's thread: a worker that stops reading fills the pipe, and only its deadline may end that.
+      io.execute(() -> write(frame));
+    }
     return f;
+  }
+
+  private void write(Frame frame) {
+    try {
+      synchronized (out) {
+        FrameCodec.write(out, frame);
+      }
+    } catch (IOException x) {
+      lose(WorkerErrorKind.CRASHED, null, "its stdin is closed (" + x.getMessage() + ")" + exitDescription());
+    }
   }
 
   // ---- the reader thread ----
@@ -659,7 +671,9 @@ final class WorkerProcess implements Worker {
   }
 
   private static Map<String, Double> phases(JsonNode n) {
-    return JSON.convertValue(n, new TypeReference<java.util.LinkedHashMap<String, Double>>() {});
+    Map<String, Double> phases = new java.util.LinkedHashMap<>();
+    n.fields().forEachRemaining(e -> phases.put(e.getKey(), e.getValue().asDouble()));
+    return phases;
   }
 
   private static double millisSince(long nanos) {

@@ -48,13 +48,12 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
+import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
-import java.util.concurrent.BlockingQueue;
-import java.util.concurrent.LinkedBlockingQueue;
 
 /**
  * A pooled worker process: one device, one context, warm, serving the frame protocol ({@link FrameCodec}) with
@@ -64,8 +63,10 @@ import java.util.concurrent.LinkedBlockingQueue;
  * borrows (stream, events, pinned staging, reader threads), open the store read-only, map and register the host
  * image cache, warm up ({@link WorkerWarmup}); then send READY with the time of each phase. After that it serves
  * one BECOME (an on-demand restore: it answers once the function is invocable, and sends RESIDENT when the last
- * byte landed) and any number of INVOKEs, one at a time, on its main thread. A reader thread takes frames off
- * stdin and answers STATUS and EXIT itself, so the parent can ask and stop a worker that is busy.
+ * byte landed) and any number of INVOKEs, one at a time. Two threads share the work: one reads stdin and answers
+ * STATUS and EXIT itself, so the parent can ask and stop a worker that is busy; the other executes. An INVOKE that
+ * finds the worker idle runs on the thread that read it, and the two trade places (see {@link #serve}), so a warm
+ * request waits for no thread to wake.
  *
  * <p>Invariants: stdout carries only frames — {@code System.out} is pointed at stderr before anything else runs,
  * so a function that prints cannot corrupt the protocol. The worker never outlives its parent: end of stdin
@@ -90,7 +91,16 @@ public final class WorkerMain {
   private final DataInputStream in;
   private final OutputStream out;
   private final ObjectMapper json = FrameCodec.json();
-  private final BlockingQueue<Frame> work = new LinkedBlockingQueue<>();
+  /** Guards {@link #work}, {@link #reading}, {@link #executing} and {@link #serving}. */
+  private final Object turn = new Object();
+  /** Work frames read while another one executes (or before start-up ended), in order. */
+  private final ArrayDeque<Frame> work = new ArrayDeque<>();
+  /** A thread reads stdin: at most one at a time. */
+  private boolean reading;
+  /** A thread executes a work frame: at most one at a time. */
+  private boolean executing;
+  /** Start-up is over: work may execute. */
+  private boolean serving;
   private final long pid = ProcessHandle.current().pid();
 
   private volatile State state = State.STARTING;
@@ -112,7 +122,7 @@ public final class WorkerMain {
    */
   private record Prepared(String key, String name, PreparedRestore restore, byte[] placement, PinnedChunks chunks,
       RocksChunkStore store) {}
-  /** The BECOME that made {@link #restored}: when the main thread took it, and its answer's head (for TRACE). */
+  /** The BECOME that made {@link #restored}: when it was taken up, and its answer's head (for TRACE). */
   private Became became;
 
   private record Became(long takenNanos, JsonNode head) {}
@@ -137,7 +147,10 @@ public final class WorkerMain {
   }
 
   private void run(long entered) {
-    Thread reader = new Thread(this::readLoop, "thaw-worker-reader");
+    synchronized (turn) {
+      reading = true;
+    }
+    Thread reader = new Thread(() -> serve(true), "thaw-worker-reader");
     reader.setDaemon(true);
     reader.start();
     Thread watch = new Thread(this::watchParent, "thaw-worker-parent-watch");
@@ -210,7 +223,10 @@ public final class WorkerMain {
     ready.set("phases", json.valueToTree(phases));
     state = State.BLANK;
     send(new Frame(FrameType.READY, 0, ready));
-    serve();
+    synchronized (turn) {
+      serving = true;
+    }
+    serve(false);
   }
 
   private static long phase(Map<String, Double> phases, String name, long since) {
@@ -219,53 +235,108 @@ public final class WorkerMain {
     return now;
   }
 
-  // ---- the main thread: BECOME and INVOKE, one at a time ----
+  // ---- two threads: one reads stdin, one executes the work frames (BECOME, PREPARE, INVOKE, ...), one at a time ----
 
-  private void serve() {
+  /**
+   * The loop both threads (main and the reader) run. One thread reads stdin at a time and answers STATUS and EXIT
+   * itself, so a busy worker still answers them. An INVOKE read while nothing executes runs on the thread that read
+   * it, and the other thread takes over reading: the request waits for no thread to wake up. Any other work frame,
+   * or one read while work executes, is queued for the thread that is not reading, in order.
+   *
+   * @param reads true for the thread that holds the reading turn when it starts
+   */
+  private void serve(boolean reads) {
     while (true) {
       Frame f;
       try {
-        f = work.take();
+        f = reads ? read() : take();
       } catch (InterruptedException e) {
         return;
       }
-      Frame reply;
-      boolean restoring = f.type() == FrameType.BECOME;
-      long taken = System.nanoTime();
-      try {
-        reply = switch (f.type()) {
-          case BECOME -> become(f);
-          case PREPARE -> prepare(f);
-          case EXPORT -> export(f);
-          case TRACE -> trace(f);
-          default -> invoke(f);
-        };
-      } catch (Throwable e) {
-        WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
-        if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
-          e.printStackTrace();
-        }
-        send(new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(kind, e)));
-        if (kind == WorkerErrorKind.CUDA_STICKY) {
-          Runtime.getRuntime().halt(EXIT_STICKY);
-        }
-        if (restoring && state == State.BECOMING) {
-          state = State.BLANK;
-          image = null;
-        } else if (state == State.INVOKING) {
-          state = State.READY;
-        }
+      reads = false;
+      if (f == null) {
+        reads = true;
         continue;
       }
-      if (restoring && reply.type() == FrameType.RESULT) {
-        became = new Became(taken, reply.head());
+      execute(f);
+      synchronized (turn) {
+        executing = false;
+        turn.notifyAll();
       }
-      send(reply);
-      if (restoring && state == State.READY) {
-        // This worker is that image for life: the others' modules go (after the answer, off the cold path).
-        prepared.values().forEach(p -> p.restore().close());
-        prepared.clear();
+    }
+  }
+
+  /** Waits for queued work (then executes it: returns it) or the reading turn (then returns null). */
+  private Frame take() throws InterruptedException {
+    synchronized (turn) {
+      while (true) {
+        if (serving && !executing && !work.isEmpty()) {
+          executing = true;
+          return work.poll();
+        }
+        if (!reading) {
+          reading = true;
+          return null;
+        }
+        turn.wait();
       }
+    }
+  }
+
+  /** Reads until an INVOKE this thread may execute now (returned), queueing other work; the reading turn is left. */
+  private Frame read() {
+    while (true) {
+      Frame f = readFrame();
+      synchronized (turn) {
+        if (f.type() == FrameType.INVOKE && serving && !executing && work.isEmpty()) {
+          executing = true;
+          reading = false;
+          turn.notifyAll();
+          return f;
+        }
+        work.add(f);
+        turn.notifyAll();
+      }
+    }
+  }
+
+  private void execute(Frame f) {
+    Frame reply;
+    boolean restoring = f.type() == FrameType.BECOME;
+    long taken = System.nanoTime();
+    try {
+      reply = switch (f.type()) {
+        case BECOME -> become(f);
+        case PREPARE -> prepare(f);
+        case EXPORT -> export(f);
+        case TRACE -> trace(f);
+        default -> invoke(f);
+      };
+    } catch (Throwable e) {
+      WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
+      if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
+        e.printStackTrace();
+      }
+      send(new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(kind, e)));
+      if (kind == WorkerErrorKind.CUDA_STICKY) {
+        Runtime.getRuntime().halt(EXIT_STICKY);
+      }
+      if (restoring && state == State.BECOMING) {
+        state = State.BLANK;
+        image = null;
+      } else if (state == State.INVOKING) {
+        state = State.READY;
+      }
+      return;
+    }
+    if (restoring && reply.type() == FrameType.RESULT) {
+      became = new Became(taken, reply.head());
+    }
+    send(reply);
+    if (restoring && state == State.READY) {
+      // This worker is that image for life: the others' modules go (after the answer, off the cold path).
+      prepared.values().forEach(p -> p.restore().close());
+      prepared.clear();
     }
   }
 
@@ -619,9 +690,13 @@ public final class WorkerMain {
     return new Frame(FrameType.RESULT, f.id(), h, out);
   }
 
-  // ---- the reader thread ----
+  // ---- stdin ----
 
-  private void readLoop() {
+  /**
+   * The next work frame (BECOME, PREPARE, INVOKE, EXPORT, TRACE); STATUS and EXIT are answered here, anything else
+   * ends the worker.
+   */
+  private Frame readFrame() {
     while (true) {
       Frame f;
       try {
@@ -629,15 +704,15 @@ public final class WorkerMain {
       } catch (EOFException e) {
         // The parent closed our stdin or died: nothing of ours may outlive it.
         Runtime.getRuntime().halt(EXIT_PARENT_GONE);
-        return;
+        return null;
       } catch (ProtocolException e) {
         System.err.println("worker " + pid + ": protocol error on stdin: " + e.getMessage());
         send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.PROTOCOL, e.getMessage())));
         Runtime.getRuntime().halt(EXIT_PROTOCOL);
-        return;
+        return null;
       } catch (IOException e) {
         Runtime.getRuntime().halt(EXIT_PARENT_GONE);
-        return;
+        return null;
       }
       switch (f.type()) {
         case STATUS -> send(new Frame(FrameType.RESULT, f.id(), status()));
@@ -645,7 +720,9 @@ public final class WorkerMain {
           send(new Frame(FrameType.RESULT, f.id(), FrameCodec.head()));
           Runtime.getRuntime().halt(0);
         }
-        case BECOME, INVOKE, EXPORT, PREPARE, TRACE -> work.add(f);
+        case BECOME, INVOKE, EXPORT, PREPARE, TRACE -> {
+          return f;
+        }
         default -> {
           String m = f.type() + " is not a request a worker takes";
           send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.PROTOCOL, m)));
@@ -663,7 +740,9 @@ public final class WorkerMain {
       h.put("image", image);
     }
     h.put("invocations", invocations);
-    h.put("queued", work.size());
+    synchronized (turn) {
+      h.put("queued", work.size());
+    }
     return h;
   }
 

@@ -8,7 +8,6 @@ import io.vertx.core.Vertx;
 import io.vertx.ext.web.Router;
 import io.vertx.ext.web.RoutingContext;
 import io.vertx.ext.web.handler.BodyHandler;
-import java.util.Locale;
 import java.util.Map;
 import java.util.stream.Collectors;
 import org.slf4j.Logger;
@@ -20,7 +19,7 @@ import org.slf4j.LoggerFactory;
  * ({@link ServerOptions#maxBodyBytes()}, {@link ServerOptions#maxJsonDepth()}) and logged in one line with its
  * phases.
  */
-public final class Endpoints {
+public final class Endpoints implements AutoCloseable {
 
   /** The request log: one INFO line per request. */
   public static final String REQUEST_LOG = "dev.thaw.server.requests";
@@ -32,6 +31,7 @@ public final class Endpoints {
   private final KServeApi kserve;
   private final CompletionsApi completions;
   private final String labels;
+  private final RequestLog requestLog = new RequestLog(LOG);
 
   public Endpoints(ServerOptions options, Scheduler scheduler, ChunkStore store, PrometheusMeterRegistry metrics,
       String adminToken) {
@@ -72,6 +72,7 @@ public final class Endpoints {
     Router r = Router.router(vertx);
     r.route().handler(ctx -> {
       long start = System.nanoTime();
+      ctx.put(Http.RECEIVED, start);
       ctx.addEndHandler(v -> log(ctx, start));
       ctx.next();
     });
@@ -101,25 +102,33 @@ public final class Endpoints {
     return r;
   }
 
+  /** Writes the request log's last lines. */
+  @Override
+  public void close() {
+    requestLog.close();
+  }
+
   private void log(RoutingContext ctx, long startNanos) {
-    if (!LOG.isInfoEnabled()) {
+    if (!requestLog.enabled()) {
       return;
     }
     double ms = (System.nanoTime() - startNanos) / 1e6;
     Invocation inv = ctx.get(Http.INVOCATION);
-    StringBuilder line = new StringBuilder();
+    // Built by hand, not by a formatter: this runs on the event loop after every request.
+    StringBuilder line = new StringBuilder(160);
     line.append(ctx.request().method()).append(' ').append(ctx.request().path()).append(' ')
         .append(ctx.response().closed() && !ctx.response().ended() ? "closed" : ctx.response().getStatusCode())
-        .append(String.format(Locale.ROOT, " %.3fms", ms));
+        .append(' ');
+    Invocation.appendMillis(line, ms).append("ms");
     if (inv != null) {
       line.append(' ').append(inv.function()).append(' ').append(inv.cold() ? "cold" : "warm");
       for (Map.Entry<String, Double> p : inv.phases().entrySet()) {
-        line.append(' ').append(p.getKey()).append('=').append(String.format(Locale.ROOT, "%.3f", p.getValue()));
+        Invocation.appendMillis(line.append(' ').append(p.getKey()).append('='), p.getValue());
       }
     } else if (ctx.get(Http.FUNCTION) != null) {
       line.append(' ').append((String) ctx.get(Http.FUNCTION));
     }
     line.append(labels);
-    LOG.info(line.toString());
+    requestLog.add(line.toString());
   }
 }

@@ -29,6 +29,8 @@ final class Http {
   /** Set on the routing context by whichever handler served a function, for the request's log line. */
   static final String INVOCATION = "thaw.invocation";
   static final String FUNCTION = "thaw.function";
+  /** When the request arrived (its headers read), on the {@link System#nanoTime()} clock. */
+  static final String RECEIVED = "thaw.received";
 
   private static final ObjectMapper WRITER = new ObjectMapper();
 
@@ -156,6 +158,12 @@ final class Http {
         sendError(ctx, ex);
       }
     }));
+  }
+
+  /** Milliseconds since the request arrived. */
+  static double millisInside(RoutingContext ctx) {
+    Long received = ctx.get(RECEIVED);
+    return received == null ? 0 : (System.nanoTime() - received) / 1e6;
   }
 
   /** Runs a handler body, turning what it throws into an error response. */

@@ -149,8 +149,13 @@ final class NativeApi {
     });
   }
 
+  /**
+   * {@code Thaw-Start}, and {@code Server-Timing} set as the headers go out, so that its {@code server} entry holds
+   * the whole request inside the server, the response's encoding included.
+   */
   static void timingHeaders(RoutingContext ctx, Invocation inv) {
-    ctx.response().putHeader("Server-Timing", inv.serverTiming()).putHeader("Thaw-Start", inv.cold() ? "cold" : "warm");
+    ctx.response().putHeader("Thaw-Start", inv.cold() ? "cold" : "warm");
+    ctx.addHeadersEndHandler(v -> ctx.response().putHeader("Server-Timing", inv.serverTiming(Http.millisInside(ctx))));
   }
 
   /**

@@ -33,6 +33,8 @@ import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -497,27 +499,66 @@ public final class PoolInstances implements InstanceFactory {
     }
 
     @Override
-    public FunctionResponse invokeBlocking(FunctionRequest request) {
+    public FunctionResponse invokeBlocking(FunctionRequest request) throws Exception {
+      try {
+        return invoke(request).get().response();
+      } catch (java.util.concurrent.ExecutionException e) {
+        throw e.getCause() instanceof Exception x ? x : e;
+      }
+    }
+
+    /** Writes the request to the worker's pipe (a large one from the pool's I/O thread) and returns. */
+    @Override
+    public boolean invokesAsync() {
+      return true;
+    }
+
+    /** The worker's answer completes it on the pool's reader thread; the caller's thread only writes the frame. */
+    @Override
+    public CompletableFuture<Invoked> invoke(FunctionRequest request) {
       byte[] json;
       try {
         json = JSON.writeValueAsBytes(request.json());
       } catch (JsonProcessingException e) {
-        throw new InvalidRequestException("the request cannot be written as JSON: " + e.getOriginalMessage());
+        return CompletableFuture.failedFuture(new InvalidRequestException("the request cannot be written as JSON: "
+            + e.getOriginalMessage()));
       }
+      CompletableFuture<InvokeResult> sent;
       try {
-        InvokeResult r = worker.invokeBlocking(json, request.binary().orElse(null), null);
-        ByteBuffer binary = r.binary();
-        return new FunctionResponse(r.jsonTree(),
-            binary == null || !binary.hasRemaining() ? Optional.empty() : Optional.of(binary));
-      } catch (WorkerException e) {
-        if (e.kind() == WorkerErrorKind.INVALID_REQUEST) {
-          throw new InvalidRequestException(e.getMessage());
+        sent = worker.invoke(json, request.binary().orElse(null), null);
+      } catch (RuntimeException e) {
+        return CompletableFuture.failedFuture(failure(e));
+      }
+      CompletableFuture<Invoked> served = new CompletableFuture<>();
+      sent.whenComplete((r, e) -> {
+        if (e != null) {
+          served.completeExceptionally(failure(e instanceof CompletionException && e.getCause() != null
+              ? e.getCause() : e));
+          return;
         }
-        if (e.workerLost() || !worker.isAlive()) {
+        try {
+          ByteBuffer binary = r.binary();
+          FunctionResponse response = new FunctionResponse(r.jsonTree(),
+              binary == null || !binary.hasRemaining() ? Optional.empty() : Optional.of(binary));
+          served.complete(new Invoked(response, r.phases().getOrDefault("invoke", r.roundTripMillis())));
+        } catch (RuntimeException x) {
+          served.completeExceptionally(x);
+        }
+      });
+      return served;
+    }
+
+    /** What a failed invoke is to the server: a refused request (400), or a worker lost with it. */
+    private Throwable failure(Throwable e) {
+      if (e instanceof WorkerException w) {
+        if (w.kind() == WorkerErrorKind.INVALID_REQUEST) {
+          return new InvalidRequestException(w.getMessage());
+        }
+        if (w.workerLost() || !worker.isAlive()) {
           healthy = false;
         }
-        throw e;
       }
+      return e;
     }
 
     /** The worker's timeline, asked for once its restore is resident; null when the worker ends first. */

@@ -5,7 +5,6 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.FunctionRequest;
-import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.server.FunctionOptions;
@@ -27,6 +26,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -43,7 +43,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * dispatched only from the head of its function's queue, or straight to an idle instance when the queue is
  * empty; a device's reserved bytes are the sum of the footprints of the instances placed on it (starting ones
  * included). Every instance's start, invokes and close run on that instance's own thread, never on an event
- * loop and never under the monitor.
+ * loop and never under the monitor — except the invoke of an instance that {@link FunctionInstance#invokesAsync()
+ * invokes asynchronously} (a worker process), which the dispatching thread makes once it left the monitor; a request
+ * is finished on the thread that completes its invoke.
  */
 public final class Scheduler implements AutoCloseable {
 
@@ -161,7 +163,13 @@ public final class Scheduler implements AutoCloseable {
    *
    * @throws ServeException 404 for no such function, 429 when its queue is full, 503 while draining
    */
-  public synchronized Pending submit(String name, FunctionRequest request) {
+  public Pending submit(String name, FunctionRequest request) {
+    Pending p = enqueue(name, request);
+    p.sendDirect();
+    return p;
+  }
+
+  private synchronized Pending enqueue(String name, FunctionRequest request) {
     Deployment d = deployments.get(name);
     if (d == null) {
       throw ServeException.notFound(name);
@@ -192,6 +200,8 @@ public final class Scheduler implements AutoCloseable {
     final long enqueued = System.nanoTime();
     final CompletableFuture<Invocation> result = new CompletableFuture<>();
     boolean dispatched;
+    /** Set when it was dispatched to an instance that invokes asynchronously: run by the dispatching thread. */
+    private Runnable direct;
 
     Pending(Deployment deployment, FunctionRequest request) {
       this.deployment = deployment;
@@ -200,6 +210,15 @@ public final class Scheduler implements AutoCloseable {
 
     public CompletableFuture<Invocation> result() {
       return result;
+    }
+
+    /** Sends it to its instance from this thread, if it was dispatched to one that invokes asynchronously. */
+    void sendDirect() {
+      Runnable r = direct;
+      direct = null;
+      if (r != null) {
+        r.run();
+      }
     }
 
     /** The client went away: a queued request leaves the queue; one already running finishes unseen. */
@@ -449,6 +468,7 @@ public final class Scheduler implements AutoCloseable {
       }
       return;
     }
+    Pending first;
     synchronized (this) {
       if (slot.evicted || closed) {
         closeOnThread(slot, instance);
@@ -462,7 +482,10 @@ public final class Scheduler implements AutoCloseable {
       record(d.name, "map", "cold", p.mapMillis());
       record(d.name, "restore-wait", "cold", p.restoreMillis());
       metrics.counter("thaw.restore.bytes", "function", d.name, "tier", p.tier()).increment(p.restoredBytes());
-      next(slot);
+      first = next(slot);
+    }
+    if (first != null) {
+      first.sendDirect();
     }
   }
 
@@ -492,24 +515,40 @@ public final class Scheduler implements AutoCloseable {
     checkDrained();
   }
 
+  /**
+   * Gives the request to the slot's instance: on the instance's own thread, or, when the instance invokes
+   * asynchronously (a worker: the invoke only writes to its pipe), from the dispatching thread once it left the
+   * monitor ({@link Pending#sendDirect}), saving a thread hop.
+   */
   private void dispatch(Slot slot, Pending p) {
     slot.busy = true;
     p.dispatched = true;
     boolean cold = slot.served == 0;
     slot.served++;
-    slot.thread.execute(() -> run(slot, p, cold));
+    if (slot.instance.invokesAsync()) {
+      p.direct = () -> run(slot, p, cold);
+    } else {
+      slot.thread.execute(() -> run(slot, p, cold));
+    }
   }
 
   private void run(Slot slot, Pending p, boolean cold) {
     long invokeStart = System.nanoTime();
-    FunctionResponse response = null;
-    Throwable failure = null;
+    CompletableFuture<FunctionInstance.Invoked> served;
     try {
-      response = slot.instance.invokeBlocking(p.request);
+      served = slot.instance.invoke(p.request);
     } catch (Exception | Error e) {
-      failure = e;
+      served = CompletableFuture.failedFuture(e);
     }
+    // Finished on the thread that completes it (a worker's answer: the pool's reader), not back on this one.
+    served.whenComplete((r, e) -> finish(slot, p, cold, invokeStart, r, e));
+  }
+
+  private void finish(Slot slot, Pending p, boolean cold, long invokeStart, FunctionInstance.Invoked invoked,
+      Throwable failed) {
     long done = System.nanoTime();
+    Throwable failure = failed instanceof CompletionException && failed.getCause() != null ? failed.getCause()
+        : failed;
     String start = cold ? "cold" : "warm";
     Map<String, Double> phases = new LinkedHashMap<>();
     StartPhases sp = slot.instance.startPhases();
@@ -542,12 +581,13 @@ public final class Scheduler implements AutoCloseable {
         }
       });
     }
+    Pending following = null;
     synchronized (this) {
       slot.busy = false;
       slot.idleSince = done;
       if (failure == null) {
-        p.result.complete(new Invocation(p.deployment.name, response, cold, phases, slot.instance.describe(),
-            cold ? sp.tier() : null));
+        p.result.complete(new Invocation(p.deployment.name, invoked.response(), cold, phases,
+            slot.instance.describe(), cold ? sp.tier() : null, invoked.functionMillis()));
       } else {
         p.result.completeExceptionally(failure);
       }
@@ -555,14 +595,17 @@ public final class Scheduler implements AutoCloseable {
         evict(slot);
         scaleOut(slot.deployment);
       } else {
-        next(slot);
+        following = next(slot);
       }
       checkDrained();
     }
+    if (following != null) {
+      following.sendDirect();
+    }
   }
 
-  /** The slot is free: it takes the head of its function's queue, or idles. */
-  private void next(Slot slot) {
+  /** The slot is free: it takes the head of its function's queue (returned: the caller sends it), or idles. */
+  private Pending next(Slot slot) {
     Deployment d = slot.deployment;
     Pending p = d.queue.pollFirst();
     if (p != null) {
@@ -573,6 +616,7 @@ public final class Scheduler implements AutoCloseable {
         evict(slot);
       }
     }
+    return p;
   }
 
   private void evict(Slot slot) {

@@ -2,12 +2,14 @@ package dev.thaw.server.spi;
 
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
+import java.util.concurrent.CompletableFuture;
 
 /**
  * One instance of a function: an image restored onto a device, serving one request at a time. The server
- * owns the thread every call of an instance runs on (never an event loop), so an implementation may block.
+ * owns the thread every call of an instance runs on (never an event loop), so an implementation may block; the
+ * one exception is {@link #invoke} of an instance that {@link #invokesAsync() invokes asynchronously}.
  *
- * <p>Lifecycle: an {@link InstanceFactory} starts it (the cold start); {@link #invokeBlocking} serves requests;
+ * <p>Lifecycle: an {@link InstanceFactory} starts it (the cold start); {@link #invoke} serves requests;
  * {@link #close()} evicts it and frees what it holds. After a failure that leaves the instance unfit (a fault on
  * the device, a dead worker) {@link #healthy()} turns false and the server evicts it; the next request starts a
  * fresh one.
@@ -30,6 +32,40 @@ public interface FunctionInstance extends AutoCloseable {
    */
   FunctionResponse invokeBlocking(FunctionRequest request) throws Exception;
 
+  /**
+   * Serves one request without holding the calling thread for the function's time where the instance can (a
+   * worker process answers over its pipe): the server calls it on the instance's own thread and finishes the
+   * request on whichever thread completes the future, saving a thread hop on the way back. Fails as
+   * {@link #invokeBlocking} throws. By default, {@link #invokeBlocking} on the calling thread.
+   */
+  default CompletableFuture<Invoked> invoke(FunctionRequest request) {
+    long t = System.nanoTime();
+    try {
+      FunctionResponse r = invokeBlocking(request);
+      return CompletableFuture.completedFuture(new Invoked(r, (System.nanoTime() - t) / 1e6));
+    } catch (Exception | Error e) {
+      return CompletableFuture.failedFuture(e);
+    }
+  }
+
+  /**
+   * True when {@link #invoke} returns at once, the function running elsewhere (a worker process: the call only
+   * writes the request to its pipe), never blocking the calling thread: the server then calls it on the thread
+   * that dispatches the request, an event loop included, instead of handing it to the instance's own thread.
+   */
+  default boolean invokesAsync() {
+    return false;
+  }
+
+  /**
+   * A served request.
+   *
+   * @param response the function's response
+   * @param functionMillis the function's own invoke, timed where it ran (in a worker, without the pipe and the
+   *     request's decoding): what an in-process caller would have waited
+   */
+  record Invoked(FunctionResponse response, double functionMillis) {}
+
   /** False once the instance cannot serve any more; the server then evicts it. */
   boolean healthy();
 
@@ -40,8 +76,8 @@ public interface FunctionInstance extends AutoCloseable {
    * The timeline of this instance's restore as Chrome-trace JSON, when its restore keeps one (on-demand restore
    * does): completes once it can be written (the restore resident), with null when there is none.
    */
-  default java.util.concurrent.CompletableFuture<RestoreTimeline> restoreTimeline() {
-    return java.util.concurrent.CompletableFuture.completedFuture(null);
+  default CompletableFuture<RestoreTimeline> restoreTimeline() {
+    return CompletableFuture.completedFuture(null);
   }
 
   /**

@@ -1,0 +1,42 @@
+package dev.thaw.bench.server;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The overhead harness end to end on the sim device, small: an MLP image built, the anchor measured, a real
+ * server with in-process instances and one with a pooled worker process, each answering every measured request
+ * warm with the {@code server} and {@code function} entries in {@code Server-Timing}.
+ */
+class ServerOverheadTest {
+
+  @Test
+  void measuresBothServersAgainstTheAnchor() throws Exception {
+    String config = "{\"layers\": [8, 16, 4], \"seed\": 3}";
+    ObjectNode r = ServerOverhead.run(new ServerOverhead.Options(ServerOverhead.MLP, 40, 40, List.of("in-process", "pool"), config,
+        ServerOverhead.defaultRequest(ServerOverhead.JSON.readTree(config)),
+        List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null));
+    assertTrue(r.path("simulated").asBoolean(), "CI runs this on the sim device: " + r.path("device"));
+    assertTrue(r.path("anchorP50Micros").asDouble() > 0, r.toString());
+    for (String kind : List.of("in-process", "pool")) {
+      JsonNode s = r.path("servers").path(kind);
+      assertEquals(kind.equals("pool") ? "pool" : "in-process", s.path("instance").asText(), s.toString());
+      assertEquals(40, s.at("/roundTripMicros/count").asInt(), s.toString());
+      assertEquals(40, s.at("/firstWarmRoundTripMicros/count").asInt(), "the warm-up's first requests, apart");
+      for (String entry : List.of("queue", "invoke", "function", "server")) {
+        assertEquals(40, s.at("/serverTimingMicros/" + entry + "/count").asInt(), entry + " in " + s);
+      }
+      // What the server holds is inside the client's round trip; what the function took is inside the server's.
+      assertTrue(s.at("/serverTimingMicros/server/p50").asDouble() <= s.at("/roundTripMicros/p50").asDouble(),
+          s.toString());
+      assertTrue(s.has("overheadMicros") && s.has("serverMinusFunctionMicros"), s.toString());
+      assertTrue(s.at("/serverMinusFunctionMicros/min").asDouble() >= 0, s.toString());
+    }
+    assertTrue(ServerOverhead.summary(r).contains("pool"), ServerOverhead.summary(r));
+  }
+}
