@@ -102,9 +102,7 @@ public interface Worker extends AutoCloseable {
    *
    * @throws IllegalStateException (at once) if the worker has not become an image
    */
-  default CompletableFuture<WorkerTimeline> restoreTimeline(int maxSpans) {
-    return CompletableFuture.failedFuture(new UnsupportedOperationException("this worker keeps no timeline"));
-  }
+  CompletableFuture<WorkerTimeline> restoreTimeline(int maxSpans);
 
   /** Asks the worker what it is doing; answered even while it restores or serves. */
   CompletableFuture<WorkerStatus> status();

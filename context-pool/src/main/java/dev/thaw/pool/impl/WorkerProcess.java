@@ -202,25 +202,7 @@ final class WorkerProcess implements Worker {
 
   @Override
   public CompletableFuture<BecomeResult> become(String name, byte[] manifest, ImageSource source) {
-    checkUsable();
-    if (becameAnImage) {
-      throw new IllegalStateException("worker " + pid + " already became '" + image + "'; a worker becomes one "
-          + "image in its life");
-    }
-    claim();
-    becameAnImage = true;
-    image = name;
-    ObjectNode head = FrameCodec.head();
-    head.put("name", name);
-    head.set("source", source.toJson());
-    head.put("manifestBytes", manifest.length);
-    head.put("awaitResident", options.awaitResident());
-    if (source.lease() != null) {
-      lease.set(source.lease());
-    }
-    byte[] body = source.placement() == null ? manifest : concat(manifest, source.placement().toBytes());
-    long t = System.nanoTime();
-    return release(send(FrameType.BECOME, head, body, options.becomeTimeout()).thenApply(f -> becameFrom(name, f, t)));
+    return become(name, null, manifest, source, CompletableFuture.completedFuture(false));
   }
 
   @Override
@@ -270,40 +252,48 @@ final class WorkerProcess implements Worker {
   @Override
   public CompletableFuture<BecomeResult> become(PreparedImage image, ImageSource source) {
     CompletableFuture<Frame> p = prepared.get(image.key());
-    if (p == null) {
-      return become(image.name(), image.manifest(), source);
-    }
+    // A PREPARE still running is waited for (the worker would finish it before any BECOME); one that failed, or
+    // none sent, means the image goes whole.
+    CompletableFuture<Boolean> isPrepared = p == null ? CompletableFuture.completedFuture(false)
+        : p.handle((ok, failed) -> ok != null);
+    return become(image.name(), image.key(), image.manifest(), source, isPrepared);
+  }
+
+  /**
+   * Claims the worker for {@code name} now, then, once {@code isPrepared} says, sends a BECOME naming the prepared
+   * {@code key} (no manifest) or carrying {@code manifest} whole; the placement follows either.
+   */
+  private CompletableFuture<BecomeResult> become(String name, String key, byte[] manifest, ImageSource source,
+      CompletableFuture<Boolean> isPrepared) {
     checkUsable();
     if (becameAnImage) {
-      throw new IllegalStateException("worker " + pid + " already became '" + this.image + "'; a worker becomes "
-          + "one image in its life");
+      throw new IllegalStateException("worker " + pid + " already became '" + image + "'; a worker becomes one "
+          + "image in its life");
     }
     claim();
     becameAnImage = true;
-    this.image = image.name();
+    image = name;
     if (source.lease() != null) {
       lease.set(source.lease());
     }
     long t = System.nanoTime();
-    // A PREPARE still running is waited for (the worker would finish it before any BECOME); one that failed
-    // means the image goes whole.
-    return release(p.handle((ok, failed) -> ok != null).thenCompose(isPrepared -> {
+    return release(isPrepared.thenCompose(named -> {
       ObjectNode head = FrameCodec.head();
-      head.put("name", image.name());
+      head.put("name", name);
       head.set("source", source.toJson());
       head.put("awaitResident", options.awaitResident());
       byte[] placement = source.placement() == null ? new byte[0] : source.placement().toBytes();
       byte[] body;
-      if (isPrepared) {
-        head.put("prepared", image.key());
+      if (named) {
+        head.put("prepared", key);
         head.put("manifestBytes", 0);
         body = placement;
       } else {
-        head.put("manifestBytes", image.manifest().length);
-        body = concat(image.manifest(), placement);
+        head.put("manifestBytes", manifest.length);
+        body = concat(manifest, placement);
       }
       return send(FrameType.BECOME, head, body, options.becomeTimeout());
-    }).thenApply(f -> becameFrom(image.name(), f, t)));
+    }).thenApply(f -> becameFrom(name, f, t)));
   }
 
   @Override

@@ -120,8 +120,8 @@ public final class WorkerMain {
    * One PREPARE's result: the restore made ready ahead, the placement it was prepared with (and the chunks it
    * resolves to in this worker's view of the arena), and the store it was checked against.
    */
-  private record Prepared(String key, String name, PreparedRestore restore, byte[] placement, PinnedChunks chunks,
-      RocksChunkStore store) {}
+  private record Prepared(String key, String name, byte[] manifest, PreparedRestore restore, byte[] placement,
+      PinnedChunks chunks, RocksChunkStore store) {}
   /** The BECOME that made {@link #restored}: when it was taken up, and its answer's head (for TRACE). */
   private Became became;
 
@@ -374,7 +374,7 @@ public final class WorkerMain {
     if (old != null) {
       old.restore().close();
     }
-    prepared.put(key, new Prepared(key, name, restore, placement, chunks, store));
+    prepared.put(key, new Prepared(key, name, manifestBody, restore, placement, chunks, store));
     int keep = Math.max(1, f.head().path("keep").asInt(ContextPoolOptions.DEFAULT_MAX_PREPARED_IMAGES));
     while (prepared.size() > keep) {
       Prepared eldest = prepared.remove(prepared.keySet().iterator().next());
@@ -475,7 +475,7 @@ public final class WorkerMain {
     // A prepared image was checked against the store then; that store is still the one open unless another
     // PREPARE reopened it since.
     RocksChunkStore store = ready != null && ready.store() == this.store ? ready.store()
-        : storeFor(source, name, ready != null ? manifest.toBytes() : manifestBody);
+        : storeFor(source, name, ready != null ? ready.manifest() : manifestBody);
     t = phase(phases, "store", t);
     OnDemandRestore restore;
     try {
