@@ -96,6 +96,11 @@ public final class WorkerMain {
   private RestoreResources resources;
   private HostCacheView cache;
   private OnDemandRestore restored;
+  private final java.util.concurrent.CompletableFuture<RocksChunkStore> storeOpened =
+      new java.util.concurrent.CompletableFuture<>();
+  private volatile double storeMillis;
+  private volatile double cpuWarmupMillis;
+  private final java.util.concurrent.CompletableFuture<Void> cpuWarm = new java.util.concurrent.CompletableFuture<>();
 
   private WorkerMain(WorkerConfig config, DataInputStream in, OutputStream out) {
     this.config = config;
@@ -128,6 +133,11 @@ public final class WorkerMain {
     if (config.spawnNanos() != 0) {
       phases.put("jvm", (entered - config.spawnNanos()) / 1e6);
     }
+    // What needs no context (the store, Jackson's and the manifest parser's cold paths) runs on a thread of its own
+    // while this one waits on cuInit and the context: the two together cost what the slower of them costs.
+    Thread prepare = new Thread(this::prepare, "thaw-worker-prepare");
+    prepare.setDaemon(true);
+    prepare.start();
     try {
       long t = System.nanoTime();
       driver = GpuDrivers.open(config.device() == null ? DeviceChoice.fromEnvironment()
@@ -139,24 +149,22 @@ public final class WorkerMain {
       // What every restore borrows: its stream, events, pinned staging and threads, made once per worker.
       resources = RestoreResources.create(context);
       t = phase(phases, "restoreResources", t);
-      if (config.storePath() != null) {
-        store = RocksChunkStore.open(new StoreOptions().setPath(Path.of(config.storePath())).setReadOnly(true));
-        t = phase(phases, "store", t);
-      }
       if (config.hostCache() != null) {
         cache = HostCacheView.attach(Path.of(config.hostCache()), context);
         t = phase(phases, "hostCache", t);
       }
-      WorkerWarmup.launches(context, config.warmupLaunches(), json);
-      WorkerWarmup.manifests();
-      t = phase(phases, "warmup", t);
-      if (config.warmupImage() != null && store != null) {
-        WorkerWarmup.image(context, resources, store, config.warmupImage());
-        phase(phases, "warmupImage", t);
+      store = storeOpened.join();
+      if (config.storePath() != null) {
+        phases.put("store", storeMillis);
+        phase(phases, "storeWait", t);
+      }
+      if (!config.warmupAfterReady()) {
+        warmUp(phases);
       }
     } catch (Throwable e) {
-      e.printStackTrace();
-      send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.STARTUP, e)));
+      Throwable c = e instanceof java.util.concurrent.CompletionException && e.getCause() != null ? e.getCause() : e;
+      c.printStackTrace();
+      send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.STARTUP, c)));
       Runtime.getRuntime().halt(EXIT_STARTUP);
     }
     ObjectNode ready = FrameCodec.head();
@@ -168,9 +176,84 @@ public final class WorkerMain {
     device.put("name", context.device().name());
     device.put("ordinal", config.ordinal());
     ready.set("phases", json.valueToTree(phases));
+    ready.put("warm", !config.warmupAfterReady());
     state = State.BLANK;
     send(new Frame(FrameType.READY, 0, ready));
+    if (config.warmupAfterReady()) {
+      warmUpAfterReady(ready, phases);
+    }
     serve();
+  }
+
+  /** The prepare thread: opens the store, then warms the CPU paths until done or a request is waiting. */
+  private void prepare() {
+    try {
+      if (config.storePath() != null) {
+        long t = System.nanoTime();
+        RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(Path.of(config.storePath()))
+            .setReadOnly(true));
+        storeMillis = (System.nanoTime() - t) / 1e6;
+        storeOpened.complete(s);
+      } else {
+        storeOpened.complete(null);
+      }
+    } catch (Throwable e) {
+      storeOpened.completeExceptionally(e);
+      cpuWarm.complete(null);
+      return;
+    }
+    long t = System.nanoTime();
+    try {
+      WorkerWarmup.json(json, this::requestWaiting);
+      WorkerWarmup.manifests(this::requestWaiting);
+    } finally {
+      cpuWarmupMillis = (System.nanoTime() - t) / 1e6;
+      cpuWarm.complete(null);
+    }
+  }
+
+  /** True once a request is queued for the main thread: a warm-up then stops, so that it never delays one. */
+  private boolean requestWaiting() {
+    return !work.isEmpty();
+  }
+
+  /** The warm-ups that need the context, on this thread; each stops early when a request is waiting. */
+  private boolean warmUp(Map<String, Double> phases) throws Exception {
+    long t = System.nanoTime();
+    boolean whole = WorkerWarmup.launches(context, config.warmupLaunches(), this::requestWaiting);
+    // The CPU warm-up on the prepare thread ends by now, or at once when a request is waiting.
+    cpuWarm.join();
+    t = phase(phases, "warmup", t);
+    phases.put("cpuWarmup", cpuWarmupMillis);
+    if (whole && config.warmupImage() != null && store != null) {
+      whole = WorkerWarmup.image(context, resources, store, config.warmupImage(), this::requestWaiting);
+      phase(phases, "warmupImage", t);
+    }
+    return whole && !requestWaiting();
+  }
+
+  /**
+   * Warms up after READY (the worker can serve already): a BECOME that arrives meanwhile cuts it short and is served
+   * at once. A warm-up that ran to its end is announced by a second READY with {@code warm} true and its phases.
+   */
+  private void warmUpAfterReady(ObjectNode ready, Map<String, Double> phases) {
+    boolean whole;
+    try {
+      whole = warmUp(phases);
+    } catch (Throwable e) {
+      e.printStackTrace();
+      send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.STARTUP, e)));
+      Runtime.getRuntime().halt(EXIT_STARTUP);
+      return;
+    }
+    if (!whole) {
+      System.err.println("worker " + pid + ": warm-up cut short by a waiting request");
+      return;
+    }
+    ObjectNode warm = ready.deepCopy();
+    warm.set("phases", json.valueToTree(phases));
+    warm.put("warm", true);
+    send(new Frame(FrameType.READY, 0, warm));
   }
 
   private static long phase(Map<String, Double> phases, String name, long since) {
