@@ -450,7 +450,7 @@ final class WorkerProcess implements Worker {
     JsonNode h = f.head();
     JsonNode d = h.path("device");
     WorkerStart start = new WorkerStart(pid, d.path("driver").asText(), d.path("simulated").asBoolean(),
-        d.path("name").asText(), phases(h.path("phases")), millisSince(spawnNanos));
+        d.path("name").asText(), phases(h.path("phases")), millisSince(spawnNanos), System.nanoTime());
     boolean warmNow = h.path("warm").asBoolean(true);
     if (ready.isDone()) {
       if (warmNow && !warm) {

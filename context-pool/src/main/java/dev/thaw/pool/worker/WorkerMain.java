@@ -56,8 +56,11 @@ import java.util.concurrent.LinkedBlockingQueue;
  * its parent over stdin (requests) and stdout (replies).
  *
  * <p>Start-up: open the driver ({@code cuInit}), create the context and the {@link RestoreResources} every restore
- * borrows (stream, events, pinned staging, reader threads), open the store read-only, map and register the host
- * image cache, warm up ({@link WorkerWarmup}); then send READY with the time of each phase. After that it serves
+ * borrows (stream, events, pinned staging, reader threads), map and register the host image cache, warm up
+ * ({@link WorkerWarmup}); then send READY with the time of each phase. Beside the driver and the context, a prepare
+ * thread opens the store read-only and warms what needs no context (Jackson, the manifest parser). With
+ * {@link WorkerConfig#warmupAfterReady()} READY comes before the launch warm-up, which then runs until a request
+ * comes (and is announced by a second READY, {@code warm}, if it ran to its end). After that it serves
  * one BECOME (an on-demand restore: it answers once the function is invocable, and sends RESIDENT when the last
  * byte landed) and any number of INVOKEs, one at a time, on its main thread. A reader thread takes frames off
  * stdin and answers STATUS and EXIT itself, so the parent can ask and stop a worker that is busy.
@@ -100,6 +103,7 @@ public final class WorkerMain {
       new java.util.concurrent.CompletableFuture<>();
   private volatile double storeMillis;
   private volatile double cpuWarmupMillis;
+  private volatile boolean requested;
   private final java.util.concurrent.CompletableFuture<Void> cpuWarm = new java.util.concurrent.CompletableFuture<>();
 
   private WorkerMain(WorkerConfig config, DataInputStream in, OutputStream out) {
@@ -212,9 +216,12 @@ public final class WorkerMain {
     }
   }
 
-  /** True once a request is queued for the main thread: a warm-up then stops, so that it never delays one. */
+  /**
+   * True once a request came for the main thread: a warm-up then stops for good, so that it never delays one nor
+   * competes with it for a core.
+   */
   private boolean requestWaiting() {
-    return !work.isEmpty();
+    return requested;
   }
 
   /** The warm-ups that need the context, on this thread; each stops early when a request is waiting. */
@@ -557,7 +564,10 @@ public final class WorkerMain {
           send(new Frame(FrameType.RESULT, f.id(), FrameCodec.head()));
           Runtime.getRuntime().halt(0);
         }
-        case BECOME, INVOKE, EXPORT -> work.add(f);
+        case BECOME, INVOKE, EXPORT -> {
+          requested = true;
+          work.add(f);
+        }
         default -> {
           String m = f.type() + " is not a request a worker takes";
           send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.PROTOCOL, m)));

@@ -18,6 +18,7 @@ import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.server.StartupTimeline;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
 import dev.thaw.server.spi.StartPhases;
@@ -25,7 +26,10 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.CompletableFuture;
 import java.util.function.Supplier;
 
@@ -53,6 +57,31 @@ public final class InProcessInstances implements InstanceFactory {
   private final ChunkStore store;
   private final Supplier<GpuDriver> ownDriver;
   private final Restore restore;
+  /** A context (and its restore resources) made ahead of the first start, taken by it; null when none. */
+  private volatile Prepared prepared;
+  private volatile StartupTimeline timeline;
+
+  /**
+   * A context and restore resources being made on a thread of their own ({@link #prepareContext}), for the first
+   * on-demand start on {@code device}.
+   */
+  public record Prepared(int device, CompletableFuture<PreparedContext> made, AtomicBoolean taken) {
+
+    /** Closes the context unless a start took it (a server that failed to start). */
+    public void closeUntaken() {
+      if (taken.compareAndSet(false, true)) {
+        made.thenAccept(PreparedContext::close);
+      }
+    }
+  }
+
+  /** A prepared context and its restore resources. */
+  public record PreparedContext(GpuContext context, RestoreResources resources) {
+    void close() {
+      resources.close();
+      context.close();
+    }
+  }
 
   /** Every instance a context on {@code driver}, all in its one address space, restored on demand. */
   public InProcessInstances(GpuDriver driver, ChunkStore store) {
@@ -64,6 +93,70 @@ public final class InProcessInstances implements InstanceFactory {
     this.store = store;
     this.ownDriver = ownDriver;
     this.restore = restore;
+  }
+
+  /**
+   * Starts making a context and its restore resources on {@code device} of {@code driver} now, on a thread of its
+   * own, for the first start of a factory to take ({@link #takePrepared(Prepared)}): a server that knows its function
+   * at start (contract mode) then pays for the context while it opens the store and starts listening, not on its
+   * first request. Marks {@code context} and {@code restore resources} on {@code timeline} (may be null).
+   */
+  public static Prepared prepareContext(GpuDriver driver, int device, StartupTimeline timeline) {
+    CompletableFuture<PreparedContext> made = new CompletableFuture<>();
+    Thread thread = new Thread(() -> {
+      try {
+        GpuContext context = driver.createContext(device);
+        mark(timeline, "context");
+        try {
+          made.complete(new PreparedContext(context, RestoreResources.create(context)));
+          mark(timeline, "restore resources");
+        } catch (RuntimeException | Error e) {
+          context.close();
+          throw e;
+        }
+      } catch (Throwable e) {
+        made.completeExceptionally(e);
+      }
+    }, "thaw-prepare-context");
+    thread.setDaemon(true);
+    thread.start();
+    return new Prepared(device, made, new AtomicBoolean());
+  }
+
+  /**
+   * The first on-demand start on the prepared context's device takes it; one nobody took is closed with this
+   * factory. Call once, before the first start.
+   */
+  public InProcessInstances takePrepared(Prepared prepared) {
+    this.prepared = prepared;
+    return this;
+  }
+
+  /** Tells {@code timeline} of the prepared context and of the first instance's start. */
+  public InProcessInstances reportStartsTo(StartupTimeline timeline) {
+    this.timeline = timeline;
+    return this;
+  }
+
+  private static void mark(StartupTimeline t, String event) {
+    if (t != null) {
+      t.mark(event);
+    }
+  }
+
+  /** The prepared context when this start may take it (its device, on demand, not taken yet), or null. */
+  private PreparedContext takePrepared(int device) {
+    Prepared p = prepared;
+    if (p == null || p.device() != device || restore != Restore.ON_DEMAND || ownDriver != null
+        || !p.taken().compareAndSet(false, true)) {
+      return null;
+    }
+    try {
+      return p.made().join();
+    } catch (java.util.concurrent.CompletionException e) {
+      // Made on another thread: the start makes its own and fails, or not, on this one.
+      return null;
+    }
   }
 
   /** The same instances, restored {@code how}. */
@@ -100,6 +193,13 @@ public final class InProcessInstances implements InstanceFactory {
     List<AutoCloseable> owned = new ArrayList<>();
     try {
       long t = System.nanoTime();
+      PreparedContext ready = takePrepared(device);
+      if (ready != null) {
+        owned.add(ready.context());
+        owned.add(ready.resources());
+        double acquireMs = (System.nanoTime() - t) / 1e6;
+        return onDemand(tag, manifest, device, ready.context(), ready.resources(), acquireMs, owned);
+      }
       GpuDriver own = ownDriver == null ? null : ownDriver.get();
       if (own != null) {
         owned.add(own);
@@ -118,22 +218,39 @@ public final class InProcessInstances implements InstanceFactory {
       RestoreResources resources = RestoreResources.create(context);
       owned.add(resources);
       double acquireMs = (System.nanoTime() - t) / 1e6;
-      long restoreStart = System.nanoTime();
-      OnDemandRestore r = new OnDemandRestorer(store).restore(manifest, context, RestoreSource.STORE_ONLY, resources,
-          new OnDemandOptions());
-      owned.add(r);
-      // The host waits for no byte: the first request's kernels wait on the device for theirs, inside its invoke.
-      StartPhases phases = new StartPhases(acquireMs, r.timings().readyMillis(), 0, manifest.totalBytes(), "store");
-      return new Instance(r.function(), new OnDemand(r, restoreStart), phases, device, owned);
+      return onDemand(tag, manifest, device, context, resources, acquireMs, owned);
     } catch (RuntimeException | Error e) {
       closeAll(owned, e);
       throw e;
     }
   }
 
+  private FunctionInstance onDemand(String tag, ImageManifest manifest, int device, GpuContext context,
+      RestoreResources resources, double acquireMs, List<AutoCloseable> owned) {
+    long restoreStart = System.nanoTime();
+    OnDemandRestore r = new OnDemandRestorer(store).restore(manifest, context, RestoreSource.STORE_ONLY, resources,
+        new OnDemandOptions());
+    owned.add(r);
+    // The host waits for no byte: the first request's kernels wait on the device for theirs, inside its invoke.
+    StartPhases phases = new StartPhases(acquireMs, r.timings().readyMillis(), 0, manifest.totalBytes(), "store");
+    StartupTimeline t = timeline;
+    if (t != null) {
+      Map<String, Double> p = new LinkedHashMap<>();
+      p.put("context", acquireMs);
+      p.put("restore", (System.nanoTime() - restoreStart) / 1e6);
+      t.instanceStarted(null, p);
+    }
+    return new Instance(r.function(), new OnDemand(r, restoreStart), phases, device, owned);
+  }
+
   @Override
   public void close() {
-    // Contexts belong to their instances; the driver belongs to whoever opened it.
+    // Contexts belong to their instances; the driver belongs to whoever opened it. A prepared context nobody took
+    // is this factory's.
+    Prepared p = prepared;
+    if (p != null) {
+      p.closeUntaken();
+    }
   }
 
   private static void closeAll(List<AutoCloseable> owned, Throwable failure) {

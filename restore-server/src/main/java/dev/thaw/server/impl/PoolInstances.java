@@ -39,6 +39,7 @@ import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.server.ServeException;
+import dev.thaw.server.StartupTimeline;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
 import dev.thaw.server.spi.StartPhases;
@@ -84,6 +85,7 @@ public final class PoolInstances implements InstanceFactory {
   private final Map<String, Staging> staging = new ConcurrentHashMap<>();
   /** Per device ordinal: the weights evicted instances left on it; empty without the tier. */
   private final Map<Integer, HbmTier> hbm = new HashMap<>();
+  private volatile StartupTimeline timeline;
 
   /** An image's state in the host cache: {@code staging}, {@code cached} or {@code store} (with the reason). */
   private record Staging(String state, String reason, long stagedBytes, double millis) {
@@ -169,6 +171,12 @@ public final class PoolInstances implements InstanceFactory {
     this.devices = List.copyOf(devices);
     this.acquireWait = acquireWait;
     this.retryAfterSeconds = Math.max(1, retryAfter.toSeconds());
+  }
+
+  /** Tells {@code timeline} of the first instance's start: its worker's start-up and its BECOME's phases. */
+  public PoolInstances reportStartsTo(StartupTimeline timeline) {
+    this.timeline = timeline;
+    return this;
   }
 
   @Override
@@ -318,6 +326,10 @@ public final class PoolInstances implements InstanceFactory {
         source = source.withResident(tier.slabs(tag).orElse(List.of()));
       }
       BecomeResult b = worker.becomeBlocking(tag, bytes, source);
+      StartupTimeline timeline = this.timeline;
+      if (timeline != null) {
+        timeline.instanceStarted(worker.start(), b.phases());
+      }
       Map<String, Double> p = b.phases();
       // From the store the copy is "copy + verify"; from the host cache, "copy" (its bytes were verified on entry).
       double restoreMs = p.getOrDefault("copy + verify", p.getOrDefault("copy", 0.0))
