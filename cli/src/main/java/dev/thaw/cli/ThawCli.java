@@ -154,9 +154,7 @@ public final class ThawCli implements Callable<Integer> {
     }
     if (servesOnTheGpu(args, System.getenv(DeviceChoice.ENV))) {
       // cuInit costs a quarter second and needs nothing the command line says: it runs while picocli parses.
-      Thread probe = new Thread(CudaDriver::availability, "thaw-cuda-init");
-      probe.setDaemon(true);
-      probe.start();
+      GpuDrivers.openAhead(DeviceChoice.AUTO);
     }
     System.exit(commandLine(new ThawCli()).execute(args));
   }

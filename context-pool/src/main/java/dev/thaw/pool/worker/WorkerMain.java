@@ -114,6 +114,13 @@ public final class WorkerMain {
 
   public static void main(String[] args) {
     long entered = System.nanoTime();
+    // cuInit first, on its own thread, while this one reads its config (Jackson's first use is not free): the pool
+    // names the device in the environment as well.
+    try {
+      GpuDrivers.openAhead(DeviceChoice.parse(System.getenv(DeviceChoice.ENV)));
+    } catch (IllegalArgumentException e) {
+      // The config's device is the one that counts; a bad variable is reported when it is opened.
+    }
     OutputStream protocol = new BufferedOutputStream(new FileOutputStream(FileDescriptor.out), 1 << 16);
     System.setOut(System.err);
     if (args.length != 1) {
