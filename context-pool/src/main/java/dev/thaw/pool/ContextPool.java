@@ -65,6 +65,17 @@ public interface ContextPool extends AutoCloseable {
   /** Waits until every device has its idle target ready (and warm); false if {@code timeout} passed first. */
   boolean awaitIdle(Duration timeout) throws InterruptedException;
 
+  /**
+   * Has every idle worker, and every worker that becomes ready from now on, prepare {@code image} (replacing one
+   * of the same name): see {@link PreparedImage}. Returns at once; a worker whose PREPARE fails is still used, and
+   * is sent the image whole when it becomes it. The pool keeps at most
+   * {@link ContextPoolOptions#maxPreparedImages()}, the most recently prepared.
+   */
+  void prepare(PreparedImage image);
+
+  /** Stops preparing the image named {@code name} in new workers (those that prepared it keep it). */
+  void forget(String name);
+
   /** One snapshot per device. */
   List<PoolStats> stats();
 

@@ -27,6 +27,7 @@ public final class ContextPoolOptions {
   /** Serial GC: one collector thread per worker, not one per core; the heap holds manifests and requests only. */
   public static final List<String> DEFAULT_JVM_OPTIONS = List.of("-XX:+UseSerialGC", "-Xmx2g");
   public static final int DEFAULT_WARMUP_LAUNCHES = 3000;
+  public static final int DEFAULT_MAX_PREPARED_IMAGES = 8;
   public static final long DEFAULT_START_TIMEOUT_MILLIS = 60_000;
   public static final long DEFAULT_BECOME_TIMEOUT_MILLIS = 120_000;
   public static final long DEFAULT_INVOKE_TIMEOUT_MILLIS = 60_000;
@@ -52,6 +53,7 @@ public final class ContextPoolOptions {
   @JsonProperty private int warmupLaunches = DEFAULT_WARMUP_LAUNCHES;
   @JsonProperty private String warmupImage;
   @JsonProperty private boolean warmupAfterReady;
+  @JsonProperty private int maxPreparedImages = DEFAULT_MAX_PREPARED_IMAGES;
   @JsonProperty private long startTimeoutMillis = DEFAULT_START_TIMEOUT_MILLIS;
   @JsonProperty private long becomeTimeoutMillis = DEFAULT_BECOME_TIMEOUT_MILLIS;
   @JsonProperty private long invokeTimeoutMillis = DEFAULT_INVOKE_TIMEOUT_MILLIS;
@@ -78,6 +80,7 @@ public final class ContextPoolOptions {
     warmupLaunches = o.warmupLaunches;
     warmupImage = o.warmupImage;
     warmupAfterReady = o.warmupAfterReady;
+    maxPreparedImages = o.maxPreparedImages;
     startTimeoutMillis = o.startTimeoutMillis;
     becomeTimeoutMillis = o.becomeTimeoutMillis;
     invokeTimeoutMillis = o.invokeTimeoutMillis;
@@ -227,6 +230,22 @@ public final class ContextPoolOptions {
     return this;
   }
 
+  /**
+   * How many images ({@link ContextPool#prepare}) each idle worker keeps prepared, the most recently prepared: each
+   * costs a worker its parsed manifest and its modules' device memory (kilobytes to a few megabytes).
+   */
+  public int maxPreparedImages() {
+    return maxPreparedImages;
+  }
+
+  public ContextPoolOptions setMaxPreparedImages(int maxPreparedImages) {
+    if (maxPreparedImages < 0) {
+      throw new IllegalArgumentException("maxPreparedImages must be >= 0: " + maxPreparedImages);
+    }
+    this.maxPreparedImages = maxPreparedImages;
+    return this;
+  }
+
   /** Kernel launches each worker runs at start to warm the launch path (JIT); 0 for none. */
   public int warmupLaunches() {
     return warmupLaunches;
@@ -357,7 +376,8 @@ public final class ContextPoolOptions {
         .setMaxStarting(o.maxStarting).setDeviceChoice(o.deviceChoice).setJavaCommand(o.javaCommand)
         .setClassPath(o.classPath).setJvmOptions(new ArrayList<>(o.jvmOptions))
         .setEnvironment(new LinkedHashMap<>(o.environment)).setWarmupLaunches(o.warmupLaunches)
-        .setWarmupImage(o.warmupImage).setMaxFrameBytes(o.maxFrameBytes);
+        .setWarmupImage(o.warmupImage).setMaxFrameBytes(o.maxFrameBytes)
+        .setMaxPreparedImages(o.maxPreparedImages);
     checked.storePath = o.storePath;
     checked.hostCachePath = o.hostCachePath;
     checked.awaitResident = o.awaitResident;

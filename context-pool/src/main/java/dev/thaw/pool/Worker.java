@@ -50,6 +50,16 @@ public interface Worker extends AutoCloseable {
   BecomeResult becomeBlocking(String name, byte[] manifest, ImageSource source);
 
   /**
+   * Like {@link #become(String, byte[], ImageSource)} for an image the pool had its workers prepare
+   * ({@link ContextPool#prepare}): when this worker prepared it, the BECOME names it instead of carrying its
+   * manifest, and the worker only maps memory and starts copying; else (its PREPARE failed, or it came too late)
+   * the image is sent whole. A PREPARE still running is waited for: the worker would finish it before a BECOME.
+   */
+  CompletableFuture<BecomeResult> become(PreparedImage image, ImageSource source);
+
+  BecomeResult becomeBlocking(PreparedImage image, ImageSource source);
+
+  /**
    * Completes when the restore a {@link #become} started has every byte on the device (with on-demand restore,
    * after the BECOME answered and the function already served); fails as the worker does.
    */

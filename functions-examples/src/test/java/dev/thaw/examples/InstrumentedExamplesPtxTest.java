@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import dev.thaw.examples.gpt2.kernels.Gpt2Kernels;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
 import dev.thaw.examples.mlp.MlpFunction;
+import dev.thaw.examples.probe.MemoryProbeFunction;
+import dev.thaw.examples.probe.ProbeSimKernels;
 import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
 import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
 import java.io.File;
@@ -24,11 +26,12 @@ import org.junit.jupiter.params.provider.ValueSource;
 class InstrumentedExamplesPtxTest {
 
   @ParameterizedTest
-  @ValueSource(strings = {"gpt2", "llama", "mlp"})
+  @ValueSource(strings = {"gpt2", "llama", "mlp", "probe"})
   void everyKernelInstrumentsAndAssembles(String example) throws Exception {
     String ptx = switch (example) {
       case "gpt2" -> Gpt2Kernels.ptx();
       case "llama" -> LlamaKernels.ptx();
+      case "probe" -> MemoryProbeFunction.ptx();
       default -> MlpFunction.ptx();
     };
     List<String> kernels = switch (example) {
@@ -36,6 +39,7 @@ class InstrumentedExamplesPtxTest {
           Gpt2Kernels.MATMUL_RESIDUAL, Gpt2Kernels.KV_APPEND, Gpt2Kernels.ATTENTION, Gpt2Kernels.LM_HEAD,
           Gpt2Kernels.ARGMAX);
       case "llama" -> LlamaKernels.ENTRIES;
+      case "probe" -> List.of(ProbeSimKernels.Read.ENTRY);
       default -> List.of("mlp_linear");
     };
     InstrumentedModule m = PtxInstrumenter.instrument(ptx);

@@ -12,6 +12,8 @@ import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
+import dev.thaw.pool.PreparedImage;
+import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.RestoreCompletion;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerStart;
@@ -51,6 +53,9 @@ public final class PoolBench {
   private static final Duration WAIT = Duration.ofSeconds(120);
 
   private record Image(String tag, byte[] request) {}
+
+  /** How long the bench lets idle workers prepare an image before it takes one. */
+  private static final long PREPARE_SETTLE_MILLIS = 3000;
 
   public static void main(String[] args) throws Exception {
     Path store = null;
@@ -96,7 +101,7 @@ public final class PoolBench {
         for (Image image : images) {
           byte[] manifest = reader.manifest(image.tag()).orElseThrow(
               () -> new IllegalArgumentException("no image " + image.tag() + " in " + reader.path()));
-          List<String> sources = cache == null ? List.of("store") : List.of("store", "cache");
+          List<String> sources = cache == null ? List.of("store", "prepared") : List.of("store", "cache", "prepared");
           for (String source : sources) {
             perImage.add(coldRuns(pool, cache, reader, store, image, manifest, source, runs));
           }
@@ -151,6 +156,7 @@ public final class PoolBench {
     ObjectNode node = JSON.createObjectNode();
     node.put("image", image.tag());
     node.put("source", source);
+    node.put("prepared", source.equals("prepared"));
     ArrayNode list = node.putArray("runs");
     ImageManifest manifest = ImageManifest.read(manifestBytes);
     for (int r = 0; r < runs; r++) {
@@ -159,6 +165,21 @@ public final class PoolBench {
       }
       CacheLease lease = null;
       ObjectNode run = list.addObject();
+      PreparedImage prepared = null;
+      if (source.equals("prepared")) {
+        // As the server does at registration: staged, then every idle worker prepares it. A PREPARE still running
+        // would be waited for by the BECOME: give the refilled workers time to finish theirs first.
+        ChunkPlacement placement = null;
+        if (cache != null) {
+          try (CacheLease staged = cache.stage(image.tag(), manifest, reader)) {
+            placement = staged.placement();
+          }
+        }
+        prepared = new PreparedImage(image.tag() + "@bench", image.tag(), manifestBytes, placement);
+        pool.prepare(prepared);
+        Thread.sleep(PREPARE_SETTLE_MILLIS);
+        lease = cache == null ? null : cache.lease(image.tag(), manifest);
+      }
       if (source.equals("cache")) {
         lease = cache.stage(image.tag(), manifest, reader);
         run.put("stageMillis", lease.stageMillis());
@@ -175,8 +196,8 @@ public final class PoolBench {
       double coldMs;
       RestoreCompletion done;
       try {
-        b = w.becomeBlocking(image.tag(), manifestBytes,
-            lease == null ? ImageSource.store(store) : ImageSource.hostCache(lease, store));
+        ImageSource from = lease == null ? ImageSource.store(store) : ImageSource.hostCache(lease, store);
+        b = prepared != null ? w.becomeBlocking(prepared, from) : w.becomeBlocking(image.tag(), manifestBytes, from);
         first = w.invokeBlocking(image.request());
         coldMs = (System.nanoTime() - t0) / 1e6;
         done = w.resident().get();
@@ -205,10 +226,10 @@ public final class PoolBench {
           : new String(first.json(), java.nio.charset.StandardCharsets.UTF_8));
       Map<String, Double> p = b.phases();
       System.out.printf(Locale.ROOT,
-          "%s from %s run %d: cold %.1f ms = acquire %.0f us + become %.1f ms (%s) + first invoke %.2f ms "
+          "%s from %s%s run %d: cold %.1f ms = acquire %.0f us + become %.1f ms (%s) + first invoke %.2f ms "
               + "(in worker %.2f; resident then: %.2f, %.2f); all bytes resident %.1f ms after BECOME began "
               + "(%.2f GB/s; %d MB host, %d MB store, %d copies, %d waits)%s%n",
-          image.tag(), b.source(), r + 1, coldMs, (acquired - t0) / 1e3, b.roundTripMillis(), phasesLine(p),
+          image.tag(), b.source(), prepared != null ? " (prepared)" : "", r + 1, coldMs, (acquired - t0) / 1e3, b.roundTripMillis(), phasesLine(p),
           first.roundTripMillis(), first.phases().get("invoke"), second.phases().get("invoke"),
           third.phases().get("invoke"), done.sinceBecomeMillis(), run.get("residentGBps").asDouble(),
           done.hostBytes() >> 20, done.storeBytes() >> 20, done.copies(), done.waits(),

@@ -28,6 +28,8 @@ public final class ChunkPlacement {
   private final String arena;
   private final List<Entry> entries;
   private final Map<Digest, Entry> byDigest;
+  /** {@link #toBytes()}, made once: a placement is sent with every BECOME of its image. */
+  private volatile byte[] bytes;
 
   public ChunkPlacement(String arena, List<Entry> entries) {
     this.arena = arena;
@@ -72,7 +74,17 @@ public final class ChunkPlacement {
     return runs;
   }
 
+  /** The binary form; the same array every time (do not change it). */
   public byte[] toBytes() {
+    byte[] b = bytes;
+    if (b == null) {
+      b = encode();
+      bytes = b;
+    }
+    return b;
+  }
+
+  private byte[] encode() {
     byte[] name = arena.getBytes(StandardCharsets.UTF_8);
     ByteBuffer b = ByteBuffer.allocate(12 + name.length + entries.size() * 44).order(ByteOrder.LITTLE_ENDIAN);
     b.putInt(MAGIC).putInt(name.length).put(name).putInt(entries.size());

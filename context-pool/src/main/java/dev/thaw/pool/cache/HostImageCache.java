@@ -67,6 +67,12 @@ public final class HostImageCache implements AutoCloseable {
 
   private record Slot(Extent extent, long offset, int length) {}
 
+  /**
+   * What the last stage of an image placed, and the extents its chunks lie in: while all of those extents are in
+   * the arena (an extent is only ever evicted whole, and its bytes never change), the placement still holds.
+   */
+  private record Staged(ImageManifest manifest, ChunkPlacement placement, List<Extent> extents, long bytes) {}
+
   private final HostCacheOptions options;
   private final SharedMemory arena;
   private final String path;
@@ -75,6 +81,8 @@ public final class HostImageCache implements AutoCloseable {
   private final TreeMap<Long, Long> free = new TreeMap<>();
   private final Map<Digest, Slot> index = new HashMap<>();
   private final Set<Extent> extents = java.util.Collections.newSetFromMap(new IdentityHashMap<>());
+  /** Per image name, its last stage. Guarded by {@code this}. */
+  private final Map<String, Staged> staged = new HashMap<>();
   private long clock;
   private long freeBytes;
   private boolean closed;
@@ -211,11 +219,56 @@ public final class HostImageCache implements AutoCloseable {
         e.lastUse = now;
       }
     }
-    hitBytes.addAndGet(lengths.values().stream().mapToLong(Integer::longValue).sum() - missingBytes);
+    long imageBytes = lengths.values().stream().mapToLong(Integer::longValue).sum();
+    hitBytes.addAndGet(imageBytes - missingBytes);
     stagedBytes.addAndGet(missingBytes);
     List<Extent> pins = List.copyOf(pinned);
-    return new CacheLease(image, new ChunkPlacement(path, entries), missingBytes, (System.nanoTime() - t0) / 1e6,
-        () -> unpin(pins));
+    ChunkPlacement placement = new ChunkPlacement(path, entries);
+    synchronized (this) {
+      staged.put(image, new Staged(manifest, placement, pins, imageBytes));
+    }
+    return new CacheLease(image, placement, missingBytes, (System.nanoTime() - t0) / 1e6, () -> unpin(pins));
+  }
+
+  /**
+   * A lease on an image staged before, when all of its chunks are still where that stage put them: a pin per
+   * extent, no chunk looked up, so a cold start pays microseconds for it. Null when {@code manifest} is not
+   * (the same object as) the one last staged under {@code image}, or an extent of it was evicted since: then
+   * {@link #stage} it.
+   */
+  public synchronized CacheLease lease(String image, ImageManifest manifest) {
+    checkOpen();
+    Staged s = staged.get(image);
+    if (s == null || s.manifest() != manifest) {
+      return null;
+    }
+    for (Extent e : s.extents()) {
+      if (!extents.contains(e)) {
+        staged.remove(image);
+        return null;
+      }
+    }
+    long now = ++clock;
+    for (Extent e : s.extents()) {
+      e.pins++;
+      e.lastUse = now;
+    }
+    hitBytes.addAndGet(s.bytes());
+    List<Extent> pins = s.extents();
+    return new CacheLease(image, s.placement(), 0, 0, () -> unpin(pins));
+  }
+
+  /**
+   * Where the last stage of {@code manifest} under {@code image} put its chunks, if they are all still there;
+   * else null. Pins nothing: the answer may be stale by the time it is used (a worker preparing the image from it
+   * checks what it reads, and {@link #lease} says again at the cold start).
+   */
+  public synchronized ChunkPlacement placement(String image, ImageManifest manifest) {
+    Staged s = staged.get(image);
+    if (s == null || s.manifest() != manifest || !s.extents().stream().allMatch(extents::contains)) {
+      return null;
+    }
+    return s.placement();
   }
 
   /** Reads and verifies the chunks into their places on the staging threads; the first failure wins. */

@@ -4,6 +4,7 @@ import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.PoolExhaustedException;
 import dev.thaw.pool.PoolStats;
+import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.WorkerException;
@@ -56,6 +57,8 @@ public final class ContextPoolImpl implements ContextPool {
   private final Thread refill;
   private final Thread shutdownHook;
   private final WorkerProcess.Listener listener = new Listener();
+  /** What each new worker prepares, by image name, least recently prepared first. Guarded by {@code lock}. */
+  private final LinkedHashMap<String, PreparedImage> prepared = new LinkedHashMap<>();
 
   private static final class DeviceWorkers {
     final int device;
@@ -224,6 +227,33 @@ public final class ContextPoolImpl implements ContextPool {
   }
 
   @Override
+  public void prepare(PreparedImage image) {
+    List<WorkerProcess> idle = new ArrayList<>();
+    lock.lock();
+    try {
+      prepared.remove(image.name());
+      prepared.put(image.name(), image);
+      while (prepared.size() > options.maxPreparedImages()) {
+        prepared.remove(prepared.keySet().iterator().next());
+      }
+      devices.values().forEach(d -> idle.addAll(d.idle));
+    } finally {
+      lock.unlock();
+    }
+    idle.forEach(w -> w.prepare(image));
+  }
+
+  @Override
+  public void forget(String name) {
+    lock.lock();
+    try {
+      prepared.remove(name);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  @Override
   public List<PoolStats> stats() {
     lock.lock();
     try {
@@ -344,6 +374,8 @@ public final class ContextPoolImpl implements ContextPool {
             return;
           }
           d.idle.addLast(w);
+          // Sent before anyone can acquire it: a BECOME after these finds the image prepared, or waits for it.
+          prepared.values().forEach(w::prepare);
         }
         changed.signalAll();
       } finally {

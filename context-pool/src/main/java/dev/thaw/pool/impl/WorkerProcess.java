@@ -8,6 +8,7 @@ import dev.thaw.pool.BecomeResult;
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
+import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.PoolException;
 import dev.thaw.pool.RestoreCompletion;
 import dev.thaw.pool.Worker;
@@ -102,6 +103,8 @@ final class WorkerProcess implements Worker {
   private volatile boolean warm;
   /** The start as the second READY (warm) told it, or null. */
   private volatile WorkerStart warmStart;
+  /** The PREPAREs sent to this worker, by image key: completed when the worker answered. */
+  private final Map<String, CompletableFuture<Frame>> prepared = new ConcurrentHashMap<>();
 
   private WorkerProcess(int device, Process process, long spawnNanos, Path log, ContextPoolOptions options,
       ScheduledExecutorService timer, Executor io, Listener listener) {
@@ -225,24 +228,100 @@ final class WorkerProcess implements Worker {
     if (source.lease() != null) {
       lease.set(source.lease());
     }
-    byte[] body = manifest;
-    if (source.placement() != null) {
-      byte[] placement = source.placement().toBytes();
-      body = java.util.Arrays.copyOf(manifest, manifest.length + placement.length);
-      System.arraycopy(placement, 0, body, manifest.length, placement.length);
-    }
+    byte[] body = source.placement() == null ? manifest : concat(manifest, source.placement().toBytes());
     long t = System.nanoTime();
-    return release(send(FrameType.BECOME, head, body, options.becomeTimeout()).thenApply(f -> {
-      JsonNode h = f.head();
-      invocable = true;
-      return new BecomeResult(name, h.path("source").asText("store"), phases(h.path("phases")),
-          h.path("bytes").asLong(), millisSince(t));
-    }));
+    return release(send(FrameType.BECOME, head, body, options.becomeTimeout()).thenApply(f -> becameFrom(name, f, t)));
   }
 
   @Override
   public BecomeResult becomeBlocking(String name, byte[] manifest, ImageSource source) {
     return join(become(name, manifest, source));
+  }
+
+  /**
+   * Sends PREPARE for {@code image} unless this worker became an image, ended or has it already. Not a claim: the
+   * worker prepares while blank, before whatever is sent after.
+   */
+  void prepare(PreparedImage image) {
+    if (becameAnImage || ended.get() != null) {
+      return;
+    }
+    prepared.computeIfAbsent(image.key(), key -> {
+      ObjectNode head = FrameCodec.head();
+      head.put("key", key);
+      head.put("name", image.name());
+      head.put("manifestBytes", image.manifest().length);
+      byte[] body = image.manifest();
+      if (image.placement() != null) {
+        body = concat(image.manifest(), image.placement().toBytes());
+      }
+      CompletableFuture<Frame> f = send(FrameType.PREPARE, head, body, options.becomeTimeout());
+      f.exceptionally(e -> {
+        System.err.println("thaw pool: worker " + pid + " did not prepare '" + image.name() + "': " + e.getMessage());
+        return null;
+      });
+      return f;
+    });
+  }
+
+  @Override
+  public CompletableFuture<BecomeResult> become(PreparedImage image, ImageSource source) {
+    CompletableFuture<Frame> p = prepared.get(image.key());
+    if (p == null) {
+      return become(image.name(), image.manifest(), source);
+    }
+    checkUsable();
+    if (becameAnImage) {
+      throw new IllegalStateException("worker " + pid + " already became '" + this.image + "'; a worker becomes "
+          + "one image in its life");
+    }
+    claim();
+    becameAnImage = true;
+    this.image = image.name();
+    if (source.lease() != null) {
+      lease.set(source.lease());
+    }
+    long t = System.nanoTime();
+    // A PREPARE still running is waited for (the worker would finish it before any BECOME); one that failed
+    // means the image goes whole.
+    return release(p.handle((ok, failed) -> ok != null).thenCompose(isPrepared -> {
+      ObjectNode head = FrameCodec.head();
+      head.put("name", image.name());
+      head.set("source", source.toJson());
+      head.put("awaitResident", options.awaitResident());
+      byte[] placement = source.placement() == null ? new byte[0] : source.placement().toBytes();
+      byte[] body;
+      if (isPrepared) {
+        head.put("prepared", image.key());
+        head.put("manifestBytes", 0);
+        body = placement;
+      } else {
+        head.put("manifestBytes", image.manifest().length);
+        body = concat(image.manifest(), placement);
+      }
+      return send(FrameType.BECOME, head, body, options.becomeTimeout());
+    }).thenApply(f -> becameFrom(image.name(), f, t)));
+  }
+
+  @Override
+  public BecomeResult becomeBlocking(PreparedImage image, ImageSource source) {
+    return join(become(image, source));
+  }
+
+  private BecomeResult becameFrom(String name, Frame f, long sentNanos) {
+    JsonNode h = f.head();
+    invocable = true;
+    return new BecomeResult(name, h.path("source").asText("store"), phases(h.path("phases")),
+        h.path("bytes").asLong(), millisSince(sentNanos));
+  }
+
+  private static byte[] concat(byte[] a, byte[] b) {
+    if (b.length == 0) {
+      return a;
+    }
+    byte[] out = java.util.Arrays.copyOf(a, a.length + b.length);
+    System.arraycopy(b, 0, out, a.length, b.length);
+    return out;
   }
 
   @Override

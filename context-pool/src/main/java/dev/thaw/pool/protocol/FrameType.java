@@ -23,6 +23,12 @@ public enum FrameType {
    * the worker exits.
    */
   EXPORT(7),
+  /**
+   * Parent → worker, while it is blank: prepare the image whose manifest is the body (a chunk placement after it,
+   * when the head says {@code manifestBytes}), so that a later BECOME naming its {@code key} only maps and copies.
+   * The RESULT's head has the phases; an ERROR leaves the worker blank and usable.
+   */
+  PREPARE(8),
   /** Worker → parent: the answer to the request with the same id. */
   RESULT(16),
   /** Worker → parent: the request with the same id failed (id 0: the worker itself failed and exits). */

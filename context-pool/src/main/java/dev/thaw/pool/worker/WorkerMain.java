@@ -2,16 +2,20 @@ package dev.thaw.pool.worker;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
 import dev.thaw.image.restore.OnDemandRestorer;
+import dev.thaw.image.restore.PreparedRestore;
+import dev.thaw.image.restore.RestorePlan;
 import dev.thaw.image.restore.RestoreResources;
 import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
+import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.cache.HostCacheView;
@@ -105,6 +109,15 @@ public final class WorkerMain {
   private volatile double cpuWarmupMillis;
   private volatile boolean requested;
   private final java.util.concurrent.CompletableFuture<Void> cpuWarm = new java.util.concurrent.CompletableFuture<>();
+  /** Images prepared while blank, by key, least recently prepared first (main thread only). */
+  private final LinkedHashMap<String, Prepared> prepared = new LinkedHashMap<>();
+
+  /**
+   * One PREPARE's result: the restore made ready ahead, the placement it was prepared with (and the chunks it
+   * resolves to in this worker's view of the arena), and the store it was checked against.
+   */
+  private record Prepared(String key, String name, PreparedRestore restore, byte[] placement, PinnedChunks chunks,
+      RocksChunkStore store) {}
 
   private WorkerMain(WorkerConfig config, DataInputStream in, OutputStream out) {
     this.config = config;
@@ -146,7 +159,7 @@ public final class WorkerMain {
     }
     // What needs no context (the store, Jackson's and the manifest parser's cold paths) runs on a thread of its own
     // while this one waits on cuInit and the context: the two together cost what the slower of them costs.
-    Thread prepare = new Thread(this::prepare, "thaw-worker-prepare");
+    Thread prepare = new Thread(this::openStoreAndWarmCpu, "thaw-worker-prepare");
     prepare.setDaemon(true);
     prepare.start();
     try {
@@ -197,7 +210,7 @@ public final class WorkerMain {
   }
 
   /** The prepare thread: opens the store, then warms the CPU paths until done or a request is waiting. */
-  private void prepare() {
+  private void openStoreAndWarmCpu() {
     try {
       if (config.storePath() != null) {
         long t = System.nanoTime();
@@ -239,6 +252,15 @@ public final class WorkerMain {
     cpuWarm.join();
     t = phase(phases, "warmup", t);
     phases.put("cpuWarmup", cpuWarmupMillis);
+    if (whole && store != null && config.warmupLaunches() > 0) {
+      try {
+        whole = WorkerWarmup.rehearse(context, resources, store, this::requestWaiting);
+      } catch (dev.thaw.runtime.gpu.CudaOutOfMemoryException e) {
+        // A device too small (or too full) for the 32 MiB rehearsal: the worker serves, with colder code.
+        System.err.println("thaw worker: restore rehearsal skipped: " + e.getMessage());
+      }
+      t = phase(phases, "rehearsal", t);
+    }
     if (whole && config.warmupImage() != null && store != null) {
       whole = WorkerWarmup.image(context, resources, store, config.warmupImage(), this::requestWaiting);
       phase(phases, "warmupImage", t);
@@ -289,7 +311,12 @@ public final class WorkerMain {
       Frame reply;
       boolean restoring = f.type() == FrameType.BECOME;
       try {
-        reply = restoring ? become(f) : f.type() == FrameType.EXPORT ? export(f) : invoke(f);
+        reply = switch (f.type()) {
+          case BECOME -> become(f);
+          case PREPARE -> prepare(f);
+          case EXPORT -> export(f);
+          default -> invoke(f);
+        };
       } catch (Throwable e) {
         WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
         if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
@@ -308,7 +335,71 @@ public final class WorkerMain {
         continue;
       }
       send(reply);
+      if (restoring && state == State.READY) {
+        // This worker is that image for life: the others' modules go (after the answer, off the cold path).
+        prepared.values().forEach(p -> p.restore().close());
+        prepared.clear();
+      }
     }
+  }
+
+  /**
+   * Prepares an image ahead of its BECOME ({@link OnDemandRestorer#prepare}): parses the manifest, resolves the
+   * placement, checks the store holds it, loads the class, reads the state, loads the modules. An image the
+   * worker cannot prepare is an ERROR that leaves it blank: the parent then sends that image whole.
+   */
+  private Frame prepare(Frame f) throws Exception {
+    if (state != State.BLANK) {
+      return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
+          "this worker became '" + image + "'; it prepares no other image"));
+    }
+    long start = System.nanoTime();
+    String key = f.head().path("key").asText("");
+    String name = f.head().path("name").asText("image");
+    if (key.isEmpty()) {
+      throw new ProtocolException("PREPARE without a key");
+    }
+    byte[] body = f.body();
+    int manifestBytes = manifestBytes(f);
+    byte[] manifestBody = manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
+    ImageManifest manifest = ImageManifest.read(manifestBody);
+    Map<String, Double> phases = new LinkedHashMap<>();
+    long t = phase(phases, "manifest", start);
+    byte[] placement = Arrays.copyOfRange(body, manifestBytes, body.length);
+    PinnedChunks chunks = placement.length == 0 || cache == null ? null : cacheChunks(placement);
+    t = phase(phases, "placement", t);
+    RocksChunkStore store = storeFor(JsonNodeFactory.instance.objectNode(), name, manifestBody);
+    t = phase(phases, "store", t);
+    RestoreSource tiers = chunks == null ? RestoreSource.STORE_ONLY : hostTier(chunks);
+    PreparedRestore restore = new OnDemandRestorer(store).prepare(RestorePlan.of(manifest), context, tiers);
+    phase(phases, "class, state, modules", t);
+    Prepared old = prepared.remove(key);
+    if (old != null) {
+      old.restore().close();
+    }
+    prepared.put(key, new Prepared(key, name, restore, placement, chunks, store));
+    int keep = Math.max(1, f.head().path("keep").asInt(ContextPoolOptions.DEFAULT_MAX_PREPARED_IMAGES));
+    while (prepared.size() > keep) {
+      Prepared eldest = prepared.remove(prepared.keySet().iterator().next());
+      eldest.restore().close();
+    }
+    phases.put("total", (System.nanoTime() - start) / 1e6);
+    ObjectNode h = FrameCodec.head();
+    h.set("phases", json.valueToTree(phases));
+    return new Frame(FrameType.RESULT, f.id(), h);
+  }
+
+  private static RestoreSource hostTier(PinnedChunks chunks) {
+    return m -> d -> chunks.find(d).map(c -> new RestoreSource.HostChunk(c.buffer(), c.offset())).orElse(null);
+  }
+
+  private static int manifestBytes(Frame f) {
+    int n = f.head().path("manifestBytes").asInt(f.body().length);
+    if (n < 0 || n > f.body().length) {
+      throw new ImageRestoreException(f.type() + " says its manifest has " + n + " of the body's "
+          + f.body().length + " bytes", null);
+    }
+    return n;
   }
 
   /**
@@ -333,27 +424,32 @@ public final class WorkerMain {
           "this worker already became '" + image + "'; a worker becomes one image in its life"));
     }
     String name = f.head().path("name").asText("image");
-    image = name;
-    state = State.BECOMING;
     long start = System.nanoTime();
     byte[] body = f.body();
-    int manifestBytes = f.head().path("manifestBytes").asInt(body.length);
-    if (manifestBytes < 0 || manifestBytes > body.length) {
-      throw new ImageRestoreException("BECOME says its manifest has " + manifestBytes + " of the body's "
-          + body.length + " bytes", null);
+    String key = f.head().path("prepared").asText("");
+    Prepared ready = key.isEmpty() ? null : prepared.remove(key);
+    if (!key.isEmpty() && ready == null) {
+      return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
+          "BECOME names prepared image '" + key + "', which this worker has not prepared"));
     }
-    byte[] manifestBody = manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
-    ImageManifest manifest = ImageManifest.read(manifestBody);
+    image = name;
+    state = State.BECOMING;
+    int manifestBytes = ready != null ? 0 : manifestBytes(f);
+    byte[] manifestBody = ready != null ? null : manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
+    ImageManifest manifest = ready != null ? ready.restore().plan().manifest() : ImageManifest.read(manifestBody);
     Map<String, Double> phases = new LinkedHashMap<>();
-    long t = phase(phases, "manifest", start);
+    long t = phase(phases, ready != null ? "prepared" : "manifest", start);
     JsonNode source = f.head().path("source");
     RestoreSource tiers = RestoreSource.STORE_ONLY;
     PinnedChunks lastChunks = null;
     String from = "store";
     if (source.path("kind").asText().equals("cache")) {
-      PinnedChunks chunks = cacheChunks(Arrays.copyOfRange(body, manifestBytes, body.length));
+      byte[] placement = Arrays.copyOfRange(body, manifestBytes, body.length);
+      // The placement it was prepared with holds unless the cache moved the image since (staged it again).
+      PinnedChunks chunks = ready != null && ready.chunks() != null && Arrays.equals(placement, ready.placement())
+          ? ready.chunks() : cacheChunks(placement);
       lastChunks = chunks;
-      tiers = m -> d -> chunks.find(d).map(c -> new RestoreSource.HostChunk(c.buffer(), c.offset())).orElse(null);
+      tiers = hostTier(chunks);
       from = "cache";
       t = phase(phases, "placement", t);
     }
@@ -377,11 +473,15 @@ public final class WorkerMain {
       tiers = new TieredRestoreSource(lastChunks, resident, context);
       t = phase(phases, "hbm take", t);
     }
-    RocksChunkStore store = storeFor(source, name, manifestBody);
+    // A prepared image was checked against the store then; that store is still the one open unless another
+    // PREPARE reopened it since.
+    RocksChunkStore store = ready != null && ready.store() == this.store ? ready.store()
+        : storeFor(source, name, ready != null ? manifest.toBytes() : manifestBody);
     t = phase(phases, "store", t);
     OnDemandRestore restore;
     try {
-      restore = new OnDemandRestorer(store).restore(manifest, context, tiers, resources, onDemand);
+      restore = ready != null ? new OnDemandRestorer(store).restore(ready.restore(), tiers, resources, onDemand)
+          : new OnDemandRestorer(store).restore(manifest, context, tiers, resources, onDemand);
     } finally {
       if (resident != null) {
         resident.close();
@@ -575,6 +675,8 @@ public final class WorkerMain {
           requested = true;
           work.add(f);
         }
+        // Preparing an image is ahead-of-time work too: it waits for the warm-up, and does not stop it.
+        case PREPARE -> work.add(f);
         default -> {
           String m = f.type() + " is not a request a worker takes";
           send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.PROTOCOL, m)));

@@ -9,6 +9,8 @@ import dev.thaw.image.Images;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
 import dev.thaw.image.restore.OnDemandRestorer;
+import dev.thaw.image.restore.PreparedRestore;
+import dev.thaw.image.restore.RestorePlan;
 import dev.thaw.image.restore.RestoreResources;
 import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.ChunkStore;
@@ -179,6 +181,97 @@ final class WorkerWarmup {
     ((ObjectNode) root.path("profile")).set("firstAccessOrder", order);
     ((ObjectNode) root.path("profile")).remove("writtenAllocations");
     return json.writeValueAsBytes(root);
+  }
+
+  /** Allocations of the rehearsal image: about as many as GPT-2-large has (518). */
+  static final int REHEARSAL_ALLOCATIONS = 512;
+  static final int REHEARSAL_CHUNKS_PER_ALLOCATION = 4;
+  static final int REHEARSAL_CHUNK_BYTES = 16 << 10;
+  static final int REHEARSALS = 6;
+
+  /**
+   * Rehearses what a BECOME of a prepared image runs, {@value #REHEARSALS} times, on a synthetic image of
+   * {@value #REHEARSAL_ALLOCATIONS} allocations ({@value #REHEARSAL_CHUNKS_PER_ALLOCATION} chunks each, half of
+   * them read-only, 32 MiB in all) at addresses this context has free, its chunks in a pinned host buffer laid
+   * out in restore order as the host cache lays them: preparing it ({@link OnDemandRestorer#prepare}), mapping it,
+   * starting the copy stream, one gated invoke, waiting for every byte, closing it. The JIT compiles the per-
+   * allocation and per-chunk code of that path now, before a cold start runs it. Leaves nothing mapped.
+   *
+   * @param store a store for the restorer to fall back on (never read: the host buffer has every chunk)
+   */
+  static void rehearse(GpuContext context, RestoreResources resources, ChunkStore store) throws Exception {
+    rehearse(context, resources, store, () -> false);
+  }
+
+  /**
+   * {@link #rehearse(GpuContext, RestoreResources, ChunkStore)}, stopping between rehearsals once {@code stop} says
+   * a request is waiting.
+   *
+   * @return true if every rehearsal ran, false if cut short
+   */
+  static boolean rehearse(GpuContext context, RestoreResources resources, ChunkStore store, BooleanSupplier stop)
+      throws Exception {
+    long size = (long) REHEARSAL_CHUNKS_PER_ALLOCATION * REHEARSAL_CHUNK_BYTES;
+    long total = size * REHEARSAL_ALLOCATIONS;
+    long base;
+    try (dev.thaw.runtime.gpu.VirtualRange free = context.reserve(total, 0)) {
+      base = free.address();
+    }
+    java.util.Random random = new java.util.Random(11);
+    byte[] raw = new byte[32];
+    List<ImageManifest.Allocation> allocations = new ArrayList<>();
+    List<String> order = new ArrayList<>();
+    List<String> written = new ArrayList<>();
+    java.util.Map<Digest, Long> at = new java.util.HashMap<>();
+    for (int i = 0; i < REHEARSAL_ALLOCATIONS; i++) {
+      List<ImageManifest.Chunk> chunks = new ArrayList<>();
+      for (int j = 0; j < REHEARSAL_CHUNKS_PER_ALLOCATION; j++) {
+        random.nextBytes(raw);
+        Digest d = Digest.fromBytes(raw);
+        chunks.add(new ImageManifest.Chunk(d, (long) j * REHEARSAL_CHUNK_BYTES, REHEARSAL_CHUNK_BYTES));
+        at.put(d, ((long) i * REHEARSAL_CHUNKS_PER_ALLOCATION + j) * REHEARSAL_CHUNK_BYTES);
+      }
+      String name = "rehearsal." + i;
+      allocations.add(new ImageManifest.Allocation(name, base + i * size, size, chunks));
+      order.add(name);
+      if (i % 2 == 1) {
+        written.add(name);
+      }
+    }
+    ObjectMapper json = new ObjectMapper();
+    dev.thaw.runtime.gpu.DeviceInfo device = context.device();
+    // Built for no architecture: the module loads from its PTX, as for a device of another one.
+    random.nextBytes(raw);
+    ImageManifest.Module check = new ImageManifest.Module("check", "sm_00", new ImageManifest.Blob(
+        Digest.fromBytes(raw), 1), CheckKernels.ptx(), List.of());
+    String fill = "check/" + CheckKernels.FILL_U32;
+    ObjectNode state = json.createObjectNode().put("fill", fill).put("allocations", REHEARSAL_ALLOCATIONS);
+    ImageManifest manifest = new ImageManifest(ImageManifest.SCHEMA_VERSION,
+        new ImageManifest.Function(RehearsalFunction.class.getName(), json.createObjectNode()),
+        new ImageManifest.Device(device.name(), "0.0", "sm_00", "rehearsal"), allocations, List.of(check),
+        state, List.of(), new ImageManifest.Build("", "", 0, total, total, at.size()),
+        new ImageManifest.Profile("recorded", 0, order, java.util.Map.of(fill, new dev.thaw.runtime.speculation
+            .AccessProfile.KernelProfile(dev.thaw.runtime.speculation.AccessProfile.Verdict.EXACT, 1, List.of(),
+            List.of())), written));
+    RestorePlan plan = RestorePlan.of(manifest);
+    try (dev.thaw.runtime.gpu.PinnedBuffer host = context.allocatePinned(total)) {
+      RestoreSource source = m -> d -> {
+        Long offset = at.get(d);
+        return offset == null ? null : new RestoreSource.HostChunk(host, offset);
+      };
+      OnDemandRestorer restorer = new OnDemandRestorer(store);
+      for (int i = 0; i < REHEARSALS; i++) {
+        if (stop.getAsBoolean()) {
+          return false;
+        }
+        PreparedRestore prepared = restorer.prepare(plan, context, source);
+        try (OnDemandRestore r = restorer.restore(prepared, source, resources, new OnDemandOptions())) {
+          r.function().invoke(FunctionRequest.of(json.createObjectNode()));
+          r.awaitResident();
+        }
+      }
+    }
+    return true;
   }
 
   /**

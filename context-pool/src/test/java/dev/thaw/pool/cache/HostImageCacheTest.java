@@ -2,6 +2,8 @@ package dev.thaw.pool.cache;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -140,6 +142,28 @@ class HostImageCacheTest {
     assertFalse(cache.contains(first(b)), "b was the least recently used");
     assertTrue(cache.contains(first(c)));
     assertEquals(96 * KIB, cache.stats().evictedBytes());
+  }
+
+  @Test
+  void aLeaseOfAStagedImageHoldsUntilOneOfItsExtentsIsEvicted() throws Exception {
+    ImageManifest a = TestImages.image(store, 4, CHUNK, List.of(), 96 * KIB);
+    ImageManifest b = TestImages.image(store, 5, CHUNK, List.of(), 96 * KIB);
+    cache(150 * KIB);
+    assertNull(cache.lease("a", a), "never staged");
+    ChunkPlacement staged;
+    try (CacheLease first = cache.stage("a", a, store)) {
+      staged = first.placement();
+    }
+    assertNull(cache.lease("a", TestImages.image(store, 4, CHUNK, List.of(), 96 * KIB)), "another manifest object");
+    try (CacheLease fast = cache.lease("a", a)) {
+      assertSame(staged, fast.placement(), "the stage's placement, no chunk looked up");
+      assertSame(staged, cache.placement("a", a));
+      // Pinned: staging b cannot evict a, and the cache says it is full.
+      assertThrows(HostCacheFullException.class, () -> cache.stage("b", b, store));
+    }
+    cache.stage("b", b, store).close();
+    assertNull(cache.lease("a", a), "a was evicted for b: its placement no longer holds");
+    assertNull(cache.placement("a", a));
   }
 
   @Test

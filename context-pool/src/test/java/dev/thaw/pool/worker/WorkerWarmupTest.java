@@ -3,8 +3,18 @@ package dev.thaw.pool.worker;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.restore.RestoreResources;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.runtime.gpu.DeviceChoice;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.runtime.gpu.GpuDrivers;
+import dev.thaw.runtime.gpu.VirtualRange;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.nio.file.Path;
 import java.io.InputStream;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 class WorkerWarmupTest {
 
@@ -22,5 +32,29 @@ class WorkerWarmupTest {
     assertEquals(440, m.allocations().size());
     assertEquals(440 * 12, m.allocations().stream().mapToInt(a -> a.chunks().size()).sum());
     assertEquals(440, m.profile().firstAccessOrder().size());
+  }
+
+  /**
+   * The rehearsal runs the prepared restore path end to end (prepare, map, copy, a gated invoke, resident, close)
+   * and leaves the context as it found it: the address range it used can be reserved again, exactly, and the
+   * restore resources are free for the next restore.
+   */
+  @Test
+  void theRehearsalRestoresASyntheticImageAndLeavesNothingMapped(@TempDir Path dir) throws Exception {
+    try (RocksChunkStore store = RocksChunkStore.open(dir.resolve("store"));
+        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, new SimOptions());
+        GpuContext context = driver.createContext(0);
+        RestoreResources resources = RestoreResources.create(context)) {
+      WorkerWarmup.rehearse(context, resources, store);
+      long bytes = (long) WorkerWarmup.REHEARSAL_ALLOCATIONS * WorkerWarmup.REHEARSAL_CHUNKS_PER_ALLOCATION
+          * WorkerWarmup.REHEARSAL_CHUNK_BYTES;
+      long address;
+      try (VirtualRange r = context.reserve(bytes, 0)) {
+        address = r.address();
+      }
+      context.reserveExact(address, bytes).close();
+      // The resources were given back: another rehearsal borrows them.
+      WorkerWarmup.rehearse(context, resources, store);
+    }
   }
 }

@@ -2,12 +2,14 @@ package dev.thaw.image.restore;
 
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.store.ChunkStore;
+import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.function.FunctionLoader;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.HostStates;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.AddressUnavailableException;
 import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuModule;
 import java.nio.ByteBuffer;
 import java.util.HashMap;
 import java.util.List;
@@ -53,13 +55,84 @@ public final class OnDemandRestorer {
       throw new IllegalArgumentException("the restore resources belong to another context");
     }
     long start = System.nanoTime();
+    return restore(plan, context, source, resources, options, load(plan.manifest()), null, Map.of(), start);
+  }
+
+  /**
+   * Does ahead of a restore what depends on neither the image's bytes nor a request: loads the function's class
+   * and instantiates it, reads its host state, and loads its modules into {@code context} (each cubin from
+   * {@code source}'s host tier when it has it, checked against its digest there — the chunk is not pinned yet —
+   * else read from the store and verified). A restore of the result then maps memory and starts copying, no more.
+   *
+   * @throws ImageRestoreException if the class cannot be loaded or the state does not read
+   */
+  public PreparedRestore prepare(RestorePlan plan, GpuContext context, RestoreSource source) {
+    long start = System.nanoTime();
     ImageManifest manifest = plan.manifest();
-    ThawFunction<?> function;
+    ThawFunction<?> function = load(manifest);
+    Object state = readState(function, manifest);
+    Map<String, GpuModule> modules = new HashMap<>();
+    try (RestoreSource.Lease lease = source.lease(manifest)) {
+      Map<String, byte[]> cubins = cubins(manifest, context, lease, true);
+      for (ImageManifest.Module m : manifest.modules()) {
+        byte[] cubin = cubins.get(m.name());
+        modules.put(m.name(), cubin != null ? context.loadCubin(cubin) : context.loadPtx(m.ptx()));
+      }
+    } catch (RuntimeException | Error e) {
+      modules.values().forEach(GpuModule::close);
+      throw e;
+    }
+    return new PreparedRestore(plan, context, function, state, modules, (System.nanoTime() - start) / 1e6);
+  }
+
+  /**
+   * Restores a {@link #prepare prepared} image into the context it was prepared in: maps its allocations, starts
+   * streaming its bytes and returns with the function invocable. Its function, state and modules pass to the
+   * restore.
+   *
+   * @throws IllegalStateException if {@code prepared} was used already, or {@code resources} are lent
+   */
+  public OnDemandRestore restore(PreparedRestore prepared, RestoreSource source, RestoreResources resources,
+      OnDemandOptions options) {
+    if (resources.context() != prepared.context()) {
+      throw new IllegalArgumentException("the restore resources belong to another context than the prepared image");
+    }
+    long start = System.nanoTime();
+    prepared.take();
     try {
-      function = FunctionLoader.load(manifest.function().className());
+      return restore(prepared.plan(), prepared.context(), source, resources, options, prepared.function(),
+          prepared.state(), prepared.modules(), start);
+    } catch (RuntimeException | Error e) {
+      // Unloaded with the session where the rebuild got that far; closing a module twice is harmless.
+      prepared.modules().values().forEach(GpuModule::close);
+      throw e;
+    }
+  }
+
+  private static ThawFunction<?> load(ImageManifest manifest) {
+    try {
+      return FunctionLoader.load(manifest.function().className());
     } catch (IllegalArgumentException e) {
       throw new ImageRestoreException(manifest.function().className() + ": " + e.getMessage(), e);
     }
+  }
+
+  private static Object readState(ThawFunction<?> function, ImageManifest manifest) {
+    try {
+      return HostStates.read(manifest.hostState(), function.stateType());
+    } catch (IllegalArgumentException e) {
+      throw new ImageRestoreException(function.getClass().getName() + ": " + e.getMessage(), e);
+    }
+  }
+
+  /**
+   * @param state the host state read ahead, or null to read it now
+   * @param loaded modules loaded ahead (taken over by the session), or none
+   */
+  private OnDemandRestore restore(RestorePlan plan, GpuContext context, RestoreSource source,
+      RestoreResources resources, OnDemandOptions options, ThawFunction<?> function, Object state,
+      Map<String, GpuModule> loaded, long start) {
+    ImageManifest manifest = plan.manifest();
     resources.borrow();
     RestoreSource.Lease lease = null;
     FunctionSession session = null;
@@ -67,12 +140,15 @@ public final class OnDemandRestorer {
       RestoreTrace trace = new RestoreTrace(resources, options.trace(), start);
       lease = source.lease(manifest);
       long t = System.nanoTime();
-      Map<String, byte[]> cubins = cubins(manifest, context, lease);
+      // Modules loaded ahead need no cubin: their records keep an empty one (a rebuilt session is never recorded).
+      Map<String, byte[]> cubins = loaded.isEmpty() ? cubins(manifest, context, lease, false) : Map.of();
       long cubinNanos = System.nanoTime() - t;
       try {
-        session = options.slabSource() == null ? FunctionSession.rebuild(context, manifest.sessionTable(cubins))
+        session = options.slabSource() == null
+            ? FunctionSession.rebuild(context, manifest.sessionTable(cubins), java.util.Set.of(),
+                FunctionSession.SlabSource.FRESH, loaded)
             : FunctionSession.rebuild(context, manifest.sessionTable(cubins), manifest.readOnlyAllocations(),
-                options.slabSource());
+                options.slabSource(), loaded);
       } catch (AddressUnavailableException e) {
         throw new ImageRestoreException("image of " + manifest.function().className() + " needs its device "
             + "addresses, and one is taken in this process: " + e.getMessage(), e);
@@ -97,8 +173,8 @@ public final class OnDemandRestorer {
       residency.start();
       long mapped = System.nanoTime();
       trace.span("load modules, map allocations", t, mapped);
-      OnDemandRestore restore = withState(function, plan, session, residency, gate, validator, trace, resources,
-          cubinNanos + rebuilt.moduleNanos(), rebuilt.mapNanos(), start);
+      OnDemandRestore restore = withState(function, state, plan, session, residency, gate, validator, trace,
+          resources, cubinNanos + rebuilt.moduleNanos(), rebuilt.mapNanos(), start);
       trace.span("read host state", mapped, System.nanoTime());
       return restore;
     } catch (RuntimeException | Error e) {
@@ -117,15 +193,15 @@ public final class OnDemandRestorer {
     }
   }
 
-  private <S> OnDemandRestore withState(ThawFunction<S> function, RestorePlan plan, FunctionSession session,
-      Residency residency, ResidencyGate gate, ResidencyValidator validator, RestoreTrace trace,
-      RestoreResources resources, long moduleNanos,
-      long mapNanos, long start) {
+  private <S> OnDemandRestore withState(ThawFunction<S> function, Object stateReadAhead, RestorePlan plan,
+      FunctionSession session, Residency residency, ResidencyGate gate, ResidencyValidator validator,
+      RestoreTrace trace, RestoreResources resources, long moduleNanos, long mapNanos, long start) {
     long t = System.nanoTime();
     S state;
     try {
-      state = HostStates.read(plan.manifest().hostState(), function.stateType());
-    } catch (IllegalArgumentException e) {
+      state = stateReadAhead != null ? function.stateType().cast(stateReadAhead)
+          : HostStates.read(plan.manifest().hostState(), function.stateType());
+    } catch (IllegalArgumentException | ClassCastException e) {
       residency.stop();
       throw new ImageRestoreException(function.getClass().getName() + ": " + e.getMessage(), e);
     }
@@ -139,8 +215,12 @@ public final class OnDemandRestorer {
     return new OnDemandRestore(f, residency, gate, validator, trace, resources, timings);
   }
 
-  /** Each module's cubin, from the host tier when it has it (verified there), else read and verified. */
-  private Map<String, byte[]> cubins(ImageManifest manifest, GpuContext context, RestoreSource.Lease lease) {
+  /**
+   * Each module's cubin, from the host tier when it has it (verified there; checked again when {@code recheck}: a
+   * chunk read without a pin may have been evicted meanwhile), else read from the store and verified.
+   */
+  private Map<String, byte[]> cubins(ImageManifest manifest, GpuContext context, RestoreSource.Lease lease,
+      boolean recheck) {
     Map<String, byte[]> cubins = new HashMap<>();
     if (!context.device().smArch().equals(manifest.device().smArch())) {
       return cubins;
@@ -150,7 +230,11 @@ public final class OnDemandRestorer {
       RestoreSource.HostChunk h = lease.find(m.cubin().digest());
       if (h != null) {
         h.buffer().slice(h.offset(), bytes.length).get(bytes);
-      } else {
+      }
+      if (h != null && recheck && !Digest.of(ByteBuffer.wrap(bytes)).equals(m.cubin().digest())) {
+        h = null;
+      }
+      if (h == null) {
         ByteBuffer b = ByteBuffer.wrap(bytes);
         VerifiedChunks.read(store, m.cubin().digest(), b, "the cubin of module '" + m.name() + "'");
       }

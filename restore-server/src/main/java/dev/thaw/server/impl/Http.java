@@ -122,6 +122,12 @@ final class Http {
     if (t instanceof InvalidRequestException) {
       return new ServeException(400, "invalid_request", t.getMessage());
     }
+    if (t instanceof dev.thaw.pool.WorkerException w && w.kind() == dev.thaw.pool.WorkerErrorKind.CUDA_STICKY) {
+      // The function's own fault (its kernel read an unmapped address, say): its worker's context is poisoned for
+      // good and the worker is discarded; instances of other functions run in other processes and never see it.
+      return new ServeException(502, "device_fault", "the function faulted the GPU with a sticky CUDA error; its "
+          + "worker (pid " + w.pid() + ") is discarded and the next request starts a fresh one: " + w.detail());
+    }
     if (t instanceof dev.thaw.pool.WorkerException w && w.workerLost()) {
       return new ServeException(502, "instance_lost", "the instance's worker was lost (" + w.kind() + "): "
           + w.getMessage());

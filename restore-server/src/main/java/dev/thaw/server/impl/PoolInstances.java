@@ -10,6 +10,8 @@ import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
 import dev.thaw.pool.PoolExhaustedException;
+import dev.thaw.pool.PreparedImage;
+import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.WorkerException;
@@ -83,9 +85,14 @@ public final class PoolInstances implements InstanceFactory {
   private final ExecutorService stager;
   /** Per image tag: where it stands in the host cache. */
   private final Map<String, Staging> staging = new ConcurrentHashMap<>();
+  /** Per image tag: the image idle workers prepare, with the manifest object it was made from. */
+  private final Map<String, Ready> prepared = new ConcurrentHashMap<>();
   /** Per device ordinal: the weights evicted instances left on it; empty without the tier. */
   private final Map<Integer, HbmTier> hbm = new HashMap<>();
   private volatile StartupTimeline timeline;
+
+  /** A registered image as the pool's workers prepare it; {@code manifest} is the registration's, by identity. */
+  private record Ready(ImageManifest manifest, PreparedImage image) {}
 
   /** An image's state in the host cache: {@code staging}, {@code cached} or {@code store} (with the reason). */
   private record Staging(String state, String reason, long stagedBytes, double millis) {
@@ -199,9 +206,14 @@ public final class PoolInstances implements InstanceFactory {
     return pool.stats().stream().anyMatch(s -> s.idle() > 0);
   }
 
+  /**
+   * Registration: stages the image into the host cache (when there is one) and then has the pool's idle workers
+   * prepare it ({@link ContextPool#prepare}), so that a cold start only maps memory and starts copying.
+   */
   @Override
   public void prepare(String tag, ImageManifest manifest) {
     if (cache == null) {
+      prepareWorkers(tag, manifest, null);
       return;
     }
     Staging now = staging.get(tag);
@@ -218,13 +230,34 @@ public final class PoolInstances implements InstanceFactory {
 
   /** Reads the image into the host cache (verifying every chunk) and lets it go: it stays until evicted. */
   private void stage(String tag, ImageManifest manifest) {
+    ChunkPlacement placement = null;
     try (CacheLease lease = cache.stage(tag, manifest, store)) {
       staging.put(tag, new Staging("cached", null, lease.stagedBytes(), lease.stageMillis()));
+      placement = lease.placement();
     } catch (HostCacheFullException e) {
       staging.put(tag, new Staging("store", "the host cache cannot hold it: " + e.getMessage(), 0, 0));
     } catch (RuntimeException e) {
       staging.put(tag, new Staging("store", "staging failed: " + e.getMessage(), 0, 0));
     }
+    prepareWorkers(tag, manifest, placement);
+  }
+
+  /** Has the pool's workers prepare the image (cubins from {@code placement} in the host cache, or the store). */
+  private void prepareWorkers(String tag, ImageManifest manifest, ChunkPlacement placement) {
+    Optional<byte[]> bytes;
+    try {
+      bytes = store.manifest(tag);
+    } catch (RuntimeException e) {
+      System.err.println("thaw: " + tag + ": not prepared in the workers (" + e.getMessage() + ")");
+      return;
+    }
+    if (bytes.isEmpty()) {
+      return;
+    }
+    PreparedImage image = new PreparedImage(tag + "@" + Digest.of(java.nio.ByteBuffer.wrap(bytes.get())), tag,
+        bytes.get(), placement);
+    prepared.put(tag, new Ready(manifest, image));
+    pool.prepare(image);
   }
 
   /** True if every chunk of the image is in the host cache now (a hash probe each). */
@@ -273,6 +306,10 @@ public final class PoolInstances implements InstanceFactory {
       }
       return null;
     }
+    CacheLease pinned = cache.lease(tag, manifest);
+    if (pinned != null) {
+      return pinned;
+    }
     if (!cached(manifest)) {
       staging.put(tag, new Staging("store", "evicted from the host cache; staging it again", 0, 0));
       prepare(tag, manifest);
@@ -308,7 +345,11 @@ public final class PoolInstances implements InstanceFactory {
   }
 
   private FunctionInstance start(String tag, ImageManifest manifest, int device, HbmTier tier) {
-    byte[] bytes = store.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
+    Ready ready = prepared.get(tag);
+    // Prepared for this registration (the worker has it prepared, or gets it whole), or read from the store now.
+    PreparedImage image = ready != null && ready.manifest() == manifest ? ready.image() : null;
+    byte[] bytes = image != null ? image.manifest()
+        : store.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
     long t = System.nanoTime();
     Worker worker;
     try {
@@ -325,7 +366,7 @@ public final class PoolInstances implements InstanceFactory {
       if (lease != null && tier != null) {
         source = source.withResident(tier.slabs(tag).orElse(List.of()));
       }
-      BecomeResult b = worker.becomeBlocking(tag, bytes, source);
+      BecomeResult b = image != null ? worker.becomeBlocking(image, source) : worker.becomeBlocking(tag, bytes, source);
       StartupTimeline timeline = this.timeline;
       if (timeline != null) {
         timeline.instanceStarted(worker.start(), b.phases());

@@ -142,7 +142,25 @@ public final class FunctionSession implements AutoCloseable {
    */
   public static FunctionSession rebuild(GpuContext context, SessionTable table, Set<String> readOnly,
       SlabSource source) {
+    return rebuild(context, table, readOnly, source, Map.of());
+  }
+
+  /**
+   * Like {@link #rebuild(GpuContext, SessionTable, Set, SlabSource)}, taking the modules named in {@code loaded}
+   * as they are: loaded into {@code context} ahead of time (a pooled worker loads a registered image's code while
+   * it is idle, see {@code docs/design/context-pool.md}). The session owns them from then on and unloads them when
+   * it closes, also when the rebuild fails.
+   */
+  public static FunctionSession rebuild(GpuContext context, SessionTable table, Set<String> readOnly,
+      SlabSource source, Map<String, GpuModule> loaded) {
     FunctionSession session = new FunctionSession(context, Packing.SLABS);
+    // Owned from here: a failed rebuild unloads them with the session.
+    for (ModuleRecord m : table.modules()) {
+      GpuModule module = loaded.get(m.name());
+      if (module != null) {
+        session.modules.put(m.name(), new LoadedModule(module, m));
+      }
+    }
     try {
       long t = System.nanoTime();
       for (AllocationRecord a : table.allocations()) {
@@ -163,6 +181,9 @@ public final class FunctionSession implements AutoCloseable {
       t = System.nanoTime();
       String arch = context.device().smArch();
       for (ModuleRecord m : table.modules()) {
+        if (session.modules.containsKey(m.name())) {
+          continue;
+        }
         GpuModule module = arch.equals(m.arch()) ? context.loadCubin(m.cubin()) : context.loadPtx(m.ptx());
         ModuleRecord kept = arch.equals(m.arch()) ? m : new ModuleRecord(m.name(), m.ptx(), module.cubin(), arch);
         session.modules.put(m.name(), new LoadedModule(module, kept));

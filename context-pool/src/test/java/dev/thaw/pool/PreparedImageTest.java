@@ -1,0 +1,91 @@
+package dev.thaw.pool;
+
+import static dev.thaw.pool.PoolTestImages.json;
+import static dev.thaw.pool.PoolTesting.WAIT;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.StoreOptions;
+import dev.thaw.pool.cache.CacheLease;
+import dev.thaw.pool.cache.HostCacheOptions;
+import dev.thaw.pool.cache.HostImageCache;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * Pins prepared images with real worker processes: idle workers prepare a registered image ahead (a BECOME then
+ * names it, carries no manifest, and parses nothing), serve it byte for byte as an unprepared BECOME would, and a
+ * PREPARE that fails leaves the worker usable, sent the image whole.
+ */
+class PreparedImageTest {
+
+  @TempDir Path dir;
+
+  @Test
+  void aPreparedImageBecomesWithoutItsManifestAndServesTheSameBytes() throws Exception {
+    Path storePath = dir.resolve("store");
+    PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
+    List<Long> seen = new ArrayList<>();
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+        RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
+      ImageManifest manifest = ImageManifest.read(probe.manifest());
+      CacheLease staged = cache.stage("probe", manifest, store);
+      staged.close();
+      ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path()));
+      try {
+        pool.prepare(new PreparedImage("probe@1", "probe", probe.manifest(), staged.placement()));
+        Worker w = pool.acquire(0, WAIT);
+        seen.add(w.pid());
+        CacheLease lease = cache.lease("probe", manifest);
+        assertNotNull(lease, "the image is still where its stage put it");
+        BecomeResult b = w.becomeBlocking(new PreparedImage("probe@1", "probe", probe.manifest(),
+            staged.placement()), ImageSource.hostCache(lease, storePath));
+        assertTrue(b.phases().containsKey("prepared"), "the worker had it prepared: " + b);
+        assertFalse(b.phases().containsKey("manifest"), "and parsed no manifest: " + b);
+        assertEquals(0.0, b.phases().get("load modules"), 0.05, "its modules were loaded ahead: " + b);
+        RestoreCompletion done = w.resident().get();
+        JsonNode scan = w.invokeBlocking(json("{\"op\": \"scan\"}")).jsonTree();
+        assertEquals(0, scan.get("headMismatches").asLong(), "the image's bytes, from the arena: " + scan);
+        assertEquals(probe.result().manifest().totalBytes(), done.hostBytes(), done.toString());
+        assertFalse(lease.isOpen(), "the lease goes back once the restore is complete");
+        w.release();
+      } finally {
+        PoolTesting.closeAndCheck(pool, seen);
+      }
+    }
+  }
+
+  @Test
+  void aWorkerThatCannotPrepareAnImageIsSentItWhole() throws Exception {
+    Path storePath = dir.resolve("store");
+    PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
+    List<Long> seen = new ArrayList<>();
+    ContextPool pool = ContextPool.create(PoolTesting.options(storePath));
+    try {
+      // Not a manifest: every worker's PREPARE fails, and the worker stays blank and usable.
+      PreparedImage broken = new PreparedImage("probe@broken", "probe",
+          "{\"schemaVersion\": 1}".getBytes(StandardCharsets.UTF_8), null);
+      pool.prepare(broken);
+      pool.prepare(new PreparedImage("other@1", "other", "not json".getBytes(StandardCharsets.UTF_8), null));
+      Worker w = pool.acquire(0, WAIT);
+      seen.add(w.pid());
+      BecomeResult b = w.becomeBlocking(new PreparedImage("probe@broken", "probe", probe.manifest(), null),
+          ImageSource.store(storePath));
+      assertTrue(b.phases().containsKey("manifest"), "sent whole, parsed in the BECOME: " + b);
+      JsonNode echo = w.invokeBlocking(json("{\"op\": \"echo\", \"value\": 7}")).jsonTree();
+      assertEquals(7, echo.get("echo").asInt(), echo.toString());
+      w.release();
+    } finally {
+      PoolTesting.closeAndCheck(pool, seen);
+    }
+  }
+}
