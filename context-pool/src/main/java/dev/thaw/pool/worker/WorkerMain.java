@@ -248,13 +248,12 @@ public final class WorkerMain {
   private boolean warmUp(Map<String, Double> phases) throws Exception {
     long t = System.nanoTime();
     boolean whole = WorkerWarmup.launches(context, config.warmupLaunches(), this::requestWaiting);
-    // The CPU warm-up on the prepare thread ends by now, or at once when a request is waiting.
-    cpuWarm.join();
     t = phase(phases, "warmup", t);
-    phases.put("cpuWarmup", cpuWarmupMillis);
+    // From here on the warm-up holds nothing on the device between its steps: queued PREPAREs run there.
+    whole = whole && !preparesThenRequestWaiting();
     if (whole && store != null && config.warmupLaunches() > 0) {
       try {
-        whole = WorkerWarmup.rehearse(context, resources, store, this::requestWaiting);
+        whole = WorkerWarmup.rehearse(context, resources, store, this::preparesThenRequestWaiting);
       } catch (dev.thaw.runtime.gpu.CudaOutOfMemoryException e) {
         // A device too small (or too full) for the 32 MiB rehearsal: the worker serves, with colder code.
         System.err.println("thaw worker: restore rehearsal skipped: " + e.getMessage());
@@ -263,9 +262,12 @@ public final class WorkerMain {
     }
     if (whole && config.warmupImage() != null && store != null) {
       whole = WorkerWarmup.image(context, resources, store, config.warmupImage(), this::requestWaiting);
-      phase(phases, "warmupImage", t);
+      t = phase(phases, "warmupImage", t);
     }
-    return whole && !requestWaiting();
+    // The CPU warm-up on the prepare thread ends by now, or at once when a request is waiting.
+    cpuWarm.join();
+    phases.put("cpuWarmup", cpuWarmupMillis);
+    return whole && !preparesThenRequestWaiting();
   }
 
   /**
@@ -308,38 +310,57 @@ public final class WorkerMain {
       } catch (InterruptedException e) {
         return;
       }
-      Frame reply;
-      boolean restoring = f.type() == FrameType.BECOME;
-      try {
-        reply = switch (f.type()) {
-          case BECOME -> become(f);
-          case PREPARE -> prepare(f);
-          case EXPORT -> export(f);
-          default -> invoke(f);
-        };
-      } catch (Throwable e) {
-        WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
-        if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
-          e.printStackTrace();
-        }
-        send(new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(kind, e)));
-        if (kind == WorkerErrorKind.CUDA_STICKY) {
-          Runtime.getRuntime().halt(EXIT_STICKY);
-        }
-        if (restoring && state == State.BECOMING) {
-          state = State.BLANK;
-          image = null;
-        } else if (state == State.INVOKING) {
-          state = State.READY;
-        }
-        continue;
+      handle(f);
+    }
+  }
+
+  /**
+   * Runs the PREPAREs at the head of the queue now: a warm-up calls it where it holds nothing on the device, so a
+   * PREPARE (which the parent waits for before it sends a BECOME) never waits for a whole warm-up.
+   *
+   * @return true if a request is waiting (the warm-up should stop)
+   */
+  private boolean preparesThenRequestWaiting() {
+    Frame f;
+    while (!requested && (f = work.peek()) != null && f.type() == FrameType.PREPARE) {
+      handle(work.poll());
+    }
+    return requested;
+  }
+
+  /** One frame of work, on the main thread: its answer or its ERROR is sent. */
+  private void handle(Frame f) {
+    Frame reply;
+    boolean restoring = f.type() == FrameType.BECOME;
+    try {
+      reply = switch (f.type()) {
+        case BECOME -> become(f);
+        case PREPARE -> prepare(f);
+        case EXPORT -> export(f);
+        default -> invoke(f);
+      };
+    } catch (Throwable e) {
+      WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
+      if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
+        e.printStackTrace();
       }
-      send(reply);
-      if (restoring && state == State.READY) {
-        // This worker is that image for life: the others' modules go (after the answer, off the cold path).
-        prepared.values().forEach(p -> p.restore().close());
-        prepared.clear();
+      send(new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(kind, e)));
+      if (kind == WorkerErrorKind.CUDA_STICKY) {
+        Runtime.getRuntime().halt(EXIT_STICKY);
       }
+      if (restoring && state == State.BECOMING) {
+        state = State.BLANK;
+        image = null;
+      } else if (state == State.INVOKING) {
+        state = State.READY;
+      }
+      return;
+    }
+    send(reply);
+    if (restoring && state == State.READY) {
+      // This worker is that image for life: the others' modules go (after the answer, off the cold path).
+      prepared.values().forEach(p -> p.restore().close());
+      prepared.clear();
     }
   }
 
