@@ -166,7 +166,8 @@ class ServeCommandTest {
     int port = start(Map.of(), "--function", "mlp=mlp:1", "--instances", "in-process");
     firstResponse(port);
     String line = startupLine();
-    for (String step : List.of("first response (mlp)", "driver ", " context ", "restore resources ", "listening ",
+    for (String step : List.of("first response (mlp)", "driver ", " context ", "restore resources ", "image prepared ",
+        "listening ",
         "instance started ", "; instance start ms: context ", " restore ", "; first request ms:")) {
       assertTrue(line.contains(step), "'" + step + "' in " + line);
     }

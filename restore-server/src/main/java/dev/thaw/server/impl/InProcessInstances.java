@@ -7,6 +7,8 @@ import dev.thaw.image.restore.ImageRestorer;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
 import dev.thaw.image.restore.OnDemandRestorer;
+import dev.thaw.image.restore.PreparedRestore;
+import dev.thaw.image.restore.RestorePlan;
 import dev.thaw.image.restore.RestoreResources;
 import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.restore.RestoreTimings;
@@ -30,6 +32,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.CompletableFuture;
 import java.util.function.Supplier;
 
@@ -65,15 +68,31 @@ public final class InProcessInstances implements InstanceFactory {
    * A context and restore resources being made on a thread of their own ({@link #prepareContext}), for the first
    * on-demand start on {@code device}.
    */
-  public record Prepared(int device, CompletableFuture<PreparedContext> made, AtomicBoolean taken) {
+  public record Prepared(int device, CompletableFuture<GpuContext> context, CompletableFuture<PreparedContext> made,
+      AtomicBoolean taken, AtomicReference<ImageAhead> image) {
 
-    /** Closes the context unless a start took it (a server that failed to start). */
+    /** Closes the context (and an image prepared in it) unless a start took it (a server that failed to start). */
     public void closeUntaken() {
       if (taken.compareAndSet(false, true)) {
-        made.thenAccept(PreparedContext::close);
+        ImageAhead ahead = image.get();
+        CompletableFuture<?> after = ahead == null ? CompletableFuture.completedFuture(null)
+            : ahead.restore().handle((r, e) -> {
+              if (r != null) {
+                r.close();
+              }
+              return null;
+            });
+        after.thenCompose(v -> made).thenAccept(PreparedContext::close);
       }
     }
   }
+
+  /**
+   * The first registered image, prepared ({@link OnDemandRestorer#prepare}) in the prepared context once it is made:
+   * class, state and modules, so the first start only maps and starts copying. {@code manifest} is the
+   * registration's, by identity.
+   */
+  private record ImageAhead(String tag, ImageManifest manifest, CompletableFuture<PreparedRestore> restore) {}
 
   /** A prepared context and its restore resources. */
   public record PreparedContext(GpuContext context, RestoreResources resources) {
@@ -102,26 +121,33 @@ public final class InProcessInstances implements InstanceFactory {
    * first request. Marks {@code context} and {@code restore resources} on {@code timeline} (may be null).
    */
   public static Prepared prepareContext(GpuDriver driver, int device, StartupTimeline timeline) {
+    CompletableFuture<GpuContext> context = new CompletableFuture<>();
     CompletableFuture<PreparedContext> made = new CompletableFuture<>();
     Thread thread = new Thread(() -> {
+      GpuContext c;
       try {
-        GpuContext context = driver.createContext(device);
+        c = driver.createContext(device);
         mark(timeline, "context");
-        try {
-          made.complete(new PreparedContext(context, RestoreResources.create(context)));
-          mark(timeline, "restore resources");
-        } catch (RuntimeException | Error e) {
-          context.close();
-          throw e;
-        }
       } catch (Throwable e) {
+        context.completeExceptionally(e);
+        made.completeExceptionally(e);
+        return;
+      }
+      // An image registered meanwhile is prepared in the context from here on, beside the restore resources.
+      context.complete(c);
+      try {
+        made.complete(new PreparedContext(c, RestoreResources.create(c)));
+        mark(timeline, "restore resources");
+      } catch (Throwable e) {
+        c.close();
         made.completeExceptionally(e);
       }
     }, "thaw-prepare-context");
     thread.setDaemon(true);
     thread.start();
-    return new Prepared(device, made, new AtomicBoolean());
+    return new Prepared(device, context, made, new AtomicBoolean(), new AtomicReference<>());
   }
+
 
   /**
    * The first on-demand start on the prepared context's device takes it; one nobody took is closed with this
@@ -130,6 +156,39 @@ public final class InProcessInstances implements InstanceFactory {
   public InProcessInstances takePrepared(Prepared prepared) {
     this.prepared = prepared;
     return this;
+  }
+
+  /**
+   * The first image registered while a prepared context waits is prepared in it, on a thread of its own, as soon as
+   * the context is made (beside its restore resources): its class, state and modules. Returns at once.
+   */
+  @Override
+  public void prepare(String tag, ImageManifest manifest) {
+    Prepared p = prepared;
+    if (p == null || p.taken().get() || restore != Restore.ON_DEMAND || ownDriver != null) {
+      return;
+    }
+    StartupTimeline t = timeline;
+    CompletableFuture<PreparedRestore> made = new CompletableFuture<>();
+    if (!p.image().compareAndSet(null, new ImageAhead(tag, manifest, made))) {
+      return;
+    }
+    p.context().whenComplete((c, failed) -> {
+      if (failed != null) {
+        made.completeExceptionally(failed);
+        return;
+      }
+      Thread thread = new Thread(() -> {
+        try {
+          made.complete(new OnDemandRestorer(store).prepare(RestorePlan.of(manifest), c, RestoreSource.STORE_ONLY));
+          mark(t, "image prepared");
+        } catch (Throwable e) {
+          made.completeExceptionally(e);
+        }
+      }, "thaw-prepare-image");
+      thread.setDaemon(true);
+      thread.start();
+    });
   }
 
   /** Tells {@code timeline} of the prepared context and of the first instance's start. */
@@ -197,7 +256,12 @@ public final class InProcessInstances implements InstanceFactory {
       if (ready != null) {
         owned.add(ready.context());
         owned.add(ready.resources());
+        PreparedRestore image = takeImage(tag, manifest);
         double acquireMs = (System.nanoTime() - t) / 1e6;
+        if (image != null) {
+          return onDemand(manifest, device, () -> new OnDemandRestorer(store).restore(image, RestoreSource.STORE_ONLY,
+              ready.resources(), new OnDemandOptions()), acquireMs, owned);
+        }
         return onDemand(tag, manifest, device, ready.context(), ready.resources(), acquireMs, owned);
       }
       GpuDriver own = ownDriver == null ? null : ownDriver.get();
@@ -227,9 +291,36 @@ public final class InProcessInstances implements InstanceFactory {
 
   private FunctionInstance onDemand(String tag, ImageManifest manifest, int device, GpuContext context,
       RestoreResources resources, double acquireMs, List<AutoCloseable> owned) {
+    return onDemand(manifest, device, () -> new OnDemandRestorer(store).restore(manifest, context,
+        RestoreSource.STORE_ONLY, resources, new OnDemandOptions()), acquireMs, owned);
+  }
+
+  /**
+   * The image prepared ahead in the prepared context when it is this start's ({@code tag}, the very manifest the
+   * registration read) and its preparation succeeded; else null (a failed one is closed).
+   */
+  private PreparedRestore takeImage(String tag, ImageManifest manifest) {
+    ImageAhead ahead = prepared.image().getAndSet(null);
+    if (ahead == null) {
+      return null;
+    }
+    PreparedRestore r;
+    try {
+      r = ahead.restore().join();
+    } catch (java.util.concurrent.CompletionException e) {
+      return null;
+    }
+    if (!ahead.tag().equals(tag) || ahead.manifest() != manifest) {
+      r.close();
+      return null;
+    }
+    return r;
+  }
+
+  private FunctionInstance onDemand(ImageManifest manifest, int device, Supplier<OnDemandRestore> restoring,
+      double acquireMs, List<AutoCloseable> owned) {
     long restoreStart = System.nanoTime();
-    OnDemandRestore r = new OnDemandRestorer(store).restore(manifest, context, RestoreSource.STORE_ONLY, resources,
-        new OnDemandOptions());
+    OnDemandRestore r = restoring.get();
     owned.add(r);
     // The host waits for no byte: the first request's kernels wait on the device for theirs, inside its invoke.
     StartPhases phases = new StartPhases(acquireMs, r.timings().readyMillis(), 0, manifest.totalBytes(), "store");
