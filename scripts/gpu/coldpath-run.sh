@@ -7,7 +7,8 @@
 #     1 out (the request of the in-process 34.4 ms) cold over HTTP five times, scaled to zero between (the first
 #     from the host cache, the rest from the HBM tier), then 8 tokens out cold once, warm p50 over a kept-alive
 #     connection; every response's Server-Timing; the cold start trace of the last one.
-# Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/coldpath-run.sh <unpacked thaw dir>  (~3 minutes)
+#  0. First, the prepared path's tests on CUDA (PreparedImageTest, the rehearsal, the host cache's extent leases).
+# Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/coldpath-run.sh <unpacked thaw dir>  (~4 minutes)
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=$(cd "${1:?usage: OUT=<dir> scripts/gpu/coldpath-run.sh <unpacked thaw dir>}" && pwd)
@@ -35,6 +36,14 @@ PY
       --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --tag gpt2:large \
       --sample-request "$work/gpt2.json" || status=1
 } > "$OUT/build.txt" 2>&1
+
+echo "== 0. the prepared path's tests on CUDA"
+tests=(dev.thaw.pool.PreparedImageTest dev.thaw.pool.worker.WorkerWarmupTest dev.thaw.pool.cache.HostImageCacheTest
+  dev.thaw.pool.ContextPoolTest dev.thaw.pool.HostCacheWorkerTest)
+selectors=(); for t in "${tests[@]}"; do selectors+=(--select-class "$t"); done
+timeout 150 "$home/bin/thaw-test" "${selectors[@]}" --reports-dir "$work/reports" 2>&1 | strip > "$OUT/tests.txt" \
+  || status=1
+grep -E 'tests (successful|failed|skipped|aborted)' "$OUT/tests.txt"
 
 echo "== 1. PoolBench"
 timeout 150 "$java" ${THAW_JAVA_OPTS:-} -cp "$home/lib/*:$home/lib/bench/*" dev.thaw.bench.pool.PoolBench \
@@ -82,15 +91,24 @@ def wait(test, s=90):
             pass
         time.sleep(0.05)
     return None
+def idle_workers():
+    return sum(float(l.rsplit(" ", 1)[1]) for l in get("/metrics").splitlines()
+               if l.startswith("thaw_pool_workers") and 'state="idle"' in l)
+def settle():
+    # Scaled to zero, and the pool's idle workers all back (a fresh JVM each) and done preparing the image.
+    wait(lambda s: s.get("state") == "cold")
+    t = time.time()
+    while idle_workers() < 2 and time.time() - t < 60:
+        time.sleep(0.1)
+    time.sleep(2)
 out = {"staged": wait(lambda s: s.get("image", {}).get("hostCache") in ("cached", "store"))}
 colds = []
-for i in range(5):
-    wait(lambda s: s.get("state") == "cold")
-    time.sleep(4)   # the pool's idle workers ready and prepared again
+for i in range(4):
+    settle()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     colds.append(post(conn, gpt)); conn.close()
 out["cold16to1"] = colds
-wait(lambda s: s.get("state") == "cold"); time.sleep(4)
+settle()
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 out["cold16to8"] = post(conn, gpt8)
 warm = [post(conn, gpt) for _ in range(30)]
@@ -110,12 +128,19 @@ sys.exit(1 if any(c["status"] != 200 for c in colds) else 0)
 PY
 port=18090
 echo '{"functions": {"gpt2": {"image": "gpt2:large", "keepAlive": "1s"}}}' > "$work/serve-config.json"
-"$home/bin/thaw" serve --port $port --config "$work/serve-config.json" --idle-workers 2 --host-cache 8g \
-    --hbm-tier 16g > "$work/serve.log" 2>&1 &
-pid=$!
-timeout 150 python3 "$work/client.py" $port "$work" || status=1
-kill -TERM $pid; wait $pid; echo "exit status after SIGTERM: $?"
-cp "$work/serve.json" "$OUT/serve.json" 2>/dev/null
-grep -v '^\[main\] INFO' "$work/serve.log" | strip | tail -60 > "$OUT/serve-log.txt"
+# Twice: the host cache alone (every cold start copies the weights), then with the HBM tier (from the second cold
+# start on, the weights an evicted instance left on the GPU are mapped, not copied).
+for tier in host-cache hbm; do
+  echo "-- $tier"
+  hbm=0; [[ $tier == hbm ]] && hbm=16g
+  "$home/bin/thaw" serve --port $port --config "$work/serve-config.json" --idle-workers 2 --host-cache 8g \
+      --hbm-tier $hbm > "$work/serve-$tier.log" 2>&1 &
+  pid=$!
+  timeout 120 python3 "$work/client.py" $port "$work" || status=1
+  kill -TERM $pid; wait $pid; echo "exit status after SIGTERM: $?"
+  cp "$work/serve.json" "$OUT/serve-$tier.json" 2>/dev/null
+  grep -v '^\[main\] INFO' "$work/serve-$tier.log" | strip | grep -v 'warm queue=' > "$OUT/serve-$tier-log.txt"
+  grep 'cold start on worker' "$OUT/serve-$tier-log.txt" | sed 's/.*dev.thaw.server.instances - //'
+done
 rm -rf "$work"
 exit $status

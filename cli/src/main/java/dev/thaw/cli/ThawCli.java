@@ -78,6 +78,7 @@ import picocli.CommandLine.Spec;
         "  THAW_SIM_MEMORY     memory of the simulated device, e.g. 16g",
         "  THAW_SIM_COPY_GBPS  simulated host<->device copy bandwidth in GB/s;",
         "                      0 (the default) copies as fast as the host can",
+        "  THAW_SIM_DEVICES    how many simulated devices to list (default 1)",
         "",
         "Examples:",
         "  thaw devices                  list the devices Thaw would use",

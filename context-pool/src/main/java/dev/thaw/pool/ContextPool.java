@@ -76,6 +76,14 @@ public interface ContextPool extends AutoCloseable {
   /** Stops preparing the image named {@code name} in new workers (those that prepared it keep it). */
   void forget(String name);
 
+  /**
+   * Waits until the pool has its idle target on every device and each idle worker has answered every PREPARE
+   * sent to it (succeeded or failed): then a cold start of a prepared image only maps and copies.
+   *
+   * @return false if that did not happen within {@code timeout}
+   */
+  boolean awaitPrepared(Duration timeout) throws InterruptedException;
+
   /** One snapshot per device. */
   List<PoolStats> stats();
 

@@ -94,6 +94,18 @@ public interface Worker extends AutoCloseable {
    */
   CompletableFuture<java.util.List<dev.thaw.pool.hbm.ExportedSlab>> exportReadOnly();
 
+  /**
+   * The timeline of the restore {@link #become} started, from the worker, placed on this process's clock: its
+   * BECOME's phases, each copy on the restore stream (runs of them coalesced beyond {@code maxSpans}, said in the
+   * trace) and the first launch. Ask once {@link #resident()} completed; it is answered after the requests sent
+   * before it, and may be asked while a request runs.
+   *
+   * @throws IllegalStateException (at once) if the worker has not become an image
+   */
+  default CompletableFuture<WorkerTimeline> restoreTimeline(int maxSpans) {
+    return CompletableFuture.failedFuture(new UnsupportedOperationException("this worker keeps no timeline"));
+  }
+
   /** Asks the worker what it is doing; answered even while it restores or serves. */
   CompletableFuture<WorkerStatus> status();
 

@@ -50,7 +50,9 @@ class ContextPoolTest {
       assertTrue(start.spawnToReadyMillis() > 0 && start.phases().containsKey("context")
           && start.phases().containsKey("warmup") && start.phases().containsKey("jvm"), start.toString());
       assertEquals("BLANK", w.status().get().state());
+      assertThrows(IllegalStateException.class, () -> w.restoreTimeline(8), "no restore to trace yet");
 
+      long beforeBecome = System.nanoTime();
       BecomeResult b = w.becomeBlocking("probe", probe.manifest(), ImageSource.store(dir.resolve("store")));
       assertEquals(probe.result().manifest().totalBytes(), b.bytes());
       assertTrue(b.phases().containsKey("map allocations") && b.phases().containsKey("load modules"),
@@ -69,6 +71,30 @@ class ContextPoolTest {
       JsonNode scan = w.invokeBlocking(json("{\"op\": \"scan\"}")).jsonTree();
       assertEquals(0, scan.get("headMismatches").asLong(), "the image's bytes are restored: " + scan);
       assertEquals(probe.result().manifest().allocations().get(0).address(), scan.get("address").asLong());
+
+      // Its timeline, on this process's clock: the BECOME's phases, and its copies coalesced to the one span asked for.
+      WorkerTimeline timeline = w.restoreTimeline(1).get();
+      assertTrue(timeline.sharedClock(), "one monotonic clock for the processes of a Linux host");
+      assertTrue(timeline.originNanos() >= beforeBecome && timeline.originNanos() <= beforeBecome
+          + (long) (b.roundTripMillis() * 1e6), "the BECOME began after it was sent and before it answered");
+      List<String> becomeRow = new ArrayList<>();
+      long copySpans = 0;
+      long copied = 0;
+      for (JsonNode e : timeline.chromeTrace().get("traceEvents")) {
+        if (e.path("tid").asInt() == 0 && e.path("ph").asText().equals("X")) {
+          becomeRow.add(e.get("name").asText());
+        }
+        if (e.path("tid").asInt() == 2 && e.path("ph").asText().equals("X")) {
+          copySpans++;
+          copied += e.path("args").path("bytes").asLong();
+        }
+      }
+      List<String> phases = new ArrayList<>(b.phases().keySet());
+      phases.remove("total");
+      phases.add(0, "BECOME probe");
+      assertEquals(phases, becomeRow, "the BECOME's span, then its phases in order");
+      assertEquals(1, copySpans, "capped at one span");
+      assertEquals(b.bytes(), copied, "every byte copied, in that span");
 
       WorkerStatus status = w.status().get();
       assertEquals("READY", status.state());

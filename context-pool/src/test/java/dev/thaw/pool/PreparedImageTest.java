@@ -43,6 +43,7 @@ class PreparedImageTest {
       ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path()));
       try {
         pool.prepare(new PreparedImage("probe@1", "probe", probe.manifest(), staged.placement()));
+        assertTrue(pool.awaitPrepared(WAIT), "every idle worker answered its PREPARE: " + pool.stats());
         Worker w = pool.acquire(0, WAIT);
         seen.add(w.pid());
         CacheLease lease = cache.lease("probe", manifest);
@@ -76,6 +77,7 @@ class PreparedImageTest {
           "{\"schemaVersion\": 1}".getBytes(StandardCharsets.UTF_8), null);
       pool.prepare(broken);
       pool.prepare(new PreparedImage("other@1", "other", "not json".getBytes(StandardCharsets.UTF_8), null));
+      assertTrue(pool.awaitPrepared(WAIT), "a failed PREPARE is answered too: " + pool.stats());
       Worker w = pool.acquire(0, WAIT);
       seen.add(w.pid());
       BecomeResult b = w.becomeBlocking(new PreparedImage("probe@broken", "probe", probe.manifest(), null),

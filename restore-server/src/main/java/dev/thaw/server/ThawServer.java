@@ -63,6 +63,7 @@ public final class ThawServer implements AutoCloseable {
     this.adminToken = adminToken;
     this.adminTokenFile = adminTokenFile;
     this.metrics = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
+    factory.bindMetrics(metrics);
     List<Tag> common = new ArrayList<>();
     options.labels().forEach((k, v) -> common.add(Tag.of(k, v)));
     metrics.config().commonTags(common);

@@ -19,6 +19,8 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.List;
+import java.util.Map;
 
 /** Images built on the sim device into a real RocksDB store, and an HTTP client for a server on loopback. */
 public final class ServerFixture {
@@ -98,5 +100,41 @@ public final class ServerFixture {
 
   public static JsonNode json(HttpResponse<String> r) throws Exception {
     return JSON.readTree(r.body());
+  }
+
+  /**
+   * A pool of small sim-device workers (serial GC, 256 MiB heap, no warm-up launches) on {@code devices} (ordinals 0 to
+   * n-1, as many simulated devices for them), mapping the host cache at {@code hostCache}.
+   */
+  public static dev.thaw.pool.ContextPoolOptions simPool(Path store, Path hostCache, List<Integer> devices) {
+    return new dev.thaw.pool.ContextPoolOptions().setDevices(devices).setIdleTarget(1).setMaxWorkers(3)
+        .setDeviceChoice("sim").setStorePath(store).setWarmupLaunches(0).setHostCachePath(hostCache)
+        .setJvmOptions(List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"))
+        .setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", String.valueOf(devices.size())));
+  }
+
+  /** Polls {@code GET /v1/functions/{function}} until {@code done} holds (30 s at most); returns that state. */
+  public static JsonNode awaitState(int port, String function, java.util.function.Predicate<JsonNode> done)
+      throws Exception {
+    JsonNode s = null;
+    for (int i = 0; i < 3000; i++) {
+      s = json(get(port, "/v1/functions/" + function));
+      if (done.test(s)) {
+        return s;
+      }
+      Thread.sleep(10);
+    }
+    throw new AssertionError(function + " never reached the expected state: " + s);
+  }
+
+  /** Polls {@code /v2/health/ready} until it answers 200 (60 s at most). */
+  public static void awaitReady(int port) throws Exception {
+    for (int i = 0; i < 6000; i++) {
+      if (get(port, "/v2/health/ready").statusCode() == 200) {
+        return;
+      }
+      Thread.sleep(10);
+    }
+    throw new AssertionError("the server never became ready");
   }
 }

@@ -57,7 +57,8 @@ final class HarnessPool implements AutoCloseable {
           .setMaxStarting(1).setDeviceChoice(device).setStorePath(store).setHostCachePath(hostCache)
           .setWarmupLaunches(warmupLaunches(device)).setAwaitResident(awaitResident));
     }
-    if (!pool.awaitIdle(timeout)) {
+    // Idle, and done preparing what it was asked to (a cold start of a prepared image then only maps and copies).
+    if (!pool.awaitPrepared(timeout)) {
       throw new Contender.ContenderException("the context pool had no idle worker after " + timeout.toSeconds()
           + " s: " + pool.stats());
     }

@@ -9,6 +9,7 @@ import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
+import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.PoolException;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.cache.CacheLease;
@@ -85,11 +86,11 @@ final class ThawPoolColdContender implements Contender {
     byte[] manifest = bench.pool().manifest(tag);
     byte[] request = readRequest(model);
     if (!fromHostCache && !full) {
-      return runs(bench.pool(), model, tag, manifest, request, runs, null);
+      return runs(bench.pool(), model, null, manifest, request, runs, null);
     }
     if (!fromHostCache) {
       try (HarnessPool pool = new HarnessPool(bench.pool(), null, true)) {
-        return runs(pool, model, tag, manifest, request, runs, null);
+        return runs(pool, model, null, manifest, request, runs, null);
       }
     }
     // The cache is made for this model's image (the workers map and register all of it at their start), with a
@@ -99,9 +100,19 @@ final class ThawPoolColdContender implements Contender {
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(bench.pool().store()).setReadOnly(true));
         HarnessPool pool = new HarnessPool(bench.pool(), cache.path(), full)) {
       ImageManifest parsed = ImageManifest.read(manifest);
-      // A worker takes over the lease it becomes an image with, and closes it once resident: one lease per run.
-      // Staging again finds every chunk cached and only pins it.
-      return runs(pool, model, tag, manifest, request, runs, () -> cache.stage(tag, parsed, store));
+      // As the server does at registration: staged once, then every idle worker prepares it. A worker takes over
+      // the lease it becomes the image with, and closes it once resident: one lease per run, a pin per extent of
+      // the stage (staged again only if the cache moved it).
+      PreparedImage prepared;
+      try (CacheLease staged = cache.stage(tag, parsed, store)) {
+        prepared = new PreparedImage(tag + "@harness", tag, manifest, staged.placement());
+      }
+      pool.ready().prepare(prepared);
+      Supplier<CacheLease> leases = () -> {
+        CacheLease pinned = cache.lease(tag, parsed);
+        return pinned != null ? pinned : cache.stage(tag, parsed, store);
+      };
+      return runs(pool, model, prepared, manifest, request, runs, leases);
     } catch (IOException | RuntimeException e) {
       if (e instanceof PoolException) {
         throw new ContenderException("the pooled worker failed: " + e.getMessage(), e);
@@ -110,8 +121,10 @@ final class ThawPoolColdContender implements Contender {
     }
   }
 
-  private List<Sample> runs(HarnessPool harnessPool, PreparedModel model, String tag, byte[] manifest,
+  /** @param prepared the image as the pool's workers prepared it, or null to send it whole (tag {@code model}'s) */
+  private List<Sample> runs(HarnessPool harnessPool, PreparedModel model, PreparedImage prepared, byte[] manifest,
       byte[] request, int runs, Supplier<CacheLease> leases) throws ContenderException, InterruptedException {
+    String tag = prepared != null ? prepared.name() : model.requireTag();
     List<Sample> samples = new ArrayList<>();
     for (int i = 0; i < runs; i++) {
       CacheLease lease = leases == null ? null : leases.get();
@@ -123,7 +136,8 @@ final class ThawPoolColdContender implements Contender {
         Worker w = pool.acquire();
         long t1 = System.nanoTime();
         try {
-          BecomeResult b = w.becomeBlocking(tag, manifest, source);
+          BecomeResult b = prepared != null ? w.becomeBlocking(prepared, source)
+              : w.becomeBlocking(tag, manifest, source);
           long t2 = System.nanoTime();
           if (!b.source().equals(source.kind())) {
             throw new ContenderException("the worker restored from " + b.source() + ", not from the " + source.kind());

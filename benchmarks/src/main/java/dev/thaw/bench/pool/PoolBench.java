@@ -54,9 +54,6 @@ public final class PoolBench {
 
   private record Image(String tag, byte[] request) {}
 
-  /** How long the bench lets idle workers prepare an image before it takes one. */
-  private static final long PREPARE_SETTLE_MILLIS = 3000;
-
   public static void main(String[] args) throws Exception {
     Path store = null;
     List<Image> images = new ArrayList<>();
@@ -167,8 +164,8 @@ public final class PoolBench {
       ObjectNode run = list.addObject();
       PreparedImage prepared = null;
       if (source.equals("prepared")) {
-        // As the server does at registration: staged, then every idle worker prepares it. A PREPARE still running
-        // would be waited for by the BECOME: give the refilled workers time to finish theirs first.
+        // As the server does at registration: staged, then every idle worker prepares it; the cold start begins once
+        // they are done (a PREPARE still running would be waited for by the BECOME).
         ChunkPlacement placement = null;
         if (cache != null) {
           try (CacheLease staged = cache.stage(image.tag(), manifest, reader)) {
@@ -177,7 +174,9 @@ public final class PoolBench {
         }
         prepared = new PreparedImage(image.tag() + "@bench", image.tag(), manifestBytes, placement);
         pool.prepare(prepared);
-        Thread.sleep(PREPARE_SETTLE_MILLIS);
+        if (!pool.awaitPrepared(WAIT)) {
+          throw new IllegalStateException("the pool's workers did not prepare " + image.tag() + ": " + pool.stats());
+        }
         lease = cache == null ? null : cache.lease(image.tag(), manifest);
       }
       if (source.equals("cache")) {

@@ -105,6 +105,16 @@ public final class HbmTier implements AutoCloseable {
     return bytes;
   }
 
+  /** Bytes held for {@code image}, 0 for none; unlike {@link #slabs}, does not mark it used. */
+  public synchronized long bytes(String image) {
+    for (Map.Entry<String, Held> e : images.entrySet()) {
+      if (e.getKey().equals(image)) {
+        return e.getValue().bytes();
+      }
+    }
+    return 0;
+  }
+
   public synchronized Map<String, Long> heldImages() {
     Map<String, Long> out = new LinkedHashMap<>();
     images.forEach((k, v) -> out.put(k, v.bytes()));

@@ -244,6 +244,21 @@ public final class ContextPoolImpl implements ContextPool {
   }
 
   @Override
+  public boolean awaitPrepared(Duration timeout) throws InterruptedException {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    if (!awaitIdle(timeout)) {
+      return false;
+    }
+    for (WorkerProcess w : all().toList()) {
+      long left = deadline - System.nanoTime();
+      if (left <= 0 || !w.awaitPrepares(left)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  @Override
   public void forget(String name) {
     lock.lock();
     try {

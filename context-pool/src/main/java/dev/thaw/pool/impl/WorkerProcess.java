@@ -17,6 +17,7 @@ import dev.thaw.pool.WorkerException;
 import dev.thaw.pool.WorkerLostException;
 import dev.thaw.pool.WorkerStart;
 import dev.thaw.pool.WorkerStatus;
+import dev.thaw.pool.WorkerTimeline;
 import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.protocol.Frame;
@@ -264,6 +265,19 @@ final class WorkerProcess implements Worker {
     });
   }
 
+  /** Waits up to {@code nanos} for every PREPARE sent so far to be answered; false if one is still running. */
+  boolean awaitPrepares(long nanos) throws InterruptedException {
+    try {
+      CompletableFuture.allOf(prepared.values().toArray(CompletableFuture[]::new))
+          .handle((ok, failed) -> null).get(nanos, TimeUnit.NANOSECONDS);
+      return true;
+    } catch (java.util.concurrent.TimeoutException e) {
+      return false;
+    } catch (ExecutionException e) {
+      return true;
+    }
+  }
+
   @Override
   public CompletableFuture<BecomeResult> become(PreparedImage image, ImageSource source) {
     CompletableFuture<Frame> p = prepared.get(image.key());
@@ -370,6 +384,37 @@ final class WorkerProcess implements Worker {
     claim();
     return release(send(FrameType.EXPORT, FrameCodec.head(), null, STATUS_TIMEOUT)
         .thenApply(f -> ExportedSlab.decodeAll(f.head().path("slabs").asText(""))));
+  }
+
+  @Override
+  public CompletableFuture<WorkerTimeline> restoreTimeline(int maxSpans) {
+    checkUsable();
+    if (!invocable) {
+      throw new IllegalStateException("worker " + pid + " has no restore to trace");
+    }
+    ObjectNode head = FrameCodec.head();
+    head.put("maxSpans", maxSpans);
+    long sent = System.nanoTime();
+    // Not claimed: the worker answers it between requests, so it may wait behind one.
+    return send(FrameType.TRACE, head, null, options.invokeTimeout().plus(STATUS_TIMEOUT)).thenApply(f -> {
+      long received = System.nanoTime();
+      long now = f.head().path("nowNanos").asLong();
+      boolean shared = now >= sent && now <= received;
+      long shift = shared ? 0 : sent + (received - sent) / 2 - now;
+      try {
+        JsonNode trace = JSON.readTree(f.body());
+        double error = shared ? 0 : (received - sent) / 2e3;
+        if (!shared && trace.path("traceEvents").isArray()) {
+          ((com.fasterxml.jackson.databind.node.ArrayNode) trace.get("traceEvents")).addObject()
+              .put("name", String.format("the worker's clock is not this process's: placed by the round trip, "
+                  + "within %.0f us", error)).put("ph", "i").put("s", "g").put("pid", 1).put("tid", 0).put("ts", 0);
+        }
+        return new WorkerTimeline(trace, f.head().path("originNanos").asLong() + shift, shared, error);
+      } catch (IOException e) {
+        throw new CompletionException(new WorkerException(WorkerErrorKind.PROTOCOL, pid, null,
+            "its restore timeline is not JSON: " + e.getMessage()));
+      }
+    });
   }
 
   @Override

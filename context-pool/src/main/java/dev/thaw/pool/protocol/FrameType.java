@@ -29,6 +29,14 @@ public enum FrameType {
    * The RESULT's head has the phases; an ERROR leaves the worker blank and usable.
    */
   PREPARE(8),
+  /**
+   * Parent → worker, once its image is resident: the restore's timeline (the BECOME's phases, the copies, the first
+   * launch) as Chrome trace. The head may cap the copy spans ({@code maxSpans}); the RESULT's head has
+   * {@code originNanos} (the BECOME's start, time zero of the trace) and {@code nowNanos} (when it answered), both on
+   * the worker's {@link System#nanoTime()}; its body is the trace's JSON. Runs on the main thread, after the INVOKEs
+   * sent before it.
+   */
+  TRACE(9),
   /** Worker → parent: the answer to the request with the same id. */
   RESULT(16),
   /** Worker → parent: the request with the same id failed (id 0: the worker itself failed and exits). */

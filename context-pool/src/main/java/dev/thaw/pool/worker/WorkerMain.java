@@ -2,6 +2,7 @@ package dev.thaw.pool.worker;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
@@ -83,6 +84,8 @@ public final class WorkerMain {
   public static final int EXIT_STICKY = 4;
   public static final int EXIT_PARENT_GONE = 5;
   public static final int EXIT_RESTORE_FAILED = 6;
+  /** Copy spans in a TRACE answer when the request names no cap. */
+  private static final int TRACE_SPANS = 512;
 
   private enum State { STARTING, BLANK, BECOMING, READY, INVOKING }
 
@@ -118,6 +121,10 @@ public final class WorkerMain {
    */
   private record Prepared(String key, String name, PreparedRestore restore, byte[] placement, PinnedChunks chunks,
       RocksChunkStore store) {}
+  /** The BECOME that made {@link #restored}: when the main thread took it, and its answer's head (for TRACE). */
+  private Became became;
+
+  private record Became(long takenNanos, JsonNode head) {}
 
   private WorkerMain(WorkerConfig config, DataInputStream in, OutputStream out) {
     this.config = config;
@@ -190,6 +197,10 @@ public final class WorkerMain {
       c.printStackTrace();
       send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.STARTUP, c)));
       Runtime.getRuntime().halt(EXIT_STARTUP);
+    }
+    if (!config.warmupAfterReady()) {
+      // What the warm-up allocated goes now: a cold start must not run into a collection it did not cause.
+      System.gc();
     }
     ObjectNode ready = FrameCodec.head();
     ready.put("pid", pid);
@@ -288,6 +299,9 @@ public final class WorkerMain {
       System.err.println("worker " + pid + ": warm-up cut short by a waiting request");
       return;
     }
+    // What the warm-up allocated goes now (no request waits): a cold start must not run into a collection it did not
+    // cause.
+    System.gc();
     ObjectNode warm = ready.deepCopy();
     warm.set("phases", json.valueToTree(phases));
     warm.put("warm", true);
@@ -332,11 +346,13 @@ public final class WorkerMain {
   private void handle(Frame f) {
     Frame reply;
     boolean restoring = f.type() == FrameType.BECOME;
+    long taken = System.nanoTime();
     try {
       reply = switch (f.type()) {
         case BECOME -> become(f);
         case PREPARE -> prepare(f);
         case EXPORT -> export(f);
+        case TRACE -> trace(f);
         default -> invoke(f);
       };
     } catch (Throwable e) {
@@ -355,6 +371,9 @@ public final class WorkerMain {
         state = State.READY;
       }
       return;
+    }
+    if (restoring && reply.type() == FrameType.RESULT) {
+      became = new Became(taken, reply.head());
     }
     send(reply);
     if (restoring && state == State.READY) {
@@ -404,6 +423,8 @@ public final class WorkerMain {
       Prepared eldest = prepared.remove(prepared.keySet().iterator().next());
       eldest.restore().close();
     }
+    // The garbage of parsing goes now, while idle, not in the middle of the cold start that follows.
+    System.gc();
     phases.put("total", (System.nanoTime() - start) / 1e6);
     ObjectNode h = FrameCodec.head();
     h.set("phases", json.valueToTree(phases));
@@ -626,6 +647,52 @@ public final class WorkerMain {
     return new Frame(FrameType.RESULT, f.id(), h);
   }
 
+  /**
+   * The restore's timeline (TRACE), time zero when this thread took the BECOME: a row of the BECOME's phases, laid
+   * end to end as its answer reported them, with the moment the last byte landed, then the restore's own rows
+   * ({@code RestoreTrace}: host phases, copies on the restore stream, the first launch), copy spans capped at
+   * {@code maxSpans}. Its events have all completed once the restore is resident and no request runs, as here.
+   */
+  private Frame trace(Frame f) throws IOException {
+    if (state != State.READY || restored == null || became == null || !restored.isResident()) {
+      return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
+          "only a worker whose image is wholly on the device has a timeline to give (state " + state + ")"));
+    }
+    int maxSpans = Math.max(1, f.head().path("maxSpans").asInt(TRACE_SPANS));
+    long zero = became.takenNanos();
+    ObjectNode trace = restored.trace().chromeTrace(zero, maxSpans);
+    ArrayNode events = (ArrayNode) trace.get("traceEvents");
+    JsonNode h = became.head();
+    ObjectNode row = events.insertObject(0);
+    row.put("name", "thread_name").put("ph", "M").put("pid", 1).put("tid", 0);
+    row.putObject("args").put("name", "worker " + pid + " on device " + config.ordinal() + ": BECOME");
+    JsonNode phases = h.path("phases");
+    ObjectNode all = traceSpan(events, "BECOME " + image, 0, phases.path("total").asDouble() * 1e3);
+    all.putObject("args").put("image", image).put("source", h.path("source").asText())
+        .put("bytes", h.path("bytes").asLong()).put("pid", pid).put("device", config.ordinal());
+    double t = 0;
+    for (Map.Entry<String, JsonNode> p : (Iterable<Map.Entry<String, JsonNode>>) phases::fields) {
+      if (!p.getKey().equals("total")) {
+        double dur = p.getValue().asDouble() * 1e3;
+        traceSpan(events, p.getKey(), t, dur);
+        t += dur;
+      }
+    }
+    ObjectNode landed = events.addObject();
+    landed.put("name", "resident: every byte on the device").put("ph", "i").put("s", "t").put("pid", 1)
+        .put("tid", 0).put("ts", (restored.residentNanos() - zero) / 1e3);
+    ObjectNode head = FrameCodec.head();
+    head.put("originNanos", zero);
+    head.put("nowNanos", System.nanoTime());
+    return new Frame(FrameType.RESULT, f.id(), head, json.writeValueAsBytes(trace));
+  }
+
+  private static ObjectNode traceSpan(ArrayNode events, String name, double tsMicros, double durMicros) {
+    ObjectNode e = events.addObject();
+    e.put("name", name).put("ph", "X").put("pid", 1).put("tid", 0).put("ts", tsMicros).put("dur", durMicros);
+    return e;
+  }
+
   private Frame invoke(Frame f) throws Exception {
     if (state != State.READY) {
       return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
@@ -692,7 +759,7 @@ public final class WorkerMain {
           send(new Frame(FrameType.RESULT, f.id(), FrameCodec.head()));
           Runtime.getRuntime().halt(0);
         }
-        case BECOME, INVOKE, EXPORT -> {
+        case BECOME, INVOKE, EXPORT, TRACE -> {
           requested = true;
           work.add(f);
         }

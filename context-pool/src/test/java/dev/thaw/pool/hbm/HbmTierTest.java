@@ -92,6 +92,9 @@ class HbmTierTest {
       int cFd = tier.slabs("c").orElseThrow().get(0).fd();
       assertTrue(Files.exists(Path.of("/proc/self/fd/" + cFd)));
       tier.slabs("b");
+      // Asking how much of an image is held (placement does) does not make it recently used: c still goes first.
+      assertEquals(4 * mib, tier.bytes("c"));
+      assertEquals(0, tier.bytes("a"));
       assertEquals(4 * mib, tier.giveWay(1));
       assertEquals(List.of("b"), List.copyOf(tier.heldImages().keySet()), "c was used less recently than b");
       assertFalse(Files.exists(Path.of("/proc/self/fd/" + cFd)), "given way: its descriptor is closed");

@@ -76,7 +76,11 @@ public final class OnDemandRestorer {
       Map<String, byte[]> cubins = cubins(manifest, context, lease, true);
       for (ImageManifest.Module m : manifest.modules()) {
         byte[] cubin = cubins.get(m.name());
-        modules.put(m.name(), cubin != null ? context.loadCubin(cubin) : context.loadPtx(m.ptx()));
+        GpuModule module = cubin != null ? context.loadCubin(cubin) : context.loadPtx(m.ptx());
+        modules.put(m.name(), module);
+        // With lazy loading (the driver's default) a kernel is loaded onto the device when it is first looked
+        // up: every one now, so that no launch of the cold start pays for it. The module keeps the handles.
+        m.kernels().forEach(k -> module.kernel(k.name()));
       }
     } catch (RuntimeException | Error e) {
       modules.values().forEach(GpuModule::close);

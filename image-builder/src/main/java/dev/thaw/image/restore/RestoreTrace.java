@@ -141,10 +141,28 @@ public final class RestoreTrace {
   }
 
   /**
-   * Writes the timeline as Chrome-trace JSON. Every event in it must have completed: call after the restore is
-   * resident and the request's work is done.
+   * Writes the timeline as Chrome-trace JSON, every copy and launch, timestamps from the origin event. Every event in
+   * it must have completed: call after the restore is resident and the request's work is done.
    */
   public void writeChromeTrace(Path file) throws IOException {
+    ObjectNode root = chromeTrace(originNanos, Integer.MAX_VALUE);
+    Files.createDirectories(file.toAbsolutePath().getParent());
+    JSON.writerWithDefaultPrettyPrinter().writeValue(file.toFile(), root);
+  }
+
+  /**
+   * The timeline as Chrome trace, {@code {"traceEvents": [...], "displayTimeUnit": "ms"}}, timestamps in
+   * microseconds from {@code zeroNanos} ({@link System#nanoTime()}), bounded: at most {@code maxSpans} spans on the
+   * restore stream's row and {@code maxSpans} launches. Where more copies were queued, runs of consecutive ones
+   * (in queue order) become one span each, named {@code "copies i-j of n"} with their bytes, count, first and
+   * last allocation in {@code args}; an instant at the row's start says how many were coalesced into how many.
+   * Launches beyond the cap are left out, likewise said. Every event in it must have completed: call after the
+   * restore is resident and the request's work is done.
+   */
+  public ObjectNode chromeTrace(long zeroNanos, int maxSpans) {
+    if (maxSpans < 1) {
+      throw new IllegalArgumentException("maxSpans must be at least 1: " + maxSpans);
+    }
     ObjectNode root = JSON.createObjectNode();
     root.put("displayTimeUnit", "ms");
     ArrayNode ev = root.putArray("traceEvents");
@@ -153,48 +171,85 @@ public final class RestoreTrace {
     thread(ev, COMPUTE, "compute stream: kernels and waits");
     for (Mark m : marks) {
       if (m.endNanos() == m.startNanos()) {
-        ObjectNode i = event(ev, m.name(), "i", m.track(), m.startNanos());
+        ObjectNode i = event(ev, m.name(), "i", m.track(), m.startNanos() - zeroNanos);
         i.put("s", "t");
       } else {
-        event(ev, m.name(), "X", m.track(), m.startNanos()).put("dur", micros(m.endNanos() - m.startNanos()));
+        event(ev, m.name(), "X", m.track(), m.startNanos() - zeroNanos)
+            .put("dur", micros(m.endNanos() - m.startNanos()));
       }
     }
     if (residency != null) {
-      RestorePlan plan = residency.plan();
-      List<Integer> queued = new ArrayList<>();
-      for (int u = 0; u < plan.unitCount(); u++) {
-        if (residency.event(u) != null) {
-          queued.add(u);
-        }
-      }
-      queued.sort(Comparator.comparingLong(residency::queuedNanos));
-      long previousEnd = Long.MIN_VALUE;
-      for (int u : queued) {
-        long end = deviceNanos(residency.event(u));
-        long start = Math.max(previousEnd, residency.queuedNanos(u));
-        start = Math.min(start, end);
-        ObjectNode x = event(ev, plan.unit(u).name(), "X", RESTORE, start);
-        x.put("dur", micros(end - start));
-        x.putObject("args").put("bytes", plan.unit(u).size());
-        previousEnd = end;
-      }
+      copies(ev, zeroNanos, maxSpans);
     }
-    for (Launch l : launches) {
+    int kept = Math.min(launches.size(), maxSpans);
+    for (int k = 0; k < kept; k++) {
+      Launch l = launches.get(k);
       long start = deviceNanos(l.start);
-      ObjectNode x = event(ev, l.kernel, "X", COMPUTE, start);
+      ObjectNode x = event(ev, l.kernel, "X", COMPUTE, start - zeroNanos);
       x.put("dur", l.end == null ? 0 : micros(deviceNanos(l.end) - start));
     }
-    Files.createDirectories(file.toAbsolutePath().getParent());
-    JSON.writerWithDefaultPrettyPrinter().writeValue(file.toFile(), root);
+    if (kept < launches.size()) {
+      ObjectNode i = event(ev, "launches after the first " + kept + " of " + launches.size() + " left out", "i", COMPUTE,
+          deviceNanos(launches.get(kept - 1).start) - zeroNanos);
+      i.put("s", "t");
+    }
+    return root;
   }
 
-  private ObjectNode event(ArrayNode ev, String name, String phase, int track, long nanos) {
+  /** Each queued copy's span on the restore stream, from when it could start to its event; coalesced to the cap. */
+  private void copies(ArrayNode ev, long zeroNanos, int maxSpans) {
+    RestorePlan plan = residency.plan();
+    List<Integer> queued = new ArrayList<>();
+    for (int u = 0; u < plan.unitCount(); u++) {
+      if (residency.event(u) != null) {
+        queued.add(u);
+      }
+    }
+    queued.sort(Comparator.comparingLong(residency::queuedNanos));
+    int n = queued.size();
+    long[] starts = new long[n];
+    long[] ends = new long[n];
+    long previousEnd = Long.MIN_VALUE;
+    for (int k = 0; k < n; k++) {
+      int u = queued.get(k);
+      long end = deviceNanos(residency.event(u));
+      // The stream runs copies in order: one starts when it was queued or when the one before it ended.
+      starts[k] = Math.min(Math.max(previousEnd, residency.queuedNanos(u)), end);
+      ends[k] = end;
+      previousEnd = end;
+    }
+    int per = n <= maxSpans ? 1 : (n + maxSpans - 1) / maxSpans;
+    if (per > 1) {
+      ObjectNode i = event(ev, n + " copies coalesced into " + ((n + per - 1) / per) + " spans of up to " + per,
+          "i", RESTORE, starts[0] - zeroNanos);
+      i.put("s", "t");
+      i.putObject("args").put("copies", n).put("maxSpans", maxSpans);
+    }
+    for (int k = 0; k < n; k += per) {
+      int last = Math.min(n, k + per) - 1;
+      long bytes = 0;
+      for (int j = k; j <= last; j++) {
+        bytes += plan.unit(queued.get(j)).size();
+      }
+      String name = per == 1 ? plan.unit(queued.get(k)).name() : "copies " + (k + 1) + "-" + (last + 1) + " of " + n;
+      ObjectNode x = event(ev, name, "X", RESTORE, starts[k] - zeroNanos);
+      x.put("dur", micros(Math.max(0, ends[last] - starts[k])));
+      ObjectNode args = x.putObject("args").put("bytes", bytes);
+      if (per > 1) {
+        args.put("copies", last - k + 1).put("first", plan.unit(queued.get(k)).name())
+            .put("last", plan.unit(queued.get(last)).name());
+      }
+    }
+  }
+
+  /** An event at {@code sinceZeroNanos} from the trace's time zero. */
+  private ObjectNode event(ArrayNode ev, String name, String phase, int track, long sinceZeroNanos) {
     ObjectNode e = ev.addObject();
     e.put("name", name);
     e.put("ph", phase);
     e.put("pid", PID);
     e.put("tid", track);
-    e.put("ts", micros(nanos - originNanos));
+    e.put("ts", micros(sinceZeroNanos));
     return e;
   }
 

@@ -26,6 +26,7 @@ import dev.thaw.runtime.speculation.PointerTableFunction;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -290,6 +291,43 @@ class OnDemandRestorerTest {
       assertEquals(manifest.allocations().size(), copies, "one copy span per allocation");
       assertTrue(kernels > 10, "kernels: " + kernels);
       assertTrue(r.restore.trace().firstLaunchNanos() > 0);
+    }
+  }
+
+  @Test
+  void aBoundedTraceCoalescesItsCopiesAndLaunchesToTheCapAndSaysSo() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().trace(true))) {
+      long zero = System.nanoTime();
+      r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny")));
+      r.restore.awaitResident();
+      int n = manifest.allocations().size();
+      int cap = 3;
+      assertTrue(n > 2 * cap, "the image has more allocations than the cap: " + n);
+      JsonNode events = r.restore.trace().chromeTrace(zero, cap).get("traceEvents");
+      List<JsonNode> copies = new ArrayList<>();
+      long kernels = 0;
+      long bytes = 0;
+      long counted = 0;
+      String note = null;
+      for (JsonNode e : events) {
+        if (e.path("tid").asInt() == 2 && e.path("ph").asText().equals("X")) {
+          copies.add(e);
+          bytes += e.path("args").path("bytes").asLong();
+          counted += e.path("args").path("copies").asLong();
+        }
+        kernels += e.path("tid").asInt() == 3 && e.path("ph").asText().equals("X") ? 1 : 0;
+        if (e.path("ph").asText().equals("i") && e.path("name").asText().contains("coalesced")) {
+          note = e.path("name").asText();
+        }
+      }
+      assertEquals(cap, copies.size(), "no more copy spans than the cap");
+      assertEquals(n, counted, "every copy in one span");
+      assertEquals(manifest.allocations().stream().mapToLong(ImageManifest.Allocation::size).sum(), bytes);
+      assertEquals(n + " copies coalesced into 3 spans of up to " + ((n + 2) / 3), note);
+      assertTrue(copies.get(0).path("name").asText().startsWith("copies 1-"), copies.get(0).toString());
+      assertEquals(cap, kernels, "launches beyond the cap left out");
+      assertTrue(events.toString().contains("launches after the first 3 of "), "and said so");
     }
   }
 

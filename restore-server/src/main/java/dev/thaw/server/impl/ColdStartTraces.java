@@ -14,6 +14,12 @@ import java.util.Map;
  */
 final class ColdStartTraces {
 
+  /**
+   * Copy spans (and launches) kept per restore timeline: a 16 GB image queues thousands of copies, which the
+   * restore's trace coalesces to this many spans (saying so in the trace), so one cold start stays ~100 KB.
+   */
+  static final int MAX_SPANS = 512;
+
   private static final JsonNodeFactory NODES = JsonNodeFactory.instance;
 
   private final int kept;
@@ -29,20 +35,21 @@ final class ColdStartTraces {
   /**
    * Records one cold start.
    *
+   * @param device the device the instance was placed on
    * @param enqueuedNanos when the request arrived at the scheduler
    * @param startNanos when the instance's start began
    * @param start acquire, map and restore-wait in milliseconds, in order
    * @param invokeNanos when the invoke began
    * @param doneNanos when it ended
    */
-  synchronized ArrayNode record(String function, long enqueuedNanos, long startNanos, Map<String, Double> start,
+  synchronized ArrayNode record(String function, int device, long enqueuedNanos, long startNanos, Map<String, Double> start,
       long invokeNanos, long doneNanos) {
     if (kept == 0) {
       return NODES.arrayNode();
     }
     int pid = ++sequence;
     ArrayNode events = NODES.arrayNode();
-    events.add(meta(pid, 0, "process_name", function + " cold start #" + pid));
+    events.add(meta(pid, 0, "process_name", function + " cold start #" + pid + " on device " + device));
     events.add(meta(pid, 1, "thread_name", "request"));
     events.add(meta(pid, 2, "thread_name", "instance"));
     events.add(span(pid, 1, "queue", enqueuedNanos, invokeNanos - enqueuedNanos));

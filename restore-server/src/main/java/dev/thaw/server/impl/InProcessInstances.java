@@ -1,7 +1,6 @@
 package dev.thaw.server.impl;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.restore.ImageRestorer;
 import dev.thaw.image.restore.OnDemandOptions;
@@ -24,9 +23,6 @@ import dev.thaw.server.StartupTimeline;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
 import dev.thaw.server.spi.StartPhases;
-import java.io.IOException;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -54,7 +50,6 @@ public final class InProcessInstances implements InstanceFactory {
     FULL
   }
 
-  private static final ObjectMapper JSON = new ObjectMapper();
 
   private final GpuDriver driver;
   private final ChunkStore store;
@@ -418,14 +413,8 @@ public final class InProcessInstances implements InstanceFactory {
         return;
       }
       try {
-        Path file = Files.createTempFile("thaw-restore-trace", ".json");
-        try {
-          onDemand.restore().trace().writeChromeTrace(file);
-          trace.complete(JSON.readTree(file.toFile()));
-        } finally {
-          Files.deleteIfExists(file);
-        }
-      } catch (IOException | RuntimeException e) {
+        trace.complete(onDemand.restore().trace().chromeTrace(onDemand.startNanos(), ColdStartTraces.MAX_SPANS));
+      } catch (RuntimeException e) {
         trace.complete(null);
       }
     }

@@ -51,6 +51,10 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * One instance per worker process of the {@link ContextPool}: a cold start acquires a warm worker (its JVM,
@@ -69,11 +73,16 @@ import java.util.Optional;
  * exports them and the device's {@link HbmTier} takes the descriptors before the worker exits, so the weights stay
  * on the GPU. The next worker for that image imports and maps them read-only instead of copying them (tier
  * {@code hbm}). When a start runs out of device memory, the tier gives its memory back and the start is tried once
- * more before the request is refused.
+ * more before the request is refused. {@link #residentBytes} tells the server's placement which device's tier holds
+ * an image, so its next instance goes back there.
+ *
+ * <p><b>Timeline.</b> An instance's {@link FunctionInstance#restoreTimeline} is its worker's (TRACE, asked once the
+ * restore is resident): the BECOME's phases and the restore's copies, on this process's clock.
  */
 public final class PoolInstances implements InstanceFactory {
 
   private static final ObjectMapper JSON = new ObjectMapper();
+  private static final Logger LOG = LoggerFactory.getLogger("dev.thaw.server.instances");
 
   private final ContextPool pool;
   private final ChunkStore store;
@@ -270,6 +279,31 @@ public final class PoolInstances implements InstanceFactory {
     return true;
   }
 
+  /** {@code thaw_pool_workers{device, state}}: the pool's idle, starting and in-use workers per device. */
+  @Override
+  public void bindMetrics(MeterRegistry registry) {
+    for (DeviceInfo d : devices) {
+      int ordinal = d.ordinal();
+      for (String state : List.of("idle", "starting", "in_use")) {
+        Gauge.builder("thaw.pool.workers", pool, p -> workers(p, ordinal, state))
+            .tag("device", Integer.toString(ordinal)).tag("state", state).register(registry);
+      }
+    }
+  }
+
+  private static double workers(ContextPool pool, int device, String state) {
+    for (dev.thaw.pool.PoolStats s : pool.stats()) {
+      if (s.device() == device) {
+        return switch (state) {
+          case "idle" -> s.idle();
+          case "starting" -> s.starting();
+          default -> s.inUse();
+        };
+      }
+    }
+    return 0;
+  }
+
   @Override
   public JsonNode imageState(String tag) {
     if (cache == null) {
@@ -288,6 +322,12 @@ public final class PoolInstances implements InstanceFactory {
       }
     });
     return o;
+  }
+
+  @Override
+  public long residentBytes(String tag, int device) {
+    HbmTier tier = hbm.get(device);
+    return tier == null ? 0 : tier.bytes(tag);
   }
 
   /**
@@ -382,6 +422,9 @@ public final class PoolInstances implements InstanceFactory {
         case "cache" -> "host-cache";
         default -> "store";
       };
+      LOG.info("{}: cold start on worker {} (device {}), {}{}: BECOME {} ms round trip; in the worker {}", tag,
+          worker.pid(), device, from, image != null ? ", prepared" : "", String.format("%.2f", b.roundTripMillis()),
+          phasesLine(p));
       return new Instance(worker, new StartPhases(acquireMs, mapMs, restoreMs, b.bytes(), from), tag,
           lease == null ? null : tier);
     } catch (WorkerOutOfMemoryException e) {
@@ -394,6 +437,13 @@ public final class PoolInstances implements InstanceFactory {
       closeLease(lease);
       throw e;
     }
+  }
+
+  private static String phasesLine(Map<String, Double> phases) {
+    StringBuilder line = new StringBuilder();
+    phases.forEach((k, v) -> line.append(line.length() == 0 ? "" : ", ").append(k).append(' ')
+        .append(String.format(java.util.Locale.ROOT, "%.2f", v)));
+    return line.toString();
   }
 
   /** A lease whose worker failed: the worker is gone or going, nothing reads the chunks for it any more. */
@@ -482,6 +532,14 @@ public final class PoolInstances implements InstanceFactory {
       }
     }
 
+    /** The worker's timeline, asked for once its restore is resident; null when the worker ends first. */
+    @Override
+    public java.util.concurrent.CompletableFuture<RestoreTimeline> restoreTimeline() {
+      return worker.resident().thenCompose(r -> worker.restoreTimeline(ColdStartTraces.MAX_SPANS))
+          .thenApply(t -> new RestoreTimeline(t.chromeTrace(), t.originNanos()))
+          .exceptionally(e -> null);
+    }
+
     @Override
     public boolean healthy() {
       return healthy && worker.isAlive();
@@ -505,6 +563,11 @@ public final class PoolInstances implements InstanceFactory {
     private void handToTier() {
       java.util.concurrent.CompletableFuture<?> resident = worker.resident();
       if (tier == null || !healthy || !worker.isAlive() || !resident.isDone() || resident.isCompletedExceptionally()) {
+        return;
+      }
+      if (tier.slabs(image).isPresent()) {
+        // The tier holds this image's weights already (this worker mapped them from it; imported memory cannot be
+        // exported again): they stay on the device as they are.
         return;
       }
       try {

@@ -409,11 +409,18 @@ public final class Scheduler implements AutoCloseable {
         }
       }
     }
+    // Where the image's weights are on the device already (the HBM tier) first, then the most free budget.
     int best = -1;
+    long bestHeld = 0;
     for (int i = 0; i < budget.length; i++) {
       long free = budget[i] - reserved[i];
-      if (free >= image.deviceBytes() && (best < 0 || free > budget[best] - reserved[best])) {
+      if (free < image.deviceBytes()) {
+        continue;
+      }
+      long held = factory.residentBytes(image.tag(), i);
+      if (best < 0 || held > bestHeld || held == bestHeld && free > budget[best] - reserved[best]) {
         best = i;
+        bestHeld = held;
       }
     }
     return best;
@@ -527,7 +534,7 @@ public final class Scheduler implements AutoCloseable {
       startPhases.remove("queue");
       startPhases.remove("invoke");
       ColdStartTraces traces = p.deployment.traces;
-      ArrayNode coldStart = traces.record(p.deployment.name, p.enqueued, Math.max(slot.startNanos, p.enqueued),
+      ArrayNode coldStart = traces.record(p.deployment.name, slot.device, p.enqueued, Math.max(slot.startNanos, p.enqueued),
           startPhases, invokeStart, done);
       slot.instance.restoreTimeline().thenAccept(t -> {
         if (t != null) {

@@ -50,8 +50,21 @@ public interface InstanceFactory extends AutoCloseable {
    * Where the factory holds image {@code tag} now, for {@code GET /v1/functions/{name}} ({@code "image"}), or null
    * when it holds nothing of its own. Fast: the server calls it under its lock.
    */
+  /** Registers the factory's own gauges (e.g. its worker pool's sizes) with the server's metrics. */
+  default void bindMetrics(io.micrometer.core.instrument.MeterRegistry registry) {}
+
   default JsonNode imageState(String tag) {
     return null;
+  }
+
+  /**
+   * Bytes of image {@code tag} the factory keeps on {@code device} already, which a start there maps instead of
+   * copying (the pool's HBM tier: read-only weights an evicted instance left on the GPU); 0 when none. The server
+   * places a new instance on the device that holds most of its image, where it fits, before it looks at free
+   * memory. Fast: the server calls it under its lock.
+   */
+  default long residentBytes(String tag, int device) {
+    return 0;
   }
 
   /** Releases what the factory holds (idle workers, contexts). Instances it made are closed by the server first. */

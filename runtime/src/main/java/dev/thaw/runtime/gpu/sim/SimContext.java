@@ -66,6 +66,7 @@ public final class SimContext implements GpuContext {
   private static final Pattern SM = Pattern.compile("\\bsm_(\\d+)([af]?)\\b");
 
   private final SimDriver driver;
+  private final DeviceInfo device;
   private final int id;
   private final SimAddressSpace space;
   private final AtomicBoolean closed = new AtomicBoolean();
@@ -74,9 +75,10 @@ public final class SimContext implements GpuContext {
   private final AtomicInteger streamCount = new AtomicInteger();
   private final List<Consumer<SimLaunchRecord>> listeners = new CopyOnWriteArrayList<>();
 
-  SimContext(SimDriver driver, int id) {
+  SimContext(SimDriver driver, int id, DeviceInfo device) {
     this.driver = driver;
     this.id = id;
+    this.device = device;
     this.space = driver.space();
   }
 
@@ -110,7 +112,7 @@ public final class SimContext implements GpuContext {
 
   @Override
   public DeviceInfo device() {
-    return driver.device();
+    return device;
   }
 
   @Override

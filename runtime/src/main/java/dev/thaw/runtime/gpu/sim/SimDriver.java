@@ -22,7 +22,8 @@ import java.util.concurrent.locks.LockSupport;
  * the SPI offers and the same error codes. Nothing it measures is GPU performance.
  *
  * <ul>
- *   <li>One device (ordinal 0) described by {@link SimOptions}, with 132 SMs, a fixed UUID, and
+ *   <li>One device (ordinal 0), or {@link SimOptions#deviceCount()}, described by {@link SimOptions}, with 132 SMs,
+ *       a fixed UUID per ordinal ({@link #DEVICE_UUID} for 0), and
  *       {@link #driverVersion()} 13000 (the CUDA version it mimics).
  *   <li>Device memory is host memory, counted against {@link SimOptions#memoryBytes()}; asking for more is
  *       {@code CUDA_ERROR_OUT_OF_MEMORY} and the context stays usable. The virtual address space (2 MiB
@@ -44,7 +45,7 @@ public final class SimDriver implements GpuDriver {
   public static final String DEVICE_UUID = "GPU-5a1e0000-0000-4000-8000-000000000000";
 
   private final SimOptions options;
-  private final DeviceInfo device;
+  private final List<DeviceInfo> devices;
   private final SimAddressSpace space = new SimAddressSpace();
   private final Map<String, SimKernel> kernels = new ConcurrentHashMap<>();
   private final AtomicLong memoryInUse = new AtomicLong();
@@ -57,8 +58,13 @@ public final class SimDriver implements GpuDriver {
 
   private SimDriver(SimOptions options) {
     this.options = options;
-    this.device = new DeviceInfo(0, options.deviceName(), options.computeCapabilityMajor(),
-        options.computeCapabilityMinor(), options.memoryBytes(), DEVICE_UUID, MULTIPROCESSOR_COUNT);
+    List<DeviceInfo> list = new java.util.ArrayList<>();
+    for (int i = 0; i < options.deviceCount(); i++) {
+      list.add(new DeviceInfo(i, options.deviceName(), options.computeCapabilityMajor(),
+          options.computeCapabilityMinor(), options.memoryBytes(),
+          String.format("GPU-5a1e0000-%04x-4000-8000-000000000000", i), MULTIPROCESSOR_COUNT));
+    }
+    this.devices = List.copyOf(list);
   }
 
   /**
@@ -128,20 +134,17 @@ public final class SimDriver implements GpuDriver {
 
   @Override
   public List<DeviceInfo> devices() {
-    return List.of(device);
-  }
-
-  DeviceInfo device() {
-    return device;
+    return devices;
   }
 
   @Override
   public GpuContext createContext(int deviceOrdinal) {
     checkOpen();
-    if (deviceOrdinal != 0) {
-      throw new IllegalArgumentException("no device " + deviceOrdinal + "; the simulated device is 0");
+    if (deviceOrdinal < 0 || deviceOrdinal >= devices.size()) {
+      throw new IllegalArgumentException("no device " + deviceOrdinal + "; the simulated devices are 0 to "
+          + (devices.size() - 1) + " (THAW_SIM_DEVICES)");
     }
-    SimContext context = new SimContext(this, contextIds.incrementAndGet());
+    SimContext context = new SimContext(this, contextIds.incrementAndGet(), devices.get(deviceOrdinal));
     contexts.add(context);
     return context;
   }
@@ -265,6 +268,6 @@ public final class SimDriver implements GpuDriver {
 
   @Override
   public String toString() {
-    return "SimDriver[" + device.describe() + "]";
+    return "SimDriver[" + devices.get(0).describe() + (devices.size() > 1 ? " x" + devices.size() : "") + "]";
   }
 }

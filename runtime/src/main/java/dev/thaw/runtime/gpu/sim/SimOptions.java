@@ -9,7 +9,8 @@ import java.util.Map;
 
 /**
  * Settings of the simulated device. Defaults suit tests and laptops; the environment can change them
- * ({@code THAW_SIM_MEMORY}, e.g. {@code 16g}; {@code THAW_SIM_COPY_GBPS}, e.g. {@code 55}).
+ * ({@code THAW_SIM_MEMORY}, e.g. {@code 16g}; {@code THAW_SIM_COPY_GBPS}, e.g. {@code 55}; {@code THAW_SIM_DEVICES},
+ * e.g. {@code 2}).
  *
  * <p>The copy-bandwidth model, off by default, makes every host↔device copy take {@code bytes / GB/s}, so
  * restore strategies can be compared without a GPU. Whatever is measured with it is simulated, not GPU, time.
@@ -23,6 +24,9 @@ public final class SimOptions {
   public static final String DEFAULT_DEVICE_NAME = "Thaw simulated device";
   public static final int DEFAULT_COMPUTE_CAPABILITY_MAJOR = 9;
   public static final int DEFAULT_COMPUTE_CAPABILITY_MINOR = 0;
+  public static final int DEFAULT_DEVICE_COUNT = 1;
+  /** More simulated devices than a host has GPUs is a typo, not a test. */
+  public static final int MAX_DEVICE_COUNT = 16;
 
   private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -31,6 +35,7 @@ public final class SimOptions {
   @JsonProperty private String deviceName = DEFAULT_DEVICE_NAME;
   @JsonProperty private int computeCapabilityMajor = DEFAULT_COMPUTE_CAPABILITY_MAJOR;
   @JsonProperty private int computeCapabilityMinor = DEFAULT_COMPUTE_CAPABILITY_MINOR;
+  @JsonProperty private int deviceCount = DEFAULT_DEVICE_COUNT;
 
   /** Device memory the simulated device offers; creating more fails with out-of-memory. */
   public long memoryBytes() {
@@ -81,7 +86,24 @@ public final class SimOptions {
     return this;
   }
 
-  /** Defaults, changed by {@code THAW_SIM_MEMORY} and {@code THAW_SIM_COPY_GBPS} where set. */
+  /**
+   * How many devices the driver lists (ordinals 0 to n-1), each with {@link #memoryBytes()}: for placement over
+   * several GPUs without them. The contexts of one driver share one address space and one memory counter whatever
+   * their device, as one process's would share its address space; a worker process uses one device.
+   */
+  public int deviceCount() {
+    return deviceCount;
+  }
+
+  public SimOptions deviceCount(int n) {
+    if (n < 1 || n > MAX_DEVICE_COUNT) {
+      throw new IllegalArgumentException("simulated devices: 1 to " + MAX_DEVICE_COUNT + ", not " + n);
+    }
+    this.deviceCount = n;
+    return this;
+  }
+
+  /** Defaults, changed by {@code THAW_SIM_MEMORY}, {@code THAW_SIM_COPY_GBPS} and {@code THAW_SIM_DEVICES} where set. */
   public static SimOptions fromEnvironment() {
     return fromEnvironment(System.getenv());
   }
@@ -98,6 +120,14 @@ public final class SimOptions {
         options.copyGBps(Double.parseDouble(gbps.strip()));
       } catch (NumberFormatException e) {
         throw new IllegalArgumentException("THAW_SIM_COPY_GBPS=" + gbps + " is not a number of GB/s");
+      }
+    }
+    String devices = env.get("THAW_SIM_DEVICES");
+    if (devices != null && !devices.isBlank()) {
+      try {
+        options.deviceCount(Integer.parseInt(devices.strip()));
+      } catch (NumberFormatException e) {
+        throw new IllegalArgumentException("THAW_SIM_DEVICES=" + devices + " is not a number of devices");
       }
     }
     return options;
@@ -137,7 +167,7 @@ public final class SimOptions {
       SimOptions o = JSON.readValue(json, SimOptions.class);
       // Re-validate through the setters: JSON is input.
       return new SimOptions().memoryBytes(o.memoryBytes).copyGBps(o.copyGBps).deviceName(o.deviceName)
-          .computeCapability(o.computeCapabilityMajor, o.computeCapabilityMinor);
+          .computeCapability(o.computeCapabilityMajor, o.computeCapabilityMinor).deviceCount(o.deviceCount);
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("not a SimOptions JSON object: " + e.getOriginalMessage());
     }

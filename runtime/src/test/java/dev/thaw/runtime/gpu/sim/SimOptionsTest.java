@@ -1,8 +1,12 @@
 package dev.thaw.runtime.gpu.sim;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
+import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.runtime.gpu.GpuContext;
+import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 
@@ -29,10 +33,31 @@ class SimOptionsTest {
   }
 
   @Test
+  void severalDevicesEachWithItsOrdinalAndUuidContextsOnEach() {
+    SimOptions o = SimOptions.fromEnvironment(Map.of("THAW_SIM_DEVICES", "2"));
+    assertEquals(2, o.deviceCount());
+    assertEquals(1, SimOptions.fromEnvironment(Map.of()).deviceCount());
+    assertThrows(IllegalArgumentException.class, () -> SimOptions.fromEnvironment(Map.of("THAW_SIM_DEVICES", "0")));
+    assertThrows(IllegalArgumentException.class, () -> SimOptions.fromEnvironment(Map.of("THAW_SIM_DEVICES", "two")));
+    try (SimDriver driver = SimDriver.open(o)) {
+      List<DeviceInfo> devices = driver.devices();
+      assertEquals(List.of(0, 1), devices.stream().map(DeviceInfo::ordinal).toList());
+      assertEquals(SimDriver.DEVICE_UUID, devices.get(0).uuid());
+      assertNotEquals(devices.get(0).uuid(), devices.get(1).uuid());
+      try (GpuContext c = driver.createContext(1)) {
+        assertEquals(devices.get(1), c.device());
+      }
+      IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> driver.createContext(2));
+      assertEquals("no device 2; the simulated devices are 0 to 1 (THAW_SIM_DEVICES)", e.getMessage());
+    }
+  }
+
+  @Test
   void roundTripsThroughJson() {
-    SimOptions o = new SimOptions().memoryBytes(1L << 30).copyGBps(12.5).deviceName("test");
+    SimOptions o = new SimOptions().memoryBytes(1L << 30).copyGBps(12.5).deviceName("test").deviceCount(3);
     SimOptions back = SimOptions.fromJson(o.toJson());
     assertEquals(o.toJson(), back.toJson());
+    assertEquals(3, back.deviceCount());
     assertThrows(IllegalArgumentException.class, () -> SimOptions.fromJson("{\"memoryBytes\": -5}"));
     assertThrows(IllegalArgumentException.class, () -> SimOptions.fromJson("not json"));
   }
