@@ -54,6 +54,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
 
 /**
@@ -174,8 +175,19 @@ public final class WorkerMain {
       driver = GpuDrivers.open(config.device() == null ? DeviceChoice.fromEnvironment()
           : DeviceChoice.parse(config.device()), SimOptions.fromEnvironment());
       t = phase(phases, "driver", t);
+      // The address arena (CUDA: the primary context it is reserved in) beside the worker's own context.
+      CompletableFuture<Double> arena = CompletableFuture.supplyAsync(() -> {
+        long a = System.nanoTime();
+        driver.prepareDevice(config.ordinal());
+        return (System.nanoTime() - a) / 1e6;
+      }, r -> startDaemon(r, "thaw-worker-arena"));
       context = driver.createContext(config.ordinal());
       t = phase(phases, "context", t);
+      try {
+        phases.put("addressArena", arena.join());
+      } catch (java.util.concurrent.CompletionException e) {
+        // The context made the arena itself, or failed: its own error said why.
+      }
       // The streams and events a restore and its function run on; created now so the cold path does not.
       // What every restore borrows: its stream, events, pinned staging and threads, made once per worker.
       resources = RestoreResources.create(context);
@@ -220,6 +232,12 @@ public final class WorkerMain {
     serve();
   }
 
+  private static void startDaemon(Runnable r, String name) {
+    Thread t = new Thread(r, name);
+    t.setDaemon(true);
+    t.start();
+  }
+
   /** The prepare thread: opens the store, then warms the CPU paths until done or a request is waiting. */
   private void openStoreAndWarmCpu() {
     try {
@@ -258,9 +276,14 @@ public final class WorkerMain {
   /** The warm-ups that need the context, on this thread; each stops early when a request is waiting. */
   private boolean warmUp(Map<String, Double> phases) throws Exception {
     long t = System.nanoTime();
-    boolean whole = WorkerWarmup.launches(context, config.warmupLaunches(), this::requestWaiting);
-    t = phase(phases, "warmup", t);
+    // The launch loop stops for any queued work: a PREPARE (the parent holds a BECOME until it is answered) runs
+    // after it, and the loop then runs again unless a request came meanwhile.
+    boolean whole = WorkerWarmup.launches(context, config.warmupLaunches(), () -> requested || !work.isEmpty());
     // From here on the warm-up holds nothing on the device between its steps: queued PREPAREs run there.
+    if (!whole && !preparesThenRequestWaiting()) {
+      whole = WorkerWarmup.launches(context, config.warmupLaunches(), this::requestWaiting);
+    }
+    t = phase(phases, "warmup", t);
     whole = whole && !preparesThenRequestWaiting();
     if (whole && store != null && config.warmupLaunches() > 0) {
       try {

@@ -118,6 +118,16 @@ public final class InProcessInstances implements InstanceFactory {
   public static Prepared prepareContext(GpuDriver driver, int device, StartupTimeline timeline) {
     CompletableFuture<GpuContext> context = new CompletableFuture<>();
     CompletableFuture<PreparedContext> made = new CompletableFuture<>();
+    Thread arena = new Thread(() -> {
+      try {
+        driver.prepareDevice(device);
+        mark(timeline, "address arena");
+      } catch (RuntimeException e) {
+        // The context makes the arena itself, or fails saying why.
+      }
+    }, "thaw-prepare-arena");
+    arena.setDaemon(true);
+    arena.start();
     Thread thread = new Thread(() -> {
       GpuContext c;
       try {
