@@ -294,7 +294,9 @@ final class WorkerProcess implements Worker {
       lease.set(source.lease());
     }
     long t = System.nanoTime();
+    long[] sent = new long[1];
     return release(isPrepared.thenCompose(named -> {
+      sent[0] = System.nanoTime();
       ObjectNode head = FrameCodec.head();
       head.put("name", name);
       head.set("source", source.toJson());
@@ -310,7 +312,7 @@ final class WorkerProcess implements Worker {
         body = concat(manifest, placement);
       }
       return send(FrameType.BECOME, head, body, options.becomeTimeout());
-    }).thenApply(f -> becameFrom(name, f, t)));
+    }).thenApply(f -> becameFrom(name, f, t, sent[0])));
   }
 
   @Override
@@ -318,11 +320,11 @@ final class WorkerProcess implements Worker {
     return join(become(image, source));
   }
 
-  private BecomeResult becameFrom(String name, Frame f, long sentNanos) {
+  private BecomeResult becameFrom(String name, Frame f, long claimedNanos, long sentNanos) {
     JsonNode h = f.head();
     invocable = true;
     return new BecomeResult(name, h.path("source").asText("store"), phases(h.path("phases")),
-        h.path("bytes").asLong(), millisSince(sentNanos));
+        h.path("bytes").asLong(), millisSince(claimedNanos), (sentNanos - claimedNanos) / 1e6);
   }
 
   private static byte[] concat(byte[] a, byte[] b) {

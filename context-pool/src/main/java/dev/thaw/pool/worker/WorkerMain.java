@@ -122,6 +122,8 @@ public final class WorkerMain {
   private volatile double storeMillis;
   private volatile double cpuWarmupMillis;
   private volatile boolean requested;
+  /** When the BECOME was read off stdin (one per worker), for its {@code queued} phase; 0 before. */
+  private volatile long becomeRead;
   private final java.util.concurrent.CompletableFuture<Void> cpuWarm = new java.util.concurrent.CompletableFuture<>();
   /** Images prepared while blank, by key, least recently prepared first (main thread only). */
   private final LinkedHashMap<String, Prepared> prepared = new LinkedHashMap<>();
@@ -132,7 +134,7 @@ public final class WorkerMain {
    */
   private record Prepared(String key, String name, byte[] manifest, PreparedRestore restore, byte[] placement,
       PinnedChunks chunks, RocksChunkStore store) {}
-  /** The BECOME that made {@link #restored}: when it was taken up, and its answer's head (for TRACE). */
+  /** The BECOME that made {@link #restored}: when it was read, and its answer's head (for TRACE). */
   private Became became;
 
   private record Became(long takenNanos, JsonNode head) {}
@@ -324,7 +326,10 @@ public final class WorkerMain {
       whole = WorkerWarmup.image(context, resources, store, config.warmupImage(), this::requestWaiting);
       t = phase(phases, "warmupImage", t);
     }
-    // The CPU warm-up on the prepare thread ends by now, or at once when a request is waiting.
+    if (requested) {
+      // The CPU warm-up on the prepare thread stops at its next step; the request does not wait for that.
+      return false;
+    }
     cpuWarm.join();
     phases.put("cpuWarmup", cpuWarmupMillis);
     return whole && !preparesThenRequestWaiting();
@@ -444,6 +449,9 @@ public final class WorkerMain {
   private Frame read() {
     while (true) {
       Frame f = readFrame();
+      if (f.type() == FrameType.BECOME) {
+        becomeRead = System.nanoTime();
+      }
       if (f.type() != FrameType.PREPARE) {
         // Preparing an image is ahead-of-time work: it runs at a warm-up's safe points and does not stop it.
         requested = true;
@@ -491,7 +499,8 @@ public final class WorkerMain {
       return;
     }
     if (restoring && reply.type() == FrameType.RESULT) {
-      became = new Became(taken, reply.head());
+      // Its phases begin when it was read (the first one, queued, is the wait to be taken up).
+      became = new Became(becomeRead != 0 ? becomeRead : taken, reply.head());
     }
     send(reply);
     if (restoring && state == State.READY) {
@@ -585,6 +594,9 @@ public final class WorkerMain {
     }
     String name = f.head().path("name").asText("image");
     long start = System.nanoTime();
+    // From stdin to here: the work before it, or the warm-up finding a safe point to stop at.
+    long read = becomeRead;
+    double queued = read == 0 ? 0 : Math.max(0, (start - read) / 1e6);
     byte[] body = f.body();
     String key = f.head().path("prepared").asText("");
     Prepared ready = key.isEmpty() ? null : prepared.remove(key);
@@ -598,6 +610,7 @@ public final class WorkerMain {
     byte[] manifestBody = ready != null ? null : manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
     ImageManifest manifest = ready != null ? ready.restore().plan().manifest() : ImageManifest.read(manifestBody);
     Map<String, Double> phases = new LinkedHashMap<>();
+    phases.put("queued", queued);
     long t = phase(phases, ready != null ? "prepared" : "manifest", start);
     JsonNode source = f.head().path("source");
     RestoreSource tiers = RestoreSource.STORE_ONLY;
@@ -675,7 +688,7 @@ public final class WorkerMain {
     }
     restored = restore;
     state = State.READY;
-    phases.put("total", (System.nanoTime() - start) / 1e6);
+    phases.put("total", queued + (System.nanoTime() - start) / 1e6);
     int id = f.id();
     restore.resident().whenComplete((ok, failure) -> resident(id, restore, start, failure));
     ObjectNode h = FrameCodec.head();
@@ -766,7 +779,7 @@ public final class WorkerMain {
   }
 
   /**
-   * The restore's timeline (TRACE), time zero when this thread took the BECOME: a row of the BECOME's phases, laid
+   * The restore's timeline (TRACE), time zero when the BECOME was read off stdin: a row of the BECOME's phases, laid
    * end to end as its answer reported them, with the moment the last byte landed, then the restore's own rows
    * ({@code RestoreTrace}: host phases, copies on the restore stream, the first launch), copy spans capped at
    * {@code maxSpans}. Its events have all completed once the restore is resident and no request runs, as here.
