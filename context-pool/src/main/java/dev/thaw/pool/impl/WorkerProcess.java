@@ -135,7 +135,7 @@ final class WorkerProcess implements Worker {
     WorkerConfig config = new WorkerConfig(o.deviceChoice(), device,
         o.storePath() == null ? null : o.storePath().toString(), o.warmupLaunches(), o.warmupImage(),
         o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(), ProcessHandle.current().pid(), spawnNanos,
-        o.warmupAfterReady());
+        o.warmupAfterReady(), o.storePath() == null ? List.of() : o.prepareAtStart());
     List<String> command = new ArrayList<>();
     command.add(WorkerCommand.java(o));
     // The JVM writes its own messages (a fatal error's report among them) to stdout, which carries frames here.
@@ -589,6 +589,10 @@ final class WorkerProcess implements Worker {
       return;
     }
     warm = warmNow;
+    // Images it prepared at start (ContextPoolOptions.prepareAtStart): no PREPARE is sent for those keys.
+    for (JsonNode key : h.path("prepared")) {
+      prepared.putIfAbsent(key.asText(), CompletableFuture.completedFuture(f));
+    }
     if (ready.complete(start)) {
       listener.ready(this);
     }

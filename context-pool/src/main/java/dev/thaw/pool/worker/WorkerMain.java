@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
@@ -17,6 +18,7 @@ import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.ContextPoolOptions;
+import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.cache.HostCacheView;
@@ -49,6 +51,7 @@ import java.io.OutputStream;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -122,6 +125,10 @@ public final class WorkerMain {
   private volatile double storeMillis;
   private volatile double cpuWarmupMillis;
   private volatile boolean requested;
+  private final CompletableFuture<GpuContext> contextMade = new CompletableFuture<>();
+  /** {@link WorkerConfig#prepareAtStart()}'s images, prepared on the prepare thread. */
+  private final CompletableFuture<List<Prepared>> preparedAtStart = new CompletableFuture<>();
+  private volatile double prepareAtStartMillis;
   /** When the BECOME was read off stdin (one per worker), for its {@code queued} phase; 0 before. */
   private volatile long becomeRead;
   private final java.util.concurrent.CompletableFuture<Void> cpuWarm = new java.util.concurrent.CompletableFuture<>();
@@ -197,6 +204,7 @@ public final class WorkerMain {
         return (System.nanoTime() - a) / 1e6;
       }, r -> startDaemon(r, "thaw-worker-arena"));
       context = driver.createContext(config.ordinal());
+      contextMade.complete(context);
       t = phase(phases, "context", t);
       try {
         phases.put("addressArena", arena.join());
@@ -214,13 +222,21 @@ public final class WorkerMain {
       store = storeOpened.join();
       if (config.storePath() != null) {
         phases.put("store", storeMillis);
-        phase(phases, "storeWait", t);
+        t = phase(phases, "storeWait", t);
+      }
+      if (!config.prepareAtStart().isEmpty()) {
+        for (Prepared p : preparedAtStart.join()) {
+          prepared.put(p.key(), p);
+        }
+        phases.put("prepareAtStart", prepareAtStartMillis);
+        phase(phases, "prepareWait", t);
       }
       if (!config.warmupAfterReady()) {
         warmUp(phases);
       }
     } catch (Throwable e) {
       Throwable c = e instanceof java.util.concurrent.CompletionException && e.getCause() != null ? e.getCause() : e;
+      contextMade.completeExceptionally(c);
       c.printStackTrace();
       send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.STARTUP, c)));
       Runtime.getRuntime().halt(EXIT_STARTUP);
@@ -239,6 +255,8 @@ public final class WorkerMain {
     device.put("ordinal", config.ordinal());
     ready.set("phases", json.valueToTree(phases));
     ready.put("warm", !config.warmupAfterReady());
+    ArrayNode keys = ready.putArray("prepared");
+    prepared.keySet().forEach(keys::add);
     state = State.BLANK;
     send(new Frame(FrameType.READY, 0, ready));
     if (config.warmupAfterReady()) {
@@ -266,11 +284,14 @@ public final class WorkerMain {
             .setReadOnly(true));
         storeMillis = (System.nanoTime() - t) / 1e6;
         storeOpened.complete(s);
+        preparedAtStart.complete(prepareAtStart(s));
       } else {
         storeOpened.complete(null);
+        preparedAtStart.complete(List.of());
       }
     } catch (Throwable e) {
       storeOpened.completeExceptionally(e);
+      preparedAtStart.complete(List.of());
       cpuWarm.complete(null);
       return;
     }
@@ -282,6 +303,32 @@ public final class WorkerMain {
       cpuWarmupMillis = (System.nanoTime() - t) / 1e6;
       cpuWarm.complete(null);
     }
+  }
+
+  /**
+   * Prepares {@link WorkerConfig#prepareAtStart()}'s images on the prepare thread, as a PREPARE would: the manifest
+   * read from {@code s} and parsed and the function's class loaded beside {@code cuInit} and the context, the rest
+   * (state, modules, kernels) once the context is made. An image that cannot be prepared is said on stderr and
+   * left out: the parent prepares it later, or sends it whole.
+   */
+  private List<Prepared> prepareAtStart(RocksChunkStore s) {
+    long start = System.nanoTime();
+    List<Prepared> made = new ArrayList<>();
+    for (String tag : config.prepareAtStart()) {
+      try {
+        byte[] bytes = s.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
+        ImageManifest manifest = ImageManifest.read(bytes);
+        RestorePlan plan = RestorePlan.of(manifest);
+        Class.forName(manifest.function().className(), true, WorkerMain.class.getClassLoader());
+        GpuContext c = contextMade.join();
+        PreparedRestore restore = new OnDemandRestorer(s).prepare(plan, c, RestoreSource.STORE_ONLY);
+        made.add(new Prepared(PreparedImage.keyOf(tag, bytes), tag, bytes, restore, new byte[0], null, s));
+      } catch (Exception | LinkageError e) {
+        System.err.println("worker " + pid + ": '" + tag + "' not prepared at start: " + e);
+      }
+    }
+    prepareAtStartMillis = (System.nanoTime() - start) / 1e6;
+    return made;
   }
 
   /**

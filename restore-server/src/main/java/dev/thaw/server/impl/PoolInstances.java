@@ -266,8 +266,7 @@ public final class PoolInstances implements InstanceFactory {
     if (bytes.isEmpty()) {
       return;
     }
-    PreparedImage image = new PreparedImage(tag + "@" + Digest.of(java.nio.ByteBuffer.wrap(bytes.get())), tag,
-        bytes.get(), placement);
+    PreparedImage image = new PreparedImage(PreparedImage.keyOf(tag, bytes.get()), tag, bytes.get(), placement);
     prepared.put(tag, new Ready(manifest, image));
     pool.prepare(image);
   }
