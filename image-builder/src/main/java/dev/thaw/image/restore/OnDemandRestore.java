@@ -39,6 +39,17 @@ public final class OnDemandRestore implements AutoCloseable {
   public record Stats(long bytes, long hostBytes, long storeBytes, long residentBytes, int copies, int promotions,
       long waits, long fullWaits, long stagedUploads) {}
 
+  /**
+   * The write protection of the image's read-only slabs ({@code cuMemSetAccess} to read-only), which the restore
+   * thread sets on each as the last copy into it lands, before the restore counts as resident.
+   *
+   * @param slabs read-only slabs protected so far
+   * @param of read-only slabs this restore protects (those imported read-only from the HBM tier are not counted)
+   * @param bytes their size
+   * @param millis time spent in {@code cuMemSetAccess} for them, on the restore thread
+   */
+  public record Protection(int slabs, int of, long bytes, double millis) {}
+
   private final RestoredFunction<?> function;
   private final Residency residency;
   private final ResidencyGate gate;
@@ -175,6 +186,11 @@ public final class OnDemandRestore implements AutoCloseable {
     long bytes = residency.plan().totalBytes();
     return new Stats(bytes, r.hostBytes(), r.storeBytes(), bytes - r.hostBytes() - r.storeBytes(), r.copies(),
         r.promotions(), g[0], g[1], g[2]);
+  }
+
+  /** The read-only slabs' write protection so far; complete once {@link #isResident()}. */
+  public Protection protection() {
+    return residency.protection().stats();
   }
 
   /**

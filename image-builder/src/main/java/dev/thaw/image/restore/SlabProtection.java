@@ -1,0 +1,134 @@
+package dev.thaw.image.restore;
+
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.gpu.Mapping;
+import dev.thaw.runtime.gpu.MemoryAccess;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.IntPredicate;
+
+/**
+ * Makes an on-demand restore's read-only slabs read-only on the device ({@code cuMemSetAccess} with
+ * {@code PROT_READ}) as soon as the last restore copy into each has landed: from then on a kernel store (or a copy)
+ * into a buffer the profile called read-only faults, instead of changing weights that may outlive the instance on
+ * the device (the HBM tier hands them to the next worker).
+ *
+ * <p>Invariant: a slab is protected only after every unit (allocation) with bytes in it is resident, i.e. after the
+ * events recorded behind all of their copies have completed; a copy engine never writes into a mapping made
+ * read-only. Slabs already read-only (imported from the HBM tier) are left as they are; a slab no copy goes into is
+ * protected at once. Protection runs on the restore thread, never on the launching one: it adds nothing to the path
+ * of the first launch.
+ *
+ * <p>Used by the one {@link Residency} under its lock ({@link #landed}, {@link #takeReady}); {@link #protect} runs
+ * outside it, on the restore thread.
+ */
+final class SlabProtection {
+
+  private final Mapping[] slabs;
+  private final long[] slabStarts;
+  private final long[] slabEnds;
+  /** Per slab, the units with bytes in it not resident yet. */
+  private final int[] waiting;
+  /** Per unit, the slabs it has bytes in (most units: none); made by {@link #start}. */
+  private int[][] slabsOf = new int[0][];
+  private final List<Integer> ready = new ArrayList<>();
+  private int protectedSlabs;
+  private long protectedBytes;
+  private long protectNanos;
+
+  /** The protection of {@code session}'s read-only slabs that are not read-only yet: a copy of a short list. */
+  SlabProtection(FunctionSession session) {
+    List<FunctionSession.MappedSlab> open = new ArrayList<>();
+    for (FunctionSession.MappedSlab s : session.slabs()) {
+      if (s.slab().readOnly() && s.mapping().access() != MemoryAccess.READ) {
+        open.add(s);
+      }
+    }
+    slabs = new Mapping[open.size()];
+    slabStarts = new long[open.size()];
+    slabEnds = new long[open.size()];
+    waiting = new int[open.size()];
+    for (int i = 0; i < slabs.length; i++) {
+      slabs[i] = open.get(i).mapping();
+      slabStarts[i] = open.get(i).slab().address();
+      slabEnds[i] = open.get(i).slab().end();
+    }
+  }
+
+  /**
+   * On the restore thread, under the residency's lock, before the first {@link #landed}: which units have bytes in
+   * which slab. A slab none of whose units is still to come is ready at once.
+   *
+   * @param residentAtStart the units no copy goes to (resident from the start)
+   */
+  void start(RestorePlan plan, IntPredicate residentAtStart) {
+    if (slabs.length == 0) {
+      return;
+    }
+    int units = plan.unitCount();
+    slabsOf = new int[units][];
+    int[] in = new int[slabs.length];
+    for (int u = 0; u < units; u++) {
+      if (residentAtStart.test(u)) {
+        continue;
+      }
+      long start = plan.unit(u).address();
+      long end = start + plan.unit(u).size();
+      int n = 0;
+      for (int i = 0; i < slabs.length; i++) {
+        if (start < slabEnds[i] && end > slabStarts[i]) {
+          in[n++] = i;
+          waiting[i]++;
+        }
+      }
+      slabsOf[u] = n == 0 ? null : java.util.Arrays.copyOf(in, n);
+    }
+    for (int i = 0; i < slabs.length; i++) {
+      if (waiting[i] == 0) {
+        ready.add(i);
+      }
+    }
+  }
+
+  /** Under the residency's lock: {@code unit} is resident; a slab whose last unit it was is ready. */
+  void landed(int unit) {
+    int[] in = slabsOf.length == 0 ? null : slabsOf[unit];
+    if (in == null) {
+      return;
+    }
+    for (int i : in) {
+      if (--waiting[i] == 0) {
+        ready.add(i);
+      }
+    }
+  }
+
+  /** Under the residency's lock: the slabs ready to protect since the last call, or null when none are. */
+  int[] takeReady() {
+    if (ready.isEmpty()) {
+      return null;
+    }
+    int[] out = ready.stream().mapToInt(Integer::intValue).toArray();
+    ready.clear();
+    return out;
+  }
+
+  /** On the restore thread, outside the lock: makes the slabs read-only. */
+  void protect(int[] which) {
+    for (int i : which) {
+      long t = System.nanoTime();
+      slabs[i].setAccess(MemoryAccess.READ);
+      long spent = System.nanoTime() - t;
+      synchronized (this) {
+        protectedSlabs++;
+        protectedBytes += slabEnds[i] - slabStarts[i];
+        protectNanos += spent;
+      }
+    }
+  }
+
+  /** What was protected so far. */
+  synchronized OnDemandRestore.Protection stats() {
+    return new OnDemandRestore.Protection(protectedSlabs, slabs.length, protectedBytes, protectNanos / 1e6);
+  }
+}
