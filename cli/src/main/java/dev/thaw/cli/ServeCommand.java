@@ -10,7 +10,20 @@ import dev.thaw.server.impl.Endpoints;
 import dev.thaw.server.impl.InProcessInstances;
 import dev.thaw.server.impl.PoolInstances;
 import dev.thaw.server.spi.InstanceFactory;
+import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
+import dev.thaw.pool.cache.HostCacheOptions;
+import dev.thaw.pool.cache.HostImageCache;
+import dev.thaw.runtime.gpu.DeviceChoice;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.server.StartupTimeline;
+import io.micrometer.prometheusmetrics.PrometheusConfig;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import io.vertx.core.Vertx;
+import java.io.UncheckedIOException;
+import java.util.Locale;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.ArrayList;
 import java.util.List;
 import java.io.IOException;
@@ -49,7 +62,8 @@ import picocli.CommandLine.Spec;
         "  PORT                 the port when --port is not given (Knative sets it)",
         "  K_SERVICE, K_REVISION, K_CONFIGURATION",
         "                       Knative's names: labels on every log line and metric;",
-        "                       K_SERVICE also opens the store read-only",
+        "                       K_SERVICE also opens the store read-only and turns",
+        "                       the host cache off unless it is asked for",
         "  THAW_ADMIN_TOKEN     the admin API's bearer token (default: the file",
         "                       admin-token in the store, made at first start, mode 0600)",
         "",
@@ -99,7 +113,8 @@ final class ServeCommand implements Callable<Integer> {
 
   @Option(names = "--host-cache", paramLabel = "SIZE",
       description = {"The pinned host image cache pool workers restore from, e.g. 8g, 512m, 0 for none",
-          "(default: hostCacheBytes of the config, else 8g or a quarter of RAM, whichever is less)."})
+          "(default: hostCacheBytes of the config, else 8g or a quarter of RAM, whichever is less;",
+          "under Knative, none)."})
   String hostCache;
 
   @Option(names = "--hbm-tier", paramLabel = "SIZE",
@@ -116,6 +131,9 @@ final class ServeCommand implements Callable<Integer> {
 
   @Override
   public Integer call() throws Exception {
+    StartupTimeline timeline = StartupTimeline.sinceProcessStart();
+    timeline.markAt("main", ThawCli.MAIN_NANOS);
+    timeline.mark("command");
     ServerOptions options = options();
     // Under Knative the store belongs to the container image: read it, write nothing there (no lock, no log, no
     // admin token); the contract allows writes to /tmp only.
@@ -125,21 +143,67 @@ final class ServeCommand implements Callable<Integer> {
     if (!readOnly) {
       options.setStorePath(storePath);
     }
+    if (!instances.equals("pool") && !instances.equals("in-process")) {
+      throw new ParameterException(spec.commandLine(), "--instances is pool or in-process, not " + instances);
+    }
+    timeline.mark("options");
     // One INFO line per request, one per cold start (the worker's phases); the rest stay at the CLI's WARN.
     System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.REQUEST_LOG, "info");
     System.setProperty("org.slf4j.simpleLogger.log.dev.thaw.server.instances", "info");
     PrintWriter out = spec.commandLine().getOut();
-    GpuDriver driver = cli.openDriver(device.choice, spec);
-    ChunkStore s;
+
+    // The way to the first response is the first instance's: for the pool, a worker's JVM, cuInit and context;
+    // in process, this process's cuInit and context. Each starts first, and the store, the driver's device list and
+    // the HTTP server come up beside it (docs/design/server.md, "Start to first response").
+    CompletableFuture<Vertx> vertx = startHttpSide(timeline);
+    EarlyPool early = instances.equals("pool") ? EarlyPool.start(this, options, storePath, timeline) : null;
+    CompletableFuture<GpuDriver> opening = new CompletableFuture<>();
+    CompletableFuture<InProcessInstances.Prepared> prepared = new CompletableFuture<>();
+    boolean prepare = instances.equals("in-process") && !options.functions().isEmpty();
+    Thread opener = new Thread(() -> {
+      try {
+        GpuDriver d = cli.openDriver(device.choice, spec);
+        timeline.mark("driver");
+        // In process, a function named at start will start: its context is made now, beside everything else.
+        prepared.complete(prepare ? InProcessInstances.prepareContext(d, d.devices().get(0).ordinal(), timeline)
+            : null);
+        opening.complete(d);
+      } catch (Throwable e) {
+        prepared.complete(null);
+        opening.completeExceptionally(e);
+      }
+    }, "thaw-serve-driver");
+    opener.setDaemon(true);
+    opener.start();
+    ChunkStore s = null;
+    GpuDriver driver = null;
+    InstanceFactory factory;
     try {
       s = cli.openStore(storePath, readOnly ? StoreAccess.READ : StoreAccess.WRITE);
-    } catch (RuntimeException e) {
-      driver.close();
+      timeline.mark("store");
+      driver = join(opening);
+      factory = factory(driver, s, storePath, early, prepared.join(), timeline);
+    } catch (RuntimeException | Error e) {
+      vertx.thenAccept(Vertx::close);
+      prepared.thenAccept(p -> {
+        if (p != null) {
+          p.closeUntaken();
+        }
+      });
+      if (early != null) {
+        early.close();
+      }
+      closeQuietly(s);
+      if (driver != null) {
+        driver.close();
+      } else {
+        opening.thenAccept(GpuDriver::close);
+      }
       throw e;
     }
     ThawServer server;
     try {
-      server = ThawServer.start(options, s, factory(driver, s, storePath, options));
+      server = ThawServer.start(options, s, factory, timeline, vertx.join());
     } catch (IllegalArgumentException e) {
       s.close();
       driver.close();
@@ -171,11 +235,13 @@ final class ServeCommand implements Callable<Integer> {
 
     CountDownLatch stopped = new CountDownLatch(1);
     Duration drain = options.drainTimeout();
+    ChunkStore openStore = s;
+    GpuDriver openDriver = driver;
     Runnable stop = () -> {
       boolean drained = server.drain(drain);
       server.close();
-      s.close();
-      driver.close();
+      openStore.close();
+      openDriver.close();
       out.println(drained ? "drained; bye" : "drain timed out after " + drain.toMillis() + " ms; bye");
       out.flush();
       stopped.countDown();
@@ -191,29 +257,155 @@ final class ServeCommand implements Callable<Integer> {
     return ThawCli.EXIT_OK;
   }
 
-  private InstanceFactory factory(GpuDriver driver, ChunkStore s, Path storePath, ServerOptions options) {
-    switch (instances) {
-      case "in-process":
-        return new InProcessInstances(driver, s);
-      case "pool":
-        List<Integer> devices = new ArrayList<>();
-        driver.devices().forEach(d -> devices.add(d.ordinal()));
-        ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(devices)
-            .setIdleTarget(idleWorkers).setDeviceChoice(driver.name()).setStorePath(storePath);
-        return PoolInstances.create(poolOptions, options.hostCacheBytes(), options.hbmTierBytes(), s, storePath,
-            driver.devices(),
-            Duration.ofSeconds(120), options.retryAfter());
-      default:
-        throw new ParameterException(spec.commandLine(), "--instances is pool or in-process, not " + instances);
+  /**
+   * Vert.x, made on a thread of its own while this one parses options and opens the store, with the classes the
+   * server's start loads next (metrics, a manifest's reader) loaded beside it: none of it is on the way to the first
+   * worker or context, so it should cost the first response nothing.
+   */
+  private static CompletableFuture<Vertx> startHttpSide(StartupTimeline timeline) {
+    CompletableFuture<Vertx> made = new CompletableFuture<>();
+    Thread t = new Thread(() -> {
+      try {
+        Vertx v = Vertx.vertx();
+        made.complete(v);
+        timeline.mark("vertx made");
+      } catch (Throwable e) {
+        made.completeExceptionally(e);
+        return;
+      }
+      try {
+        new PrometheusMeterRegistry(PrometheusConfig.DEFAULT).close();
+        try (java.io.InputStream in = ServeCommand.class.getResourceAsStream(WARM_MANIFEST)) {
+          if (in != null) {
+            ImageManifest.read(in.readAllBytes());
+          }
+        }
+      } catch (Exception | LinkageError e) {
+        // Loading ahead is best effort: the server loads what it needs when it needs it.
+      }
+    }, "thaw-serve-http");
+    t.setDaemon(true);
+    t.start();
+    return made;
+  }
+
+  /** A small real manifest (the pool's warm-up one), read once ahead so the registration's read finds Jackson warm. */
+  private static final String WARM_MANIFEST = "/dev/thaw/pool/worker/warmup-manifest.json";
+
+  private InstanceFactory factory(GpuDriver driver, ChunkStore s, Path storePath, EarlyPool early,
+      InProcessInstances.Prepared prepared, StartupTimeline timeline) {
+    if (instances.equals("in-process")) {
+      InProcessInstances f = new InProcessInstances(driver, s).reportStartsTo(timeline);
+      return prepared == null ? f : f.takePrepared(prepared);
+    }
+    List<Integer> devices = new ArrayList<>();
+    driver.devices().forEach(d -> devices.add(d.ordinal()));
+    if (early == null) {
+      throw new IllegalStateException("the pool was not started");
+    }
+    return early.instances(driver, devices, s, storePath).reportStartsTo(timeline);
+  }
+
+  /**
+   * The pool, started before the driver is open: its first worker spawns on device 0 (there is one wherever there is
+   * a device) while this process opens the store and the driver; once the driver says how many devices there are,
+   * the pool serves them all.
+   */
+  private static final class EarlyPool implements AutoCloseable {
+    private final HostImageCache cache;
+    private final ContextPool pool;
+    private final long hbmTierBytes;
+    private final Duration retryAfter;
+
+    private EarlyPool(HostImageCache cache, ContextPool pool, long hbmTierBytes, Duration retryAfter) {
+      this.cache = cache;
+      this.pool = pool;
+      this.hbmTierBytes = hbmTierBytes;
+      this.retryAfter = retryAfter;
+    }
+
+    static EarlyPool start(ServeCommand c, ServerOptions options, Path storePath, StartupTimeline timeline) {
+      String choice;
+      try {
+        choice = (c.device.choice != null ? c.device.choice : DeviceChoice.parse(c.cli.env(DeviceChoice.ENV)))
+            .name().toLowerCase(Locale.ROOT);
+      } catch (IllegalArgumentException e) {
+        throw new ParameterException(c.spec.commandLine(), e.getMessage(), e);
+      }
+      ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(c.idleWorkers)
+          .setDeviceChoice(choice).setStorePath(storePath).setWarmupAfterReady(true);
+      HostImageCache cache = null;
+      if (options.hostCacheBytes() > 0) {
+        try {
+          cache = HostImageCache.create(new HostCacheOptions().capacityBytes(options.hostCacheBytes()));
+        } catch (IOException e) {
+          throw new UncheckedIOException("cannot create the host image cache (" + options.hostCacheBytes()
+              + " bytes)", e);
+        }
+        poolOptions.setHostCachePath(cache.path());
+      }
+      try {
+        ContextPool pool = ContextPool.create(poolOptions);
+        timeline.mark("pool started");
+        return new EarlyPool(cache, pool, options.hbmTierBytes(), options.retryAfter());
+      } catch (RuntimeException | Error e) {
+        if (cache != null) {
+          cache.close();
+        }
+        throw e;
+      }
+    }
+
+    /** The pool, serving every device of {@code driver}, as the server's instance factory (which then owns it). */
+    PoolInstances instances(GpuDriver driver, List<Integer> devices, ChunkStore s, Path storePath) {
+      pool.addDevices(devices);
+      return new PoolInstances(pool, cache, cache == null ? 0 : hbmTierBytes, s, storePath, driver.devices(),
+          Duration.ofSeconds(120), retryAfter);
+    }
+
+    @Override
+    public void close() {
+      pool.close();
+      if (cache != null) {
+        cache.close();
+      }
+    }
+  }
+
+  /** The driver from its thread; its failure as the caller would have thrown it. */
+  private static GpuDriver join(CompletableFuture<GpuDriver> opening) throws InterruptedException {
+    try {
+      return opening.get();
+    } catch (ExecutionException e) {
+      Throwable c = e.getCause();
+      if (c instanceof RuntimeException r) {
+        throw r;
+      }
+      if (c instanceof Error err) {
+        throw err;
+      }
+      throw new IllegalStateException(c);
+    }
+  }
+
+  private static void closeQuietly(ChunkStore s) {
+    if (s != null) {
+      try {
+        s.close();
+      } catch (RuntimeException e) {
+        // Failing already.
+      }
     }
   }
 
   private ServerOptions options() {
     ServerOptions o;
+    boolean cacheConfigured = hostCache != null;
     if (config != null) {
       try {
         JsonNode json = Json.MAPPER.readTree(Files.readString(config));
         o = ServerOptions.fromJson(json);
+        cacheConfigured |= json != null && json.has("hostCacheBytes");
       } catch (IOException | IllegalArgumentException e) {
         throw new ParameterException(spec.commandLine(), "config " + config + ": "
             + (e instanceof com.fasterxml.jackson.core.JsonProcessingException j ? j.getOriginalMessage() : e.getMessage()),
@@ -241,6 +433,11 @@ final class ServeCommand implements Callable<Integer> {
       }
       if (hostCache != null) {
         o.setHostCacheBytes(bytes(hostCache, "--host-cache"));
+      } else if (!cacheConfigured && cli.env("K_SERVICE") != null) {
+        // A Knative pod serves its functions until it is scaled in, long before an instance's keepAlive ends: no
+        // second start would read the cache, and registering it costs each worker ~0.4 s per GiB on the way to the
+        // first response. Asked for, it is there.
+        o.setHostCacheBytes(0);
       }
       if (hbmTier != null) {
         o.setHbmTierBytes(bytes(hbmTier, "--hbm-tier"));

@@ -101,6 +101,9 @@ public final class ThawCli implements Callable<Integer> {
   /** Any failure that is not a usage, device or missing-image error; same code as a failed check. */
   public static final int EXIT_FAILED = 1;
 
+  /** When this class was loaded: {@code main} is about to run ({@code thaw serve}'s startup timeline). */
+  static final long MAIN_NANOS = System.nanoTime();
+
   /** How a command gets its driver: {@link GpuDrivers#open(DeviceChoice, SimOptions)}, or a stand-in in tests. */
   @FunctionalInterface
   interface DriverOpener {
@@ -150,7 +153,33 @@ public final class ThawCli implements Callable<Integer> {
     if (System.getProperty("org.slf4j.simpleLogger.defaultLogLevel") == null) {
       System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
     }
+    if (servesOnTheGpu(args, System.getenv(DeviceChoice.ENV))) {
+      // cuInit costs a quarter second and needs nothing the command line says: it runs while picocli parses.
+      GpuDrivers.openAhead(DeviceChoice.AUTO);
+    }
     System.exit(commandLine(new ThawCli()).execute(args));
+  }
+
+  /**
+   * True for {@code thaw serve} that may open CUDA (not {@code --device sim}, nor {@code THAW_DEVICE=sim}, nor
+   * help): {@link CudaDriver#availability()} (which runs {@code cuInit}) can start before the options are parsed.
+   */
+  static boolean servesOnTheGpu(String[] args, String deviceEnv) {
+    if (args.length == 0 || !args[0].equals("serve")) {
+      return false;
+    }
+    String device = deviceEnv;
+    for (int i = 1; i < args.length; i++) {
+      if (args[i].equals("-h") || args[i].equals("--help")) {
+        return false;
+      }
+      if (args[i].equals("--device") && i + 1 < args.length) {
+        device = args[i + 1];
+      } else if (args[i].startsWith("--device=")) {
+        device = args[i].substring("--device=".length());
+      }
+    }
+    return device == null || !device.strip().equalsIgnoreCase("sim");
   }
 
   /** The configured command line: its error handlers turn exceptions into one stderr line and an exit code. */

@@ -142,6 +142,70 @@ class ServeCommandTest {
     assertEquals(before, files(dir.resolve("store")), "the store is only read under Knative");
   }
 
+  /**
+   * The way from process start to the first response, as a kubelet's first request sees it (the invoke polled until
+   * it answers): one line in the log at the first response, with the server's own steps, the first worker's start-up
+   * and the request's phases; never again after.
+   */
+  @Test
+  void theStartupTimelineIsLoggedOnceAtTheFirstResponse() throws Exception {
+    int port = start(Map.of(), "--function", "mlp=mlp:1");
+    firstResponse(port);
+    assertEquals(200, postJson(port, "/v1/functions/mlp/invoke", ServerFixture.MLP_REQUEST).statusCode());
+    String line = startupLine();
+    for (String step : List.of("from process start to first response (mlp)", "main ", "options ", "pool started ",
+        "store ", "driver ", "vertx ", "registered ", "listening ", "instance started ", "first response ",
+        "; worker spawn to ready ", " jvm ", " context ", " restoreResources ", "; instance start ms:",
+        " map allocations ", "; first request ms:", " queue ", " acquire ", " invoke ")) {
+      assertTrue(line.contains(step), "'" + step + "' in " + line);
+    }
+  }
+
+  @Test
+  void inProcessTheTimelineShowsTheContextMadeBesideTheServer() throws Exception {
+    int port = start(Map.of(), "--function", "mlp=mlp:1", "--instances", "in-process");
+    firstResponse(port);
+    String line = startupLine();
+    for (String step : List.of("first response (mlp)", "driver ", " context ", "restore resources ", "image prepared ",
+        "listening ",
+        "instance started ", "; instance start ms: context ", " restore ", "; first request ms:")) {
+      assertTrue(line.contains(step), "'" + step + "' in " + line);
+    }
+  }
+
+  /** Posts the MLP request until it is answered, as the GPU script measures a start. */
+  private void firstResponse(int port) throws Exception {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+    while (System.nanoTime() < deadline) {
+      assertTrue(child.isAlive(), () -> "thaw serve exited: " + read());
+      try {
+        HttpResponse<String> r = postJson(port, "/v1/functions/mlp/invoke", ServerFixture.MLP_REQUEST);
+        if (r.statusCode() == 200) {
+          return;
+        }
+      } catch (ConnectException notYet) {
+        // Not listening yet.
+      }
+      Thread.sleep(20);
+    }
+    throw new AssertionError("never answered: " + read());
+  }
+
+  /** The one startup line of the log, waited for: the request log is written after the response. */
+  private String startupLine() throws Exception {
+    for (int i = 0; i < 500; i++) {
+      List<String> lines = read().lines().filter(l -> l.contains(" startup ")).toList();
+      if (!lines.isEmpty()) {
+        Thread.sleep(200);
+        lines = read().lines().filter(l -> l.contains(" startup ")).toList();
+        assertEquals(1, lines.size(), "one startup line: " + read());
+        return lines.get(0);
+      }
+      Thread.sleep(20);
+    }
+    throw new AssertionError("no startup line: " + read());
+  }
+
   @Test
   void anUnknownImageIsAUsageErrorAndNothingListens() throws Exception {
     start(Map.of(), "--function", "mlp=none:1");

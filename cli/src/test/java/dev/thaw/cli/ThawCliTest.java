@@ -354,4 +354,17 @@ class ThawCliTest {
       closes++;
     }
   }
+
+  /** cuInit starts before option parsing only for a serve that may use CUDA: never for sim, help or another command. */
+  @Test
+  void cudaIsOpenedAheadOnlyForAServeThatMayUseIt() {
+    assertTrue(ThawCli.servesOnTheGpu(new String[] {"serve", "--function", "mlp=mlp:1"}, null));
+    assertTrue(ThawCli.servesOnTheGpu(new String[] {"serve", "--device", "cuda"}, "sim"));
+    assertFalse(ThawCli.servesOnTheGpu(new String[] {"serve", "--device", "sim"}, null));
+    assertFalse(ThawCli.servesOnTheGpu(new String[] {"serve", "--device=sim"}, "cuda"));
+    assertFalse(ThawCli.servesOnTheGpu(new String[] {"serve"}, "sim"));
+    assertFalse(ThawCli.servesOnTheGpu(new String[] {"serve", "--help"}, null));
+    assertFalse(ThawCli.servesOnTheGpu(new String[] {"check"}, null));
+    assertFalse(ThawCli.servesOnTheGpu(new String[0], null));
+  }
 }

@@ -54,7 +54,15 @@ public interface ContextPool extends AutoCloseable {
    */
   Worker acquire(int device, Duration wait);
 
-  /** Waits until every device has its idle target ready; false if {@code timeout} passed first. */
+  /**
+   * Serves {@code devices} too (those it serves already are left as they are); their first workers spawn at once.
+   * For a caller that starts the pool on device 0 before it has asked the driver how many devices there are.
+   *
+   * @throws IllegalStateException if the pool is closed
+   */
+  void addDevices(List<Integer> devices);
+
+  /** Waits until every device has its idle target ready (and warm); false if {@code timeout} passed first. */
   boolean awaitIdle(Duration timeout) throws InterruptedException;
 
   /**

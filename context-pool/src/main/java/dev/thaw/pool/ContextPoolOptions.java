@@ -52,6 +52,7 @@ public final class ContextPoolOptions {
   @JsonProperty private boolean awaitResident;
   @JsonProperty private int warmupLaunches = DEFAULT_WARMUP_LAUNCHES;
   @JsonProperty private String warmupImage;
+  @JsonProperty private boolean warmupAfterReady;
   @JsonProperty private int maxPreparedImages = DEFAULT_MAX_PREPARED_IMAGES;
   @JsonProperty private long startTimeoutMillis = DEFAULT_START_TIMEOUT_MILLIS;
   @JsonProperty private long becomeTimeoutMillis = DEFAULT_BECOME_TIMEOUT_MILLIS;
@@ -78,6 +79,7 @@ public final class ContextPoolOptions {
     awaitResident = o.awaitResident;
     warmupLaunches = o.warmupLaunches;
     warmupImage = o.warmupImage;
+    warmupAfterReady = o.warmupAfterReady;
     maxPreparedImages = o.maxPreparedImages;
     startTimeoutMillis = o.startTimeoutMillis;
     becomeTimeoutMillis = o.becomeTimeoutMillis;
@@ -270,6 +272,21 @@ public final class ContextPoolOptions {
     return this;
   }
 
+  /**
+   * True: a worker says READY as soon as it can serve (driver, context, restore resources, store, host cache) and
+   * warms up after it; the pool hands out warm workers first, and a caller waiting for a worker takes one still
+   * warming, whose warm-up then stops. {@link ContextPool#awaitIdle} waits for warm ones. False (the default): a
+   * worker is READY only once warm.
+   */
+  public boolean warmupAfterReady() {
+    return warmupAfterReady;
+  }
+
+  public ContextPoolOptions setWarmupAfterReady(boolean warmupAfterReady) {
+    this.warmupAfterReady = warmupAfterReady;
+    return this;
+  }
+
   public Duration startTimeout() {
     return Duration.ofMillis(startTimeoutMillis);
   }
@@ -364,6 +381,7 @@ public final class ContextPoolOptions {
     checked.storePath = o.storePath;
     checked.hostCachePath = o.hostCachePath;
     checked.awaitResident = o.awaitResident;
+    checked.warmupAfterReady = o.warmupAfterReady;
     checked.logDirectory = o.logDirectory;
     checked.setStartTimeout(Duration.ofMillis(o.startTimeoutMillis))
         .setBecomeTimeout(Duration.ofMillis(o.becomeTimeoutMillis))

@@ -55,8 +55,10 @@ public final class ThawServer implements AutoCloseable {
   private int port;
   private int invokePort = ServerOptions.NO_INVOKE_PORT;
   private boolean closed;
+  private StartupTimeline timeline;
 
-  private ThawServer(ServerOptions options, InstanceFactory factory, String adminToken, Path adminTokenFile) {
+  private ThawServer(ServerOptions options, InstanceFactory factory, String adminToken, Path adminTokenFile,
+      Vertx vertx) {
     this.options = new ServerOptions(options);
     this.factory = factory;
     this.adminToken = adminToken;
@@ -68,7 +70,7 @@ public final class ThawServer implements AutoCloseable {
     metrics.config().commonTags(common);
     this.scheduler = new Scheduler(factory, metrics, options.gpuMemoryBytes(), options.retryAfter(),
         options.tracesKept());
-    this.vertx = Vertx.vertx();
+    this.vertx = vertx != null ? vertx : Vertx.vertx();
   }
 
   /**
@@ -79,11 +81,31 @@ public final class ThawServer implements AutoCloseable {
    * @throws UncheckedIOException if a port cannot be bound or the admin token cannot be written
    */
   public static ThawServer start(ServerOptions options, ChunkStore store, InstanceFactory factory) {
+    return start(options, store, factory, null);
+  }
+
+  /**
+   * {@link #start(ServerOptions, ChunkStore, InstanceFactory)}, marking its steps on {@code timeline} (null: none),
+   * which also makes the line the request log gets at the first response.
+   */
+  public static ThawServer start(ServerOptions options, ChunkStore store, InstanceFactory factory,
+      StartupTimeline timeline) {
+    return start(options, store, factory, timeline, null);
+  }
+
+  /**
+   * As {@link #start(ServerOptions, ChunkStore, InstanceFactory, StartupTimeline)}, on {@code vertx} (made ahead, on
+   * another thread, by a caller in a hurry; closed with the server), or a new one when null.
+   */
+  public static ThawServer start(ServerOptions options, ChunkStore store, InstanceFactory factory,
+      StartupTimeline timeline, Vertx vertx) {
     Path tokenFile = options.adminToken() == null && options.storePath() != null
         ? options.storePath().resolve(ServerOptions.ADMIN_TOKEN_FILE) : null;
     String token = options.adminToken() != null ? options.adminToken()
         : tokenFile != null ? readOrCreateToken(tokenFile) : newToken();
-    ThawServer server = new ThawServer(options, factory, token, tokenFile);
+    ThawServer server = new ThawServer(options, factory, token, tokenFile, vertx);
+    server.timeline = timeline;
+    mark(timeline, "vertx");
     try {
       for (Map.Entry<String, FunctionOptions> f : options.functions().entrySet()) {
         ImageInfo image;
@@ -94,7 +116,8 @@ public final class ThawServer implements AutoCloseable {
         }
         server.scheduler.register(f.getKey(), f.getValue(), image);
       }
-      Endpoints endpoints = new Endpoints(options, server.scheduler, store, server.metrics, token);
+      mark(timeline, "registered");
+      Endpoints endpoints = new Endpoints(options, server.scheduler, store, server.metrics, token, timeline);
       server.endpoints = endpoints;
       if (options.invokePort() == ServerOptions.NO_INVOKE_PORT) {
         server.port = server.listen(endpoints.all(server.vertx), options.port());
@@ -102,11 +125,23 @@ public final class ThawServer implements AutoCloseable {
         server.port = server.listen(endpoints.adminOnly(server.vertx), options.port());
         server.invokePort = server.listen(endpoints.invokeOnly(server.vertx), options.invokePort());
       }
+      mark(timeline, "listening");
       return server;
     } catch (RuntimeException | Error e) {
       server.close();
       throw e;
     }
+  }
+
+  private static void mark(StartupTimeline timeline, String event) {
+    if (timeline != null) {
+      timeline.mark(event);
+    }
+  }
+
+  /** The timeline this server was started with, or null. */
+  public StartupTimeline startupTimeline() {
+    return timeline;
   }
 
   private int listen(Router router, int port) {

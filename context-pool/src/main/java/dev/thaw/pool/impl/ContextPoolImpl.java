@@ -110,7 +110,36 @@ public final class ContextPoolImpl implements ContextPool {
 
   @Override
   public ContextPoolOptions options() {
-    return new ContextPoolOptions(options);
+    lock.lock();
+    try {
+      return new ContextPoolOptions(options);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  @Override
+  public void addDevices(List<Integer> more) {
+    lock.lock();
+    try {
+      if (closed.get()) {
+        throw new IllegalStateException("the context pool is closed");
+      }
+      List<Integer> all = new ArrayList<>(options.devices());
+      for (int d : more) {
+        if (d < 0) {
+          throw new IllegalArgumentException("device ordinals are >= 0, not " + d);
+        }
+        if (!devices.containsKey(d)) {
+          devices.put(d, new DeviceWorkers(d));
+          all.add(d);
+        }
+      }
+      options.setDevices(all);
+      changed.signalAll();
+    } finally {
+      lock.unlock();
+    }
   }
 
   // ---- acquire ----
@@ -134,13 +163,11 @@ public final class ContextPoolImpl implements ContextPool {
         if (closed.get()) {
           throw new IllegalStateException("the context pool is closed");
         }
-        WorkerProcess w;
-        while ((w = d.idle.pollFirst()) != null) {
-          if (w.isAlive()) {
-            d.inUse.add(w);
-            changed.signalAll();
-            return w;
-          }
+        WorkerProcess w = takeIdle(d);
+        if (w != null) {
+          d.inUse.add(w);
+          changed.signalAll();
+          return w;
         }
         long left = deadline - System.nanoTime();
         if (left <= 0) {
@@ -159,6 +186,21 @@ public final class ContextPoolImpl implements ContextPool {
     }
   }
 
+  /**
+   * The first live idle worker that is warm, else the first live one still warming up (its warm-up stops when the
+   * caller sends it work: a caller waits for no warm-up); dead ones are dropped. Under the lock.
+   */
+  private static WorkerProcess takeIdle(DeviceWorkers d) {
+    d.idle.removeIf(w -> !w.isAlive());
+    for (WorkerProcess w : d.idle) {
+      if (w.warm()) {
+        d.idle.remove(w);
+        return w;
+      }
+    }
+    return d.idle.pollFirst();
+  }
+
   private PoolExhaustedException exhausted(DeviceWorkers d) {
     return new PoolExhaustedException(d.device, "no ready worker on device " + d.device + ": " + d.inUse.size()
         + " in use, " + d.starting.size() + " starting, at most " + options.maxWorkers()
@@ -170,7 +212,8 @@ public final class ContextPoolImpl implements ContextPool {
     long deadline = System.nanoTime() + timeout.toNanos();
     lock.lock();
     try {
-      while (devices.values().stream().anyMatch(d -> d.idle.size() < options.idleTarget())) {
+      while (devices.values().stream().anyMatch(d -> d.idle.stream().filter(WorkerProcess::warm).count()
+          < options.idleTarget())) {
         long left = deadline - System.nanoTime();
         if (left <= 0 || closed.get()) {
           return false;
@@ -349,6 +392,16 @@ public final class ContextPoolImpl implements ContextPool {
           // Sent before anyone can acquire it: a BECOME after these finds the image prepared, or waits for it.
           prepared.values().forEach(w::prepare);
         }
+        changed.signalAll();
+      } finally {
+        lock.unlock();
+      }
+    }
+
+    @Override
+    public void warmed(WorkerProcess w) {
+      lock.lock();
+      try {
         changed.signalAll();
       } finally {
         lock.unlock();

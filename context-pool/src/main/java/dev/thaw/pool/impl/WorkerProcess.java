@@ -62,6 +62,9 @@ final class WorkerProcess implements Worker {
   interface Listener {
     void ready(WorkerProcess w);
 
+    /** A worker that said READY before its warm-up has finished it ({@link #warm()} is true now). */
+    void warmed(WorkerProcess w);
+
     /** The worker ended: lost (crashed, hung, broken, evicted) or retired after use. */
     void ended(WorkerProcess w, WorkerException why, boolean lost);
 
@@ -104,6 +107,9 @@ final class WorkerProcess implements Worker {
   /** Set when a BECOME succeeded: only then may requests be sent. */
   private volatile boolean invocable;
   private volatile String image;
+  private volatile boolean warm;
+  /** The start as the second READY (warm) told it, or null. */
+  private volatile WorkerStart warmStart;
   /** The PREPAREs sent to this worker, by image key: completed when the worker answered. */
   private final Map<String, CompletableFuture<Frame>> prepared = new ConcurrentHashMap<>();
 
@@ -128,7 +134,8 @@ final class WorkerProcess implements Worker {
     long spawnNanos = System.nanoTime();
     WorkerConfig config = new WorkerConfig(o.deviceChoice(), device,
         o.storePath() == null ? null : o.storePath().toString(), o.warmupLaunches(), o.warmupImage(),
-        o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(), ProcessHandle.current().pid(), spawnNanos);
+        o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(), ProcessHandle.current().pid(), spawnNanos,
+        o.warmupAfterReady());
     List<String> command = new ArrayList<>();
     command.add(WorkerCommand.java(o));
     // The JVM writes its own messages (a fatal error's report among them) to stdout, which carries frames here.
@@ -174,7 +181,17 @@ final class WorkerProcess implements Worker {
 
   @Override
   public WorkerStart start() {
-    return ready.getNow(null);
+    WorkerStart warmed = warmStart;
+    return warmed != null ? warmed : ready.getNow(null);
+  }
+
+  /**
+   * True once the worker has warmed up: at READY for a worker that warms up first, at its second READY for one that
+   * warms up after READY ({@link ContextPoolOptions#warmupAfterReady()}); never for one whose warm-up a request cut
+   * short.
+   */
+  boolean warm() {
+    return warm;
   }
 
   CompletableFuture<WorkerStart> ready() {
@@ -559,7 +576,17 @@ final class WorkerProcess implements Worker {
     JsonNode h = f.head();
     JsonNode d = h.path("device");
     WorkerStart start = new WorkerStart(pid, d.path("driver").asText(), d.path("simulated").asBoolean(),
-        d.path("name").asText(), phases(h.path("phases")), millisSince(spawnNanos));
+        d.path("name").asText(), phases(h.path("phases")), millisSince(spawnNanos), System.nanoTime());
+    boolean warmNow = h.path("warm").asBoolean(true);
+    if (ready.isDone()) {
+      if (warmNow && !warm) {
+        warmStart = start;
+        warm = true;
+        listener.warmed(this);
+      }
+      return;
+    }
+    warm = warmNow;
     if (ready.complete(start)) {
       listener.ready(this);
     }

@@ -18,11 +18,20 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  * @param parentPid the parent's process id: the worker exits when it is gone
  * @param spawnNanos the parent's {@link System#nanoTime()} at spawn (one monotonic clock per Linux host), so
  *     the worker can say how long its JVM took to start
+ * @param warmupAfterReady say READY as soon as the worker can serve and warm up after it, until a request comes
+ *     (then a second READY, {@code warm}, when the warm-up ran to its end); false: READY only once warm
  */
 public record WorkerConfig(String device, int ordinal, String storePath, int warmupLaunches, String warmupImage,
-    String hostCache, int maxFrameBytes, long parentPid, long spawnNanos) {
+    String hostCache, int maxFrameBytes, long parentPid, long spawnNanos, boolean warmupAfterReady) {
 
   private static final ObjectMapper JSON = new ObjectMapper();
+
+  /** A worker that says READY only once warm. */
+  public WorkerConfig(String device, int ordinal, String storePath, int warmupLaunches, String warmupImage,
+      String hostCache, int maxFrameBytes, long parentPid, long spawnNanos) {
+    this(device, ordinal, storePath, warmupLaunches, warmupImage, hostCache, maxFrameBytes, parentPid, spawnNanos,
+        false);
+  }
 
   public String toJson() {
     try {

@@ -54,14 +54,18 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
 
 /**
  * A pooled worker process: one device, one context, warm, serving the frame protocol ({@link FrameCodec}) with
  * its parent over stdin (requests) and stdout (replies).
  *
  * <p>Start-up: open the driver ({@code cuInit}), create the context and the {@link RestoreResources} every restore
- * borrows (stream, events, pinned staging, reader threads), open the store read-only, map and register the host
- * image cache, warm up ({@link WorkerWarmup}); then send READY with the time of each phase. After that it serves
+ * borrows (stream, events, pinned staging, reader threads), map and register the host image cache, warm up
+ * ({@link WorkerWarmup}); then send READY with the time of each phase. Beside the driver and the context, a prepare
+ * thread opens the store read-only and warms what needs no context (Jackson, the manifest parser). With
+ * {@link WorkerConfig#warmupAfterReady()} READY comes before the launch warm-up, which then runs until a request
+ * comes (and is announced by a second READY, {@code warm}, if it ran to its end). After that it serves
  * one BECOME (an on-demand restore: it answers once the function is invocable, and sends RESIDENT when the last
  * byte landed) and any number of INVOKEs, one at a time. Two threads share the work: one reads stdin and answers
  * STATUS and EXIT itself, so the parent can ask and stop a worker that is busy; the other executes. An INVOKE that
@@ -113,6 +117,12 @@ public final class WorkerMain {
   private RestoreResources resources;
   private HostCacheView cache;
   private OnDemandRestore restored;
+  private final java.util.concurrent.CompletableFuture<RocksChunkStore> storeOpened =
+      new java.util.concurrent.CompletableFuture<>();
+  private volatile double storeMillis;
+  private volatile double cpuWarmupMillis;
+  private volatile boolean requested;
+  private final java.util.concurrent.CompletableFuture<Void> cpuWarm = new java.util.concurrent.CompletableFuture<>();
   /** Images prepared while blank, by key, least recently prepared first (main thread only). */
   private final LinkedHashMap<String, Prepared> prepared = new LinkedHashMap<>();
 
@@ -135,6 +145,13 @@ public final class WorkerMain {
 
   public static void main(String[] args) {
     long entered = System.nanoTime();
+    // cuInit first, on its own thread, while this one reads its config (Jackson's first use is not free): the pool
+    // names the device in the environment as well.
+    try {
+      GpuDrivers.openAhead(DeviceChoice.parse(System.getenv(DeviceChoice.ENV)));
+    } catch (IllegalArgumentException e) {
+      // The config's device is the one that counts; a bad variable is reported when it is opened.
+    }
     OutputStream protocol = new BufferedOutputStream(new FileOutputStream(FileDescriptor.out), 1 << 16);
     System.setOut(System.err);
     if (args.length != 1) {
@@ -161,57 +178,55 @@ public final class WorkerMain {
     if (config.spawnNanos() != 0) {
       phases.put("jvm", (entered - config.spawnNanos()) / 1e6);
     }
+    // What needs no context (the store, Jackson's and the manifest parser's cold paths) runs on a thread of its own
+    // while this one waits on cuInit and the context: the two together cost what the slower of them costs.
+    Thread prepare = new Thread(this::openStoreAndWarmCpu, "thaw-worker-prepare");
+    prepare.setDaemon(true);
+    prepare.start();
     try {
       long t = System.nanoTime();
       driver = GpuDrivers.open(config.device() == null ? DeviceChoice.fromEnvironment()
           : DeviceChoice.parse(config.device()), SimOptions.fromEnvironment());
       t = phase(phases, "driver", t);
+      // The address arena (CUDA: the primary context it is reserved in) beside the worker's own context.
+      CompletableFuture<Double> arena = CompletableFuture.supplyAsync(() -> {
+        long a = System.nanoTime();
+        driver.prepareDevice(config.ordinal());
+        return (System.nanoTime() - a) / 1e6;
+      }, r -> startDaemon(r, "thaw-worker-arena"));
       context = driver.createContext(config.ordinal());
       t = phase(phases, "context", t);
+      try {
+        phases.put("addressArena", arena.join());
+      } catch (java.util.concurrent.CompletionException e) {
+        // The context made the arena itself, or failed: its own error said why.
+      }
       // The streams and events a restore and its function run on; created now so the cold path does not.
       // What every restore borrows: its stream, events, pinned staging and threads, made once per worker.
       resources = RestoreResources.create(context);
       t = phase(phases, "restoreResources", t);
-      if (config.storePath() != null) {
-        store = RocksChunkStore.open(new StoreOptions().setPath(Path.of(config.storePath())).setReadOnly(true));
-        t = phase(phases, "store", t);
-      }
       if (config.hostCache() != null) {
         cache = HostCacheView.attach(Path.of(config.hostCache()), context);
         t = phase(phases, "hostCache", t);
       }
-      WorkerWarmup.launches(context, config.warmupLaunches(), json);
-      WorkerWarmup.manifests();
-      t = phase(phases, "warmup", t);
-      if (store != null && config.warmupLaunches() > 0) {
-        try {
-          WorkerWarmup.rehearse(context, resources, store);
-        } catch (dev.thaw.runtime.gpu.CudaOutOfMemoryException e) {
-          // A device too small (or too full) for the 32 MiB rehearsal: the worker serves, with colder code.
-          System.err.println("thaw worker: restore rehearsal skipped: " + e.getMessage());
-        }
-        t = phase(phases, "rehearsal", t);
-        if (cache != null) {
-          // The HBM tier is used with the host cache: its cold path (take, import, map read-only) rehearsed too.
-          try {
-            WorkerWarmup.rehearseHbm(context, resources, store);
-          } catch (dev.thaw.runtime.gpu.CudaException | IOException e) {
-            System.err.println("thaw worker: HBM-tier rehearsal skipped: " + e.getMessage());
-          }
-          t = phase(phases, "hbmRehearsal", t);
-        }
+      store = storeOpened.join();
+      if (config.storePath() != null) {
+        phases.put("store", storeMillis);
+        phase(phases, "storeWait", t);
       }
-      if (config.warmupImage() != null && store != null) {
-        WorkerWarmup.image(context, resources, store, config.warmupImage());
-        phase(phases, "warmupImage", t);
+      if (!config.warmupAfterReady()) {
+        warmUp(phases);
       }
     } catch (Throwable e) {
-      e.printStackTrace();
-      send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.STARTUP, e)));
+      Throwable c = e instanceof java.util.concurrent.CompletionException && e.getCause() != null ? e.getCause() : e;
+      c.printStackTrace();
+      send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.STARTUP, c)));
       Runtime.getRuntime().halt(EXIT_STARTUP);
     }
-    // What the warm-up allocated goes now: a cold start must not run into a collection it did not cause.
-    System.gc();
+    if (!config.warmupAfterReady()) {
+      // What the warm-up allocated goes now: a cold start must not run into a collection it did not cause.
+      System.gc();
+    }
     ObjectNode ready = FrameCodec.head();
     ready.put("pid", pid);
     ready.put("protocol", FrameCodec.VERSION);
@@ -221,12 +236,125 @@ public final class WorkerMain {
     device.put("name", context.device().name());
     device.put("ordinal", config.ordinal());
     ready.set("phases", json.valueToTree(phases));
+    ready.put("warm", !config.warmupAfterReady());
     state = State.BLANK;
     send(new Frame(FrameType.READY, 0, ready));
+    if (config.warmupAfterReady()) {
+      warmUpAfterReady(ready, phases);
+    }
     synchronized (turn) {
       serving = true;
+      turn.notifyAll();
     }
     serve(false);
+  }
+
+  private static void startDaemon(Runnable r, String name) {
+    Thread t = new Thread(r, name);
+    t.setDaemon(true);
+    t.start();
+  }
+
+  /** The prepare thread: opens the store, then warms the CPU paths until done or a request is waiting. */
+  private void openStoreAndWarmCpu() {
+    try {
+      if (config.storePath() != null) {
+        long t = System.nanoTime();
+        RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(Path.of(config.storePath()))
+            .setReadOnly(true));
+        storeMillis = (System.nanoTime() - t) / 1e6;
+        storeOpened.complete(s);
+      } else {
+        storeOpened.complete(null);
+      }
+    } catch (Throwable e) {
+      storeOpened.completeExceptionally(e);
+      cpuWarm.complete(null);
+      return;
+    }
+    long t = System.nanoTime();
+    try {
+      WorkerWarmup.json(json, this::requestWaiting);
+      WorkerWarmup.manifests(this::requestWaiting);
+    } finally {
+      cpuWarmupMillis = (System.nanoTime() - t) / 1e6;
+      cpuWarm.complete(null);
+    }
+  }
+
+  /**
+   * True once a request came for the main thread: a warm-up then stops for good, so that it never delays one nor
+   * competes with it for a core.
+   */
+  private boolean requestWaiting() {
+    return requested;
+  }
+
+  /** The warm-ups that need the context, on this thread; each stops early when a request is waiting. */
+  private boolean warmUp(Map<String, Double> phases) throws Exception {
+    long t = System.nanoTime();
+    // The launch loop stops for any queued work: a PREPARE (the parent holds a BECOME until it is answered) runs
+    // after it, and the loop then runs again unless a request came meanwhile.
+    boolean whole = WorkerWarmup.launches(context, config.warmupLaunches(), () -> requested || workQueued());
+    // From here on the warm-up holds nothing on the device between its steps: queued PREPAREs run there.
+    if (!whole && !preparesThenRequestWaiting()) {
+      whole = WorkerWarmup.launches(context, config.warmupLaunches(), this::requestWaiting);
+    }
+    t = phase(phases, "warmup", t);
+    whole = whole && !preparesThenRequestWaiting();
+    if (whole && store != null && config.warmupLaunches() > 0) {
+      try {
+        whole = WorkerWarmup.rehearse(context, resources, store, this::preparesThenRequestWaiting);
+      } catch (dev.thaw.runtime.gpu.CudaOutOfMemoryException e) {
+        // A device too small (or too full) for the 32 MiB rehearsal: the worker serves, with colder code.
+        System.err.println("thaw worker: restore rehearsal skipped: " + e.getMessage());
+      }
+      t = phase(phases, "rehearsal", t);
+      if (whole && cache != null) {
+        // The HBM tier is used with the host cache: its cold path (take, import, map read-only) rehearsed too.
+        try {
+          whole = WorkerWarmup.rehearseHbm(context, resources, store, this::preparesThenRequestWaiting);
+        } catch (dev.thaw.runtime.gpu.CudaException | IOException e) {
+          System.err.println("thaw worker: HBM-tier rehearsal skipped: " + e.getMessage());
+        }
+        t = phase(phases, "hbmRehearsal", t);
+      }
+    }
+    if (whole && config.warmupImage() != null && store != null) {
+      whole = WorkerWarmup.image(context, resources, store, config.warmupImage(), this::requestWaiting);
+      t = phase(phases, "warmupImage", t);
+    }
+    // The CPU warm-up on the prepare thread ends by now, or at once when a request is waiting.
+    cpuWarm.join();
+    phases.put("cpuWarmup", cpuWarmupMillis);
+    return whole && !preparesThenRequestWaiting();
+  }
+
+  /**
+   * Warms up after READY (the worker can serve already): a BECOME that arrives meanwhile cuts it short and is served
+   * at once. A warm-up that ran to its end is announced by a second READY with {@code warm} true and its phases.
+   */
+  private void warmUpAfterReady(ObjectNode ready, Map<String, Double> phases) {
+    boolean whole;
+    try {
+      whole = warmUp(phases);
+    } catch (Throwable e) {
+      e.printStackTrace();
+      send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.STARTUP, e)));
+      Runtime.getRuntime().halt(EXIT_STARTUP);
+      return;
+    }
+    if (!whole) {
+      System.err.println("worker " + pid + ": warm-up cut short by a waiting request");
+      return;
+    }
+    // What the warm-up allocated goes now (no request waits): a cold start must not run into a collection it did not
+    // cause.
+    System.gc();
+    ObjectNode warm = ready.deepCopy();
+    warm.set("phases", json.valueToTree(phases));
+    warm.put("warm", true);
+    send(new Frame(FrameType.READY, 0, warm));
   }
 
   private static long phase(Map<String, Double> phases, String name, long since) {
@@ -283,10 +411,43 @@ public final class WorkerMain {
     }
   }
 
+  /** True if a frame is queued for execution (while warming up: for the main thread). */
+  private boolean workQueued() {
+    synchronized (turn) {
+      return !work.isEmpty();
+    }
+  }
+
+  /**
+   * Runs the PREPAREs at the head of the queue now, on the main thread, before the worker serves: a warm-up calls it
+   * where it holds nothing on the device, so a PREPARE (which the parent waits for before it sends a BECOME) never
+   * waits for a whole warm-up. Nothing else executes work until {@link #serving}.
+   *
+   * @return true if a request is waiting (the warm-up should stop)
+   */
+  private boolean preparesThenRequestWaiting() {
+    while (!requested) {
+      Frame f;
+      synchronized (turn) {
+        f = work.peek();
+        if (f == null || f.type() != FrameType.PREPARE) {
+          break;
+        }
+        work.poll();
+      }
+      execute(f);
+    }
+    return requested;
+  }
+
   /** Reads until an INVOKE this thread may execute now (returned), queueing other work; the reading turn is left. */
   private Frame read() {
     while (true) {
       Frame f = readFrame();
+      if (f.type() != FrameType.PREPARE) {
+        // Preparing an image is ahead-of-time work: it runs at a warm-up's safe points and does not stop it.
+        requested = true;
+      }
       synchronized (turn) {
         if (f.type() == FrameType.INVOKE && serving && !executing && work.isEmpty()) {
           executing = true;

@@ -38,32 +38,43 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.BooleanSupplier;
 
 /**
- * What a worker runs before it says READY, so that a cold invoke does not pay for a fresh JVM's cold code:
+ * What a worker runs before it says it is warm, so that a cold invoke does not pay for a fresh JVM's cold code:
  * class loading and JIT of the launch path (a loop of real launches through {@link FunctionSession}), Jackson's
  * request and response path, and optionally a whole restore + invoke of a warm-up image. Everything it
- * allocates is freed again, so the address space an image maps into is empty when it ends.
+ * allocates is freed again, so the address space an image maps into is empty when it ends. Every warm-up takes a
+ * {@code stop} test and ends early once it says a request is waiting: a warm-up is worth running only while
+ * nobody waits for the worker.
  */
 final class WorkerWarmup {
 
   private static final int ELEMENTS = 1024;
+  /** Launches between two looks at whether a request is waiting. */
+  private static final int STOP_CHECK_EVERY = 64;
 
   private WorkerWarmup() {}
 
   /**
    * Launches {@code thaw_fill_u32} {@code launches} times and checks the last fill landed: a warm-up that also
-   * proves the device computes.
+   * proves the device computes. Stops early (its allocation freed) once {@code stop} says a request is waiting.
+   *
+   * @return true if every launch ran, false if cut short
    */
-  static void launches(GpuContext context, int launches, ObjectMapper json) throws Exception {
+  static boolean launches(GpuContext context, int launches, BooleanSupplier stop) throws Exception {
     if (launches <= 0) {
-      return;
+      return true;
     }
     try (FunctionSession s = FunctionSession.record(context)) {
       s.loadModule("thaw-warmup", CheckKernels.ptx());
       KernelRef fill = s.kernelRef("thaw-warmup", CheckKernels.FILL_U32);
       BufferRef b = s.allocate("thaw-warmup", 4L * ELEMENTS);
       for (int i = 1; i <= launches; i++) {
+        if (i % STOP_CHECK_EVERY == 0 && stop.getAsBoolean()) {
+          s.synchronize();
+          return false;
+        }
         s.launch(fill, Dim3.of(4), Dim3.of(256), b, i, ELEMENTS);
       }
       s.synchronize();
@@ -73,11 +84,19 @@ final class WorkerWarmup {
         throw new IllegalStateException("warm-up kernel wrote " + out.getInt(0) + ", expected " + launches);
       }
     }
-    // The request and response path: JSON in, a tree, JSON out.
-    for (int i = 0; i < 200; i++) {
-      JsonNode tree = json.readTree("{\"tokens\": [[464, 2068, " + i + "]], \"maxNewTokens\": 1, \"x\": [0.5, 1.5]}");
-      FunctionRequest.of(tree);
-      json.writeValueAsBytes(tree);
+    return true;
+  }
+
+  /** The request and response path: JSON in, a tree, JSON out. Needs no context. */
+  static void json(ObjectMapper json, BooleanSupplier stop) {
+    for (int i = 0; i < 200 && !stop.getAsBoolean(); i++) {
+      try {
+        JsonNode tree = json.readTree("{\"tokens\": [[464, 2068, " + i + "]], \"maxNewTokens\": 1, \"x\": [0.5, 1.5]}");
+        FunctionRequest.of(tree);
+        json.writeValueAsBytes(tree);
+      } catch (java.io.IOException e) {
+        throw new java.io.UncheckedIOException(e);
+      }
     }
   }
 
@@ -86,7 +105,7 @@ final class WorkerWarmup {
    * pays for Jackson's introspection of every manifest record, hundreds of milliseconds a BECOME must not pay.
    * Best effort: a manifest the format has outgrown still warms most of the parser, and is not an error.
    */
-  static void manifests() {
+  static void manifests(BooleanSupplier stop) {
     byte[] bytes;
     try (java.io.InputStream in = WorkerWarmup.class.getResourceAsStream("warmup-manifest.json")) {
       if (in == null) {
@@ -96,7 +115,7 @@ final class WorkerWarmup {
     } catch (java.io.IOException e) {
       return;
     }
-    for (int i = 0; i < 20; i++) {
+    for (int i = 0; i < 20 && !stop.getAsBoolean(); i++) {
       try {
         ImageManifest m = ImageManifest.read(bytes);
         m.totalBytes();
@@ -114,7 +133,7 @@ final class WorkerWarmup {
     } catch (java.io.IOException | RuntimeException e) {
       return;
     }
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 6 && !stop.getAsBoolean(); i++) {
       try {
         ImageManifest m = ImageManifest.read(large);
         m.totalBytes();
@@ -198,10 +217,24 @@ final class WorkerWarmup {
    * @param store a store for the restorer to fall back on (never read: the host buffer has every chunk)
    */
   static void rehearse(GpuContext context, RestoreResources resources, ChunkStore store) throws Exception {
+    rehearse(context, resources, store, () -> false);
+  }
+
+  /**
+   * {@link #rehearse(GpuContext, RestoreResources, ChunkStore)}, stopping between rehearsals once {@code stop} says
+   * a request is waiting.
+   *
+   * @return true if every rehearsal ran, false if cut short
+   */
+  static boolean rehearse(GpuContext context, RestoreResources resources, ChunkStore store, BooleanSupplier stop)
+      throws Exception {
     try (RehearsalImage image = RehearsalImage.create(context, REHEARSAL_CHUNK_BYTES, false)) {
       RestoreSource source = image.source();
       OnDemandRestorer restorer = new OnDemandRestorer(store);
       for (int i = 0; i < REHEARSALS; i++) {
+        if (stop.getAsBoolean()) {
+          return false;
+        }
         PreparedRestore prepared = restorer.prepare(image.plan(), context, source);
         try (OnDemandRestore r = restorer.restore(prepared, source, resources, new OnDemandOptions())) {
           r.function().invoke(FunctionRequest.of(JsonNodeFactory.instance.objectNode()));
@@ -209,6 +242,7 @@ final class WorkerWarmup {
         }
       }
     }
+    return true;
   }
 
   /**
@@ -225,6 +259,17 @@ final class WorkerWarmup {
    *     serves without the rehearsal (and cold starts from the tier copy everything from the host cache)
    */
   static void rehearseHbm(GpuContext context, RestoreResources resources, ChunkStore store) throws Exception {
+    rehearseHbm(context, resources, store, () -> false);
+  }
+
+  /**
+   * {@link #rehearseHbm(GpuContext, RestoreResources, ChunkStore)}, stopping between rehearsals once {@code stop}
+   * says a request is waiting.
+   *
+   * @return true if every rehearsal ran, false if cut short
+   */
+  static boolean rehearseHbm(GpuContext context, RestoreResources resources, ChunkStore store, BooleanSupplier stop)
+      throws Exception {
     try (RehearsalImage image = RehearsalImage.create(context, HBM_REHEARSAL_CHUNK_BYTES, true)) {
       OnDemandRestorer restorer = new OnDemandRestorer(store);
       TieredRestoreSource cacheOnly = new TieredRestoreSource(image.chunks(), null);
@@ -243,6 +288,9 @@ final class WorkerWarmup {
         // As the protocol carries them: the tier's slabs, one line each.
         String encoded = ExportedSlab.encodeAll(exported);
         for (int i = 0; i < HBM_REHEARSALS; i++) {
+          if (stop.getAsBoolean()) {
+            return false;
+          }
           PreparedRestore prepared = restorer.prepare(image.plan(), context, cacheOnly);
           ResidentSlabs resident = ResidentSlabs.take(ProcessFds.currentPid(), ExportedSlab.decodeAll(encoded));
           OnDemandRestore r;
@@ -264,6 +312,7 @@ final class WorkerWarmup {
         HbmExport.close(exported);
       }
     }
+    return true;
   }
 
   /**
@@ -386,16 +435,30 @@ final class WorkerWarmup {
     }
   }
 
-  /** Restores {@code tag} on demand, invokes it with each of its sample requests and closes it: the cold path, warm. */
-  static void image(GpuContext context, RestoreResources resources, ChunkStore store, String tag) throws Exception {
+  /**
+   * Restores {@code tag} on demand, invokes it with each of its sample requests and closes it: the cold path, warm.
+   * Between samples it stops once {@code stop} says a request is waiting.
+   *
+   * @return true if it ran to its end
+   */
+  static boolean image(GpuContext context, RestoreResources resources, ChunkStore store, String tag,
+      BooleanSupplier stop) throws Exception {
+    if (stop.getAsBoolean()) {
+      return false;
+    }
     ImageManifest manifest = Images.manifest(store, tag);
     try (OnDemandRestore r = new OnDemandRestorer(store).restore(manifest, context, RestoreSource.STORE_ONLY,
         resources, new OnDemandOptions())) {
       for (ImageManifest.Sample sample : manifest.samples()) {
+        if (stop.getAsBoolean()) {
+          r.awaitResident();
+          return false;
+        }
         r.function().invoke(FunctionRequest.of(sample.request()));
       }
       r.awaitResident();
       r.function().session().synchronize();
     }
+    return true;
   }
 }

@@ -3,6 +3,7 @@ package dev.thaw.server.impl;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.server.ServeException;
 import dev.thaw.server.ServerOptions;
+import dev.thaw.server.StartupTimeline;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.core.Vertx;
 import io.vertx.ext.web.Router;
@@ -32,9 +33,17 @@ public final class Endpoints implements AutoCloseable {
   private final CompletionsApi completions;
   private final String labels;
   private final RequestLog requestLog = new RequestLog(LOG);
+  private final StartupTimeline timeline;
 
   public Endpoints(ServerOptions options, Scheduler scheduler, ChunkStore store, PrometheusMeterRegistry metrics,
       String adminToken) {
+    this(options, scheduler, store, metrics, adminToken, null);
+  }
+
+  /** @param timeline the process's way to its first response, logged with it; null for none */
+  public Endpoints(ServerOptions options, Scheduler scheduler, ChunkStore store, PrometheusMeterRegistry metrics,
+      String adminToken, StartupTimeline timeline) {
+    this.timeline = timeline;
     this.options = options;
     this.metrics = metrics;
     Http http = new Http(options.maxJsonDepth());
@@ -73,7 +82,10 @@ public final class Endpoints implements AutoCloseable {
     r.route().handler(ctx -> {
       long start = System.nanoTime();
       ctx.put(Http.RECEIVED, start);
-      ctx.addEndHandler(v -> log(ctx, start));
+      ctx.addEndHandler(v -> {
+        log(ctx, start);
+        startupDone(ctx);
+      });
       ctx.next();
     });
     r.route().handler(BodyHandler.create(false).setBodyLimit(options.maxBodyBytes()));
@@ -106,6 +118,15 @@ public final class Endpoints implements AutoCloseable {
   @Override
   public void close() {
     requestLog.close();
+  }
+
+  /** The first response a function gave ends the startup timeline: its line goes to the log. */
+  private void startupDone(RoutingContext ctx) {
+    Invocation inv = ctx.get(Http.INVOCATION);
+    if (timeline == null || inv == null || ctx.response().getStatusCode() / 100 != 2) {
+      return;
+    }
+    timeline.firstResponse(inv.function(), inv.phases()).ifPresent(line -> LOG.info(line + labels));
   }
 
   private void log(RoutingContext ctx, long startNanos) {

@@ -43,6 +43,7 @@ import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.server.ServeException;
+import dev.thaw.server.StartupTimeline;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
 import dev.thaw.server.spi.StartPhases;
@@ -99,6 +100,7 @@ public final class PoolInstances implements InstanceFactory {
   private final Map<String, Ready> prepared = new ConcurrentHashMap<>();
   /** Per device ordinal: the weights evicted instances left on it; empty without the tier. */
   private final Map<Integer, HbmTier> hbm = new HashMap<>();
+  private volatile StartupTimeline timeline;
 
   /** A registered image as the pool's workers prepare it; {@code manifest} is the registration's, by identity. */
   private record Ready(ImageManifest manifest, PreparedImage image) {}
@@ -187,6 +189,12 @@ public final class PoolInstances implements InstanceFactory {
     this.devices = List.copyOf(devices);
     this.acquireWait = acquireWait;
     this.retryAfterSeconds = Math.max(1, retryAfter.toSeconds());
+  }
+
+  /** Tells {@code timeline} of the first instance's start: its worker's start-up and its BECOME's phases. */
+  public PoolInstances reportStartsTo(StartupTimeline timeline) {
+    this.timeline = timeline;
+    return this;
   }
 
   @Override
@@ -401,6 +409,10 @@ public final class PoolInstances implements InstanceFactory {
         source = source.withResident(tier.slabs(tag).orElse(List.of()));
       }
       BecomeResult b = image != null ? worker.becomeBlocking(image, source) : worker.becomeBlocking(tag, bytes, source);
+      StartupTimeline timeline = this.timeline;
+      if (timeline != null) {
+        timeline.instanceStarted(worker.start(), b.phases());
+      }
       Map<String, Double> p = b.phases();
       // From the store the copy is "copy + verify"; from the host cache, "copy" (its bytes were verified on entry).
       double restoreMs = p.getOrDefault("copy + verify", p.getOrDefault("copy", 0.0))

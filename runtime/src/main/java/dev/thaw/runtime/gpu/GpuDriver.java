@@ -34,6 +34,19 @@ public interface GpuDriver extends AutoCloseable {
    */
   GpuContext createContext(int deviceOrdinal);
 
+  /**
+   * Does now, on the calling thread, what the process's first context on that device would otherwise do itself
+   * (CUDA: retain the device's primary context and reserve the process's device address arena in it), so that a
+   * process creating its first context on another thread meanwhile may overlap the two. Nothing by default.
+   *
+   * @throws IllegalArgumentException if no device has that ordinal
+   */
+  default void prepareDevice(int deviceOrdinal) {
+    if (deviceOrdinal < 0 || deviceOrdinal >= devices().size()) {
+      throw new IllegalArgumentException("no device has ordinal " + deviceOrdinal);
+    }
+  }
+
   /** Releases what the driver holds. Contexts still open are not closed for the caller. */
   @Override
   void close();

@@ -16,6 +16,20 @@ public final class GpuDrivers {
 
   private GpuDrivers() {}
 
+  /**
+   * Starts the costly part of opening {@code choice} (CUDA's probe: loading {@code libcuda} and {@code cuInit}, a
+   * quarter second on a GPU host) on a daemon thread now, so that a later {@link #open} finds it done: for a process
+   * that will open a driver and has other work to do first. Nothing for {@link DeviceChoice#SIM}.
+   */
+  public static void openAhead(DeviceChoice choice) {
+    if (choice == DeviceChoice.SIM) {
+      return;
+    }
+    Thread probe = new Thread(CudaDriver::availability, "thaw-cuda-init");
+    probe.setDaemon(true);
+    probe.start();
+  }
+
   /** Opens the driver {@code THAW_DEVICE} asks for, or picks one. */
   public static GpuDriver open() {
     return open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment());

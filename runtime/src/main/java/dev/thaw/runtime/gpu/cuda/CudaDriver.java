@@ -255,6 +255,16 @@ public final class CudaDriver implements GpuDriver {
     return CudaContext.create(this, devices.get(deviceOrdinal), deviceHandles[deviceOrdinal]);
   }
 
+  @Override
+  public void prepareDevice(int deviceOrdinal) {
+    checkOpen();
+    if (deviceOrdinal < 0 || deviceOrdinal >= devices.size()) {
+      throw new IllegalArgumentException("no CUDA device has ordinal " + deviceOrdinal + "; "
+          + devices.size() + " visible");
+    }
+    arena(deviceHandles[deviceOrdinal]);
+  }
+
   private void checkOpen() {
     if (closed.get()) {
       throw new IllegalStateException("CUDA driver is closed");
