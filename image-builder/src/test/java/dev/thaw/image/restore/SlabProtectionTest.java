@@ -164,6 +164,22 @@ class SlabProtectionTest {
     }
   }
 
+  /**
+   * The sim device's answers to a copy or memset into read-only memory, in a child process: each refused at the call
+   * ({@code CUDA_ERROR_INVALID_VALUE}, not sticky: the device works on), the bytes unchanged. {@code
+   * SlabProtectionGpuTest} holds the GPU's answers against these.
+   */
+  @Test
+  void aCopyOrMemsetIntoReadOnlyMemoryIsRefusedAtTheCall() throws Exception {
+    java.util.Map<String, String> sim = SlabProtectionChild.run("copies", "sim");
+    System.out.println("sim device, copies into read-only memory: " + sim);
+    assertEquals(SIM_COPIES, sim);
+  }
+
+  static final java.util.Map<String, String> SIM_COPIES = java.util.Map.of("syncCopy", "CUDA_ERROR_INVALID_VALUE",
+      "syncMemset", "CUDA_ERROR_INVALID_VALUE", "usableAfterSync", "ok", "asyncEnqueue", "CUDA_ERROR_INVALID_VALUE",
+      "asyncSync", "ok", "unchanged", "true", "usableAfterAsync", "ok");
+
   static FunctionSession.MappedSlab readOnlySlab(FunctionSession session) {
     List<FunctionSession.MappedSlab> ro = session.slabs().stream().filter(s -> s.slab().readOnly()).toList();
     assertEquals(1, ro.size(), session.slabs().toString());
