@@ -22,10 +22,19 @@ public final class HbmExport {
    * them ({@link HbmTier#offer}), then {@link #close} them.
    */
   public static List<ExportedSlab> exportReadOnly(FunctionSession session) {
+    return exportReadOnly(session, List.of());
+  }
+
+  /**
+   * Like {@link #exportReadOnly(FunctionSession)}, leaving out the slabs starting at {@code mayHaveBeenWritten}
+   * (what {@code OnDemandRestore.mayHaveBeenWritten()} names: written, perhaps, before they were protected).
+   */
+  public static List<ExportedSlab> exportReadOnly(FunctionSession session, java.util.Collection<Long> mayHaveBeenWritten) {
     List<ExportedSlab> out = new ArrayList<>();
     try {
       for (FunctionSession.MappedSlab m : session.slabs()) {
-        if (m.slab().readOnly() && m.memory().isExportable() && m.mapping().access() == MemoryAccess.READ) {
+        if (m.slab().readOnly() && m.memory().isExportable() && m.mapping().access() == MemoryAccess.READ
+            && !mayHaveBeenWritten.contains(m.slab().address())) {
           out.add(new ExportedSlab(m.slab().address(), m.slab().size(), m.slab().buffers(), m.memory().exportPosixFd()));
         }
       }

@@ -13,8 +13,9 @@ import java.util.Set;
 import org.junit.jupiter.api.Test;
 
 /**
- * Pins what a worker may hand the HBM tier: only read-only slabs that are write-protected. A slab whose restore never
- * completed (so never protected) could have been written by the function, and is never offered to the next worker.
+ * Pins what a worker may hand the HBM tier: only read-only slabs that are write-protected, and not one the restore
+ * names as perhaps written before that. A slab whose restore never completed (so never protected) could have been
+ * written by the function, and is never offered to the next worker.
  */
 class HbmExportTest {
 
@@ -42,6 +43,9 @@ class HbmExportTest {
       } finally {
         HbmExport.close(slabs);
       }
+      long address = s.slabs().stream().filter(m -> m.slab().readOnly()).findFirst().orElseThrow().slab().address();
+      assertTrue(HbmExport.exportReadOnly(s, List.of(address)).isEmpty(),
+          "a slab that may have been written before its protection is not handed on");
     }
   }
 }

@@ -188,6 +188,16 @@ public final class OnDemandRestore implements AutoCloseable {
         r.promotions(), g[0], g[1], g[2]);
   }
 
+  /**
+   * The start addresses of read-only slabs that may have been written before they were protected (see
+   * {@link ResidencyGate}): a launch pointed into one while it was writable and its kernel may store through that
+   * argument, or the session's own device access touched it. Their bytes may differ from the image's: never hand them
+   * on (the HBM tier). Reads the modules' PTX: off the request path, with the function idle.
+   */
+  public List<Long> mayHaveBeenWritten() {
+    return gate.mayHaveWritten();
+  }
+
   /** The read-only slabs' write protection so far; complete once {@link #isResident()}. */
   public Protection protection() {
     return residency.protection().stats();

@@ -19,8 +19,13 @@ import java.util.function.IntPredicate;
  * protected at once. Protection runs on the restore thread, never on the launching one: it adds nothing to the path
  * of the first launch.
  *
+ * <p>A slab is still writable while its copies stream in, so a launch that stores into it then is not refused. The
+ * {@link ResidencyGate} notes, per kernel and parameter slot, the slabs a launch's arguments pointed into while they
+ * were writable ({@link #open}, {@link #writableTouching}); {@link OnDemandRestore#mayHaveBeenWritten()} later asks
+ * the PTX analysis whether the kernel may store through those slots. Such a slab is never handed to the HBM tier.
+ *
  * <p>Used by the one {@link Residency} under its lock ({@link #landed}, {@link #takeReady}); {@link #protect} runs
- * outside it, on the restore thread.
+ * outside it, on the restore thread; the gate's queries read volatile state from the launching thread.
  */
 final class SlabProtection {
 
@@ -32,6 +37,8 @@ final class SlabProtection {
   /** Per unit, the slabs it has bytes in (most units: none); made by {@link #start}. */
   private int[][] slabsOf = new int[0][];
   private final List<Integer> ready = new ArrayList<>();
+  /** Bit {@code i} (slabs past 63 share bit 63): slab {@code i} is not protected yet. Read by the launching thread. */
+  private volatile long writable;
   private int protectedSlabs;
   private long protectedBytes;
   private long protectNanos;
@@ -52,7 +59,45 @@ final class SlabProtection {
       slabs[i] = open.get(i).mapping();
       slabStarts[i] = open.get(i).slab().address();
       slabEnds[i] = open.get(i).slab().end();
+      writable |= bit(i);
     }
+  }
+
+  private static long bit(int slab) {
+    return 1L << Math.min(slab, 63);
+  }
+
+  /** True while some read-only slab is still writable: one volatile read. */
+  boolean open() {
+    return writable != 0;
+  }
+
+  /** The writable read-only slabs (a mask, as {@link #slabsIn}) that {@code [start, end)} overlaps. */
+  long writableTouching(long start, long end) {
+    long w = writable;
+    long out = 0;
+    for (int i = 0; i < slabStarts.length && w != 0; i++) {
+      if ((w & bit(i)) != 0 && start < slabEnds[i] && end > slabStarts[i]) {
+        out |= bit(i);
+      }
+    }
+    return out;
+  }
+
+  /** The writable read-only slabs, as a mask. */
+  long writableMask() {
+    return writable;
+  }
+
+  /** The start addresses of the slabs in {@code mask}; bit 63 stands for every slab from the 64th on. */
+  List<Long> slabsIn(long mask) {
+    List<Long> out = new ArrayList<>();
+    for (int i = 0; i < slabStarts.length; i++) {
+      if ((mask & bit(i)) != 0) {
+        out.add(slabStarts[i]);
+      }
+    }
+    return out;
   }
 
   /**
@@ -120,11 +165,24 @@ final class SlabProtection {
       slabs[i].setAccess(MemoryAccess.READ);
       long spent = System.nanoTime() - t;
       synchronized (this) {
+        if (i < 63 || allProtectedFrom63(i)) {
+          writable &= ~bit(i);
+        }
         protectedSlabs++;
         protectedBytes += slabEnds[i] - slabStarts[i];
         protectNanos += spent;
       }
     }
+  }
+
+  /** Under this monitor: whether every slab from the 64th on is protected once slab {@code i} is. */
+  private boolean allProtectedFrom63(int i) {
+    for (int j = 63; j < slabs.length; j++) {
+      if (j != i && slabs[j].access() != MemoryAccess.READ) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** What was protected so far. */
