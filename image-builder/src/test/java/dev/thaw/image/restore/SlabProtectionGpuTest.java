@@ -147,6 +147,8 @@ class SlabProtectionGpuTest {
       JsonNode got = r.function().invoke(FunctionRequest.of(JSON.readTree(GPT2_REQUEST))).json();
       r.awaitResident();
       assertEquals(gpt2Response, got);
+      assertEquals(java.util.List.of(), r.mayHaveBeenWritten(), "GPT-2's kernels store into no weight: its slab may "
+          + "go to the HBM tier");
       OnDemandRestore.Protection p = r.protection();
       assertEquals(p.of(), p.slabs());
       assertTrue(p.slabs() >= 1 && p.bytes() > 100L << 20, p.toString());

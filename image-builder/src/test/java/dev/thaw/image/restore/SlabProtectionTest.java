@@ -180,6 +180,88 @@ class SlabProtectionTest {
     }
   }
 
+  /**
+   * The example models' kernels only read their weights, by their PTX (the analysis {@code mayHaveBeenWritten} asks):
+   * at every launch of their sample request, no argument slot that points into a read-only buffer is one the kernel
+   * may store through. Were it otherwise, a first request in the restore window would name their weight slabs and
+   * silently keep them out of the HBM tier. (These tiny configs fit in one 2 MiB page, so they have no read-only slab
+   * of their own; the MLP below has one.)
+   */
+  @ParameterizedTest(name = "{0}")
+  @ValueSource(strings = {"mlp", "gpt2", "llama"})
+  void theExampleModelsKernelsStoreIntoNoReadOnlyBuffer(String model) throws Exception {
+    String[] fcr = example(model);
+    JsonNode request = JSON.readTree(fcr[2]);
+    JsonNode expected = build(model, fcr);
+    ImageManifest m = Images.manifest(store, model);
+    Set<String> readOnly = m.readOnlyAllocations();
+    assertFalse(readOnly.isEmpty(), model);
+    List<String> stores = new CopyOnWriteArrayList<>();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        RestoredFunction<?> f = new ImageRestorer(store).restore(model, ctx)) {
+      dev.thaw.runtime.speculation.AccessSpeculator speculator =
+          new dev.thaw.runtime.speculation.AccessSpeculator(f.session());
+      f.session().setLaunchInterceptor((kernel, grid, block, shared, stream, args) -> {
+        for (dev.thaw.runtime.speculation.AccessSet.Access a : speculator.speculate(kernel, args).accesses()) {
+          if (readOnly.contains(a.allocation()) && a.kind().writes()) {
+            stores.add(kernel + " may store into " + a.allocation());
+          }
+        }
+      });
+      assertEquals(expected, f.invoke(FunctionRequest.of(request)).json());
+    }
+    assertTrue(stores.isEmpty(), stores.toString());
+  }
+
+  /** With weights on pages of their own (6 MiB): the first request in the window names no slab. */
+  @Test
+  void theMlpsFirstRequestInTheWindowNamesNoSlab() throws Exception {
+    String[] fcr = example("mlp-wide");
+    JsonNode request = JSON.readTree(fcr[2]);
+    JsonNode expected = build("mlp-wide", fcr);
+    ImageManifest m = Images.manifest(store, "mlp-wide");
+    try (SimDriver driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+        GpuContext ctx = driver.createContext(0);
+        RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16);
+        OnDemandRestore r = new OnDemandRestorer(store).restore(m, ctx, RestoreSource.STORE_ONLY, resources,
+            new OnDemandOptions().streamInBackground(false))) {
+      long readOnlySlabs = r.function().session().slabs().stream().filter(x -> x.slab().readOnly()).count();
+      assertTrue(readOnlySlabs >= 1, r.function().session().slabs().toString());
+      assertEquals(expected, r.function().invoke(FunctionRequest.of(request)).json());
+      assertEquals(List.of(), r.mayHaveBeenWritten(), "the MLP's kernels store into no weight");
+      r.streamRest();
+      r.awaitResident();
+      assertEquals(readOnlySlabs, r.protection().slabs());
+    }
+  }
+
+  private static String[] example(String model) {
+    return switch (model) {
+      case "mlp" -> new String[] {"dev.thaw.examples.mlp.MlpFunction",
+          "{\"layers\": [32, 96, 64, 10], \"seed\": 3, \"maxBatch\": 2}",
+          "{\"inputs\": [[" + "0.5, -0.25, ".repeat(15) + "1.0, 2.0]]}"};
+      case "mlp-wide" -> new String[] {"dev.thaw.examples.mlp.MlpFunction",
+          "{\"layers\": [512, 2048, 256], \"seed\": 3, \"maxBatch\": 1}",
+          "{\"inputs\": [[" + "0.5, -0.25, ".repeat(255) + "1.0, 2.0]]}"};
+      case "gpt2" -> new String[] {"dev.thaw.examples.gpt2.Gpt2Function",
+          "{\"model\": \"tiny\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 16}",
+          "{\"tokens\": [[5, 17, 3, 40, 2, 9]], \"maxNewTokens\": 4}"};
+      default -> new String[] {"dev.thaw.examples.llama.LlamaFunction",
+          "{\"model\": \"tiny-qwen2\", \"maxBatch\": 1, \"maxTokens\": 16}",
+          "{\"tokens\": [[5, 17, 3, 40, 2, 9]], \"maxNewTokens\": 3}"};
+    };
+  }
+
+  /** Builds {@code tag} from {function, config, request}; returns the sample's response. */
+  private static JsonNode build(String tag, String[] fcr) throws Exception {
+    BuildOptions o = new BuildOptions().functionClass(fcr[0]).config(fcr[1]).tag(tag)
+        .addSampleRequest(JSON.readTree(fcr[2])).stagingBytes(1 << 20).hashThreads(2);
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
+      return new ImageBuilder(store, new FixedSizeChunker(64 << 10)).build(o, ctx, ProgressListener.NONE)
+          .sampleResponses().get(0).json();
+    }
+  }
+
   @Test
   void aWholeRestoreProtectsTheReadOnlySlabAfterItsCopies() throws Exception {
     List<String> faults = new CopyOnWriteArrayList<>();
