@@ -47,8 +47,9 @@ public final class OnDemandRestore implements AutoCloseable {
    * @param of read-only slabs this restore protects (those imported read-only from the HBM tier are not counted)
    * @param bytes their size
    * @param millis time spent in {@code cuMemSetAccess} for them, on the restore thread
+   * @param refused why the device refused to protect a slab (it is left writable and never handed on), or null
    */
-  public record Protection(int slabs, int of, long bytes, double millis) {}
+  public record Protection(int slabs, int of, long bytes, double millis, String refused) {}
 
   private final RestoredFunction<?> function;
   private final Residency residency;

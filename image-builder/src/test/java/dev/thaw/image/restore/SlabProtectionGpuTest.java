@@ -150,7 +150,7 @@ class SlabProtectionGpuTest {
       assertEquals(java.util.List.of(), r.mayHaveBeenWritten(), "GPT-2's kernels store into no weight: its slab may "
           + "go to the HBM tier");
       OnDemandRestore.Protection p = r.protection();
-      assertEquals(p.of(), p.slabs());
+      assertEquals(p.of(), p.slabs(), "every read-only slab protected: " + p);
       assertTrue(p.slabs() >= 1 && p.bytes() > 100L << 20, p.toString());
       System.out.printf("GPT-2 small on demand (GPU): %d read-only slab(s), %.1f MB, protected in %.3f ms on the "
           + "restore thread; invoke right%n", p.slabs(), p.bytes() / 1e6, p.millis());

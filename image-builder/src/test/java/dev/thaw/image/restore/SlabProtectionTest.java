@@ -103,7 +103,7 @@ class SlabProtectionTest {
         r.awaitResident();
         assertEquals(MemoryAccess.READ, weights.mapping().access());
         OnDemandRestore.Protection p = r.protection();
-        assertEquals(new OnDemandRestore.Protection(1, 1, 2L << 20, p.millis()), p);
+        assertEquals(new OnDemandRestore.Protection(1, 1, 2L << 20, p.millis(), null), p);
         System.out.printf("on-demand restore from the %s (sim device): protected %d read-only slab of %d MiB in "
             + "%.3f ms on the restore thread%n", hostCache ? "host cache" : "store", p.slabs(), p.bytes() >> 20,
             p.millis());
