@@ -36,7 +36,7 @@ say "== 1. GPU tests: SlabProtectionGpuTest"
 timeout -k 10 150 "$home/bin/thaw-test" --select-class dev.thaw.image.restore.SlabProtectionGpuTest \
     --reports-dir "$work/reports" 2>&1 | strip > "$OUT/tests.txt"
 [[ ${PIPESTATUS[0]} == 0 ]] || status=1
-grep -E "tests (successful|failed|skipped)|probe restored|copies into read-only|sim device, the same|queued before|GPT-2 small|protect cost|MethodSource|=> |Exception" \
+grep -E "tests (successful|failed|skipped|aborted)|probe restored|copies into read-only|sim device, the same|queued before|GPT-2 small|protect cost|MethodSource|=> |Exception" \
     "$OUT/tests.txt" | cut -c1-600 | tee -a "$summary"
 
 say "== 2. thaw serve: a store into read-only weights, from a restored slab and from the HBM tier"
@@ -70,7 +70,7 @@ def call(path, body=None):
         st, text, h = e.code, e.read().decode(), e.headers
     except Exception as e:
         return {"status": -1, "body": repr(e), "ms": 0, "start": None, "timing": ""}
-    return {"status": st, "body": text[:400], "ms": round((time.perf_counter() - t) * 1e3, 2),
+    return {"status": st, "body": text, "ms": round((time.perf_counter() - t) * 1e3, 2),
             "start": h.get("Thaw-Start"), "timing": h.get("Server-Timing", "")}
 def status():
     return json.loads(call("/v1/functions/probe")["body"] or "{}")
@@ -103,7 +103,7 @@ def wait(cond, s):
 out, errors = {"steps": []}, []
 def step(name, r, ok):
     r["step"], r["ok"], r["pid"] = name, ok, pid()
-    out["steps"].append(r)
+    out["steps"].append(dict(r, body=r["body"][:800]))
     tier = re.search(r'tier;desc="([a-z-]+)"', r["timing"])
     print("%-44s %3d %-5s %7.2f ms  tier %-10s pid %-8s %s" % (name, r["status"], r["start"], r["ms"],
           tier.group(1) if tier else "-", r["pid"], r["body"][:160]))
