@@ -189,9 +189,9 @@ class SlabProtectionGpuTest {
     }
     // What mapping the read-only weights in a slab of their own costs the restore (on its critical path): GPT-2 small's
     // allocations mapped as one slab, and split as every restore now maps them.
-    ImageManifest m = Images.manifest(store, "gpt2");
+    ImageManifest gpt2 = Images.manifest(store, "gpt2");
     dev.thaw.runtime.function.SessionTable table = new dev.thaw.runtime.function.SessionTable(
-        m.sessionTable(Map.of()).allocations(), java.util.List.of());
+        gpt2.sessionTable(Map.of()).allocations(), java.util.List.of());
     double[] one = new double[7];
     double[] split = new double[7];
     for (int i = 0; i < one.length; i++) {
@@ -199,12 +199,13 @@ class SlabProtectionGpuTest {
       dev.thaw.runtime.function.FunctionSession.rebuild(ctx, table).close();
       one[i] = (System.nanoTime() - t) / 1e6;
       t = System.nanoTime();
-      dev.thaw.runtime.function.FunctionSession.rebuild(ctx, table, m.readOnlyAllocations(),
+      dev.thaw.runtime.function.FunctionSession.rebuild(ctx, table, gpt2.readOnlyAllocations(),
           dev.thaw.runtime.function.FunctionSession.SlabSource.FRESH).close();
       split[i] = (System.nanoTime() - t) / 1e6;
     }
     System.out.printf("protect cost: GPT-2 small's %.1f MB mapped (and freed) as one slab %.3f ms median, with its "
-        + "read-only weights in slabs of their own %.3f ms median%n", m.totalBytes() / 1e6, median(one), median(split));
+        + "read-only weights in slabs of their own %.3f ms median%n", gpt2.totalBytes() / 1e6, median(one),
+        median(split));
     // While another stream works on other memory (the restore's copies and the first request's kernels do).
     long busyBytes = 1L << 30;
     try (VirtualRange range = ctx.reserve(64L << 20, 0); PhysicalMemory memory = ctx.createMemory(64L << 20);
