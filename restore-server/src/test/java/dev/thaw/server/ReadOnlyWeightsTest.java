@@ -13,6 +13,7 @@ import dev.thaw.image.Images;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.ContextPool;
+import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.runtime.gpu.sim.SimDriver;
@@ -23,7 +24,9 @@ import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
+import java.util.function.UnaryOperator;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
@@ -57,59 +60,40 @@ class ReadOnlyWeightsTest {
 
   @Test
   void aWriteToReadOnlyWeightsFailsItsRequestAndLeavesTheSharedWeightsAsTheImageHasThem() throws Exception {
-    Path storePath = dir.resolve("store");
-    try (RocksChunkStore store = ServerFixture.openStore(storePath)) {
-      ServerFixture.build(store, "probe:1", MemoryProbeFunction.class.getName(), CONFIG, READ, 0);
-      assertEquals(Set.of("values"), Images.manifest(store, "probe:1").readOnlyAllocations());
-    }
-    try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
-        SimDriver driver = SimDriver.open(new SimOptions())) {
-      HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32 << 20));
-      // Each BECOME answers once every byte is on the device, and so once the read-only slab is protected: the
-      // requests below then meet the protection, whatever the machine's speed (on demand, it comes as the slab's
-      // last copy lands; SlabProtectionTest pins that).
-      ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0))
-          .setAwaitResident(true));
-      try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
-              .addFunction("probe", new FunctionOptions().setImage("probe:1")),
-          store, new PoolInstances(pool, cache, 64L << 20, store, storePath, driver.devices(), Duration.ofSeconds(60),
-              Duration.ofSeconds(1)))) {
-        int port = server.port();
-        ServerFixture.awaitState(port, "probe", s -> s.path("image").path("hostCache").asText().equals("cached"));
-        ServerFixture.awaitReady(port);
+    // Each BECOME answers once every byte is on the device, and so once the read-only slab is protected: the requests
+    // below then meet the protection, whatever the machine's speed (on demand, it comes as the slab's last copy lands;
+    // SlabProtectionTest pins that).
+    serve(pool -> pool.setAwaitResident(true), (port, server) -> {
+      // A worker with the slab it restored itself.
+      HttpResponse<String> first = postJson(port, INVOKE, READ);
+      assertValues(first, 1000, 1001, 1002, 1003);
+      assertTrue(timing(first).contains("tier;desc=\"host-cache\""), timing(first));
+      long restored = pid(port);
+      assertValues(postJson(port, INVOKE, WRITE_OUT), 3.25, 3.25, 3.25, 3.25);
+      assertFaults(postJson(port, INVOKE, WRITE_WEIGHTS));
+      awaitExit(restored);
+      assertEquals(0, hbmBytes(port), "a worker that faulted hands nothing to the HBM tier");
 
-        // A worker with the slab it restored itself.
-        HttpResponse<String> first = postJson(port, INVOKE, READ);
-        assertValues(first, 1000, 1001, 1002, 1003);
-        assertTrue(timing(first).contains("tier;desc=\"host-cache\""), timing(first));
-        long restored = pid(port);
-        assertValues(postJson(port, INVOKE, WRITE_OUT), 3.25, 3.25, 3.25, 3.25);
-        assertFaults(postJson(port, INVOKE, WRITE_WEIGHTS));
-        awaitExit(restored);
-        assertEquals(0, hbmBytes(port), "a worker that faulted hands nothing to the HBM tier");
+      HttpResponse<String> replaced = postJson(port, INVOKE, READ);
+      assertValues(replaced, 1000, 1001, 1002, 1003);
+      assertEquals("cold", replaced.headers().firstValue("Thaw-Start").orElseThrow());
+      long second = pid(port);
+      assertNotEquals(restored, second);
 
-        HttpResponse<String> replaced = postJson(port, INVOKE, READ);
-        assertValues(replaced, 1000, 1001, 1002, 1003);
-        assertEquals("cold", replaced.headers().firstValue("Thaw-Start").orElseThrow());
-        long second = pid(port);
-        assertNotEquals(restored, second);
+      // Registered again: the healthy instance retires and leaves its protected weights on the device.
+      reregister(port, server);
+      awaitExit(second);
+      ServerFixture.awaitState(port, "probe", s -> s.path("image").path("hbmBytes").path("0").asLong() >= 2 << 20);
 
-        // Registered again: the healthy instance retires and leaves its protected weights on the device.
-        reregister(port, server);
-        awaitExit(second);
-        ServerFixture.awaitState(port, "probe", s -> s.path("image").path("hbmBytes").path("0").asLong() >= 2 << 20);
-
-        // A worker that maps the tier's copy read-only: the store faults there too.
-        assertFaults(postJson(port, INVOKE, WRITE_WEIGHTS));
-        HttpResponse<String> fromTier = postJson(port, INVOKE, READ);
-        assertTrue(timing(fromTier).contains("tier;desc=\"hbm\""), timing(fromTier));
-        assertValues(fromTier, 1000, 1001, 1002, 1003);
-        assertValues(postJson(port, INVOKE, WRITE_OUT), 3.25, 3.25, 3.25, 3.25);
-        System.out.printf("read-only weights (sim device): a fill into them got 502 device_fault from a restored "
-            + "slab and from the HBM tier's; the tier's copy still reads %s%n", json(fromTier).get("values"));
-      }
-      assertTrue(pool.pids().isEmpty(), "every worker gone with the server");
-    }
+      // A worker that maps the tier's copy read-only: the store faults there too.
+      assertFaults(postJson(port, INVOKE, WRITE_WEIGHTS));
+      HttpResponse<String> fromTier = postJson(port, INVOKE, READ);
+      assertTrue(timing(fromTier).contains("tier;desc=\"hbm\""), timing(fromTier));
+      assertValues(fromTier, 1000, 1001, 1002, 1003);
+      assertValues(postJson(port, INVOKE, WRITE_OUT), 3.25, 3.25, 3.25, 3.25);
+      System.out.printf("read-only weights (sim device): a fill into them got 502 device_fault from a restored "
+          + "slab and from the HBM tier's; the tier's copy still reads %s%n", json(fromTier).get("values"));
+    });
   }
 
   /**
@@ -120,54 +104,72 @@ class ReadOnlyWeightsTest {
    */
   @Test
   void aWriteBeforeTheWeightsAreProtectedKeepsThemOutOfTheHbmTier() throws Exception {
+    serve(pool -> pool.setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "1",
+        "THAW_SIM_COPY_GBPS", "0.04")), (port, server) -> {
+      // Which comes first, the store or the protection, is a race between the copy's completion seen by the device
+      // and by the restore thread; the test holds either outcome to the same end.
+      HttpResponse<String> early = postJson(port, INVOKE, WRITE_WEIGHTS);
+      if (early.statusCode() == 200) {
+        // Landed before the protection: this worker's values are -7.5 there now. It serves on, but must not hand
+        // them on: registered again, it retires, and the tier takes nothing.
+        assertValues(early, -7.5, -7.5, -7.5, -7.5);
+        long writer = pid(port);
+        reregister(port, server);
+        awaitExit(writer);
+      } else {
+        assertFaults(early);
+        ServerFixture.awaitState(port, "probe", s -> s.path("instances").isEmpty());
+      }
+      assertEquals(0, hbmBytes(port), "a slab written before its protection is not kept: " + early.body());
+
+      HttpResponse<String> fresh = postJson(port, INVOKE, READ);
+      assertValues(fresh, 1000, 1001, 1002, 1003);
+      assertTrue(timing(fresh).contains("tier;desc=\"host-cache\""), timing(fresh));
+      long reader = pid(port);
+      reregister(port, server);
+      awaitExit(reader);
+      ServerFixture.awaitState(port, "probe", s -> s.path("image").path("hbmBytes").path("0").asLong() >= 2 << 20);
+      HttpResponse<String> fromTier = postJson(port, INVOKE, READ);
+      assertTrue(timing(fromTier).contains("tier;desc=\"hbm\""), timing(fromTier));
+      assertValues(fromTier, 1000, 1001, 1002, 1003);
+      System.out.printf("a store into the weights before their protection (sim device): %d %s; the HBM tier took "
+          + "nothing from that worker, then the weights of a worker that only read them%n", early.statusCode(),
+          early.body());
+    });
+  }
+
+  /** A trial against the server: its port and the server. */
+  @FunctionalInterface
+  private interface Trial {
+    void run(int port, ThawServer server) throws Exception;
+  }
+
+  /**
+   * Builds the probe's image into a real store, serves it from a pool-backed server on loopback (sim-device worker
+   * processes as {@code pool} sets them up, a host cache and an HBM tier), runs {@code trial} once the image is cached
+   * and the server ready, and checks that every worker is gone with the server.
+   */
+  private void serve(UnaryOperator<ContextPoolOptions> pool, Trial trial)
+      throws Exception {
     Path storePath = dir.resolve("store");
     try (RocksChunkStore store = ServerFixture.openStore(storePath)) {
       ServerFixture.build(store, "probe:1", MemoryProbeFunction.class.getName(), CONFIG, READ, 0);
+      assertEquals(Set.of("values"), Images.manifest(store, "probe:1").readOnlyAllocations());
     }
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         SimDriver driver = SimDriver.open(new SimOptions())) {
       HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32 << 20));
-      ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0))
-          .setEnvironment(java.util.Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "1", "THAW_SIM_COPY_GBPS", "0.04")));
+      ContextPool workers = ContextPool.create(pool.apply(ServerFixture.simPool(storePath, cache.path(), List.of(0))));
       try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
               .addFunction("probe", new FunctionOptions().setImage("probe:1")),
-          store, new PoolInstances(pool, cache, 64L << 20, store, storePath, driver.devices(), Duration.ofSeconds(60),
-              Duration.ofSeconds(1)))) {
+          store, new PoolInstances(workers, cache, 64L << 20, store, storePath, driver.devices(),
+              Duration.ofSeconds(60), Duration.ofSeconds(1)))) {
         int port = server.port();
         ServerFixture.awaitState(port, "probe", s -> s.path("image").path("hostCache").asText().equals("cached"));
         ServerFixture.awaitReady(port);
-
-        // Which comes first, the store or the protection, is a race between the copy's completion seen by the device
-        // and by the restore thread; the test holds either outcome to the same end.
-        HttpResponse<String> early = postJson(port, INVOKE, WRITE_WEIGHTS);
-        if (early.statusCode() == 200) {
-          // Landed before the protection: this worker's values are -7.5 there now. It serves on, but must not hand
-          // them on: registered again, it retires, and the tier takes nothing.
-          assertValues(early, -7.5, -7.5, -7.5, -7.5);
-          long writer = pid(port);
-          reregister(port, server);
-          awaitExit(writer);
-        } else {
-          assertFaults(early);
-          ServerFixture.awaitState(port, "probe", s -> s.path("instances").isEmpty());
-        }
-        assertEquals(0, hbmBytes(port), "a slab written before its protection is not kept: " + early.body());
-
-        HttpResponse<String> fresh = postJson(port, INVOKE, READ);
-        assertValues(fresh, 1000, 1001, 1002, 1003);
-        assertTrue(timing(fresh).contains("tier;desc=\"host-cache\""), timing(fresh));
-        long reader = pid(port);
-        reregister(port, server);
-        awaitExit(reader);
-        ServerFixture.awaitState(port, "probe", s -> s.path("image").path("hbmBytes").path("0").asLong() >= 2 << 20);
-        HttpResponse<String> fromTier = postJson(port, INVOKE, READ);
-        assertTrue(timing(fromTier).contains("tier;desc=\"hbm\""), timing(fromTier));
-        assertValues(fromTier, 1000, 1001, 1002, 1003);
-        System.out.printf("a store into the weights before their protection (sim device): %d %s; the HBM tier took "
-            + "nothing from that worker, then the weights of a worker that only read them%n", early.statusCode(),
-            early.body());
+        trial.run(port, server);
       }
-      assertTrue(pool.pids().isEmpty(), "every worker gone with the server");
+      assertTrue(workers.pids().isEmpty(), "every worker gone with the server");
     }
   }
 

@@ -6,6 +6,7 @@ import dev.thaw.image.ImageManifest;
 import dev.thaw.image.Images;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
+import dev.thaw.runtime.ChildJvm;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.DeviceChoice;
@@ -20,14 +21,9 @@ import dev.thaw.runtime.gpu.PinnedBuffer;
 import dev.thaw.runtime.gpu.VirtualRange;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Callable;
-import java.util.concurrent.TimeUnit;
 
 /**
  * What must run in a process of its own because it poisons CUDA there: a write to read-only memory. Prints
@@ -201,34 +197,13 @@ public final class SlabProtectionChild {
     }
   }
 
-  /** Runs a scenario in a child JVM with this one's class path; its {@code result.} lines, in order. */
+  /** Runs a scenario in a child JVM ({@link ChildJvm}): what it printed as {@code result.} lines. */
   static Map<String, String> run(String... args) throws Exception {
-    String javaBin = ProcessHandle.current().info().command().orElse("java");
-    List<String> command = new ArrayList<>(List.of(javaBin, "-cp",
-        System.getProperty("java.class.path"), SlabProtectionChild.class.getName()));
-    command.addAll(List.of(args));
-    Path log = Files.createTempFile("thaw-slab-child", ".log");
-    try {
-      Process p = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile()).start();
-      if (!p.waitFor(120, TimeUnit.SECONDS)) {
-        p.destroyForcibly();
-        throw new AssertionError("child JVM did not finish in 120 s: " + command);
-      }
-      String output = Files.readString(log);
-      Map<String, String> values = new LinkedHashMap<>();
-      for (String line : output.split("\n")) {
-        if (line.startsWith("result.")) {
-          int eq = line.indexOf('=');
-          values.put(line.substring("result.".length(), eq), line.substring(eq + 1).strip());
-        }
-      }
-      if (values.isEmpty() || p.exitValue() != 0) {
-        throw new AssertionError("child " + String.join(" ", args) + " exited " + p.exitValue() + ":\n" + output);
-      }
-      return values;
-    } finally {
-      Files.deleteIfExists(log);
+    ChildJvm.Result r = ChildJvm.run(SlabProtectionChild.class, args);
+    if (r.values().isEmpty() || r.exitCode() != 0) {
+      throw new AssertionError("child " + String.join(" ", args) + " exited " + r.exitCode() + ":\n" + r.output());
     }
+    return r.values();
   }
 
   private static void print(String key, String value) {
