@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Thaw's container image without a container runtime: unpacks the image's layers (from the OCI or Docker
 # archive Jib writes) into a folder, mounts /proc there, and runs the image's own entrypoint in a chroot:
-# `--version`, `devices`, `demo --device sim`. Proves the image's files, libraries and entrypoint work; not
+# `--version` (also: that it maps the image's class-data sharing archive), `devices`, `demo --device sim`. Proves the image's files, libraries and entrypoint work; not
 # namespaces, cgroups or GPUs (no container runtime or GPU needed, root is).
 #   scripts/container-check.sh deploy/target/thaw-image.tar [WORKDIR]
 set -euo pipefail
@@ -38,9 +38,16 @@ mount -t proc proc "$root/proc"
 trap 'umount "$root/proc" 2>/dev/null || true' EXIT
 mapfile -t entry < <(python3 -c 'import json,sys; [print(a) for a in json.load(open(sys.argv[1]))["entrypoint"]]' "$work/entrypoint")
 mapfile -t envs < <(python3 -c 'import json,sys; [print(a) for a in json.load(open(sys.argv[1]))["env"]]' "$work/entrypoint")
-run() { env -i "${envs[@]}" /usr/sbin/chroot "$root" "${entry[@]}" "$@"; }
+run() { env -i "${envs[@]}" ${JAVA_TOOL_OPTIONS:+"JAVA_TOOL_OPTIONS=$JAVA_TOOL_OPTIONS"} /usr/sbin/chroot "$root" "${entry[@]}" "$@"; }
 echo "== entrypoint: ${entry[*]}"
 run --version
+# Thaw's class-data sharing archive, made at the build for /opt/thaw (scripts/container-cds.sh): the CLI's classes
+# come from it (JAVA_TOOL_OPTIONS adds a JVM option to the entrypoint's own).
+if ! JAVA_TOOL_OPTIONS=-Xlog:class+load=info run --version | grep -q 'dev.thaw.cli.ThawCli source: shared objects file'; then
+  echo "container-check: the entrypoint's JVM does not map /opt/thaw/lib/thaw.jsa" >&2
+  exit 1
+fi
+echo "== /opt/thaw/lib/thaw.jsa mapped"
 run devices --device sim
 run demo --device sim
 echo "container-check: the image's entrypoint runs (sim device, chroot; no container runtime, no GPU)"
