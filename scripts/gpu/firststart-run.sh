@@ -14,7 +14,7 @@
 # every run it records whether the server's and its worker's JVMs mapped lib/thaw.jsa (/proc/PID/maps after the
 # first response): a cds run where one did not fails the script.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/firststart-run.sh <unpacked thaw dir>
-# RUNS (default 4) runs each; VARIANTS (default "cds nocds"). Writes $OUT/firststart.txt (log) and
+# RUNS (default 3) runs each; VARIANTS (default "cds nocds"). Writes $OUT/firststart.txt (log) and
 # $OUT/results.json. Exits non-zero on any failure. Under 4 minutes.
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
@@ -22,7 +22,7 @@ home=${1:?usage: OUT=dir scripts/gpu/firststart-run.sh <unpacked thaw dir>}
 thaw="$home/bin/thaw"
 root=$(mktemp -d /tmp/thaw-firststart.XXXX)
 export THAW_DEVICE=${THAW_DEVICE:-cuda} THAW_STORE="$root/store"
-RUNS=${RUNS:-4}
+RUNS=${RUNS:-3}
 VARIANTS=${VARIANTS:-cds nocds}
 status=0
 mkdir -p "$OUT"
@@ -77,6 +77,13 @@ def maps_archive(pid):
     except OSError:
         return None
 
+def cpu_ms(pid):
+    try:
+        fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
 def children(pid):
     kids = []
     for d in os.listdir("/proc"):
@@ -120,6 +127,10 @@ def one(name, variant, function, tag, body, args, env_extra):
         result["error"] = "no 200 within 60 s"
     result["serverMapsArchive"] = maps_archive(p.pid)
     workers = children(p.pid)
+    # CPU time (user + system) up to the first response, which contention on a shared host stretches less than wall
+    # time: the server's, and its workers' together.
+    result["serverCpuMs"] = cpu_ms(p.pid)
+    result["workersCpuMs"] = sum(cpu_ms(w) or 0 for w in workers)
     result["workersMappingArchive"] = "%d of %d" % (sum(1 for w in workers if maps_archive(w)), len(workers))
     time.sleep(0.3)   # the request log line is written after the response
     p.send_signal(signal.SIGTERM)
@@ -153,9 +164,11 @@ for name, function, tag, body, args, env in configs:
             r = one(name, variant, function, tag, body, args, env)
             r["run"] = i + 1
             results.append(r)
-            print("%-20s %-5s run %d: %s %s ms, exit %s; lib/thaw.jsa mapped by the server %s, workers %s" % (
+            print("%-20s %-5s run %d: %s %s ms (cpu: server %s ms, workers %s ms), exit %s; lib/thaw.jsa mapped by the "
+                  "server %s, workers %s" % (
                   name, variant, i + 1, "ok" if r["ok"] else "FAILED", "%.0f" % r["ms"] if r["ok"] else "-",
-                  r["exit"], r["serverMapsArchive"], r["workersMappingArchive"]), flush=True)
+                  r["serverCpuMs"], r["workersCpuMs"], r["exit"], r["serverMapsArchive"], r["workersMappingArchive"]),
+                  flush=True)
             print("    " + str(r["timeline"]), flush=True)
             if not r["ok"] or r["exit"] != 0 or r["timeline"] is None:
                 failed = True
@@ -171,13 +184,55 @@ for name, function, tag, body, args, env in configs:
 summary = {}
 for name, *_ in configs:
     for variant in variants:
-        ms = sorted(r["ms"] for r in results if r["config"] == name and r["variant"] == variant and r["ok"])
+        ok = [r for r in results if r["config"] == name and r["variant"] == variant and r["ok"]]
+        ms = sorted(r["ms"] for r in ok)
         if ms:
             summary[name + " " + variant] = {"runs": len(ms), "medianMs": statistics.median(ms), "minMs": ms[0],
-                                             "maxMs": ms[-1]}
-print("== start to first response (ms)")
+                                             "maxMs": ms[-1],
+                                             "serverCpuMedianMs": statistics.median(r["serverCpuMs"] or 0 for r in ok),
+                                             "workersCpuMedianMs": statistics.median(r["workersCpuMs"] for r in ok)}
+print("== start to first response (ms; cpu: user + system time up to it, median)")
 for name, s in summary.items():
-    print("%-26s median %6.0f  min %6.0f  max %6.0f  (%d runs)" % (name, s["medianMs"], s["minMs"], s["maxMs"], s["runs"]))
+    print("%-26s median %6.0f  min %6.0f  max %6.0f  (%d runs); cpu: server %6.0f, workers %6.0f" % (
+          name, s["medianMs"], s["minMs"], s["maxMs"], s["runs"], s["serverCpuMedianMs"], s["workersCpuMedianMs"]))
+
+def steps(timeline):
+    """{step: ms} from the timeline: the process's steps (at ms), the worker's phases (worker.X), the first request's
+    (request.X)."""
+    out = {}
+    for part in timeline.split("; "):
+        head, _, rest = part.partition(": ")
+        prefix = "worker." if head.startswith("worker spawn") else "request." if head.startswith("first request") else ""
+        if head.endswith("at ms") or prefix:
+            if prefix:
+                words = rest.split()
+                for k, v in zip(words[0::2], words[1::2]):
+                    try:
+                        out[prefix + k] = float(v)
+                    except ValueError:
+                        pass
+            else:
+                for item in rest.split(", "):
+                    k, _, v = item.rpartition(" ")
+                    try:
+                        out[k] = float(v)
+                    except ValueError:
+                        pass
+    return out
+
+shown = ["main", "command", "options", "listening", "worker ready", "first response", "worker.jvm", "worker.store",
+         "request.queue", "request.acquire", "request.map", "request.invoke"]
+print("== medians of the timeline's steps (ms since process start; worker.* and request.* are phase durations)")
+print("%-26s" % "" + "".join("%16s" % k for k in shown))
+for name, *_ in configs:
+    for variant in variants:
+        parsed = [steps(r["timeline"]) for r in results if r["config"] == name and r["variant"] == variant
+                  and r["ok"] and r["timeline"]]
+        cells = []
+        for k in shown:
+            v = [p[k] for p in parsed if k in p]
+            cells.append("%16.1f" % statistics.median(v) if v else "%16s" % "-")
+        print("%-26s" % (name + " " + variant) + "".join(cells))
 json.dump({"summary": summary, "runs": results}, open(os.path.join(root, "results.json"), "w"), indent=1)
 sys.exit(1 if failed else 0)
 PY
