@@ -76,4 +76,4 @@ serve in-process --instances in-process --read-only-store
 
 # Merged, first use first; the dump loads every class a list names (a missing one is skipped with a warning).
 cat "$tmp"/lists/*.classlist | grep -v '^#' | awk '!seen[$0]++' > "$out"
-echo "train.sh: $(ls "$tmp"/lists | wc -l) processes, $(wc -l < "$out") classes in $out"
+echo "train.sh: $(ls "$tmp"/lists | wc -l) processes, $(wc -l < "$out") entries (classes, lambda forms and proxies) in $out"
