@@ -34,8 +34,9 @@ class InProcessFaultTest {
     try (RocksChunkStore store = ServerFixture.openStore(dir.resolve("store"));
         SimDriver driver = SimDriver.open(new SimOptions())) {
       ServerFixture.buildMlp(store, "mlp:1");
+      // Above the MLP's addresses: in one process, images whose addresses overlap cannot be resident together.
       ServerFixture.build(store, "probe:1", MemoryProbeFunction.class.getName(), FaultIsolationTest.PROBE_CONFIG,
-          FaultIsolationTest.PROBE_GOOD, 0);
+          FaultIsolationTest.PROBE_GOOD, 64L << 20);
       try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
               .addFunction("mlp", new FunctionOptions().setImage("mlp:1"))
               .addFunction("probe", new FunctionOptions().setImage("probe:1")),
