@@ -68,7 +68,11 @@ class HostImageCacheTest {
     cache(1 << 20);
     try (CacheLease lease = cache.stage("img", m, store)) {
       ChunkPlacement p = lease.placement();
-      assertEquals(1, p.runs(), "one contiguous run: " + p);
+      for (int i = 1; i < p.entries().size(); i++) {
+        ChunkPlacement.Entry e = p.entries().get(i - 1);
+        assertEquals(e.offset() + e.length(), p.entries().get(i).offset(), "back to back in the arena: " + p);
+      }
+      assertEquals(2, p.runs(), "a2 alone, then a0 and a1, which follow each other on the device: " + p);
       assertEquals(220 * KIB, lease.stagedBytes());
       List<Digest> expected = RestoreOrder.chunks(m);
       assertEquals(m.allocations().get(2).chunks().get(0).digest(), expected.get(0), "a2 first, as profiled");
@@ -117,7 +121,8 @@ class HostImageCacheTest {
     ImageManifest b = TestImages.manifest(List.of(shared,
         new ImageManifest.Allocation("own", shared.address() + (1 << 21), own.size(), own.chunks())), List.of(),
         shared.size() + own.size());
-    cache(1 << 20);
+    cache = HostImageCache.create(new HostCacheOptions().capacityBytes(1 << 20).stagingThreads(3)
+        .layout(HostCacheOptions.Layout.SHARED));
     try (CacheLease la = cache.stage("a", a, store); CacheLease lb = cache.stage("b", b, store)) {
       assertEquals(48 * KIB, lb.stagedBytes(), "only the chunks a did not bring");
       Digest first = shared.chunks().get(0).digest();
