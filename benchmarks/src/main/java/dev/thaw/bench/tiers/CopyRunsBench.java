@@ -179,7 +179,7 @@ public final class CopyRunsBench {
     StringBuilder s = new StringBuilder();
     repeatsByLength.forEach((len, n) -> s.append(String.format(Locale.ROOT, " %dx%d B", n[0], len)));
     System.out.printf(Locale.ROOT, "%s repeats by length:%s%n", tag, s);
-    System.out.printf(Locale.ROOT, "%s restore order on the device: %d gaps between allocations (%.2f MB), %d jumps "
+    System.out.printf(Locale.ROOT, "%s run order (the host cache's) on the device: %d gaps between allocations (%.2f MB), %d jumps "
         + "back%n", tag, gaps, gapBytes / 1e6, jumps);
   }
 
