@@ -179,8 +179,8 @@ public final class CopyRunsBench {
     StringBuilder s = new StringBuilder();
     repeatsByLength.forEach((len, n) -> s.append(String.format(Locale.ROOT, " %dx%d B", n[0], len)));
     System.out.printf(Locale.ROOT, "%s repeats by length:%s%n", tag, s);
-    System.out.printf(Locale.ROOT, "%s run order (the host cache's) on the device: %d gaps between allocations (%.2f MB), %d jumps "
-        + "back%n", tag, gaps, gapBytes / 1e6, jumps);
+    System.out.printf(Locale.ROOT, "%s run order (the host cache's) on the device: %d gaps between allocations "
+        + "(%.2f MB), %d jumps back%n", tag, gaps, gapBytes / 1e6, jumps);
   }
 
   /** The cache's layout of the image: bytes held for it and its runs. */
