@@ -8,7 +8,9 @@ import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -36,6 +38,8 @@ public final class RestoreResources implements AutoCloseable {
   private final PinnedBuffer uploadArena;
   private final ExecutorService pump;
   private final ExecutorService readers;
+  /** What making each part took, in milliseconds, in order: where a worker's {@code restoreResources} phase went. */
+  private final Map<String, Double> creationMillis = new LinkedHashMap<>();
   private final AtomicBoolean lent = new AtomicBoolean();
   private final AtomicBoolean closed = new AtomicBoolean();
 
@@ -44,20 +48,27 @@ public final class RestoreResources implements AutoCloseable {
     this.context = context;
     List<AutoCloseable> made = new ArrayList<>();
     try {
+      long t = System.nanoTime();
       this.stream = context.createStream();
       made.add(stream);
       this.secondStream = context.createStream();
       made.add(secondStream);
-      this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes);
+      t = part("streams", t);
+      // One staging buffer now, the others on a thread of their own: the owner (a pool worker) says READY without
+      // waiting for every page of its staging to be pinned; a first restore that outruns them waits slot by slot.
+      this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes, 1);
       made.add(staging);
+      t = part("staging", t);
       this.uploadArena = context.allocatePinned(uploadArenaBytes);
       made.add(uploadArena);
+      t = part("upload arena", t);
       for (int i = 0; i < events; i++) {
         GpuEvent e = context.createEvent(true);
         made.add(e);
         allEvents.add(e);
         this.events.add(e);
       }
+      part("events", t);
     } catch (RuntimeException e) {
       for (int i = made.size() - 1; i >= 0; i--) {
         try {
@@ -95,6 +106,21 @@ public final class RestoreResources implements AutoCloseable {
 
   public GpuContext context() {
     return context;
+  }
+
+  /**
+   * Milliseconds each part took to make, in order ({@code streams}, {@code staging} — its first buffer; the others
+   * are pinned behind, see {@link StagingRing#allocate(GpuContext, int, long, int)} — {@code upload arena},
+   * {@code events}).
+   */
+  public Map<String, Double> creationMillis() {
+    return java.util.Collections.unmodifiableMap(new LinkedHashMap<>(creationMillis));
+  }
+
+  private long part(String name, long since) {
+    long now = System.nanoTime();
+    creationMillis.put(name, (now - since) / 1e6);
+    return now;
   }
 
   GpuStream stream() {
