@@ -35,7 +35,7 @@ public final class HostCacheOptions {
      */
     RUNS;
 
-    /** A run of uses shorter than this, found elsewhere in the arena, is held again: copies this long run at 53 GB/s. */
+    /** A run of uses shorter than this found elsewhere in the arena is held again: copies this long run at 53 GB/s. */
     public static final long SHARED_RUN_BYTES = 4L << 20;
   }
 

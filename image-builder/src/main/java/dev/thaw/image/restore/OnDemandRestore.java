@@ -185,7 +185,7 @@ public final class OnDemandRestore implements AutoCloseable {
         r.runs(), r.promotions(), g[0], g[1], g[2]);
   }
 
-  /** Every host → device copy queued so far, in the order queued (a restore queues one per run of contiguous bytes). */
+  /** Every host → device copy queued so far, in queue order (one per run of bytes contiguous on both sides). */
   public List<Copy> copyLog() {
     return residency.copyLog();
   }
