@@ -30,7 +30,7 @@ echo "{\"tokens\": [$tokens], \"maxNewTokens\": 1}" > "$work/gpt2.json"
     --sample-request "$work/gpt2.json" > "$OUT/build.txt" 2>&1 || status=1
 
 echo "== 1. CopyRunsBench (in process): copy structure, on-demand restores, replays"
-timeout 150 "$java" ${THAW_JAVA_OPTS:-} -cp "$home/lib/*:$home/lib/bench/*" dev.thaw.bench.tiers.CopyRunsBench \
+timeout 150 "$home/bin/thaw-bench" copy-runs \
   --store "$THAW_STORE" --image "gpt2:large=$work/gpt2.json" --runs 5 --cache-bytes 4294967296 \
   --layout shared --layout runs 2>&1 | grep -v '^\[main\] INFO' | strip > "$OUT/copyruns.txt" || status=1
 grep -E 'image:|repeats|host cache:|restore [0-9]:|copy sizes|replay' "$OUT/copyruns.txt"
