@@ -28,6 +28,8 @@ public final class RestoreResources implements AutoCloseable {
   public static final long DEFAULT_UPLOAD_ARENA_BYTES = 1L << 20;
   /** Events made up front: a restore takes one per run of copies (at most one per allocation; GPT-2-large has 518). */
   public static final int DEFAULT_EVENTS = 1024;
+  /** Events made before {@link #create} returns; the rest are made behind it. */
+  static final int EVENTS_AHEAD = 64;
 
   private final GpuContext context;
   private final GpuStream stream;
@@ -40,6 +42,8 @@ public final class RestoreResources implements AutoCloseable {
   private final ExecutorService readers;
   /** What making each part took, in milliseconds, in order: where a worker's {@code restoreResources} phase went. */
   private final Map<String, Double> creationMillis = new LinkedHashMap<>();
+  /** Completes once the events made behind the constructor are made (or it stopped). */
+  private final java.util.concurrent.CompletableFuture<Void> eventsMade = new java.util.concurrent.CompletableFuture<>();
   private final AtomicBoolean lent = new AtomicBoolean();
   private final AtomicBoolean closed = new AtomicBoolean();
 
@@ -62,7 +66,9 @@ public final class RestoreResources implements AutoCloseable {
       this.uploadArena = context.allocatePinned(uploadArenaBytes);
       made.add(uploadArena);
       t = part("upload arena", t);
-      for (int i = 0; i < events; i++) {
+      // A few events now, the others behind on a thread of their own: on the H200 each cuEventCreate took ~0.1 ms,
+      // 1024 of them 107-146 ms of a worker's way to READY. A restore that finds none left makes its own.
+      for (int i = 0; i < Math.min(events, EVENTS_AHEAD); i++) {
         GpuEvent e = context.createEvent(true);
         made.add(e);
         allEvents.add(e);
@@ -81,6 +87,30 @@ public final class RestoreResources implements AutoCloseable {
     }
     this.pump = Executors.newSingleThreadExecutor(daemon("thaw-restore"));
     this.readers = Executors.newFixedThreadPool(readThreads, daemon("thaw-restore-read"));
+    if (events > EVENTS_AHEAD) {
+      Thread behind = new Thread(() -> makeEvents(events - EVENTS_AHEAD), "thaw-restore-events");
+      behind.setDaemon(true);
+      behind.start();
+    } else {
+      eventsMade.complete(null);
+    }
+  }
+
+  /** Adds {@code count} events to the pool, one at a time, until done or closed. */
+  private void makeEvents(int count) {
+    try {
+      for (int i = 0; i < count && !closed.get(); i++) {
+        GpuEvent e = context.createEvent(true);
+        synchronized (this) {
+          allEvents.add(e);
+          events.add(e);
+        }
+      }
+    } catch (RuntimeException e) {
+      // A restore that finds the pool empty makes its own events (and fails with the reason if it cannot).
+    } finally {
+      eventsMade.complete(null);
+    }
   }
 
   /** Defaults: {@link Staging}'s buffers and threads, a 1 MiB upload arena, 1024 events. */
@@ -111,7 +141,7 @@ public final class RestoreResources implements AutoCloseable {
   /**
    * Milliseconds each part took to make, in order ({@code streams}, {@code staging} — its first buffer; the others
    * are pinned behind, see {@link StagingRing#allocate(GpuContext, int, long, int)} — {@code upload arena},
-   * {@code events}).
+   * {@code events} — the first {@value #EVENTS_AHEAD}; the others are made behind).
    */
   public Map<String, Double> creationMillis() {
     return java.util.Collections.unmodifiableMap(new LinkedHashMap<>(creationMillis));
@@ -159,6 +189,16 @@ public final class RestoreResources implements AutoCloseable {
     return e;
   }
 
+  /** Completes once every event of the pool is made (the first few are made at once, the others behind). */
+  java.util.concurrent.CompletableFuture<Void> eventsMade() {
+    return eventsMade.copy();
+  }
+
+  /** Events in the pool now, for tests. */
+  synchronized int pooledEvents() {
+    return events.size();
+  }
+
   synchronized void giveBack(List<GpuEvent> used) {
     events.addAll(used);
   }
@@ -184,7 +224,11 @@ public final class RestoreResources implements AutoCloseable {
     }
     pump.shutdownNow();
     readers.shutdownNow();
-    List<AutoCloseable> all = new ArrayList<>(allEvents);
+    eventsMade.join();
+    List<AutoCloseable> all;
+    synchronized (this) {
+      all = new ArrayList<>(allEvents);
+    }
     all.add(staging);
     all.add(uploadArena);
     all.add(secondStream);

@@ -33,13 +33,17 @@ class RestoreResourcesGpuTest {
         StagingRing ring = r.staging();
         ring.allocated().join();
         double pinned = (System.nanoTime() - t) / 1e6;
+        r.eventsMade().join();
+        double evented = (System.nanoTime() - t) / 1e6;
+        assertEquals(RestoreResources.DEFAULT_EVENTS, r.pooledEvents());
         for (int i = 0; i < ring.size(); i++) {
           assertEquals(Staging.DEFAULT_BYTES, ring.buffer(i).size(), "slot " + i);
         }
         Map<String, Double> parts = r.creationMillis();
         assertEquals(List.of("streams", "staging", "upload arena", "events"), List.copyOf(parts.keySet()));
-        System.out.printf("round %d: restore resources %.1f ms (%s); all %d staging buffers pinned at %.1f ms%n",
-            round, made, parts, ring.size(), pinned);
+        System.out.printf("round %d: restore resources %.1f ms (%s); all %d staging buffers pinned at %.1f ms, all %d "
+            + "events made at %.1f ms%n", round, made, parts, ring.size(), pinned, RestoreResources.DEFAULT_EVENTS,
+            evented);
         r.close();
       }
       long t = System.nanoTime();
