@@ -21,6 +21,7 @@ import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.cache.ChunkPlacement;
+import dev.thaw.pool.cache.HostCacheSource;
 import dev.thaw.pool.cache.HostCacheView;
 import dev.thaw.pool.cache.PinnedChunks;
 import dev.thaw.pool.hbm.ExportedSlab;
@@ -606,7 +607,7 @@ public final class WorkerMain {
   }
 
   private static RestoreSource hostTier(PinnedChunks chunks) {
-    return m -> d -> chunks.find(d).map(c -> new RestoreSource.HostChunk(c.buffer(), c.offset())).orElse(null);
+    return HostCacheSource.of(chunks);
   }
 
   private static int manifestBytes(Frame f) {
