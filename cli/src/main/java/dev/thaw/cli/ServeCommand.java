@@ -117,12 +117,6 @@ final class ServeCommand implements Callable<Integer> {
           "under Knative, none)."})
   String hostCache;
 
-  @Option(names = "--host-cache-layout", paramLabel = "LAYOUT",
-      description = {"How the host cache lays images out: runs (each use of a repeated chunk in its place, so an",
-          "image copies in a few long runs) or shared (each distinct chunk once: least memory, more copies)",
-          "(default: hostCacheLayout of the config, else runs)."})
-  String hostCacheLayout;
-
   @Option(names = "--hbm-tier", paramLabel = "SIZE",
       description = {"Device memory per GPU that weights of scaled-in instances keep for the next one, e.g. 16g,",
           "0 for none (default: hbmTierBytes of the config, else 16g)."})
@@ -226,8 +220,7 @@ final class ServeCommand implements Callable<Integer> {
     out.printf("store    %s%s%n", storePath, readOnly ? " (read-only)" : "");
     if (server.instances().equals("pool")) {
       out.printf("cache    %s%n", options.hostCacheBytes() == 0 ? "none (workers read the store)"
-          : (options.hostCacheBytes() >> 20) + " MiB pinned host cache, layout "
-          + options.hostCacheLayout().name().toLowerCase(Locale.ROOT) + "; images staged at registration; HBM tier "
+          : (options.hostCacheBytes() >> 20) + " MiB pinned host cache; images staged at registration; HBM tier "
           + (options.hbmTierBytes() >> 20) + " MiB per GPU");
     }
     options.functions().forEach((name, f) -> out.printf("function %s = %s%n", name, f.image()));
@@ -347,7 +340,7 @@ final class ServeCommand implements Callable<Integer> {
       HostImageCache cache = null;
       if (options.hostCacheBytes() > 0) {
         try {
-          cache = HostImageCache.create(options.hostCacheOptions());
+          cache = HostImageCache.create(new HostCacheOptions().capacityBytes(options.hostCacheBytes()));
         } catch (IOException e) {
           throw new UncheckedIOException("cannot create the host image cache (" + options.hostCacheBytes()
               + " bytes)", e);
@@ -448,9 +441,6 @@ final class ServeCommand implements Callable<Integer> {
         // second start would read the cache, and registering it costs each worker ~0.4 s per GiB on the way to the
         // first response. Asked for, it is there.
         o.setHostCacheBytes(0);
-      }
-      if (hostCacheLayout != null) {
-        o.setHostCacheLayout(HostCacheOptions.layout(hostCacheLayout));
       }
       if (hbmTier != null) {
         o.setHbmTierBytes(bytes(hbmTier, "--hbm-tier"));

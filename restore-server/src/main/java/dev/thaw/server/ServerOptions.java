@@ -3,7 +3,6 @@ package dev.thaw.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import dev.thaw.pool.cache.HostCacheOptions;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Iterator;
@@ -19,7 +18,7 @@ import java.util.regex.Pattern;
  * <pre>{@code
  * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
- *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hostCacheLayout": "runs", "hbmTierBytes": 17179869184,
+ *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184,
  *  "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
  * }</pre>
@@ -50,7 +49,7 @@ public final class ServerOptions {
 
   private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
       "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
-      "tracesKept", "hostCacheBytes", "hostCacheLayout", "hbmTierBytes");
+      "tracesKept", "hostCacheBytes", "hbmTierBytes");
   private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|s|m)?");
 
   private String host = DEFAULT_HOST;
@@ -64,7 +63,6 @@ public final class ServerOptions {
   private Duration retryAfter = DEFAULT_RETRY_AFTER;
   private long gpuMemoryBytes = DEFAULT_GPU_MEMORY_BYTES;
   private long hostCacheBytes = DEFAULT_HOST_CACHE_BYTES;
-  private HostCacheOptions.Layout hostCacheLayout = HostCacheOptions.DEFAULT_LAYOUT;
   private long hbmTierBytes = DEFAULT_HBM_TIER_BYTES;
   private int tracesKept = DEFAULT_TRACES_KEPT;
   private final Map<String, String> labels = new LinkedHashMap<>();
@@ -84,7 +82,6 @@ public final class ServerOptions {
     retryAfter = o.retryAfter;
     gpuMemoryBytes = o.gpuMemoryBytes;
     hostCacheBytes = o.hostCacheBytes;
-    hostCacheLayout = o.hostCacheLayout;
     hbmTierBytes = o.hbmTierBytes;
     tracesKept = o.tracesKept;
     labels.putAll(o.labels);
@@ -232,25 +229,6 @@ public final class ServerOptions {
     return this;
   }
 
-  public HostCacheOptions.Layout hostCacheLayout() {
-    return hostCacheLayout;
-  }
-
-  /**
-   * How the host cache lays images out ({@link HostCacheOptions.Layout}): {@code RUNS} (the
-   * default) holds a repeated chunk once per use so an image copies in a few long runs; {@code SHARED} holds each
-   * distinct chunk once (least memory, more and smaller copies).
-   */
-  public ServerOptions setHostCacheLayout(HostCacheOptions.Layout layout) {
-    this.hostCacheLayout = java.util.Objects.requireNonNull(layout);
-    return this;
-  }
-
-  /** The host cache's options: {@link #hostCacheBytes()} laid out by {@link #hostCacheLayout()}. */
-  public HostCacheOptions hostCacheOptions() {
-    return new HostCacheOptions().capacityBytes(hostCacheBytes).layout(hostCacheLayout);
-  }
-
   public long hbmTierBytes() {
     return hbmTierBytes;
   }
@@ -321,7 +299,6 @@ public final class ServerOptions {
     json.put("retryAfter", retryAfter.toMillis() + "ms");
     json.put("gpuMemoryBytes", gpuMemoryBytes);
     json.put("hostCacheBytes", hostCacheBytes);
-    json.put("hostCacheLayout", hostCacheLayout.name().toLowerCase(java.util.Locale.ROOT));
     json.put("hbmTierBytes", hbmTierBytes);
     json.put("tracesKept", tracesKept);
     ObjectNode l = json.putObject("labels");
@@ -391,9 +368,6 @@ public final class ServerOptions {
         throw new IllegalArgumentException("'hostCacheBytes' is an integer, not " + v);
       }
       o.setHostCacheBytes(v.longValue());
-    }
-    if (json.hasNonNull("hostCacheLayout")) {
-      o.setHostCacheLayout(HostCacheOptions.layout(json.get("hostCacheLayout").asText()));
     }
     if (json.has("hbmTierBytes")) {
       JsonNode v = json.get("hbmTierBytes");

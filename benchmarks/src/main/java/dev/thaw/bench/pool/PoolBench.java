@@ -50,9 +50,7 @@ import java.util.Map;
  * </ul>
  *
  * <p>Usage: {@code PoolBench --store DIR [--image TAG=REQUEST.json]... [--runs 3] [--acquires 20000]
- * [--cache-bytes 4294967296] [--cache-layout runs|shared] [--sources store,cache,prepared,hbm] [--out result.json]}.
- * Prints a table and writes the numbers as JSON. {@code --cache-layout} is the host cache's
- * {@link HostCacheOptions.Layout}; {@code --sources} picks which sources run (all by default).
+ * [--cache-bytes 4294967296] [--out result.json]}. Prints a table and writes the numbers as JSON.
  */
 public final class PoolBench {
 
@@ -67,8 +65,6 @@ public final class PoolBench {
     int runs = 3;
     int acquires = 20_000;
     long cacheBytes = 4L << 30;
-    HostCacheOptions.Layout layout = HostCacheOptions.DEFAULT_LAYOUT;
-    List<String> only = null;
     Path out = null;
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
@@ -80,8 +76,6 @@ public final class PoolBench {
         case "--runs" -> runs = Integer.parseInt(args[++i]);
         case "--acquires" -> acquires = Integer.parseInt(args[++i]);
         case "--cache-bytes" -> cacheBytes = Long.parseLong(args[++i]);
-        case "--cache-layout" -> layout = HostCacheOptions.layout(args[++i]);
-        case "--sources" -> only = List.of(args[++i].split(","));
         case "--out" -> out = Path.of(args[++i]);
         default -> throw new IllegalArgumentException("unknown argument " + args[i]);
       }
@@ -91,16 +85,11 @@ public final class PoolBench {
     }
     ObjectNode result = JSON.createObjectNode();
     try (HostImageCache cache = cacheBytes > 0
-        ? HostImageCache.create(new HostCacheOptions().capacityBytes(cacheBytes).layout(layout)) : null;
+        ? HostImageCache.create(new HostCacheOptions().capacityBytes(cacheBytes)) : null;
         RocksChunkStore reader = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
       ContextPoolOptions o = new ContextPoolOptions().setIdleTarget(2).setMaxWorkers(4).setStorePath(store)
           .setHostCachePath(cache == null ? null : cache.path());
       result.set("options", o.toJson());
-      if (cache != null) {
-        result.set("hostCache", cache.options().toJson());
-        System.out.printf(Locale.ROOT, "host cache: %d MiB, layout %s%n", cacheBytes >> 20,
-            layout.name().toLowerCase(Locale.ROOT));
-      }
       long t0 = System.nanoTime();
       try (ContextPool pool = ContextPool.create(o)) {
         if (!pool.awaitIdle(WAIT)) {
@@ -114,10 +103,8 @@ public final class PoolBench {
         for (Image image : images) {
           byte[] manifest = reader.manifest(image.tag()).orElseThrow(
               () -> new IllegalArgumentException("no image " + image.tag() + " in " + reader.path()));
-          List<String> all = cache == null ? List.of("store", "prepared")
+          List<String> sources = cache == null ? List.of("store", "prepared")
               : List.of("store", "cache", "prepared", "hbm");
-          List<String> chosen = only;
-          List<String> sources = chosen == null ? all : all.stream().filter(chosen::contains).toList();
           try (HbmTier tier = new HbmTier(new HbmTierOptions())) {
             for (String source : sources) {
               perImage.add(coldRuns(pool, cache, tier, reader, store, image, manifest, source, runs));
@@ -234,12 +221,6 @@ public final class PoolBench {
         if (cache != null) {
           try (CacheLease staged = cache.stage(image.tag(), manifest, reader)) {
             placement = staged.placement();
-          }
-          if (r == 0) {
-            System.out.printf(Locale.ROOT, "%s in the host cache: %d chunk uses in %d runs, %.1f MB of the arena for "
-                + "%.1f MB of distinct chunks (%s layout)%n", image.tag(), placement.entries().size(), placement.runs(),
-                placement.arenaBytes() / 1e6, placement.bytes() / 1e6,
-                cache.options().layout().name().toLowerCase(Locale.ROOT));
           }
         }
         prepared = new PreparedImage(image.tag() + "@bench", image.tag(), manifestBytes, placement);

@@ -9,9 +9,8 @@ import java.util.List;
 /**
  * The host-to-device copies that restore an image from the host cache, coalesced: consecutive chunks that are
  * contiguous both in the arena and on the device become one copy. With the cache's layout (an image's chunks back
- * to back in {@link RestoreOrder}, each use of a repeated chunk in its place: {@link HostCacheOptions.Layout#RUNS})
- * and a packed image (allocations back to back on the device), a whole image is a handful of copies, each far above
- * the 4 MiB at which copies reach 53 GB/s.
+ * to back in {@link RestoreOrder}) and a packed image (allocations back to back on the device), a whole image is
+ * a handful of copies, each far above the 4 MiB at which copies reach 53 GB/s.
  */
 public final class CoalescedCopies {
 
@@ -69,9 +68,9 @@ public final class CoalescedCopies {
     long bytes = 0;
     for (ImageManifest.Allocation a : allocations) {
       for (ImageManifest.Chunk c : a.chunks()) {
+        CachedChunk cc = chunks.find(c.digest()).orElseThrow(() -> new IllegalStateException("chunk " + c.digest()
+            + " of allocation '" + a.name() + "' is not in the host cache"));
         long d = a.address() + c.offset();
-        CachedChunk cc = chunks.find(d, c.digest()).orElseThrow(() -> new IllegalStateException("chunk "
-            + c.digest() + " of allocation '" + a.name() + "' is not in the host cache"));
         if (buf == cc.buffer() && d == dev && cc.offset() == host) {
           bytes += c.length();
         } else {

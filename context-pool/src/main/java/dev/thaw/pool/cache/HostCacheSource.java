@@ -25,21 +25,6 @@ public final class HostCacheSource implements RestoreSource {
 
   @Override
   public Lease lease(ImageManifest manifest) {
-    return new Lease() {
-      @Override
-      public HostChunk find(Digest digest) {
-        return host(chunks.find(digest));
-      }
-
-      @Override
-      public HostChunk find(long device, Digest digest) {
-        return host(chunks.find(device, digest));
-      }
-    };
-  }
-
-  /** The host chunk a cache lookup names, or null. */
-  private static HostChunk host(java.util.Optional<CachedChunk> chunk) {
-    return chunk.map(c -> new HostChunk(c.buffer(), c.offset())).orElse(null);
+    return (Digest digest) -> chunks.find(digest).map(c -> new HostChunk(c.buffer(), c.offset())).orElse(null);
   }
 }

@@ -108,19 +108,10 @@ public final class HostCacheView implements AutoCloseable {
     return new PinnedChunks() {
       @Override
       public Optional<CachedChunk> find(Digest digest) {
-        return chunk(digest, placement.find(digest));
-      }
-
-      @Override
-      public Optional<CachedChunk> find(long device, Digest digest) {
-        ChunkPlacement.Entry e = placement.find(device, digest);
-        return chunk(digest, e != null ? e : placement.find(digest));
+        ChunkPlacement.Entry e = placement.find(digest);
+        return e == null ? Optional.empty() : Optional.of(new CachedChunk(digest, registered, e.offset(), e.length()));
       }
     };
-  }
-
-  private Optional<CachedChunk> chunk(Digest digest, ChunkPlacement.Entry e) {
-    return e == null ? Optional.empty() : Optional.of(new CachedChunk(digest, registered, e.offset(), e.length()));
   }
 
   /** Unregisters and unmaps. Idempotent; copies still queued from the arena must be complete. */

@@ -56,8 +56,6 @@ public final class HostImageCache implements AutoCloseable {
     final long offset;
     final long length;
     final List<Digest> chunks = new ArrayList<>();
-    /** The uses whose places this extent holds, as indexed in {@code placed}. */
-    final List<Use> uses = new ArrayList<>();
     long lastUse;
     int pins;
 
@@ -68,9 +66,6 @@ public final class HostImageCache implements AutoCloseable {
   }
 
   private record Slot(Extent extent, long offset, int length) {}
-
-  /** A chunk's use at a device address: where a {@link HostCacheOptions.Layout#RUNS} stage put it is indexed by it. */
-  private record Use(Digest digest, long device) {}
 
   /**
    * What the last stage of an image placed, and the extents its chunks lie in: while all of those extents are in
@@ -85,12 +80,6 @@ public final class HostImageCache implements AutoCloseable {
   /** Free arena bytes, offset to length; disjoint, never adjacent (merged). Guarded by {@code this}. */
   private final TreeMap<Long, Long> free = new TreeMap<>();
   private final Map<Digest, Slot> index = new HashMap<>();
-  /**
-   * Each use's own place, where a stage gave it one: a repeat held again, or any use of a {@code RUNS} stage. A later
-   * stage of the same image (or of one with the same chunks at the same addresses) finds its runs whole here, where
-   * {@link #index} knows one place per chunk. Guarded by {@code this}.
-   */
-  private final Map<Use, Slot> placed = new HashMap<>();
   private final Set<Extent> extents = java.util.Collections.newSetFromMap(new IdentityHashMap<>());
   /** Per image name, its last stage. Guarded by {@code this}. */
   private final Map<String, Staged> staged = new HashMap<>();
@@ -100,7 +89,6 @@ public final class HostImageCache implements AutoCloseable {
   private final AtomicLong evictedBytes = new AtomicLong();
   private final AtomicLong hitBytes = new AtomicLong();
   private final AtomicLong stagedBytes = new AtomicLong();
-  private final AtomicLong heldAgainBytes = new AtomicLong();
 
   private HostImageCache(HostCacheOptions options, SharedMemory arena, String path) {
     this.options = options;
@@ -158,34 +146,30 @@ public final class HostImageCache implements AutoCloseable {
    */
   public CacheLease stage(String image, ImageManifest manifest, ChunkStore store) {
     long t0 = System.nanoTime();
-    List<ChunkPlacement.Entry> uses = RestoreOrder.uses(manifest);
+    List<Digest> order = RestoreOrder.chunks(manifest);
     Map<Digest, Integer> lengths = RestoreOrder.lengths(manifest);
-    Layout layout;
-    Extent fresh = null;
-    Set<Extent> referenced = java.util.Collections.newSetFromMap(new IdentityHashMap<>());
     List<Extent> pinned = new ArrayList<>();
+    List<Digest> missing = new ArrayList<>();
+    long missingBytes = 0;
+    Extent fresh = null;
     synchronized (this) {
       checkOpen();
-      layout = layout(uses);
-      Set<Extent> touched = java.util.Collections.newSetFromMap(new IdentityHashMap<>());
-      for (Slot s : layout.shared) {
+      Set<Extent> hit = java.util.Collections.newSetFromMap(new IdentityHashMap<>());
+      for (Digest d : order) {
+        Slot s = index.get(d);
         if (s != null) {
-          referenced.add(s.extent());
-          touched.add(s.extent());
+          hit.add(s.extent());
+        } else {
+          missing.add(d);
+          missingBytes += lengths.get(d);
         }
       }
-      for (Place p : layout.places) {
-        if (p.from != null) {
-          touched.add(p.from.extent());
-        }
-      }
-      // Pinned before making room: an extent the new one shares or copies from is never the one evicted for it.
-      for (Extent e : touched) {
+      for (Extent e : hit) {
         e.pins++;
         pinned.add(e);
       }
-      if (layout.freshBytes > 0) {
-        long need = align(layout.freshBytes);
+      if (!missing.isEmpty()) {
+        long need = align(missingBytes);
         long at = allocate(need);
         if (at < 0) {
           unpinLocked(pinned);
@@ -194,14 +178,18 @@ public final class HostImageCache implements AutoCloseable {
         fresh = new Extent(at, need);
         fresh.pins = 1;
         extents.add(fresh);
-        referenced.add(fresh);
         pinned.add(fresh);
       }
     }
-    long base = fresh == null ? 0 : fresh.offset;
+    Map<Digest, Long> placedFresh = new HashMap<>();
     if (fresh != null) {
+      long at = fresh.offset;
+      for (Digest d : missing) {
+        placedFresh.put(d, at);
+        at += lengths.get(d);
+      }
       try {
-        fill(layout.places, base, store, image);
+        fill(missing, placedFresh, lengths, store, image);
       } catch (RuntimeException | Error e) {
         synchronized (this) {
           extents.remove(fresh);
@@ -211,47 +199,35 @@ public final class HostImageCache implements AutoCloseable {
         throw e;
       }
     }
-    List<ChunkPlacement.Entry> entries = new ArrayList<>(uses.size());
-    List<Extent> pins = new ArrayList<>();
+    List<ChunkPlacement.Entry> entries = new ArrayList<>(order.size());
     synchronized (this) {
       long now = ++clock;
-      for (Place p : layout.places) {
-        if (p.from == null && p.copyOf == null && index.putIfAbsent(p.digest, new Slot(fresh, base + p.at, p.length))
-            == null) {
-          fresh.chunks.add(p.digest);
+      if (fresh != null) {
+        for (Digest d : missing) {
+          Slot slot = new Slot(fresh, placedFresh.get(d), lengths.get(d));
+          if (index.putIfAbsent(d, slot) == null) {
+            fresh.chunks.add(d);
+          }
         }
       }
-      for (int i = 0; i < uses.size(); i++) {
-        ChunkPlacement.Entry u = uses.get(i);
-        long offset = layout.shared[i] != null ? layout.shared[i].offset() : base + layout.placeOf[i].at;
-        entries.add(new ChunkPlacement.Entry(u.digest(), offset, u.length(), u.device()));
-        if (layout.shared[i] == null && u.device() != ChunkPlacement.NO_DEVICE) {
-          Use use = new Use(u.digest(), u.device());
-          placed.put(use, new Slot(fresh, offset, u.length()));
-          fresh.uses.add(use);
-        }
+      for (Digest d : order) {
+        Long mine = placedFresh.get(d);
+        long offset = mine != null ? mine : index.get(d).offset();
+        entries.add(new ChunkPlacement.Entry(d, offset, lengths.get(d)));
       }
-      List<Extent> sourcesOnly = new ArrayList<>();
       for (Extent e : pinned) {
-        if (referenced.contains(e)) {
-          e.lastUse = now;
-          pins.add(e);
-        } else {
-          sourcesOnly.add(e);
-        }
+        e.lastUse = now;
       }
-      unpinLocked(sourcesOnly);
     }
     long imageBytes = lengths.values().stream().mapToLong(Integer::longValue).sum();
-    hitBytes.addAndGet(imageBytes - layout.readBytes);
-    stagedBytes.addAndGet(layout.readBytes);
-    heldAgainBytes.addAndGet(layout.freshBytes - layout.readBytes);
-    List<Extent> held = List.copyOf(pins);
+    hitBytes.addAndGet(imageBytes - missingBytes);
+    stagedBytes.addAndGet(missingBytes);
+    List<Extent> pins = List.copyOf(pinned);
     ChunkPlacement placement = new ChunkPlacement(path, entries);
     synchronized (this) {
-      staged.put(image, new Staged(manifest, placement, held, imageBytes));
+      staged.put(image, new Staged(manifest, placement, pins, imageBytes));
     }
-    return new CacheLease(image, placement, layout.readBytes, (System.nanoTime() - t0) / 1e6, () -> unpin(held));
+    return new CacheLease(image, placement, missingBytes, (System.nanoTime() - t0) / 1e6, () -> unpin(pins));
   }
 
   /**
@@ -295,154 +271,15 @@ public final class HostImageCache implements AutoCloseable {
     return s.placement();
   }
 
-  /**
-   * A new place in the stage's extent, {@code at} bytes from its start: filled from the store and verified there
-   * (neither {@code from} nor {@code copyOf}), or copied from a verified place of the same chunk, a slot of the arena
-   * ({@code from}) or an earlier new place of this stage ({@code copyOf}).
-   */
-  private record Place(Digest digest, long at, int length, Slot from, Place copyOf) {}
-
-  /** Each use's place: a slot shared with what is in the arena already, or a new place. */
-  private static final class Layout {
-    final Slot[] shared;
-    final Place[] placeOf;
-    final List<Place> places = new ArrayList<>();
-    long freshBytes;
-    long readBytes;
-
-    Layout(int uses) {
-      shared = new Slot[uses];
-      placeOf = new Place[uses];
+  /** Reads and verifies the chunks into their places on the staging threads; the first failure wins. */
+  private void fill(List<Digest> chunks, Map<Digest, Long> at, Map<Digest, Integer> lengths, ChunkStore store,
+      String image) {
+    List<CompletableFuture<Void>> work = new ArrayList<>(chunks.size());
+    for (Digest d : chunks) {
+      long offset = at.get(d);
+      int length = lengths.get(d);
+      work.add(CompletableFuture.runAsync(() -> readVerified(store, d, arena.slice(offset, length), image), stagers));
     }
-
-    Place add(Digest digest, int length, Slot from, Place copyOf) {
-      Place p = new Place(digest, freshBytes, length, from, copyOf);
-      places.add(p);
-      freshBytes += length;
-      if (from == null && copyOf == null) {
-        readBytes += length;
-      }
-      return p;
-    }
-  }
-
-  /**
-   * Under the lock: decides each use's place by the cache's {@link HostCacheOptions.Layout}. {@code SHARED}: a chunk
-   * in the arena already is used where it is; a missing one gets one new place, which its repeats share. {@code RUNS}:
-   * every use of an allocation chunk gets a new place, in order, except runs of at least
-   * {@link HostCacheOptions.Layout#SHARED_RUN_BYTES} that lie back to back both on the device and elsewhere in the
-   * arena (an earlier stage of identical weights), which are shared. Cubins, never copied to the device, are placed
-   * as with {@code SHARED}.
-   */
-  private Layout layout(List<ChunkPlacement.Entry> uses) {
-    int n = uses.size();
-    Layout l = new Layout(n);
-    Map<Digest, Place> firstHere = new HashMap<>();
-    boolean runs = options.layout() == HostCacheOptions.Layout.RUNS;
-    int i = 0;
-    while (i < n) {
-      ChunkPlacement.Entry u = uses.get(i);
-      Slot there = index.get(u.digest());
-      Place here = firstHere.get(u.digest());
-      if (!runs || u.device() == ChunkPlacement.NO_DEVICE) {
-        if (there != null) {
-          l.shared[i] = there;
-        } else if (here != null) {
-          l.placeOf[i] = here;
-        } else {
-          Place p = l.add(u.digest(), u.length(), null, null);
-          firstHere.put(u.digest(), p);
-          l.placeOf[i] = p;
-        }
-        i++;
-        continue;
-      }
-      Slot[] run = sharedRun(uses, i);
-      if (run.length > 0) {
-        System.arraycopy(run, 0, l.shared, i, run.length);
-        i += run.length;
-        continue;
-      }
-      Place p = l.add(u.digest(), u.length(), there, there == null ? here : null);
-      if (there == null && here == null) {
-        firstHere.put(u.digest(), p);
-      }
-      l.placeOf[i] = p;
-      i++;
-    }
-    return l;
-  }
-
-  /**
-   * Under the lock: the slots of the run of uses from {@code from} that lie back to back in one extent of the arena as
-   * they do on the device (each use's own place from an earlier stage, else its chunk's), if sharing it breaks no run
-   * of this image's (it is a whole run of the device: no use next to it on the device in restore order) or it holds at
-   * least {@link HostCacheOptions.Layout#SHARED_RUN_BYTES}; else none.
-   */
-  private Slot[] sharedRun(List<ChunkPlacement.Entry> uses, int from) {
-    List<Slot> run = new ArrayList<>();
-    long bytes = 0;
-    int j = from;
-    while (j < uses.size()) {
-      ChunkPlacement.Entry v = uses.get(j);
-      if (v.device() == ChunkPlacement.NO_DEVICE) {
-        break;
-      }
-      Slot s = placed.get(new Use(v.digest(), v.device()));
-      if (s == null) {
-        s = index.get(v.digest());
-      }
-      if (s == null) {
-        break;
-      }
-      if (j > from) {
-        ChunkPlacement.Entry p = uses.get(j - 1);
-        Slot ps = run.get(run.size() - 1);
-        if (s.extent() != ps.extent() || ps.offset() + p.length() != s.offset() || !followsOnDevice(p, v)) {
-          break;
-        }
-      }
-      run.add(s);
-      bytes += v.length();
-      j++;
-    }
-    boolean whole = !run.isEmpty() && (from == 0 || !followsOnDevice(uses.get(from - 1), uses.get(from)))
-        && (j == uses.size() || !followsOnDevice(uses.get(j - 1), uses.get(j)));
-    return whole || bytes >= HostCacheOptions.Layout.SHARED_RUN_BYTES ? run.toArray(new Slot[0]) : new Slot[0];
-  }
-
-  /** True when {@code next} is restored right after {@code previous} on the device. */
-  private static boolean followsOnDevice(ChunkPlacement.Entry previous, ChunkPlacement.Entry next) {
-    return previous.device() != ChunkPlacement.NO_DEVICE && next.device() != ChunkPlacement.NO_DEVICE
-        && previous.device() + previous.length() == next.device();
-  }
-
-  /**
-   * Fills the new places on the staging threads, the first failure winning: each chunk missing from the arena is read
-   * from the store into its first place and verified there; then every other new place is copied from a verified
-   * place of its chunk (already in the arena, pinned by the stage, or just read), so nothing is read or hashed twice.
-   */
-  private void fill(List<Place> places, long base, ChunkStore store, String image) {
-    List<CompletableFuture<Void>> reads = new ArrayList<>();
-    for (Place p : places) {
-      if (p.from() == null && p.copyOf() == null) {
-        reads.add(CompletableFuture.runAsync(() -> readVerified(store, p.digest(), arena.slice(base + p.at(),
-            p.length()), image), stagers));
-      }
-    }
-    join(reads);
-    List<CompletableFuture<Void>> copies = new ArrayList<>();
-    for (Place p : places) {
-      if (p.from() != null || p.copyOf() != null) {
-        long source = p.from() != null ? p.from().offset() : base + p.copyOf().at();
-        copies.add(CompletableFuture.runAsync(() -> arena.slice(base + p.at(), p.length())
-            .put(arena.slice(source, p.length())), stagers));
-      }
-    }
-    join(copies);
-  }
-
-  private static void join(List<CompletableFuture<Void>> work) {
     try {
       CompletableFuture.allOf(work.toArray(CompletableFuture[]::new)).join();
     } catch (CompletionException e) {
@@ -520,12 +357,6 @@ public final class HostImageCache implements AutoCloseable {
         index.remove(d);
       }
     }
-    for (Use u : e.uses) {
-      Slot s = placed.get(u);
-      if (s != null && s.extent() == e) {
-        placed.remove(u);
-      }
-    }
     extents.remove(e);
     release(e.offset, e.length);
     evictedBytes.addAndGet(e.length);
@@ -565,16 +396,13 @@ public final class HostImageCache implements AutoCloseable {
 
   // ---- observation ----
 
-  /**
-   * A snapshot of the cache's occupancy and traffic. {@code heldAgainBytes}: bytes stages wrote into the arena by
-   * copying a chunk it held already, to keep an image's runs contiguous ({@link HostCacheOptions.Layout#RUNS}).
-   */
+  /** A snapshot of the cache's occupancy and traffic. */
   public record Stats(long capacity, long usedBytes, long pinnedBytes, int chunks, int extents, long stagedBytes,
-      long hitBytes, long evictedBytes, long heldAgainBytes) {}
+      long hitBytes, long evictedBytes) {}
 
   public synchronized Stats stats() {
     return new Stats(arena.size(), arena.size() - freeBytes, pinnedBytesLocked(), index.size(), extents.size(),
-        stagedBytes.get(), hitBytes.get(), evictedBytes.get(), heldAgainBytes.get());
+        stagedBytes.get(), hitBytes.get(), evictedBytes.get());
   }
 
   private void checkOpen() {

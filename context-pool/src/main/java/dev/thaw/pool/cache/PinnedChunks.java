@@ -16,14 +16,6 @@ public interface PinnedChunks {
   /** The chunk's bytes in registered host memory, or empty. */
   Optional<CachedChunk> find(Digest digest);
 
-  /**
-   * The bytes of the chunk's use at device address {@code device} (a cache that holds a repeated chunk once per use,
-   * in its run, answers that use's place), or empty. By default any place of the chunk: {@link #find(Digest)}.
-   */
-  default Optional<CachedChunk> find(long device, Digest digest) {
-    return find(digest);
-  }
-
   /** A view that holds nothing: every restore reads the store. */
   static PinnedChunks none() {
     return digest -> Optional.empty();

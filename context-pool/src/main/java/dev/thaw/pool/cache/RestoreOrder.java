@@ -1,7 +1,6 @@
 package dev.thaw.pool.cache;
 
 import dev.thaw.image.ImageManifest;
-import dev.thaw.image.restore.RestorePlan;
 import dev.thaw.image.store.Digest;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -12,9 +11,8 @@ import java.util.Set;
 
 /**
  * The order in which a restore wants an image's bytes, and so the order the cache lays them out in: module
- * cubins first (the session needs them before any launch), then the allocations in {@link RestorePlan#runOrder()}
- * (the profile's first-access order, each allocation followed by those that continue it on the device, so that a
- * restore's runs lie back to back in the arena too); within an allocation, by offset.
+ * cubins first (the session needs them before any launch), then allocations in the profile's first-access
+ * order, then the allocations no profiled launch touched in allocation order; within an allocation, by offset.
  */
 public final class RestoreOrder {
 
@@ -22,7 +20,17 @@ public final class RestoreOrder {
 
   /** The allocations in restore order. */
   public static List<ImageManifest.Allocation> allocations(ImageManifest manifest) {
-    return RestorePlan.of(manifest).runOrder();
+    Map<String, ImageManifest.Allocation> byName = new LinkedHashMap<>();
+    manifest.allocations().forEach(a -> byName.put(a.name(), a));
+    List<ImageManifest.Allocation> out = new ArrayList<>(byName.size());
+    for (String name : manifest.profile().firstAccessOrder()) {
+      ImageManifest.Allocation a = byName.remove(name);
+      if (a != null) {
+        out.add(a);
+      }
+    }
+    out.addAll(byName.values());
+    return out;
   }
 
   /** Every distinct chunk of the image (cubins and allocations), each once, in restore order. */
@@ -33,26 +41,6 @@ public final class RestoreOrder {
       a.chunks().forEach(c -> out.add(c.digest()));
     }
     return new ArrayList<>(out);
-  }
-
-  /**
-   * Every use of a chunk, in restore order: each distinct cubin once (no device address), then every chunk of every
-   * allocation, repeats included, with the device address it is restored to.
-   */
-  public static List<ChunkPlacement.Entry> uses(ImageManifest manifest) {
-    List<ChunkPlacement.Entry> out = new ArrayList<>();
-    Set<Digest> cubins = new LinkedHashSet<>();
-    for (ImageManifest.Module m : manifest.modules()) {
-      if (cubins.add(m.cubin().digest())) {
-        out.add(new ChunkPlacement.Entry(m.cubin().digest(), 0, m.cubin().length()));
-      }
-    }
-    for (ImageManifest.Allocation a : allocations(manifest)) {
-      for (ImageManifest.Chunk c : a.chunks()) {
-        out.add(new ChunkPlacement.Entry(c.digest(), 0, c.length(), a.address() + c.offset()));
-      }
-    }
-    return out;
   }
 
   /** Each distinct chunk's length. */

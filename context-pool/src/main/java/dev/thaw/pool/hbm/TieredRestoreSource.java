@@ -44,11 +44,6 @@ public final class TieredRestoreSource implements RestoreSource {
       }
 
       @Override
-      public HostChunk find(long device, Digest digest) {
-        return chunks.find(device, digest).map(c -> new HostChunk(c.buffer(), c.offset())).orElse(null);
-      }
-
-      @Override
       public boolean resident(ImageManifest.Allocation allocation) {
         return whole.contains(allocation.name());
       }

@@ -21,7 +21,6 @@ import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.cache.ChunkPlacement;
-import dev.thaw.pool.cache.HostCacheSource;
 import dev.thaw.pool.cache.HostCacheView;
 import dev.thaw.pool.cache.PinnedChunks;
 import dev.thaw.pool.hbm.ExportedSlab;
@@ -607,7 +606,7 @@ public final class WorkerMain {
   }
 
   private static RestoreSource hostTier(PinnedChunks chunks) {
-    return HostCacheSource.of(chunks);
+    return m -> d -> chunks.find(d).map(c -> new RestoreSource.HostChunk(c.buffer(), c.offset())).orElse(null);
   }
 
   private static int manifestBytes(Frame f) {

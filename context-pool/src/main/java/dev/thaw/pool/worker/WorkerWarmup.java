@@ -142,15 +142,12 @@ final class WorkerWarmup {
         long at = 0;
         for (ImageManifest.Allocation a : m.allocations()) {
           for (ImageManifest.Chunk c : a.chunks()) {
-            entries.add(new ChunkPlacement.Entry(c.digest(), at, c.length(), a.address() + c.offset()));
+            entries.add(new ChunkPlacement.Entry(c.digest(), at, c.length()));
             at += c.length();
           }
         }
         ChunkPlacement p = ChunkPlacement.fromBytes(new ChunkPlacement("warm-up", entries).toBytes());
         p.runs();
-        for (ChunkPlacement.Entry e : entries) {
-          p.find(e.device(), e.digest());
-        }
       } catch (RuntimeException e) {
         return;
       }

@@ -31,21 +31,13 @@ public final class OnDemandRestore implements AutoCloseable {
    * @param storeBytes bytes read from the store, verified and copied
    * @param residentBytes bytes of allocations that were resident already (the HBM tier): not copied
    * @param copies host → device copies queued
-   * @param runs runs of copies queued, each followed by one event (what a launch's wait can name)
    * @param promotions allocations a launch moved to the head of the restore
    * @param waits waits the gate queued for an allocation not yet resident
    * @param fullWaits waits for full residency (kernels not gated on their arguments)
    * @param stagedUploads uploads of the function's that were queued behind a wait
    */
-  public record Stats(long bytes, long hostBytes, long storeBytes, long residentBytes, int copies, int runs,
-      int promotions, long waits, long fullWaits, long stagedUploads) {}
-
-  /**
-   * One host → device copy the restore queued: {@code bytes} to device address {@code device}, in run {@code run}
-   * (the copies of one run are followed by one event); {@code promoted} when a launch queued it (its allocation was
-   * needed before the restore thread got to it).
-   */
-  public record Copy(long device, long bytes, int run, boolean promoted) {}
+  public record Stats(long bytes, long hostBytes, long storeBytes, long residentBytes, int copies, int promotions,
+      long waits, long fullWaits, long stagedUploads) {}
 
   /**
    * The write protection of the image's read-only slabs ({@code cuMemSetAccess} to read-only), which the restore
@@ -194,12 +186,7 @@ public final class OnDemandRestore implements AutoCloseable {
     long[] g = gate.counts();
     long bytes = residency.plan().totalBytes();
     return new Stats(bytes, r.hostBytes(), r.storeBytes(), bytes - r.hostBytes() - r.storeBytes(), r.copies(),
-        r.runs(), r.promotions(), g[0], g[1], g[2]);
-  }
-
-  /** Every host → device copy queued so far, in queue order (one per run of bytes contiguous on both sides). */
-  public List<Copy> copyLog() {
-    return residency.copyLog();
+        r.promotions(), g[0], g[1], g[2]);
   }
 
   /**

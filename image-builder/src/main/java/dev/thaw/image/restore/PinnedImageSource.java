@@ -18,30 +18,23 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * A host cache of one image in this process: every distinct chunk of the image read from the store once, verified
- * against its digest and kept in one pinned buffer, laid out in {@link RestorePlan#runOrder()} with every use of a
- * repeated chunk in its place (copied there from the verified first one), so that a packed image's runs lie back to
- * back (and copy as one). What a restore from memory in a single process uses; a pooled worker uses the server's
- * shared cache instead, through the same {@link RestoreSource} interface.
+ * against its digest and kept in one pinned buffer, laid out in restore order so that each allocation's chunks lie
+ * back to back (and copy as one). What a restore from memory in a single process uses; a pooled worker uses the
+ * server's shared cache instead, through the same {@link RestoreSource} interface.
  *
  * <p>Closing it frees the buffer once no lease is open any more: a restore in flight keeps the bytes alive.
  */
 public final class PinnedImageSource implements RestoreSource, AutoCloseable {
 
   private final PinnedBuffer buffer;
-  /** Each distinct chunk's first place. */
   private final Map<Digest, Long> offsets;
-  /** Each allocation chunk's place, by the device address of its use. */
-  private final Map<Long, Use> uses;
-
-  private record Use(Digest digest, long at) {}
   /** This source's own hold plus one per open lease; the buffer is freed when it reaches 0. */
   private final AtomicInteger holds = new AtomicInteger(1);
   private final AtomicBoolean closed = new AtomicBoolean();
 
-  private PinnedImageSource(PinnedBuffer buffer, Map<Digest, Long> offsets, Map<Long, Use> uses) {
+  private PinnedImageSource(PinnedBuffer buffer, Map<Digest, Long> offsets) {
     this.buffer = buffer;
     this.offsets = offsets;
-    this.uses = uses;
   }
 
   /**
@@ -53,28 +46,15 @@ public final class PinnedImageSource implements RestoreSource, AutoCloseable {
    */
   public static PinnedImageSource load(RestorePlan plan, ChunkStore store, GpuContext context, int threads) {
     Map<Digest, Integer> lengths = new LinkedHashMap<>();
-    Map<Digest, Long> offsets = new HashMap<>();
-    Map<Long, Use> uses = new HashMap<>();
-    /** Places after the first of a chunk: {to, from, length}. */
-    List<long[]> repeats = new ArrayList<>();
-    long size = 0;
-    for (ImageManifest.Module m : plan.manifest().modules()) {
-      if (lengths.putIfAbsent(m.cubin().digest(), m.cubin().length()) == null) {
-        offsets.put(m.cubin().digest(), size);
-        size += m.cubin().length();
-      }
+    for (int u = 0; u < plan.unitCount(); u++) {
+      plan.unit(u).chunks().forEach(c -> lengths.putIfAbsent(c.digest(), c.length()));
     }
-    for (ImageManifest.Allocation a : plan.runOrder()) {
-      for (ImageManifest.Chunk c : a.chunks()) {
-        uses.put(a.address() + c.offset(), new Use(c.digest(), size));
-        Long first = offsets.putIfAbsent(c.digest(), size);
-        if (first == null) {
-          lengths.put(c.digest(), c.length());
-        } else {
-          repeats.add(new long[] {size, first, c.length()});
-        }
-        size += c.length();
-      }
+    plan.manifest().modules().forEach(m -> lengths.putIfAbsent(m.cubin().digest(), m.cubin().length()));
+    Map<Digest, Long> offsets = new HashMap<>();
+    long size = 0;
+    for (Map.Entry<Digest, Integer> e : lengths.entrySet()) {
+      offsets.put(e.getKey(), size);
+      size += e.getValue();
     }
     PinnedBuffer buffer = context.allocatePinned(Math.max(1, size));
     ExecutorService readers = Executors.newFixedThreadPool(Math.max(1, threads), r -> {
@@ -92,10 +72,6 @@ public final class PinnedImageSource implements RestoreSource, AutoCloseable {
       for (Future<?> f : reads) {
         f.get();
       }
-      // Verified above: a repeat is a copy of its chunk's first place.
-      for (long[] r : repeats) {
-        buffer.slice(r[0], (int) r[2]).put(buffer.slice(r[1], (int) r[2]));
-      }
     } catch (Exception e) {
       buffer.close();
       Throwable cause = e instanceof java.util.concurrent.ExecutionException ? e.getCause() : e;
@@ -106,10 +82,10 @@ public final class PinnedImageSource implements RestoreSource, AutoCloseable {
     } finally {
       readers.shutdownNow();
     }
-    return new PinnedImageSource(buffer, Map.copyOf(offsets), Map.copyOf(uses));
+    return new PinnedImageSource(buffer, Map.copyOf(offsets));
   }
 
-  /** Bytes held: each distinct cubin once, every use of an allocation chunk in its place. */
+  /** Bytes held: each distinct chunk once. */
   public long bytes() {
     return buffer.size();
   }
@@ -126,12 +102,6 @@ public final class PinnedImageSource implements RestoreSource, AutoCloseable {
       public HostChunk find(Digest digest) {
         Long at = offsets.get(digest);
         return at == null ? null : new HostChunk(buffer, at);
-      }
-
-      @Override
-      public HostChunk find(long device, Digest digest) {
-        Use u = uses.get(device);
-        return u == null || !u.digest().equals(digest) ? find(digest) : new HostChunk(buffer, u.at());
       }
 
       @Override

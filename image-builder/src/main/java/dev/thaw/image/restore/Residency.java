@@ -101,9 +101,6 @@ final class Residency {
   private long hostBytes;
   private long storeBytes;
   private int copyCount;
-  private int runs;
-  /** Every host → device copy queued, in queue order: what {@link OnDemandRestore#copyLog()} reports. */
-  private final List<OnDemandRestore.Copy> copyLog = new ArrayList<>();
   private int promotions;
   private GpuEvent last;
   private GpuEvent lastUrgent;
@@ -226,7 +223,7 @@ final class Residency {
       }
       promotions++;
       if (hostCopies(unit) != FROM_STORE) {
-        queueRun(unit, urgentStream, true);
+        queueHost(unit, urgentStream);
         return;
       }
       urgent.addFirst(unit);
@@ -254,7 +251,7 @@ final class Residency {
         }
         promotions++;
         if (hostCopies(u) != FROM_STORE) {
-          queueRun(u, stream, true);
+          queueRun(u);
         } else {
           urgent.addLast(u);
           fromStore = true;
@@ -323,7 +320,7 @@ final class Residency {
             int next = nextPending();
             if (next >= 0) {
               if (hostCopies(next) != FROM_STORE) {
-                queueRun(next, stream, false);
+                queueRun(next);
                 continue;
               }
               fromStore = next;
@@ -380,12 +377,12 @@ final class Residency {
     List<HostCopy> out = new ArrayList<>(4);
     HostCopy cur = null;
     for (ImageManifest.Chunk chunk : a.chunks()) {
-      long dst = a.address() + chunk.offset();
-      RestoreSource.HostChunk h = lease.find(dst, chunk.digest());
+      RestoreSource.HostChunk h = lease.find(chunk.digest());
       if (h == null) {
         copies[unit] = FROM_STORE;
         return FROM_STORE;
       }
+      long dst = a.address() + chunk.offset();
       if (cur != null && cur.buffer == h.buffer() && cur.offset + cur.bytes == h.offset() && cur.dst + cur.bytes == dst) {
         cur.bytes += chunk.length();
       } else {
@@ -405,58 +402,59 @@ final class Residency {
     return c;
   }
 
+  /** Under the lock: queues a host-tier unit's copies and its event on {@code on}. */
+  private void queueHost(int unit, GpuStream on) {
+    for (HostCopy c : copies[unit]) {
+      on.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
+      copyCount++;
+    }
+    hostBytes += copyBytes[unit];
+    recordQueued(on, unit);
+  }
+
   /**
-   * Under the lock: queues host-tier unit {@code first} on {@code on}, and with it the pending host-tier units that
-   * continue it on the device ({@link RestorePlan#nextOnDevice}) while each also lies right after the previous one in
-   * host memory (a packed image from a host cache laid out in {@link RestorePlan#runOrder()}), up to
-   * {@link #MERGE_BYTES}: one copy instead of one per allocation, one event for all of them. The restore thread and a
-   * launch that promotes a unit queue alike: the units a launch needs first are followed by the ones it needs next.
+   * Under the lock, from the restore thread: queues host-tier unit {@code first} and the pending host-tier units that
+   * follow it in plan order while each lies right after the previous one both on the device and in host memory (a
+   * packed image from a host cache laid out in restore order), up to {@link #MERGE_BYTES}: one copy instead of one
+   * per allocation, one event for all of them.
    */
-  private void queueRun(int first, GpuStream on, boolean promoted) {
+  private void queueRun(int first) {
     List<HostCopy> run = new ArrayList<>();
     for (HostCopy c : copies[first]) {
       run.add(new HostCopy(c.dst, c.buffer, c.offset, c.bytes));
     }
-    List<Integer> members = new ArrayList<>(4);
-    members.add(first);
+    int last = first;
     long bytes = plan.unit(first).size();
     long copied = copyBytes[first];
-    for (int next = plan.nextOnDevice(first); next >= 0 && bytes < MERGE_BYTES && state.get(next) == PENDING;
-        next = plan.nextOnDevice(next)) {
-      HostCopy[] more = hostCopies(next);
-      if (more == FROM_STORE || more.length == 0) {
+    while (last + 1 < units && bytes < MERGE_BYTES && state.get(last + 1) == PENDING) {
+      HostCopy[] next = hostCopies(last + 1);
+      HostCopy tail = run.get(run.size() - 1);
+      if (next == FROM_STORE || next.length == 0 || next[0].buffer != tail.buffer
+          || tail.dst + tail.bytes != next[0].dst || tail.offset + tail.bytes != next[0].offset) {
         break;
       }
-      HostCopy tail = run.isEmpty() ? null : run.get(run.size() - 1);
-      if (tail == null || more[0].buffer != tail.buffer || tail.dst + tail.bytes != more[0].dst
-          || tail.offset + tail.bytes != more[0].offset) {
-        break;
+      tail.bytes += next[0].bytes;
+      for (int i = 1; i < next.length; i++) {
+        run.add(new HostCopy(next[i].dst, next[i].buffer, next[i].offset, next[i].bytes));
       }
-      tail.bytes += more[0].bytes;
-      for (int i = 1; i < more.length; i++) {
-        run.add(new HostCopy(more[i].dst, more[i].buffer, more[i].offset, more[i].bytes));
-      }
-      members.add(next);
-      bytes += plan.unit(next).size();
-      copied += copyBytes[next];
+      last++;
+      bytes += plan.unit(last).size();
+      copied += copyBytes[last];
     }
     for (HostCopy c : run) {
-      on.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
-      logCopy(c.dst, c.bytes, promoted);
+      stream.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
+      copyCount++;
     }
     hostBytes += copied;
-    recordQueued(on, members.stream().mapToInt(Integer::intValue).toArray());
-  }
-
-  /** Under the lock: a copy was queued. */
-  private void logCopy(long device, long bytes, boolean promoted) {
-    copyCount++;
-    copyLog.add(new OnDemandRestore.Copy(device, bytes, runs, promoted));
+    int[] queued = new int[last - first + 1];
+    for (int u = first; u <= last; u++) {
+      queued[u - first] = u;
+    }
+    recordQueued(stream, queued);
   }
 
   /** Under the lock: the units' copies are on {@code on}; one event follows them. */
   private void recordQueued(GpuStream on, int... queuedUnits) {
-    runs++;
     GpuEvent e = resources.takeEvent();
     used.add(e);
     on.record(e);
@@ -529,7 +527,7 @@ final class Residency {
         addOutsideResident(parts, a.address() + batchStart, staging, 0, bytes);
         for (HostCopy c : parts) {
           stream.copyHostToDeviceAsync(c.dst, staging, c.offset, c.bytes);
-          logCopy(c.dst, c.bytes, false);
+          copyCount++;
         }
         ring.queued(slot, stream);
       } finally {
@@ -611,16 +609,7 @@ final class Residency {
   Stats stats() {
     lock.lock();
     try {
-      return new Stats(hostBytes, storeBytes, copyCount, runs, promotions);
-    } finally {
-      lock.unlock();
-    }
-  }
-
-  List<OnDemandRestore.Copy> copyLog() {
-    lock.lock();
-    try {
-      return List.copyOf(copyLog);
+      return new Stats(hostBytes, storeBytes, copyCount, promotions);
     } finally {
       lock.unlock();
     }
@@ -630,8 +619,7 @@ final class Residency {
    * @param hostBytes device bytes copied from a host tier
    * @param storeBytes device bytes read from the store, verified and copied
    * @param copies host → device copies queued
-   * @param runs runs of copies queued, each followed by one event
    * @param promotions units a launch moved to the head
    */
-  record Stats(long hostBytes, long storeBytes, int copies, int runs, int promotions) {}
+  record Stats(long hostBytes, long storeBytes, int copies, int promotions) {}
 }

@@ -16,12 +16,6 @@ import java.util.Set;
  * <p>Units are the image's allocations in its profile's first-access order, then those no profiled launch touched,
  * in allocation order. A kernel can be gated on the allocations its arguments name only when profiling found it
  * {@code exact}; an {@code unsafe} kernel, or one no profiling invocation launched, waits for full residency.
- *
- * <p><b>Runs.</b> Copies are cheap when long (PCIe: 35 GB/s at 256 KiB a copy, 53 GB/s from 4 MiB), and the
- * first-access order interleaves allocations that lie apart on the device (a layer's KV cache between two of its
- * weights). So a restore copies runs: the first unit not queued yet, in plan order, and the units that continue it on
- * the device ({@link #nextOnDevice}), up to a size, as one copy. A host cache laid out in
- * {@link #runOrder()} holds a packed image as a few long runs, and the restore finds them.
  */
 public final class RestorePlan {
 
@@ -30,9 +24,6 @@ public final class RestorePlan {
   private final Map<String, Integer> unitOf;
   private final Map<String, AccessProfile.Verdict> verdicts;
   private final long[] bytesBefore;
-  /** Per unit, the unit that starts where it ends on the device, or -1. */
-  private final int[] nextOnDevice;
-  private final List<ImageManifest.Allocation> runOrder;
 
   private RestorePlan(ImageManifest manifest) {
     this.manifest = manifest;
@@ -60,38 +51,6 @@ public final class RestorePlan {
     for (int i = 0; i < units.size(); i++) {
       bytesBefore[i + 1] = bytesBefore[i] + units.get(i).size();
     }
-    this.nextOnDevice = nextOnDevice(units);
-    this.runOrder = runOrder(units, nextOnDevice);
-  }
-
-  private static int[] nextOnDevice(List<ImageManifest.Allocation> units) {
-    int[] next = new int[units.size()];
-    java.util.Arrays.fill(next, -1);
-    Integer[] byAddress = new Integer[units.size()];
-    for (int i = 0; i < byAddress.length; i++) {
-      byAddress[i] = i;
-    }
-    java.util.Arrays.sort(byAddress, java.util.Comparator.comparingLong(i -> units.get(i).address()));
-    for (int k = 0; k + 1 < byAddress.length; k++) {
-      ImageManifest.Allocation a = units.get(byAddress[k]);
-      ImageManifest.Allocation b = units.get(byAddress[k + 1]);
-      if (a.size() > 0 && b.size() > 0 && a.address() + a.size() == b.address()) {
-        next[byAddress[k]] = byAddress[k + 1];
-      }
-    }
-    return next;
-  }
-
-  private static List<ImageManifest.Allocation> runOrder(List<ImageManifest.Allocation> units, int[] next) {
-    boolean[] placed = new boolean[units.size()];
-    List<ImageManifest.Allocation> order = new ArrayList<>(units.size());
-    for (int u = 0; u < units.size(); u++) {
-      for (int v = u; v >= 0 && !placed[v]; v = next[v]) {
-        placed[v] = true;
-        order.add(units.get(v));
-      }
-    }
-    return List.copyOf(order);
   }
 
   public static RestorePlan of(ImageManifest manifest) {
@@ -115,23 +74,6 @@ public final class RestorePlan {
   public int unitOf(String allocation) {
     Integer i = unitOf.get(allocation);
     return i == null ? -1 : i;
-  }
-
-  /**
-   * The unit that starts on the device where unit {@code i} ends (a packed image's next buffer), or -1: a copy of
-   * {@code i} can run on into it.
-   */
-  public int nextOnDevice(int i) {
-    return nextOnDevice[i];
-  }
-
-  /**
-   * The units in the order a host cache should lay them out: each unit in plan order not placed yet, then the units
-   * that continue it on the device ({@link #nextOnDevice}) while they are not placed yet. A restore's runs (a unit and
-   * what continues it on the device, up to a size) are then contiguous in host memory too.
-   */
-  public List<ImageManifest.Allocation> runOrder() {
-    return runOrder;
   }
 
   /** Device bytes of the units before unit {@code i}. */

@@ -12,9 +12,8 @@ import dev.thaw.runtime.gpu.PinnedBuffer;
  *
  * <p>The contract a host cache signs: every chunk {@link Lease#find} returns has been checked against its digest
  * when it entered the cache, and its bytes stay where they are, unchanged, until the lease is closed. Copies from a
- * host cache are coalesced where chunks lie back to back both in one {@link PinnedBuffer} and on the device, across
- * allocations too, so lay an image out in {@link RestorePlan#runOrder()} where you can, each use of a repeated chunk
- * in its place ({@link Lease#find(long, Digest)}): one 4 MiB copy runs at 53 GB/s, sixteen 256 KiB ones at 35.
+ * host cache are coalesced where chunks lie back to back in one {@link PinnedBuffer} and in one allocation, so lay
+ * an image's chunks out in order where you can: one 4 MiB copy runs at 53 GB/s, sixteen 256 KiB ones at 35.
  */
 @FunctionalInterface
 public interface RestoreSource {
@@ -37,15 +36,6 @@ public interface RestoreSource {
 
     /** The host copy of the verified chunk {@code digest}, or null when this source has not got it. */
     HostChunk find(Digest digest);
-
-    /**
-     * The host copy of the verified chunk {@code digest} that is meant for device address {@code device} (where the
-     * image puts that use of it): a source that holds a repeated chunk once per use, each in its run, answers the one
-     * for this use. By default, any copy ({@link #find(Digest)}).
-     */
-    default HostChunk find(long device, Digest digest) {
-      return find(digest);
-    }
 
     /**
      * True when {@code allocation} is already on the device with the image's bytes at its address (the HBM tier:

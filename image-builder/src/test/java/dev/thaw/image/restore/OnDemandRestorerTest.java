@@ -137,51 +137,6 @@ class OnDemandRestorerTest {
     }
   }
 
-  /**
-   * From pinned memory laid out in run order, every repeated chunk (GPT-2's zeroed biases and KV rows, its layer norms
-   * of ones) held in its place, the restore thread copies each run of allocations back to back on the device once,
-   * with one event, and the device holds the image's bytes.
-   */
-  @Test
-  void fromPinnedMemoryTheRestoreThreadCopiesEachRunOfTheDeviceOnce() throws Exception {
-    ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
-    RestorePlan plan = RestorePlan.of(manifest);
-    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
-        RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16);
-        PinnedImageSource cache = PinnedImageSource.load(plan, store, ctx, 2);
-        OnDemandRestore r = new OnDemandRestorer(store).restore(plan, ctx, cache, resources, new OnDemandOptions())) {
-      r.awaitResident();
-      for (ImageManifest.Allocation a : manifest.allocations()) {
-        for (ImageManifest.Chunk c : a.chunks()) {
-          java.nio.ByteBuffer b = java.nio.ByteBuffer.allocateDirect(c.length());
-          ctx.copyDeviceToHost(b, a.address() + c.offset());
-          assertEquals(c.digest(), dev.thaw.image.store.Digest.of(b), a.name() + " at " + c.offset());
-        }
-      }
-      OnDemandRestore.Stats s = r.stats();
-      // The runs as the restore thread meets them: from each allocation with bytes not met yet, in first-access order,
-      // through the allocations that start where the last one ends.
-      Map<Long, ImageManifest.Allocation> byAddress = new HashMap<>();
-      manifest.allocations().forEach(a -> byAddress.put(a.address(), a));
-      java.util.Set<String> met = new java.util.HashSet<>();
-      int runs = 0;
-      for (int u = 0; u < plan.unitCount(); u++) {
-        if (plan.unit(u).chunks().isEmpty() || met.contains(plan.unit(u).name())) {
-          continue;
-        }
-        runs++;
-        for (ImageManifest.Allocation a = plan.unit(u); a != null && !a.chunks().isEmpty() && met.add(a.name());
-            a = byAddress.get(a.address() + a.size())) {
-          // met
-        }
-      }
-      long chunks = manifest.allocations().stream().mapToLong(a -> a.chunks().size()).sum();
-      assertEquals(runs, s.copies(), "one copy per run of the device (" + chunks + " chunks): " + s);
-      assertEquals(s.copies(), s.runs(), "one event per run");
-      assertEquals(s.hostBytes(), r.copyLog().stream().mapToLong(OnDemandRestore.Copy::bytes).sum());
-    }
-  }
-
   @ParameterizedTest(name = "{0}")
   @org.junit.jupiter.params.provider.EnumSource(OnDemandOptions.Promotion.class)
   void promotionsOnEitherStreamKeepTheGatingExactEvenInAReversedOrder(OnDemandOptions.Promotion promotion)
