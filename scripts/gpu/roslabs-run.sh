@@ -85,8 +85,8 @@ def values(r):
 def faulted(r):
     try:
         b = json.loads(r["body"])
-        return r["status"] == 502 and b.get("code") == "device_fault" and "CUDA_ERROR_ILLEGAL_ADDRESS" in b["error"] \
-            and "probe_write" in b["error"]
+        # The sim names the faulting kernel; the GPU's error does not (cuStreamSynchronize's code only).
+        return r["status"] == 502 and b.get("code") == "device_fault" and "CUDA_ERROR_ILLEGAL_ADDRESS" in b["error"]
     except Exception:
         return False
 def wait(cond, s):
