@@ -116,4 +116,41 @@ class PreparedImageTest {
       PoolTesting.closeAndCheck(pool, seen);
     }
   }
+
+  @Test
+  void anImagePreparedAtStartLearnsWhereTheHostCacheHoldsItFromALaterPrepare() throws Exception {
+    Path storePath = dir.resolve("store");
+    PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
+    List<Long> seen = new ArrayList<>();
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+        RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
+      ImageManifest manifest = ImageManifest.read(probe.manifest());
+      ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path())
+          .setPrepareAtStart(List.of("probe")));
+      try {
+        assertTrue(pool.awaitIdle(WAIT));
+        // Staged after the workers prepared it: the PREPARE that follows carries only the placement.
+        CacheLease staged = cache.stage("probe", manifest, store);
+        staged.close();
+        PreparedImage image = new PreparedImage(PreparedImage.keyOf("probe", probe.manifest()), "probe",
+            probe.manifest(), staged.placement());
+        pool.prepare(image);
+        assertTrue(pool.awaitPrepared(WAIT), "the placement's PREPARE is answered: " + pool.stats());
+        Worker w = pool.acquire(0, WAIT);
+        seen.add(w.pid());
+        CacheLease lease = cache.lease("probe", manifest);
+        assertNotNull(lease);
+        BecomeResult b = w.becomeBlocking(image, ImageSource.hostCache(lease, storePath));
+        assertTrue(b.phases().containsKey("prepared"), "named, not sent whole: " + b);
+        assertEquals(0.0, b.phases().get("load modules"), 0.05, "its modules were loaded at start: " + b);
+        RestoreCompletion done = w.resident().get();
+        assertEquals(probe.result().manifest().totalBytes(), done.hostBytes(), "every byte from the host cache: " + done);
+        JsonNode scan = w.invokeBlocking(json("{\"op\": \"scan\"}")).jsonTree();
+        assertEquals(0, scan.get("headMismatches").asLong(), "the image's bytes, from the arena: " + scan);
+        w.release();
+      } finally {
+        PoolTesting.closeAndCheck(pool, seen);
+      }
+    }
+  }
 }

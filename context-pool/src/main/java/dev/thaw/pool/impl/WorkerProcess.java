@@ -115,6 +115,8 @@ final class WorkerProcess implements Worker {
   private volatile WorkerStart warmStart;
   /** The PREPAREs sent to this worker, by image key: completed when the worker answered. */
   private final Map<String, CompletableFuture<Frame>> prepared = new ConcurrentHashMap<>();
+  /** Keys READY said the worker prepared at start, without a host-cache placement: a PREPARE may add one. */
+  private final java.util.Set<String> preparedAtStart = ConcurrentHashMap.newKeySet();
 
   private WorkerProcess(int device, Process process, long spawnNanos, Path log, ContextPoolOptions options,
       ScheduledExecutorService timer, Executor io, Listener listener) {
@@ -238,6 +240,11 @@ final class WorkerProcess implements Worker {
   void prepare(PreparedImage image) {
     if (becameAnImage || ended.get() != null) {
       return;
+    }
+    if (image.placement() != null && preparedAtStart.remove(image.key())) {
+      // Prepared at start, before the image was staged: the PREPARE tells it where the host cache holds the image
+      // (the worker keeps the rest), so its BECOME does not resolve the placement on the cold path.
+      prepared.remove(image.key());
     }
     prepared.computeIfAbsent(image.key(), key -> {
       ObjectNode head = FrameCodec.head();
@@ -595,7 +602,9 @@ final class WorkerProcess implements Worker {
     warm = warmNow;
     // Images it prepared at start (ContextPoolOptions.prepareAtStart): no PREPARE is sent for those keys.
     for (JsonNode key : h.path("prepared")) {
-      prepared.putIfAbsent(key.asText(), CompletableFuture.completedFuture(f));
+      if (prepared.putIfAbsent(key.asText(), CompletableFuture.completedFuture(f)) == null) {
+        preparedAtStart.add(key.asText());
+      }
     }
     if (ready.complete(start)) {
       listener.ready(this);
