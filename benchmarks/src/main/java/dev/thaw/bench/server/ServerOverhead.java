@@ -75,9 +75,23 @@ public final class ServerOverhead {
   /** The first warm-up requests, reported apart ({@code firstWarmRoundTripMicros}). */
   static final int EARLY_REQUESTS = 100;
 
+  /** The wait function ({@code --wait-micros}): an invoke as long as its request says. */
+  static final String WAIT = "dev.thaw.examples.wait.WaitFunction";
+  /** Each step of a sweep runs about this long per series (anchor, each server), at least {@value #MIN_STEP_REQUESTS} requests. */
+  static final long STEP_BUDGET_MICROS = 2_000_000;
+  static final int MIN_STEP_REQUESTS = 100;
+  /** Requests at a step's own length before its timed ones (the server's path is compiled by the common warm-up). */
+  static final int STEP_WARMUP = 20;
+
   /** What one run measures. */
   record Options(String function, int requests, int warmup, List<String> instances, String config, byte[] request,
-      List<String> workerJvm, Path out) {}
+      List<String> workerJvm, Path out, List<Long> waitMicros) {}
+
+  /**
+   * One series of timed requests: {@code name} labels it in a sweep, {@code request} is sent {@code requests} times
+   * after {@code warmup} untimed ones.
+   */
+  record Step(String name, byte[] request, int requests, int warmup) {}
 
   public static void main(String[] args) throws Exception {
     String function = MLP;
@@ -88,6 +102,7 @@ public final class ServerOverhead {
     byte[] request = null;
     List<String> workerJvm = ContextPoolOptions.DEFAULT_JVM_OPTIONS;
     Path out = null;
+    List<Long> waitMicros = List.of();
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
         case "--function" -> function = args[++i];
@@ -98,18 +113,24 @@ public final class ServerOverhead {
         case "--request" -> request = Files.readAllBytes(Path.of(args[++i]));
         case "--worker-jvm" -> workerJvm = List.of(args[++i].trim().split("\\s+"));
         case "--out" -> out = Path.of(args[++i]);
+        case "--wait-micros" -> waitMicros = Arrays.stream(args[++i].split(",")).map(Long::parseLong).toList();
         default -> throw new IllegalArgumentException("unknown argument " + args[i] + "; usage: ServerOverhead "
-            + "[--function CLASS --config JSON --request FILE] [--requests N] [--warmup N] "
-            + "[--instances in-process,pool] [--worker-jvm OPTIONS] [--out FILE]");
+            + "[--function CLASS --config JSON --request FILE | --wait-micros 100,1000,...] [--requests N] "
+            + "[--warmup N] [--instances in-process,pool] [--worker-jvm OPTIONS] [--out FILE]");
       }
     }
-    if (request == null) {
+    if (!waitMicros.isEmpty()) {
+      function = WAIT;
+      config = "{}";
+      request = waitRequest(0);
+    } else if (request == null) {
       if (!function.equals(MLP)) {
         throw new IllegalArgumentException("--request FILE: a request for " + function);
       }
       request = defaultRequest(JSON.readTree(config));
     }
-    ObjectNode result = run(new Options(function, requests, warmup, instances, config, request, workerJvm, out));
+    ObjectNode result = run(new Options(function, requests, warmup, instances, config, request, workerJvm, out,
+        waitMicros));
     System.out.println(summary(result));
     if (out != null) {
       Files.write(out, JSON.writeValueAsBytes(result));
@@ -127,6 +148,24 @@ public final class ServerOverhead {
     return row.append("]]}").toString().getBytes(StandardCharsets.UTF_8);
   }
 
+  /** {@code {"micros": N}}: a request of the wait function. */
+  static byte[] waitRequest(long micros) {
+    return ("{\"micros\": " + micros + "}").getBytes(StandardCharsets.UTF_8);
+  }
+
+  /** What one run times: its one request, or, for a sweep, one step per wait (fewer requests for longer ones). */
+  static List<Step> steps(Options o) {
+    if (o.waitMicros().isEmpty()) {
+      return List.of(new Step("", o.request(), o.requests(), 0));
+    }
+    List<Step> steps = new ArrayList<>();
+    for (long micros : o.waitMicros()) {
+      int n = (int) Math.max(MIN_STEP_REQUESTS, Math.min(o.requests(), STEP_BUDGET_MICROS / Math.max(1, micros)));
+      steps.add(new Step(micros + "us", waitRequest(micros), n, STEP_WARMUP));
+    }
+    return steps;
+  }
+
   static ObjectNode run(Options o) throws Exception {
     Path work = Files.createTempDirectory("thaw-overhead");
     // The request log goes to a file, as a server's log would, not between the results.
@@ -135,24 +174,37 @@ public final class ServerOverhead {
     result.put("function", o.function()).put("requests", o.requests()).put("warmup", o.warmup())
         .put("config", o.config())
         .put("request", new String(o.request(), StandardCharsets.UTF_8));
+    List<Step> steps = steps(o);
     Path storePath = work.resolve("store");
     try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment())) {
       result.put("device", driver.devices().get(0).name() + (driver.isSimulated() ? " (SIMULATED)" : ""));
       result.put("simulated", driver.isSimulated());
       build(driver, storePath, o);
       try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
-        FunctionRequest parsed = FunctionRequest.of(JSON.readTree(o.request()));
-        result.set("anchor", anchor(driver, store, parsed, o));
-        ObjectNode servers = result.putObject("servers");
+        List<ObjectNode> anchors = anchor(driver, store, steps, o);
+        Map<String, List<ObjectNode>> served = new LinkedHashMap<>();
         for (String kind : o.instances()) {
-          servers.set(kind, serve(kind, driver, store, storePath, o));
+          served.put(kind, serve(kind, driver, store, storePath, steps, o));
         }
-        result.set("anchorAfter", anchor(driver, store, parsed, o));
+        List<ObjectNode> after = anchor(driver, store, steps, o);
+        ObjectNode stepsNode = steps.size() > 1 || !o.waitMicros().isEmpty() ? result.putObject("steps") : null;
+        for (int i = 0; i < steps.size(); i++) {
+          ObjectNode at = stepsNode == null ? result : stepsNode.putObject(steps.get(i).name());
+          if (stepsNode != null) {
+            at.put("waitMicros", o.waitMicros().get(i)).put("requests", steps.get(i).requests());
+          }
+          at.set("anchor", anchors.get(i));
+          ObjectNode servers = at.putObject("servers");
+          for (Map.Entry<String, List<ObjectNode>> e : served.entrySet()) {
+            servers.set(e.getKey(), e.getValue().get(i));
+          }
+          at.set("anchorAfter", after.get(i));
+          derive(at);
+        }
       }
     } finally {
       deleteTree(work);
     }
-    derive(result);
     return result;
   }
 
@@ -165,28 +217,40 @@ public final class ServerOverhead {
     }
   }
 
-  /** The function's warm invoke in this process: an in-process instance, the request already parsed. */
-  private static ObjectNode anchor(GpuDriver driver, RocksChunkStore store, FunctionRequest request, Options o)
+  /**
+   * The function's warm invoke in this process: an in-process instance, the requests already parsed; warmed with
+   * the run's request, then each step in turn.
+   */
+  private static List<ObjectNode> anchor(GpuDriver driver, RocksChunkStore store, List<Step> steps, Options o)
       throws Exception {
     ImageManifest manifest = Images.manifest(store, TAG);
-    long[] ns = new long[o.requests()];
+    List<ObjectNode> anchors = new ArrayList<>();
     try (FunctionInstance instance = new InProcessInstances(driver, store).startBlocking(TAG, manifest, 0)) {
+      FunctionRequest warm = FunctionRequest.of(JSON.readTree(o.request()));
       for (int i = 0; i < o.warmup(); i++) {
-        instance.invokeBlocking(request);
+        instance.invokeBlocking(warm);
       }
-      for (int i = 0; i < ns.length; i++) {
-        long t = System.nanoTime();
-        instance.invokeBlocking(request);
-        ns[i] = System.nanoTime() - t;
+      for (Step step : steps) {
+        FunctionRequest request = FunctionRequest.of(JSON.readTree(step.request()));
+        for (int i = 0; i < step.warmup(); i++) {
+          instance.invokeBlocking(request);
+        }
+        long[] ns = new long[step.requests()];
+        for (int i = 0; i < ns.length; i++) {
+          long t = System.nanoTime();
+          instance.invokeBlocking(request);
+          ns[i] = System.nanoTime() - t;
+        }
+        ObjectNode a = JSON.createObjectNode();
+        a.set("invokeMicros", stats(ns));
+        anchors.add(a);
       }
     }
-    ObjectNode a = JSON.createObjectNode();
-    a.set("invokeMicros", stats(ns));
-    return a;
+    return anchors;
   }
 
-  private static ObjectNode serve(String kind, GpuDriver driver, RocksChunkStore store, Path storePath, Options o)
-      throws Exception {
+  private static List<ObjectNode> serve(String kind, GpuDriver driver, RocksChunkStore store, Path storePath,
+      List<Step> steps, Options o) throws Exception {
     InstanceFactory factory = switch (kind) {
       case "in-process" -> new InProcessInstances(driver, store);
       case "pool" -> new PoolInstances(ContextPool.create(new ContextPoolOptions().setDevices(List.of(0))
@@ -197,7 +261,7 @@ public final class ServerOverhead {
     ServerOptions options = new ServerOptions().setHost("127.0.0.1").setPort(0)
         .addFunction(FUNCTION, new FunctionOptions().setImage(TAG).setMinInstances(1).setMaxInstances(1)
             .setKeepAlive(Duration.ofHours(1)));
-    ObjectNode r = JSON.createObjectNode();
+    List<ObjectNode> results = new ArrayList<>();
     try (ThawServer server = ThawServer.start(options, store, factory);
         KeepAliveClient client = new KeepAliveClient("127.0.0.1", server.port())) {
       String path = "/v1/functions/" + FUNCTION + "/invoke";
@@ -205,7 +269,6 @@ public final class ServerOverhead {
       if (first.status() != 200) {
         throw new IllegalStateException(kind + ": the first request got " + first.status() + ": " + first.text());
       }
-      r.put("firstStart", first.header("Thaw-Start"));
       // The first warm requests of a fresh server run its path before the JIT compiled it: kept apart.
       long[] early = new long[Math.min(EARLY_REQUESTS, o.warmup())];
       for (int i = 0; i < o.warmup(); i++) {
@@ -216,22 +279,34 @@ public final class ServerOverhead {
         }
         client.get("/v2/health/live");
       }
-      if (early.length > 0) {
-        r.set("firstWarmRoundTripMicros", stats(early));
-      }
-      long[] rtt = new long[o.requests()];
-      Map<String, long[]> timing = new LinkedHashMap<>();
-      for (int i = 0; i < rtt.length; i++) {
-        long t = System.nanoTime();
-        KeepAliveClient.Response resp = client.post(path, "application/json", o.request());
-        rtt[i] = System.nanoTime() - t;
-        expectOk(resp, kind);
-        if (!"warm".equals(resp.header("Thaw-Start"))) {
-          throw new IllegalStateException(kind + ": a measured request was not warm: " + resp.headers());
+      for (Step step : steps) {
+        for (int i = 0; i < step.warmup(); i++) {
+          expectOk(client.post(path, "application/json", step.request()), kind);
         }
-        for (Map.Entry<String, Double> e : serverTiming(resp.header("Server-Timing")).entrySet()) {
-          timing.computeIfAbsent(e.getKey(), k -> new long[rtt.length])[i] = Math.round(e.getValue() * 1e6);
+        long[] rtt = new long[step.requests()];
+        Map<String, long[]> timing = new LinkedHashMap<>();
+        for (int i = 0; i < rtt.length; i++) {
+          long t = System.nanoTime();
+          KeepAliveClient.Response resp = client.post(path, "application/json", step.request());
+          rtt[i] = System.nanoTime() - t;
+          expectOk(resp, kind);
+          if (!"warm".equals(resp.header("Thaw-Start"))) {
+            throw new IllegalStateException(kind + ": a measured request was not warm: " + resp.headers());
+          }
+          for (Map.Entry<String, Double> e : serverTiming(resp.header("Server-Timing")).entrySet()) {
+            timing.computeIfAbsent(e.getKey(), k -> new long[rtt.length])[i] = Math.round(e.getValue() * 1e6);
+          }
         }
+        ObjectNode r = JSON.createObjectNode();
+        r.put("firstStart", first.header("Thaw-Start"));
+        if (early.length > 0) {
+          r.set("firstWarmRoundTripMicros", stats(early));
+        }
+        r.set("roundTripMicros", stats(rtt));
+        ObjectNode st = r.putObject("serverTimingMicros");
+        timing.forEach((k, v) -> st.set(k, stats(v)));
+        r.set("samples", samples(rtt, timing));
+        results.add(r);
       }
       long[] floor = new long[o.requests()];
       for (int i = 0; i < floor.length; i++) {
@@ -242,14 +317,12 @@ public final class ServerOverhead {
           throw new IllegalStateException("GET /v2/health/live: " + resp.status());
         }
       }
-      r.put("instance", server.instances());
-      r.set("roundTripMicros", stats(rtt));
-      ObjectNode st = r.putObject("serverTimingMicros");
-      timing.forEach((k, v) -> st.set(k, stats(v)));
-      r.set("healthRoundTripMicros", stats(floor));
-      r.set("samples", samples(rtt, timing));
+      for (ObjectNode r : results) {
+        r.put("instance", server.instances());
+        r.set("healthRoundTripMicros", stats(floor));
+      }
     }
-    return r;
+    return results;
   }
 
   private static void expectOk(KeepAliveClient.Response r, String kind) {
@@ -329,6 +402,18 @@ public final class ServerOverhead {
     StringBuilder s = new StringBuilder();
     s.append(String.format(Locale.ROOT, "%s on %s; %d requests after %d warm-up%n", r.path("function").asText(),
         r.path("device").asText(), r.path("requests").asInt(), r.path("warmup").asInt()));
+    if (!r.has("steps")) {
+      summarize(s, r);
+    }
+    r.path("steps").fields().forEachRemaining(e -> {
+      s.append(String.format(Locale.ROOT, "-- invoke waits %s (%d requests)%n", e.getKey(),
+          e.getValue().path("requests").asInt()));
+      summarize(s, e.getValue());
+    });
+    return s.toString();
+  }
+
+  private static void summarize(StringBuilder s, JsonNode r) {
     s.append(String.format(Locale.ROOT, "anchor: in-process invoke p50 %.1f us (after: %.1f us), p99 %.1f us%n",
         r.at("/anchor/invokeMicros/p50").asDouble(), r.at("/anchorAfter/invokeMicros/p50").asDouble(),
         r.at("/anchor/invokeMicros/p99").asDouble()));
@@ -348,7 +433,6 @@ public final class ServerOverhead {
           v.at("/healthRoundTripMicros/p50").asDouble(), v.at("/firstWarmRoundTripMicros/count").asInt(),
           v.at("/firstWarmRoundTripMicros/p50").asDouble()));
     });
-    return s.toString();
   }
 
   private static void deleteTree(Path dir) throws IOException {

@@ -20,7 +20,7 @@ class ServerOverheadTest {
     String config = "{\"layers\": [8, 16, 4], \"seed\": 3}";
     ObjectNode r = ServerOverhead.run(new ServerOverhead.Options(ServerOverhead.MLP, 40, 40, List.of("in-process", "pool"), config,
         ServerOverhead.defaultRequest(ServerOverhead.JSON.readTree(config)),
-        List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null));
+        List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null, List.of()));
     assertTrue(r.path("simulated").asBoolean(), "CI runs this on the sim device: " + r.path("device"));
     assertTrue(r.path("anchorP50Micros").asDouble() > 0, r.toString());
     for (String kind : List.of("in-process", "pool")) {
@@ -38,5 +38,31 @@ class ServerOverheadTest {
       assertTrue(s.at("/serverMinusFunctionMicros/min").asDouble() >= 0, s.toString());
     }
     assertTrue(ServerOverhead.summary(r).contains("pool"), ServerOverhead.summary(r));
+  }
+
+  /**
+   * A sweep over the invoke's length with the wait function: one result per length, each against its own anchor,
+   * and the function's own time (in-process and in the worker) at least the wait the request asked for.
+   */
+  @Test
+  void sweepsTheInvokesLength() throws Exception {
+    ObjectNode r = ServerOverhead.run(new ServerOverhead.Options(ServerOverhead.WAIT, 30, 30,
+        List.of("in-process", "pool"), "{}", ServerOverhead.waitRequest(0),
+        List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null, List.of(0L, 3000L)));
+    assertEquals(ServerOverhead.WAIT, r.path("function").asText());
+    for (long micros : List.of(0L, 3000L)) {
+      JsonNode step = r.path("steps").path(micros + "us");
+      assertEquals(micros, step.path("waitMicros").asLong(), r.toString());
+      assertEquals(30, step.path("requests").asInt(), step.toString());
+      assertTrue(step.at("/anchor/invokeMicros/min").asDouble() >= micros, step.toString());
+      for (String kind : List.of("in-process", "pool")) {
+        JsonNode s = step.path("servers").path(kind);
+        assertEquals(30, s.at("/roundTripMicros/count").asInt(), s.toString());
+        assertTrue(s.at("/serverTimingMicros/function/min").asDouble() >= micros, s.toString());
+        assertTrue(s.at("/roundTripMicros/min").asDouble() >= micros, s.toString());
+        assertTrue(s.has("serverMinusFunctionMicros"), s.toString());
+      }
+    }
+    assertTrue(ServerOverhead.summary(r).contains("invoke waits 3000us"), ServerOverhead.summary(r));
   }
 }
