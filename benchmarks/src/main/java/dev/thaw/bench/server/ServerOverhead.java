@@ -60,9 +60,19 @@ import java.util.Map;
  * <p>Overhead = round trip − anchor p50, per request. On the sim device the function's time is a simulated
  * number, but the overhead is CPU work the server does and is measured as it is.
  *
- * <p>Usage: {@code ServerOverhead [--function CLASS --config JSON --request FILE] [--requests 2000]
- * [--warmup 3000] [--instances in-process,pool] [--worker-jvm "-XX:+UseSerialGC -Xmx2g"] [--out result.json]};
- * without {@code --function}, the MLP of {@code scripts/gpu/server-run.sh} and one row of inputs.
+ * <p>The warm-up ({@code --warmup} requests, of {@code --warmup-request} when given) must be long enough for the JIT
+ * to compile the server's path (thousands of requests: a few hundred leave it in C1's profiled code, which costs
+ * several times more). For a slow function, warm up with a short request of the same function (GPT-2: one new
+ * token) and time the long one after {@value #STEP_WARMUP} of its own.
+ *
+ * <p>{@code --wait-micros 100,1000,4000,10000} sweeps the invoke's length instead: the wait function
+ * ({@code dev.thaw.examples.wait.WaitFunction}, a kernel that waits that long), warmed up with waits of 0, then timed
+ * at each length in turn against its own anchor ({@code steps} in the result).
+ *
+ * <p>Usage: {@code ServerOverhead [--function CLASS --config JSON --request FILE [--warmup-request FILE] |
+ * --wait-micros LIST] [--requests 2000] [--warmup 3000] [--instances in-process,pool] [--worker-jvm "-XX:+UseSerialGC
+ * -Xmx2g"] [--out result.json]}; without {@code --function}, the MLP of {@code scripts/gpu/server-run.sh} and one row
+ * of inputs.
  */
 public final class ServerOverhead {
 
@@ -85,7 +95,7 @@ public final class ServerOverhead {
 
   /** What one run measures. */
   record Options(String function, int requests, int warmup, List<String> instances, String config, byte[] request,
-      List<String> workerJvm, Path out, List<Long> waitMicros) {}
+      byte[] warmupRequest, List<String> workerJvm, Path out, List<Long> waitMicros) {}
 
   /**
    * One series of timed requests: {@code name} labels it in a sweep, {@code request} is sent {@code requests} times
@@ -100,6 +110,7 @@ public final class ServerOverhead {
     List<String> instances = List.of("in-process", "pool");
     String config = DEFAULT_CONFIG;
     byte[] request = null;
+    byte[] warmupRequest = null;
     List<String> workerJvm = ContextPoolOptions.DEFAULT_JVM_OPTIONS;
     Path out = null;
     List<Long> waitMicros = List.of();
@@ -111,26 +122,29 @@ public final class ServerOverhead {
         case "--instances" -> instances = List.of(args[++i].split(","));
         case "--config" -> config = args[++i];
         case "--request" -> request = Files.readAllBytes(Path.of(args[++i]));
+        case "--warmup-request" -> warmupRequest = Files.readAllBytes(Path.of(args[++i]));
         case "--worker-jvm" -> workerJvm = List.of(args[++i].trim().split("\\s+"));
         case "--out" -> out = Path.of(args[++i]);
         case "--wait-micros" -> waitMicros = Arrays.stream(args[++i].split(",")).map(Long::parseLong).toList();
         default -> throw new IllegalArgumentException("unknown argument " + args[i] + "; usage: ServerOverhead "
             + "[--function CLASS --config JSON --request FILE | --wait-micros 100,1000,...] [--requests N] "
-            + "[--warmup N] [--instances in-process,pool] [--worker-jvm OPTIONS] [--out FILE]");
+            + "[--warmup N] [--warmup-request FILE] [--instances in-process,pool] [--worker-jvm OPTIONS] "
+            + "[--out FILE]");
       }
     }
     if (!waitMicros.isEmpty()) {
       function = WAIT;
       config = "{}";
       request = waitRequest(0);
+      warmupRequest = request;
     } else if (request == null) {
       if (!function.equals(MLP)) {
         throw new IllegalArgumentException("--request FILE: a request for " + function);
       }
       request = defaultRequest(JSON.readTree(config));
     }
-    ObjectNode result = run(new Options(function, requests, warmup, instances, config, request, workerJvm, out,
-        waitMicros));
+    ObjectNode result = run(new Options(function, requests, warmup, instances, config, request,
+        warmupRequest == null ? request : warmupRequest, workerJvm, out, waitMicros));
     System.out.println(summary(result));
     if (out != null) {
       Files.write(out, JSON.writeValueAsBytes(result));
@@ -153,10 +167,14 @@ public final class ServerOverhead {
     return ("{\"micros\": " + micros + "}").getBytes(StandardCharsets.UTF_8);
   }
 
-  /** What one run times: its one request, or, for a sweep, one step per wait (fewer requests for longer ones). */
+  /**
+   * What one run times: its one request (after {@value #STEP_WARMUP} of its own where the warm-up sent another), or,
+   * for a sweep, one step per wait (fewer requests for longer ones).
+   */
   static List<Step> steps(Options o) {
     if (o.waitMicros().isEmpty()) {
-      return List.of(new Step("", o.request(), o.requests(), 0));
+      return List.of(new Step("", o.request(), o.requests(),
+          Arrays.equals(o.request(), o.warmupRequest()) ? 0 : STEP_WARMUP));
     }
     List<Step> steps = new ArrayList<>();
     for (long micros : o.waitMicros()) {
@@ -173,7 +191,8 @@ public final class ServerOverhead {
     ObjectNode result = JSON.createObjectNode();
     result.put("function", o.function()).put("requests", o.requests()).put("warmup", o.warmup())
         .put("config", o.config())
-        .put("request", new String(o.request(), StandardCharsets.UTF_8));
+        .put("request", new String(o.request(), StandardCharsets.UTF_8))
+        .put("warmupRequest", new String(o.warmupRequest(), StandardCharsets.UTF_8));
     List<Step> steps = steps(o);
     Path storePath = work.resolve("store");
     try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment())) {
@@ -210,7 +229,7 @@ public final class ServerOverhead {
 
   private static void build(GpuDriver driver, Path storePath, Options o) throws IOException {
     BuildOptions b = new BuildOptions().functionClass(o.function()).config(o.config()).tag(TAG)
-        .addSampleRequest(JSON.readTree(o.request()));
+        .addSampleRequest(JSON.readTree(o.warmupRequest()));
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath));
         GpuContext ctx = driver.createContext(0)) {
       new ImageBuilder(store, new FastCdcChunker()).build(b, ctx, ProgressListener.NONE);
@@ -226,7 +245,7 @@ public final class ServerOverhead {
     ImageManifest manifest = Images.manifest(store, TAG);
     List<ObjectNode> anchors = new ArrayList<>();
     try (FunctionInstance instance = new InProcessInstances(driver, store).startBlocking(TAG, manifest, 0)) {
-      FunctionRequest warm = FunctionRequest.of(JSON.readTree(o.request()));
+      FunctionRequest warm = FunctionRequest.of(JSON.readTree(o.warmupRequest()));
       for (int i = 0; i < o.warmup(); i++) {
         instance.invokeBlocking(warm);
       }
@@ -265,7 +284,7 @@ public final class ServerOverhead {
     try (ThawServer server = ThawServer.start(options, store, factory);
         KeepAliveClient client = new KeepAliveClient("127.0.0.1", server.port())) {
       String path = "/v1/functions/" + FUNCTION + "/invoke";
-      KeepAliveClient.Response first = client.post(path, "application/json", o.request());
+      KeepAliveClient.Response first = client.post(path, "application/json", o.warmupRequest());
       if (first.status() != 200) {
         throw new IllegalStateException(kind + ": the first request got " + first.status() + ": " + first.text());
       }
@@ -273,7 +292,7 @@ public final class ServerOverhead {
       long[] early = new long[Math.min(EARLY_REQUESTS, o.warmup())];
       for (int i = 0; i < o.warmup(); i++) {
         long t = System.nanoTime();
-        expectOk(client.post(path, "application/json", o.request()), kind);
+        expectOk(client.post(path, "application/json", o.warmupRequest()), kind);
         if (i < early.length) {
           early[i] = System.nanoTime() - t;
         }

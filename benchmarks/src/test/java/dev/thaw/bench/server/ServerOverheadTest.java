@@ -18,8 +18,9 @@ class ServerOverheadTest {
   @Test
   void measuresBothServersAgainstTheAnchor() throws Exception {
     String config = "{\"layers\": [8, 16, 4], \"seed\": 3}";
+    byte[] request = ServerOverhead.defaultRequest(ServerOverhead.JSON.readTree(config));
     ObjectNode r = ServerOverhead.run(new ServerOverhead.Options(ServerOverhead.MLP, 40, 40, List.of("in-process", "pool"), config,
-        ServerOverhead.defaultRequest(ServerOverhead.JSON.readTree(config)),
+        request, request,
         List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null, List.of()));
     assertTrue(r.path("simulated").asBoolean(), "CI runs this on the sim device: " + r.path("device"));
     assertTrue(r.path("anchorP50Micros").asDouble() > 0, r.toString());
@@ -47,7 +48,7 @@ class ServerOverheadTest {
   @Test
   void sweepsTheInvokesLength() throws Exception {
     ObjectNode r = ServerOverhead.run(new ServerOverhead.Options(ServerOverhead.WAIT, 30, 30,
-        List.of("in-process", "pool"), "{}", ServerOverhead.waitRequest(0),
+        List.of("in-process", "pool"), "{}", ServerOverhead.waitRequest(0), ServerOverhead.waitRequest(0),
         List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null, List.of(0L, 3000L)));
     assertEquals(ServerOverhead.WAIT, r.path("function").asText());
     for (long micros : List.of(0L, 3000L)) {
