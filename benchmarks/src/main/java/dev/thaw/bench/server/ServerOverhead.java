@@ -65,13 +65,16 @@ import java.util.Map;
  * several times more). For a slow function, warm up with a short request of the same function (GPT-2: one new
  * token) and time the long one after {@value #STEP_WARMUP} of its own.
  *
+ * <p>{@code --spin-client}: the client polls for each response instead of sleeping in {@code read}, so that its own
+ * wake-up after a long invoke stays out of the round trip (see {@link KeepAliveClient}).
+ *
  * <p>{@code --wait-micros 100,1000,4000,10000} sweeps the invoke's length instead: the wait function
  * ({@code dev.thaw.examples.wait.WaitFunction}, a kernel that waits that long), warmed up with waits of 0, then timed
  * at each length in turn against its own anchor ({@code steps} in the result).
  *
  * <p>Usage: {@code ServerOverhead [--function CLASS --config JSON --request FILE [--warmup-request FILE] |
  * --wait-micros LIST] [--requests 2000] [--warmup 3000] [--instances in-process,pool] [--worker-jvm "-XX:+UseSerialGC
- * -Xmx2g"] [--out result.json]}; without {@code --function}, the MLP of {@code scripts/gpu/server-run.sh} and one row
+ * -Xmx2g"] [--spin-client] [--out result.json]}; without {@code --function}, the MLP of {@code scripts/gpu/server-run.sh} and one row
  * of inputs.
  */
 public final class ServerOverhead {
@@ -87,7 +90,10 @@ public final class ServerOverhead {
 
   /** The wait function ({@code --wait-micros}): an invoke as long as its request says. */
   static final String WAIT = "dev.thaw.examples.wait.WaitFunction";
-  /** Each step of a sweep runs about this long per series (anchor, each server), at least {@value #MIN_STEP_REQUESTS} requests. */
+  /**
+   * Each step of a sweep runs about this long per series (anchor, each server): at most {@code --requests}, at least
+   * {@value #MIN_STEP_REQUESTS} requests (or {@code --requests} if fewer).
+   */
   static final long STEP_BUDGET_MICROS = 2_000_000;
   static final int MIN_STEP_REQUESTS = 100;
   /** Requests at a step's own length before its timed ones (the server's path is compiled by the common warm-up). */
@@ -95,7 +101,7 @@ public final class ServerOverhead {
 
   /** What one run measures. */
   record Options(String function, int requests, int warmup, List<String> instances, String config, byte[] request,
-      byte[] warmupRequest, List<String> workerJvm, Path out, List<Long> waitMicros) {}
+      byte[] warmupRequest, List<String> workerJvm, Path out, List<Long> waitMicros, boolean spinClient) {}
 
   /**
    * One series of timed requests: {@code name} labels it in a sweep, {@code request} is sent {@code requests} times
@@ -114,6 +120,7 @@ public final class ServerOverhead {
     List<String> workerJvm = ContextPoolOptions.DEFAULT_JVM_OPTIONS;
     Path out = null;
     List<Long> waitMicros = List.of();
+    boolean spinClient = false;
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
         case "--function" -> function = args[++i];
@@ -125,11 +132,12 @@ public final class ServerOverhead {
         case "--warmup-request" -> warmupRequest = Files.readAllBytes(Path.of(args[++i]));
         case "--worker-jvm" -> workerJvm = List.of(args[++i].trim().split("\\s+"));
         case "--out" -> out = Path.of(args[++i]);
+        case "--spin-client" -> spinClient = true;
         case "--wait-micros" -> waitMicros = Arrays.stream(args[++i].split(",")).map(Long::parseLong).toList();
         default -> throw new IllegalArgumentException("unknown argument " + args[i] + "; usage: ServerOverhead "
             + "[--function CLASS --config JSON --request FILE | --wait-micros 100,1000,...] [--requests N] "
             + "[--warmup N] [--warmup-request FILE] [--instances in-process,pool] [--worker-jvm OPTIONS] "
-            + "[--out FILE]");
+            + "[--spin-client] [--out FILE]");
       }
     }
     if (!waitMicros.isEmpty()) {
@@ -144,7 +152,7 @@ public final class ServerOverhead {
       request = defaultRequest(JSON.readTree(config));
     }
     ObjectNode result = run(new Options(function, requests, warmup, instances, config, request,
-        warmupRequest == null ? request : warmupRequest, workerJvm, out, waitMicros));
+        warmupRequest == null ? request : warmupRequest, workerJvm, out, waitMicros, spinClient));
     System.out.println(summary(result));
     if (out != null) {
       Files.write(out, JSON.writeValueAsBytes(result));
@@ -178,7 +186,7 @@ public final class ServerOverhead {
     }
     List<Step> steps = new ArrayList<>();
     for (long micros : o.waitMicros()) {
-      int n = (int) Math.max(MIN_STEP_REQUESTS, Math.min(o.requests(), STEP_BUDGET_MICROS / Math.max(1, micros)));
+      int n = (int) Math.min(o.requests(), Math.max(MIN_STEP_REQUESTS, STEP_BUDGET_MICROS / Math.max(1, micros)));
       steps.add(new Step(micros + "us", waitRequest(micros), n, STEP_WARMUP));
     }
     return steps;
@@ -192,7 +200,8 @@ public final class ServerOverhead {
     result.put("function", o.function()).put("requests", o.requests()).put("warmup", o.warmup())
         .put("config", o.config())
         .put("request", new String(o.request(), StandardCharsets.UTF_8))
-        .put("warmupRequest", new String(o.warmupRequest(), StandardCharsets.UTF_8));
+        .put("warmupRequest", new String(o.warmupRequest(), StandardCharsets.UTF_8))
+        .put("spinClient", o.spinClient());
     List<Step> steps = steps(o);
     Path storePath = work.resolve("store");
     try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment())) {
@@ -282,7 +291,7 @@ public final class ServerOverhead {
             .setKeepAlive(Duration.ofHours(1)));
     List<ObjectNode> results = new ArrayList<>();
     try (ThawServer server = ThawServer.start(options, store, factory);
-        KeepAliveClient client = new KeepAliveClient("127.0.0.1", server.port())) {
+        KeepAliveClient client = new KeepAliveClient("127.0.0.1", server.port(), o.spinClient())) {
       String path = "/v1/functions/" + FUNCTION + "/invoke";
       KeepAliveClient.Response first = client.post(path, "application/json", o.warmupRequest());
       if (first.status() != 200) {

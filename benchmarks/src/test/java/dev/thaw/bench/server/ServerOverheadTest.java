@@ -21,7 +21,7 @@ class ServerOverheadTest {
     byte[] request = ServerOverhead.defaultRequest(ServerOverhead.JSON.readTree(config));
     ObjectNode r = ServerOverhead.run(new ServerOverhead.Options(ServerOverhead.MLP, 40, 40, List.of("in-process", "pool"), config,
         request, request,
-        List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null, List.of()));
+        List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null, List.of(), false));
     assertTrue(r.path("simulated").asBoolean(), "CI runs this on the sim device: " + r.path("device"));
     assertTrue(r.path("anchorP50Micros").asDouble() > 0, r.toString());
     for (String kind : List.of("in-process", "pool")) {
@@ -43,14 +43,16 @@ class ServerOverheadTest {
 
   /**
    * A sweep over the invoke's length with the wait function: one result per length, each against its own anchor,
-   * and the function's own time (in-process and in the worker) at least the wait the request asked for.
+   * and the function's own time (in-process and in the worker) at least the wait the request asked for; its client
+   * polls for the responses (and still reads every one whole).
    */
   @Test
   void sweepsTheInvokesLength() throws Exception {
     ObjectNode r = ServerOverhead.run(new ServerOverhead.Options(ServerOverhead.WAIT, 30, 30,
         List.of("in-process", "pool"), "{}", ServerOverhead.waitRequest(0), ServerOverhead.waitRequest(0),
-        List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null, List.of(0L, 3000L)));
+        List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"), null, List.of(0L, 3000L), true));
     assertEquals(ServerOverhead.WAIT, r.path("function").asText());
+    assertTrue(r.path("spinClient").asBoolean(), "this run's client polls for its responses");
     for (long micros : List.of(0L, 3000L)) {
       JsonNode step = r.path("steps").path(micros + "us");
       assertEquals(micros, step.path("waitMicros").asLong(), r.toString());
