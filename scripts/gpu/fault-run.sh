@@ -10,7 +10,8 @@
 #  - each recovery (the probe's next good request: 200, right values, a cold start on a fresh worker);
 #  - worker pids: the MLP's before and after (the same), the probe's (a new one after each fault).
 # Exits non-zero on any MLP error or wrong MLP result, an MLP worker change, a fault not reported as such, or a
-# probe that does not recover. THAW_DEVICE=sim runs it without a GPU (a dry run: not a GPU result).
+# probe that does not recover. Then the same fault in an in-process server (--instances in-process): a 502, then
+# liveness and readiness 503 and every later request 503 device_fault (CUDA in that process is unusable). THAW_DEVICE=sim runs it without a GPU (a dry run: not a GPU result).
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/fault-run.sh <unpacked thaw dir>
 # Writes $OUT/fault.txt (log) and $OUT/results.json. Takes under a minute; every step is bounded (3 minutes in all).
 set -uo pipefail
@@ -195,6 +196,50 @@ echo "exit status after SIGTERM: $drain" >> "$log"; [[ $drain == 0 ]] || status=
 # The serve log without the thousands of warm MLP 200s (counted instead).
 echo "== serve log ($(grep -c ' 200 .* mlp warm ' "$root/serve.log") warm MLP 200 lines left out)" >> "$log"
 grep -v ' 200 .* mlp warm ' "$root/serve.log" | cut -c1-400 >> "$log"
+
+# In process (--instances in-process): a sticky fault leaves CUDA in the server's process unusable, so the server must
+# fail liveness and answer every later request 503 device_fault (the kubelet restarts the pod).
+say "== serve: in process, mlp + probe: a sticky fault fails liveness"
+port2=18088
+"$thaw" serve --port $port2 --config "$root/serve.json" --instances in-process > "$root/serve-inproc.log" 2>&1 &
+pid2=$!
+timeout 60 python3 - $port2 "$root/mlp.json" $((1 << 36)) <<'PY' | tee -a "$log" || status=1
+import json, sys, time, urllib.error, urllib.request
+port, mlp, offset = int(sys.argv[1]), open(sys.argv[2]).read().encode(), int(sys.argv[3])
+base = "http://127.0.0.1:%d" % port
+def call(path, body=None):
+    req = urllib.request.Request(base + path, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except Exception as e:
+        return -1, repr(e)
+t = time.time()
+while call("/v2/health/ready")[0] != 200 and time.time() - t < 40:
+    time.sleep(0.05)
+seen = {"mlp": call("/v1/functions/mlp/invoke", mlp), "probeGood": call("/v1/functions/probe/invoke",
+        json.dumps({"offset": 100, "count": 4}).encode()),
+        "probeFault": call("/v1/functions/probe/invoke", json.dumps({"offset": offset, "count": 1}).encode()),
+        "live": call("/v2/health/live"), "ready": call("/v2/health/ready"),
+        "mlpAfter": call("/v1/functions/mlp/invoke", mlp)}
+for k, (st, body) in seen.items():
+    print("in-process %-10s %d %s" % (k, st, body[:300]))
+code = lambda k: json.loads(seen[k][1]).get("code") if seen[k][0] >= 400 else None
+ok = (seen["mlp"][0] == 200 and seen["probeGood"][0] == 200 and seen["probeFault"][0] == 502
+      and code("probeFault") == "device_fault" and seen["live"][0] == 503 and seen["ready"][0] == 503
+      and seen["mlpAfter"][0] == 503 and code("mlpAfter") == "device_fault")
+print("in-process sticky fault: %s" % ("as expected" if ok else "NOT as expected"))
+sys.exit(0 if ok else 1)
+PY
+kill -TERM $pid2
+( sleep 20; kill -KILL $pid2 2> /dev/null ) & killer=$!
+wait $pid2; drain2=$?
+kill $killer 2> /dev/null
+echo "in-process exit status after SIGTERM: $drain2" >> "$log"; [[ $drain2 == 0 ]] || status=1
+echo "== in-process serve log" >> "$log"
+cut -c1-400 "$root/serve-inproc.log" >> "$log"
 
 say "== results"
 python3 - "$OUT/results.json" <<'PY' | tee -a "$log"

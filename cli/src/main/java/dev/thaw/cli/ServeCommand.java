@@ -332,8 +332,11 @@ final class ServeCommand implements Callable<Integer> {
       } catch (IllegalArgumentException e) {
         throw new ParameterException(c.spec.commandLine(), e.getMessage(), e);
       }
+      // The images the server serves from its first request are prepared by each worker as it starts.
+      List<String> atStart = options.functions().values().stream().map(FunctionOptions::image).distinct()
+          .limit(ContextPoolOptions.DEFAULT_MAX_PREPARED_IMAGES).toList();
       ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(c.idleWorkers)
-          .setDeviceChoice(choice).setStorePath(storePath).setWarmupAfterReady(true);
+          .setDeviceChoice(choice).setStorePath(storePath).setWarmupAfterReady(true).setPrepareAtStart(atStart);
       HostImageCache cache = null;
       if (options.hostCacheBytes() > 0) {
         try {

@@ -123,6 +123,10 @@ class ServeCommandTest {
     String metrics = get(port, "/metrics").body();
     assertTrue(metrics.contains("service=\"mlp-svc\"") && metrics.contains("revision=\"mlp-svc-00001\"")
         && metrics.contains("configuration=\"mlp-svc\""), "K_* labels on metrics");
+    List<String> unlabelled = metrics.lines().filter(l -> l.startsWith("thaw_"))
+        .filter(l -> !l.contains("service=\"mlp-svc\"")).toList();
+    assertTrue(metrics.contains("thaw_pool_workers{") && unlabelled.isEmpty(),
+        "every one of Thaw's metrics, the pool's gauges too, carries the K_* labels: " + unlabelled);
 
     // A request in flight when SIGTERM comes finishes; then the process exits 0.
     CompletableFuture<HttpResponse<String>> inFlight = ServerFixture.background(

@@ -9,13 +9,16 @@ import java.util.Map;
  * @param source where the bytes came from: {@code hbm} (read-only slabs mapped from the HBM tier, the rest from
  *     the host cache), {@code cache}, {@code store}, or {@code store (…why)} when a host cache source fell back
  * @param phases milliseconds inside the worker, disjoint and in order (they add up to {@code total}, which is
- *     the last entry): {@code manifest} (parse), {@code placement} (host cache source only), {@code hbm take} (HBM-tier descriptors taken; with the
+ *     the last entry): {@code queued} (read off stdin to taken up: work before it, or the warm-up reaching a point
+ *     to stop at), {@code manifest} (parse, or {@code prepared} when named), {@code placement} (host cache source only), {@code hbm take} (HBM-tier descriptors taken; with the
  *     tier only), {@code store} (use or
  *     open the store), {@code load modules}, {@code map allocations}, {@code rebuild state}, {@code start restore}
  *     (the rest of the restore call), {@code resident} (waiting for every byte, only with
  *     {@link ContextPoolOptions#awaitResident()}); the function is invocable at the end of them
  * @param bytes device bytes restored
- * @param roundTripMillis from sending BECOME to reading its answer, in the parent
+ * @param roundTripMillis from the claim of the worker to reading the BECOME's answer, in the parent
+ * @param prepareWaitMillis of that, the wait for the image's PREPARE to be answered before the BECOME was sent (the
+ *     worker would run it first anyway); 0 when none was running
  */
 public record BecomeResult(String image, String source, Map<String, Double> phases, long bytes,
-    double roundTripMillis) {}
+    double roundTripMillis, double prepareWaitMillis) {}

@@ -53,6 +53,7 @@ public final class ContextPoolOptions {
   @JsonProperty private int warmupLaunches = DEFAULT_WARMUP_LAUNCHES;
   @JsonProperty private String warmupImage;
   @JsonProperty private boolean warmupAfterReady;
+  @JsonProperty private List<String> prepareAtStart = List.of();
   @JsonProperty private int maxPreparedImages = DEFAULT_MAX_PREPARED_IMAGES;
   @JsonProperty private long startTimeoutMillis = DEFAULT_START_TIMEOUT_MILLIS;
   @JsonProperty private long becomeTimeoutMillis = DEFAULT_BECOME_TIMEOUT_MILLIS;
@@ -80,6 +81,7 @@ public final class ContextPoolOptions {
     warmupLaunches = o.warmupLaunches;
     warmupImage = o.warmupImage;
     warmupAfterReady = o.warmupAfterReady;
+    prepareAtStart = o.prepareAtStart;
     maxPreparedImages = o.maxPreparedImages;
     startTimeoutMillis = o.startTimeoutMillis;
     becomeTimeoutMillis = o.becomeTimeoutMillis;
@@ -287,6 +289,24 @@ public final class ContextPoolOptions {
     return this;
   }
 
+  /**
+   * Tags in {@link #storePath()} each worker prepares at start ({@link PreparedImage}: manifest, class, host state,
+   * modules), its store-side half beside {@code cuInit} and the context, and names in READY, so that the first cold
+   * start sends no PREPARE and waits for none: the images a server serves from its first request (contract mode).
+   * A tag the worker cannot prepare is said on its stderr and prepared later, as any image is. Empty: none.
+   */
+  public List<String> prepareAtStart() {
+    return prepareAtStart;
+  }
+
+  public ContextPoolOptions setPrepareAtStart(List<String> tags) {
+    if (tags.stream().anyMatch(t -> t == null || t.isBlank())) {
+      throw new IllegalArgumentException("images to prepare at start must be tags: " + tags);
+    }
+    this.prepareAtStart = List.copyOf(tags);
+    return this;
+  }
+
   public Duration startTimeout() {
     return Duration.ofMillis(startTimeoutMillis);
   }
@@ -377,7 +397,8 @@ public final class ContextPoolOptions {
         .setClassPath(o.classPath).setJvmOptions(new ArrayList<>(o.jvmOptions))
         .setEnvironment(new LinkedHashMap<>(o.environment)).setWarmupLaunches(o.warmupLaunches)
         .setWarmupImage(o.warmupImage).setMaxFrameBytes(o.maxFrameBytes)
-        .setMaxPreparedImages(o.maxPreparedImages);
+        .setMaxPreparedImages(o.maxPreparedImages)
+        .setPrepareAtStart(o.prepareAtStart == null ? List.of() : o.prepareAtStart);
     checked.storePath = o.storePath;
     checked.hostCachePath = o.hostCachePath;
     checked.awaitResident = o.awaitResident;

@@ -1,6 +1,8 @@
 package dev.thaw.pool;
 
+import dev.thaw.image.store.Digest;
 import dev.thaw.pool.cache.ChunkPlacement;
+import java.nio.ByteBuffer;
 
 /**
  * An image idle workers prepare before anyone asks for it ({@link ContextPool#prepare}): each parses its manifest,
@@ -20,5 +22,10 @@ public record PreparedImage(String key, String name, byte[] manifest, ChunkPlace
     if (key == null || key.isBlank() || name == null || manifest == null) {
       throw new IllegalArgumentException("a prepared image needs a key, a name and its manifest");
     }
+  }
+
+  /** The key of {@code tag}'s image whose stored manifest is {@code manifest}: the tag and the manifest's digest. */
+  public static String keyOf(String tag, byte[] manifest) {
+    return tag + "@" + Digest.of(ByteBuffer.wrap(manifest));
   }
 }

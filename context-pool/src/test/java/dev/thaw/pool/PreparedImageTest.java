@@ -90,4 +90,30 @@ class PreparedImageTest {
       PoolTesting.closeAndCheck(pool, seen);
     }
   }
+
+  @Test
+  void aWorkerPreparesTheImagesItIsToldAtStartAndNamesThemInReady() throws Exception {
+    Path storePath = dir.resolve("store");
+    PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
+    List<Long> seen = new ArrayList<>();
+    // A tag the store does not hold is left out (the worker says why on its stderr) and the worker starts all the same.
+    ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setPrepareAtStart(List.of("missing", "probe")));
+    try {
+      Worker w = pool.acquire(0, WAIT);
+      seen.add(w.pid());
+      assertTrue(w.start().phases().containsKey("prepareAtStart"), "prepared before READY: " + w.start());
+      // No pool.prepare, so no PREPARE: the BECOME names the key only because READY said the worker has it.
+      BecomeResult b = w.becomeBlocking(new PreparedImage(PreparedImage.keyOf("probe", probe.manifest()), "probe",
+          probe.manifest(), null), ImageSource.store(storePath));
+      assertTrue(b.phases().containsKey("prepared"), "the worker had it prepared from its start: " + b);
+      assertFalse(b.phases().containsKey("manifest"), "and parsed no manifest in the BECOME: " + b);
+      assertEquals(0.0, b.prepareWaitMillis(), 0.5, "and nothing was waited for: " + b);
+      w.resident().get();
+      JsonNode scan = w.invokeBlocking(json("{\"op\": \"scan\"}")).jsonTree();
+      assertEquals(0, scan.get("headMismatches").asLong(), "the image's bytes: " + scan);
+      w.release();
+    } finally {
+      PoolTesting.closeAndCheck(pool, seen);
+    }
+  }
 }

@@ -6,6 +6,8 @@ import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.Semaphore;
 
 /**
@@ -21,16 +23,22 @@ import java.util.concurrent.Semaphore;
  */
 public final class StagingRing implements AutoCloseable {
 
-  private final PinnedBuffer[] buffers;
+  private final List<CompletableFuture<PinnedBuffer>> buffers;
+  private final long bytes;
   private final GpuEvent[] done;
   private final Semaphore[] free;
+  /** Completes when every buffer is made or has failed (at once for {@link #allocate}). */
+  private final CompletableFuture<Void> allocated;
   private int next;
   private boolean closed;
 
-  private StagingRing(PinnedBuffer[] buffers, GpuEvent[] done) {
+  private StagingRing(List<CompletableFuture<PinnedBuffer>> buffers, long bytes, GpuEvent[] done,
+      CompletableFuture<Void> allocated) {
     this.buffers = buffers;
+    this.bytes = bytes;
     this.done = done;
-    this.free = new Semaphore[buffers.length];
+    this.allocated = allocated;
+    this.free = new Semaphore[buffers.size()];
     for (int i = 0; i < free.length; i++) {
       free[i] = new Semaphore(1);
     }
@@ -42,17 +50,37 @@ public final class StagingRing implements AutoCloseable {
    * @throws IllegalArgumentException unless {@link Staging#checkBuffers} and {@link Staging#checkBytes} allow them
    */
   public static StagingRing allocate(GpuContext context, int count, long bytes) {
+    return allocate(context, count, bytes, count);
+  }
+
+  /**
+   * {@code count} pinned buffers of {@code bytes} each on {@code context}: the first {@code now} before it returns,
+   * the others in ring order on a thread of its own, so that an owner that makes its staging ahead (a pool worker
+   * before it says READY) does not wait for all of it (pinning is paid per page: hundreds of milliseconds for the
+   * default 384 MiB). A pipeline that reaches a slot still being made waits for it; a slot that could not be made
+   * fails the pipeline that takes it, with the allocation's error.
+   *
+   * @throws IllegalArgumentException unless {@link Staging#checkBuffers} and {@link Staging#checkBytes} allow them
+   *     and {@code now} is 1 to {@code count}
+   */
+  public static StagingRing allocate(GpuContext context, int count, long bytes, int now) {
     Staging.checkBuffers(count);
     Staging.checkBytes(bytes);
-    PinnedBuffer[] buffers = new PinnedBuffer[count];
+    if (now < 1 || now > count) {
+      throw new IllegalArgumentException("buffers made at once must be 1 to " + count + ", not " + now);
+    }
+    List<CompletableFuture<PinnedBuffer>> buffers = new ArrayList<>();
     GpuEvent[] done = new GpuEvent[count];
     List<AutoCloseable> made = new ArrayList<>();
     try {
       for (int i = 0; i < count; i++) {
-        buffers[i] = context.allocatePinned(bytes);
-        made.add(buffers[i]);
         done[i] = context.createEvent(false);
         made.add(done[i]);
+        buffers.add(i < now ? CompletableFuture.completedFuture(context.allocatePinned(bytes))
+            : new CompletableFuture<>());
+        if (i < now) {
+          made.add(buffers.get(i).join());
+        }
       }
     } catch (RuntimeException e) {
       for (AutoCloseable c : made) {
@@ -64,20 +92,52 @@ public final class StagingRing implements AutoCloseable {
       }
       throw e;
     }
-    return new StagingRing(buffers, done);
+    CompletableFuture<Void> allocated = new CompletableFuture<>();
+    if (now == count) {
+      allocated.complete(null);
+    } else {
+      Thread t = new Thread(() -> {
+        try {
+          for (int i = now; i < count; i++) {
+            try {
+              buffers.get(i).complete(context.allocatePinned(bytes));
+            } catch (RuntimeException | Error e) {
+              for (int j = i; j < count; j++) {
+                buffers.get(j).completeExceptionally(e);
+              }
+              return;
+            }
+          }
+        } finally {
+          allocated.complete(null);
+        }
+      }, "thaw-staging-alloc");
+      t.setDaemon(true);
+      t.start();
+    }
+    return new StagingRing(buffers, bytes, done, allocated);
   }
 
   public int size() {
-    return buffers.length;
+    return buffers.size();
   }
 
   /** Bytes of each buffer. */
   public long bytes() {
-    return buffers[0].size();
+    return bytes;
   }
 
+  /**
+   * The slot's buffer; waits for it while it is still being made.
+   *
+   * @throws RuntimeException the allocation's own error if the buffer could not be made
+   */
   public PinnedBuffer buffer(int slot) {
-    return buffers[slot];
+    try {
+      return buffers.get(slot).join();
+    } catch (CompletionException e) {
+      throw e.getCause() instanceof RuntimeException r ? r : e;
+    }
   }
 
   /**
@@ -86,7 +146,7 @@ public final class StagingRing implements AutoCloseable {
    */
   public int acquire() {
     int slot = next;
-    next = (next + 1) % buffers.length;
+    next = (next + 1) % buffers.size();
     free[slot].acquireUninterruptibly();
     done[slot].synchronize();
     return slot;
@@ -107,16 +167,23 @@ public final class StagingRing implements AutoCloseable {
     done[slot].synchronize();
   }
 
-  /** Frees the buffers and events; every pipeline using them must have finished. Idempotent. */
+  /**
+   * Frees the buffers and events; every pipeline using them must have finished. Waits for buffers still being made.
+   * Idempotent.
+   */
   @Override
   public void close() {
     if (closed) {
       return;
     }
     closed = true;
-    for (int i = 0; i < buffers.length; i++) {
+    allocated.join();
+    for (int i = 0; i < buffers.size(); i++) {
       done[i].close();
-      buffers[i].close();
+      CompletableFuture<PinnedBuffer> b = buffers.get(i);
+      if (!b.isCompletedExceptionally()) {
+        b.join().close();
+      }
     }
   }
 }

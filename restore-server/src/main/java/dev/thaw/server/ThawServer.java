@@ -64,10 +64,11 @@ public final class ThawServer implements AutoCloseable {
     this.adminToken = adminToken;
     this.adminTokenFile = adminTokenFile;
     this.metrics = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
-    factory.bindMetrics(metrics);
+    // The labels (Knative's K_* among them) before any meter: a filter added later misses the meters made before it.
     List<Tag> common = new ArrayList<>();
     options.labels().forEach((k, v) -> common.add(Tag.of(k, v)));
     metrics.config().commonTags(common);
+    factory.bindMetrics(metrics);
     this.scheduler = new Scheduler(factory, metrics, options.gpuMemoryBytes(), options.retryAfter(),
         options.tracesKept());
     this.vertx = vertx != null ? vertx : Vertx.vertx();

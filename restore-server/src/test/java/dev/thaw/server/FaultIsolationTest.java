@@ -100,6 +100,7 @@ class FaultIsolationTest {
         assertTrue(error.get("error").asText().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), fault.body());
         assertTrue(error.get("error").asText().contains("probe_read"), "names the kernel: " + fault.body());
         await(() -> ProcessHandle.of(probePid).map(p -> !p.isAlive()).orElse(true), "the faulted worker exited");
+        assertEquals(200, get(port, "/v2/health/live").statusCode(), "a worker's fault leaves the server live");
 
         HttpResponse<String> recovered = postJson(port, "/v1/functions/probe/invoke", PROBE_GOOD);
         assertProbeServes(recovered);

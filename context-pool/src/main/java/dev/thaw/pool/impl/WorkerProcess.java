@@ -135,7 +135,7 @@ final class WorkerProcess implements Worker {
     WorkerConfig config = new WorkerConfig(o.deviceChoice(), device,
         o.storePath() == null ? null : o.storePath().toString(), o.warmupLaunches(), o.warmupImage(),
         o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(), ProcessHandle.current().pid(), spawnNanos,
-        o.warmupAfterReady());
+        o.warmupAfterReady(), o.storePath() == null ? List.of() : o.prepareAtStart());
     List<String> command = new ArrayList<>();
     command.add(WorkerCommand.java(o));
     // The JVM writes its own messages (a fatal error's report among them) to stdout, which carries frames here.
@@ -294,7 +294,9 @@ final class WorkerProcess implements Worker {
       lease.set(source.lease());
     }
     long t = System.nanoTime();
+    long[] sent = new long[1];
     return release(isPrepared.thenCompose(named -> {
+      sent[0] = System.nanoTime();
       ObjectNode head = FrameCodec.head();
       head.put("name", name);
       head.set("source", source.toJson());
@@ -310,7 +312,7 @@ final class WorkerProcess implements Worker {
         body = concat(manifest, placement);
       }
       return send(FrameType.BECOME, head, body, options.becomeTimeout());
-    }).thenApply(f -> becameFrom(name, f, t)));
+    }).thenApply(f -> becameFrom(name, f, t, sent[0])));
   }
 
   @Override
@@ -318,11 +320,11 @@ final class WorkerProcess implements Worker {
     return join(become(image, source));
   }
 
-  private BecomeResult becameFrom(String name, Frame f, long sentNanos) {
+  private BecomeResult becameFrom(String name, Frame f, long claimedNanos, long sentNanos) {
     JsonNode h = f.head();
     invocable = true;
     return new BecomeResult(name, h.path("source").asText("store"), phases(h.path("phases")),
-        h.path("bytes").asLong(), millisSince(sentNanos));
+        h.path("bytes").asLong(), millisSince(claimedNanos), (sentNanos - claimedNanos) / 1e6);
   }
 
   private static byte[] concat(byte[] a, byte[] b) {
@@ -587,6 +589,10 @@ final class WorkerProcess implements Worker {
       return;
     }
     warm = warmNow;
+    // Images it prepared at start (ContextPoolOptions.prepareAtStart): no PREPARE is sent for those keys.
+    for (JsonNode key : h.path("prepared")) {
+      prepared.putIfAbsent(key.asText(), CompletableFuture.completedFuture(f));
+    }
     if (ready.complete(start)) {
       listener.ready(this);
     }

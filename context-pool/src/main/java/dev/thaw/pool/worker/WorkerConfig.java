@@ -2,6 +2,7 @@ package dev.thaw.pool.worker;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.util.List;
 
 /**
  * What a worker is told on its command line (one JSON argument): its device, what to open and warm, and whom
@@ -20,17 +21,23 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  *     the worker can say how long its JVM took to start
  * @param warmupAfterReady say READY as soon as the worker can serve and warm up after it, until a request comes
  *     (then a second READY, {@code warm}, when the warm-up ran to its end); false: READY only once warm
+ * @param prepareAtStart tags in the store to prepare before READY, which names their keys (null: none)
  */
 public record WorkerConfig(String device, int ordinal, String storePath, int warmupLaunches, String warmupImage,
-    String hostCache, int maxFrameBytes, long parentPid, long spawnNanos, boolean warmupAfterReady) {
+    String hostCache, int maxFrameBytes, long parentPid, long spawnNanos, boolean warmupAfterReady,
+    List<String> prepareAtStart) {
 
   private static final ObjectMapper JSON = new ObjectMapper();
+
+  public WorkerConfig {
+    prepareAtStart = prepareAtStart == null ? List.of() : List.copyOf(prepareAtStart);
+  }
 
   /** A worker that says READY only once warm. */
   public WorkerConfig(String device, int ordinal, String storePath, int warmupLaunches, String warmupImage,
       String hostCache, int maxFrameBytes, long parentPid, long spawnNanos) {
     this(device, ordinal, storePath, warmupLaunches, warmupImage, hostCache, maxFrameBytes, parentPid, spawnNanos,
-        false);
+        false, List.of());
   }
 
   public String toJson() {

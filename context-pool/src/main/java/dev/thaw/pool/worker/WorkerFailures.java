@@ -13,18 +13,9 @@ import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.AddressUnavailableException;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
-import java.util.Set;
 
 /** Turns what a worker caught into the kind the parent acts on, and into an ERROR frame's head. */
 final class WorkerFailures {
-
-  /**
-   * CUresults after which the context, and so the process, is unusable: "any further CUDA work will return the
-   * same error; the process must be terminated and relaunched" (illegal address, launch timeout, hardware stack
-   * error, illegal instruction, misaligned address, invalid address space, invalid PC, launch failed), and
-   * CUDA_ERROR_UNKNOWN, which promises nothing.
-   */
-  static final Set<Integer> STICKY = Set.of(700, 702, 714, 715, 716, 717, 718, 719, 999);
 
   private WorkerFailures() {}
 
@@ -34,7 +25,7 @@ final class WorkerFailures {
         return WorkerErrorKind.OUT_OF_MEMORY;
       }
       if (c instanceof CudaException e) {
-        return STICKY.contains(e.code()) ? WorkerErrorKind.CUDA_STICKY : WorkerErrorKind.CUDA;
+        return e.isSticky() ? WorkerErrorKind.CUDA_STICKY : WorkerErrorKind.CUDA;
       }
     }
     if (t instanceof dev.thaw.image.restore.CorruptChunkException

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
@@ -17,6 +18,7 @@ import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.ContextPoolOptions;
+import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.cache.HostCacheView;
@@ -49,6 +51,7 @@ import java.io.OutputStream;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -122,6 +125,12 @@ public final class WorkerMain {
   private volatile double storeMillis;
   private volatile double cpuWarmupMillis;
   private volatile boolean requested;
+  private final CompletableFuture<GpuContext> contextMade = new CompletableFuture<>();
+  /** {@link WorkerConfig#prepareAtStart()}'s images, prepared on the prepare thread. */
+  private final CompletableFuture<List<Prepared>> preparedAtStart = new CompletableFuture<>();
+  private volatile double prepareAtStartMillis;
+  /** When the BECOME was read off stdin (one per worker), for its {@code queued} phase; 0 before. */
+  private volatile long becomeRead;
   private final java.util.concurrent.CompletableFuture<Void> cpuWarm = new java.util.concurrent.CompletableFuture<>();
   /** Images prepared while blank, by key, least recently prepared first (main thread only). */
   private final LinkedHashMap<String, Prepared> prepared = new LinkedHashMap<>();
@@ -132,7 +141,7 @@ public final class WorkerMain {
    */
   private record Prepared(String key, String name, byte[] manifest, PreparedRestore restore, byte[] placement,
       PinnedChunks chunks, RocksChunkStore store) {}
-  /** The BECOME that made {@link #restored}: when it was taken up, and its answer's head (for TRACE). */
+  /** The BECOME that made {@link #restored}: when it was read, and its answer's head (for TRACE). */
   private Became became;
 
   private record Became(long takenNanos, JsonNode head) {}
@@ -195,6 +204,7 @@ public final class WorkerMain {
         return (System.nanoTime() - a) / 1e6;
       }, r -> startDaemon(r, "thaw-worker-arena"));
       context = driver.createContext(config.ordinal());
+      contextMade.complete(context);
       t = phase(phases, "context", t);
       try {
         phases.put("addressArena", arena.join());
@@ -212,13 +222,21 @@ public final class WorkerMain {
       store = storeOpened.join();
       if (config.storePath() != null) {
         phases.put("store", storeMillis);
-        phase(phases, "storeWait", t);
+        t = phase(phases, "storeWait", t);
+      }
+      if (!config.prepareAtStart().isEmpty()) {
+        for (Prepared p : preparedAtStart.join()) {
+          prepared.put(p.key(), p);
+        }
+        phases.put("prepareAtStart", prepareAtStartMillis);
+        phase(phases, "prepareWait", t);
       }
       if (!config.warmupAfterReady()) {
         warmUp(phases);
       }
     } catch (Throwable e) {
       Throwable c = e instanceof java.util.concurrent.CompletionException && e.getCause() != null ? e.getCause() : e;
+      contextMade.completeExceptionally(c);
       c.printStackTrace();
       send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(WorkerErrorKind.STARTUP, c)));
       Runtime.getRuntime().halt(EXIT_STARTUP);
@@ -237,6 +255,8 @@ public final class WorkerMain {
     device.put("ordinal", config.ordinal());
     ready.set("phases", json.valueToTree(phases));
     ready.put("warm", !config.warmupAfterReady());
+    ArrayNode keys = ready.putArray("prepared");
+    prepared.keySet().forEach(keys::add);
     state = State.BLANK;
     send(new Frame(FrameType.READY, 0, ready));
     if (config.warmupAfterReady()) {
@@ -264,11 +284,14 @@ public final class WorkerMain {
             .setReadOnly(true));
         storeMillis = (System.nanoTime() - t) / 1e6;
         storeOpened.complete(s);
+        preparedAtStart.complete(prepareAtStart(s));
       } else {
         storeOpened.complete(null);
+        preparedAtStart.complete(List.of());
       }
     } catch (Throwable e) {
       storeOpened.completeExceptionally(e);
+      preparedAtStart.complete(List.of());
       cpuWarm.complete(null);
       return;
     }
@@ -280,6 +303,32 @@ public final class WorkerMain {
       cpuWarmupMillis = (System.nanoTime() - t) / 1e6;
       cpuWarm.complete(null);
     }
+  }
+
+  /**
+   * Prepares {@link WorkerConfig#prepareAtStart()}'s images on the prepare thread, as a PREPARE would: the manifest
+   * read from {@code s} and parsed and the function's class loaded beside {@code cuInit} and the context, the rest
+   * (state, modules, kernels) once the context is made. An image that cannot be prepared is said on stderr and
+   * left out: the parent prepares it later, or sends it whole.
+   */
+  private List<Prepared> prepareAtStart(RocksChunkStore s) {
+    long start = System.nanoTime();
+    List<Prepared> made = new ArrayList<>();
+    for (String tag : config.prepareAtStart()) {
+      try {
+        byte[] bytes = s.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
+        ImageManifest manifest = ImageManifest.read(bytes);
+        RestorePlan plan = RestorePlan.of(manifest);
+        Class.forName(manifest.function().className(), true, WorkerMain.class.getClassLoader());
+        GpuContext c = contextMade.join();
+        PreparedRestore restore = new OnDemandRestorer(s).prepare(plan, c, RestoreSource.STORE_ONLY);
+        made.add(new Prepared(PreparedImage.keyOf(tag, bytes), tag, bytes, restore, new byte[0], null, s));
+      } catch (Exception | LinkageError e) {
+        System.err.println("worker " + pid + ": '" + tag + "' not prepared at start: " + e);
+      }
+    }
+    prepareAtStartMillis = (System.nanoTime() - start) / 1e6;
+    return made;
   }
 
   /**
@@ -324,7 +373,10 @@ public final class WorkerMain {
       whole = WorkerWarmup.image(context, resources, store, config.warmupImage(), this::requestWaiting);
       t = phase(phases, "warmupImage", t);
     }
-    // The CPU warm-up on the prepare thread ends by now, or at once when a request is waiting.
+    if (requested) {
+      // The CPU warm-up on the prepare thread stops at its next step; the request does not wait for that.
+      return false;
+    }
     cpuWarm.join();
     phases.put("cpuWarmup", cpuWarmupMillis);
     return whole && !preparesThenRequestWaiting();
@@ -444,6 +496,9 @@ public final class WorkerMain {
   private Frame read() {
     while (true) {
       Frame f = readFrame();
+      if (f.type() == FrameType.BECOME) {
+        becomeRead = System.nanoTime();
+      }
       if (f.type() != FrameType.PREPARE) {
         // Preparing an image is ahead-of-time work: it runs at a warm-up's safe points and does not stop it.
         requested = true;
@@ -491,7 +546,8 @@ public final class WorkerMain {
       return;
     }
     if (restoring && reply.type() == FrameType.RESULT) {
-      became = new Became(taken, reply.head());
+      // Its phases begin when it was read (the first one, queued, is the wait to be taken up).
+      became = new Became(becomeRead != 0 ? becomeRead : taken, reply.head());
     }
     send(reply);
     if (restoring && state == State.READY) {
@@ -585,6 +641,9 @@ public final class WorkerMain {
     }
     String name = f.head().path("name").asText("image");
     long start = System.nanoTime();
+    // From stdin to here: the work before it, or the warm-up finding a safe point to stop at.
+    long read = becomeRead;
+    double queued = read == 0 ? 0 : Math.max(0, (start - read) / 1e6);
     byte[] body = f.body();
     String key = f.head().path("prepared").asText("");
     Prepared ready = key.isEmpty() ? null : prepared.remove(key);
@@ -598,6 +657,7 @@ public final class WorkerMain {
     byte[] manifestBody = ready != null ? null : manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
     ImageManifest manifest = ready != null ? ready.restore().plan().manifest() : ImageManifest.read(manifestBody);
     Map<String, Double> phases = new LinkedHashMap<>();
+    phases.put("queued", queued);
     long t = phase(phases, ready != null ? "prepared" : "manifest", start);
     JsonNode source = f.head().path("source");
     RestoreSource tiers = RestoreSource.STORE_ONLY;
@@ -675,7 +735,7 @@ public final class WorkerMain {
     }
     restored = restore;
     state = State.READY;
-    phases.put("total", (System.nanoTime() - start) / 1e6);
+    phases.put("total", queued + (System.nanoTime() - start) / 1e6);
     int id = f.id();
     restore.resident().whenComplete((ok, failure) -> resident(id, restore, start, failure));
     ObjectNode h = FrameCodec.head();
@@ -766,7 +826,7 @@ public final class WorkerMain {
   }
 
   /**
-   * The restore's timeline (TRACE), time zero when this thread took the BECOME: a row of the BECOME's phases, laid
+   * The restore's timeline (TRACE), time zero when the BECOME was read off stdin: a row of the BECOME's phases, laid
    * end to end as its answer reported them, with the moment the last byte landed, then the restore's own rows
    * ({@code RestoreTrace}: host phases, copies on the restore stream, the first launch), copy spans capped at
    * {@code maxSpans}. Its events have all completed once the restore is resident and no request runs, as here.

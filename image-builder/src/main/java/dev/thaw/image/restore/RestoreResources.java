@@ -48,7 +48,9 @@ public final class RestoreResources implements AutoCloseable {
       made.add(stream);
       this.secondStream = context.createStream();
       made.add(secondStream);
-      this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes);
+      // One staging buffer now, the others on a thread of their own: the owner (a pool worker) says READY without
+      // waiting for every page of its staging to be pinned; a first restore that outruns them waits slot by slot.
+      this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes, 1);
       made.add(staging);
       this.uploadArena = context.allocatePinned(uploadArenaBytes);
       made.add(uploadArena);

@@ -8,6 +8,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.server.ServeException;
 import io.vertx.core.Context;
 import io.vertx.core.Vertx;
@@ -129,6 +130,12 @@ final class Http {
       // good and the worker is discarded; instances of other functions run in other processes and never see it.
       return new ServeException(502, "device_fault", "the function faulted the GPU with a sticky CUDA error; its "
           + "worker (pid " + w.pid() + ") is discarded and the next request starts a fresh one: " + w.detail());
+    }
+    if (CudaException.stickyIn(t) != null) {
+      // In this process (instances in process): CUDA here is unusable until the process ends; liveness says so.
+      return new ServeException(502, "device_fault", "the function faulted the GPU with a sticky CUDA error, which "
+          + "leaves CUDA in this server's process unusable: the server reports not live (/v2/health/live 503) until "
+          + "it is restarted: " + t.getMessage());
     }
     if (t instanceof dev.thaw.pool.WorkerException w && w.workerLost()) {
       return new ServeException(502, "instance_lost", "the instance's worker was lost (" + w.kind() + "): "

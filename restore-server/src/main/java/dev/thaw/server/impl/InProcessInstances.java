@@ -16,9 +16,11 @@ import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.server.ServeException;
 import dev.thaw.server.StartupTimeline;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
@@ -31,6 +33,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.CompletableFuture;
 import java.util.function.Supplier;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Instances in this process: each a fresh context on the driver with the image restored into it, on demand by
@@ -38,9 +42,14 @@ import java.util.function.Supplier;
  * the device for what it may touch) or fully by {@link ImageRestorer}. Right for the simulated device, for
  * {@code thaw demo} and for one tenant; every instance shares the process's address space, so images whose
  * recorded addresses overlap cannot be resident together (the server evicts or refuses), and a device fault takes
- * the context with it (the instance turns unhealthy and is evicted).
+ * the context with it (the instance turns unhealthy and is evicted). A sticky CUDA error (an illegal address) leaves
+ * CUDA unusable in the whole process: from then on every instance is unhealthy, nothing starts or runs (503
+ * {@code device_fault}) and the factory says it is {@link #poisoned()}, which fails the server's liveness so that
+ * its supervisor (the kubelet) restarts it. Worker processes ({@link PoolInstances}) contain such a fault instead.
  */
 public final class InProcessInstances implements InstanceFactory {
+
+  private static final Logger LOG = LoggerFactory.getLogger("dev.thaw.server.instances");
 
   /** How an instance gets its image's bytes. */
   public enum Restore {
@@ -58,6 +67,8 @@ public final class InProcessInstances implements InstanceFactory {
   /** A context (and its restore resources) made ahead of the first start, taken by it; null when none. */
   private volatile Prepared prepared;
   private volatile StartupTimeline timeline;
+  /** Why CUDA in this process is unusable (the first sticky error), or null. */
+  private final AtomicReference<String> poisoned;
 
   /**
    * A context and restore resources being made on a thread of their own ({@link #prepareContext}), for the first
@@ -103,6 +114,12 @@ public final class InProcessInstances implements InstanceFactory {
   }
 
   private InProcessInstances(GpuDriver driver, ChunkStore store, Supplier<GpuDriver> ownDriver, Restore restore) {
+    this(driver, store, ownDriver, restore, new AtomicReference<>());
+  }
+
+  private InProcessInstances(GpuDriver driver, ChunkStore store, Supplier<GpuDriver> ownDriver, Restore restore,
+      AtomicReference<String> poisoned) {
+    this.poisoned = poisoned;
     this.driver = driver;
     this.store = store;
     this.ownDriver = ownDriver;
@@ -225,7 +242,7 @@ public final class InProcessInstances implements InstanceFactory {
 
   /** The same instances, restored {@code how}. */
   public InProcessInstances restoring(Restore how) {
-    return new InProcessInstances(driver, store, ownDriver, how);
+    return new InProcessInstances(driver, store, ownDriver, how, poisoned);
   }
 
   /**
@@ -253,7 +270,30 @@ public final class InProcessInstances implements InstanceFactory {
   }
 
   @Override
+  public String poisoned() {
+    return poisoned.get();
+  }
+
+  /** Records the first sticky CUDA error in {@code failure}, if any: this process's CUDA is unusable from now on. */
+  private void poisonIfSticky(Throwable failure) {
+    CudaException sticky = CudaException.stickyIn(failure);
+    if (sticky != null && poisoned.compareAndSet(null, "a sticky CUDA error (" + sticky.errorName()
+        + ") left CUDA in this process unusable: " + sticky.getMessage())) {
+      LOG.error("{}; the server reports not live until it is restarted", poisoned.get());
+    }
+  }
+
+  /** @throws ServeException 503 {@code device_fault} once the process's CUDA is unusable */
+  private void checkNotPoisoned() {
+    String why = poisoned.get();
+    if (why != null) {
+      throw new ServeException(503, "device_fault", why + "; the server must be restarted");
+    }
+  }
+
+  @Override
   public FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) {
+    checkNotPoisoned();
     List<AutoCloseable> owned = new ArrayList<>();
     try {
       long t = System.nanoTime();
@@ -282,13 +322,14 @@ public final class InProcessInstances implements InstanceFactory {
         RestoreTimings r = f.timings();
         StartPhases phases = new StartPhases(acquireMs, r.openMillis() + r.mapMillis() + r.modulesMillis(),
             r.copyMillis() + r.stateMillis(), r.bytes(), "store");
-        return new Instance(f, null, phases, device, owned);
+        return new Instance(this, f, null, phases, device, owned);
       }
       RestoreResources resources = RestoreResources.create(context);
       owned.add(resources);
       double acquireMs = (System.nanoTime() - t) / 1e6;
       return onDemand(tag, manifest, device, context, resources, acquireMs, owned);
     } catch (RuntimeException | Error e) {
+      poisonIfSticky(e);
       closeAll(owned, e);
       throw e;
     }
@@ -336,7 +377,7 @@ public final class InProcessInstances implements InstanceFactory {
       p.put("restore", (System.nanoTime() - restoreStart) / 1e6);
       t.instanceStarted(null, p);
     }
-    return new Instance(r.function(), new OnDemand(r, restoreStart), phases, device, owned);
+    return new Instance(this, r.function(), new OnDemand(r, restoreStart), phases, device, owned);
   }
 
   @Override
@@ -365,6 +406,7 @@ public final class InProcessInstances implements InstanceFactory {
   private record OnDemand(OnDemandRestore restore, long startNanos) {}
 
   private static final class Instance implements FunctionInstance {
+    private final InProcessInstances factory;
     private final RestoredFunction<?> function;
     private final OnDemand onDemand;
     private final StartPhases phases;
@@ -375,8 +417,9 @@ public final class InProcessInstances implements InstanceFactory {
     private boolean invoked;
     private volatile boolean healthy = true;
 
-    Instance(RestoredFunction<?> function, OnDemand onDemand, StartPhases phases, int device,
-        List<AutoCloseable> owned) {
+    Instance(InProcessInstances factory, RestoredFunction<?> function, OnDemand onDemand, StartPhases phases,
+        int device, List<AutoCloseable> owned) {
+      this.factory = factory;
       this.function = function;
       this.onDemand = onDemand;
       this.phases = phases;
@@ -399,6 +442,7 @@ public final class InProcessInstances implements InstanceFactory {
 
     @Override
     public FunctionResponse invokeBlocking(FunctionRequest request) throws Exception {
+      factory.checkNotPoisoned();
       try {
         return function.invoke(request);
       } catch (InvalidRequestException e) {
@@ -407,6 +451,7 @@ public final class InProcessInstances implements InstanceFactory {
         // The function promises to leave the device fit after refusing a request, not after anything else: a
         // fault may have poisoned the context, so this instance serves no more.
         healthy = false;
+        factory.poisonIfSticky(e);
         throw e;
       } finally {
         if (onDemand != null && !invoked) {
@@ -436,7 +481,7 @@ public final class InProcessInstances implements InstanceFactory {
 
     @Override
     public boolean healthy() {
-      return healthy && !closed;
+      return healthy && !closed && factory.poisoned() == null;
     }
 
     @Override

@@ -37,7 +37,11 @@ final class KServeApi {
   }
 
   void routes(Router router) {
-    router.get("/v2/health/live").handler(ctx -> Http.sendJson(ctx, 200, Http.object().put("live", true)));
+    router.get("/v2/health/live").handler(ctx -> {
+      String poisoned = scheduler.poisoned();
+      Http.sendJson(ctx, poisoned == null ? 200 : 503, poisoned == null ? Http.object().put("live", true)
+          : Http.object().put("live", false).put("reason", poisoned));
+    });
     router.get("/v2/health/ready").handler(ctx -> {
       boolean ready = scheduler.ready();
       Http.sendJson(ctx, ready ? 200 : 503, Http.object().put("ready", ready));

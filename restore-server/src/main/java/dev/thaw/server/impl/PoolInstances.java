@@ -50,6 +50,7 @@ import dev.thaw.server.spi.StartPhases;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -265,8 +266,7 @@ public final class PoolInstances implements InstanceFactory {
     if (bytes.isEmpty()) {
       return;
     }
-    PreparedImage image = new PreparedImage(tag + "@" + Digest.of(java.nio.ByteBuffer.wrap(bytes.get())), tag,
-        bytes.get(), placement);
+    PreparedImage image = new PreparedImage(PreparedImage.keyOf(tag, bytes.get()), tag, bytes.get(), placement);
     prepared.put(tag, new Ready(manifest, image));
     pool.prepare(image);
   }
@@ -411,7 +411,10 @@ public final class PoolInstances implements InstanceFactory {
       BecomeResult b = image != null ? worker.becomeBlocking(image, source) : worker.becomeBlocking(tag, bytes, source);
       StartupTimeline timeline = this.timeline;
       if (timeline != null) {
-        timeline.instanceStarted(worker.start(), b.phases());
+        Map<String, Double> phases = new LinkedHashMap<>();
+        phases.put("prepare wait", b.prepareWaitMillis());
+        phases.putAll(b.phases());
+        timeline.instanceStarted(worker.start(), phases);
       }
       Map<String, Double> p = b.phases();
       // From the store the copy is "copy + verify"; from the host cache, "copy" (its bytes were verified on entry).
@@ -424,9 +427,9 @@ public final class PoolInstances implements InstanceFactory {
         case "cache" -> "host-cache";
         default -> "store";
       };
-      LOG.info("{}: cold start on worker {} (device {}), {}{}: BECOME {} ms round trip; in the worker {}", tag,
-          worker.pid(), device, from, image != null ? ", prepared" : "", String.format("%.2f", b.roundTripMillis()),
-          phasesLine(p));
+      LOG.info("{}: cold start on worker {} (device {}), {}{}: BECOME {} ms round trip ({} ms of it waiting for its "
+          + "PREPARE); in the worker {}", tag, worker.pid(), device, from, image != null ? ", prepared" : "",
+          String.format("%.2f", b.roundTripMillis()), String.format("%.2f", b.prepareWaitMillis()), phasesLine(p));
       return new Instance(worker, new StartPhases(acquireMs, mapMs, restoreMs, b.bytes(), from), tag,
           lease == null ? null : tier);
     } catch (WorkerOutOfMemoryException e) {

@@ -148,7 +148,13 @@ public final class Scheduler implements AutoCloseable {
   /** True when the function exists and a request to it can be served: an instance is up, or one fits. */
   public synchronized boolean ready(String name) {
     Deployment d = deployments.get(name);
-    return d != null && !draining && (d.liveCount() > 0 || fits(d.image) && factory.canStart());
+    return d != null && !draining && factory.poisoned() == null
+        && (d.liveCount() > 0 || fits(d.image) && factory.canStart());
+  }
+
+  /** Why the server can serve nothing until it restarts ({@link InstanceFactory#poisoned()}), or null: liveness. */
+  public String poisoned() {
+    return factory.poisoned();
   }
 
   /** True when every function is ready and the server is not draining. */

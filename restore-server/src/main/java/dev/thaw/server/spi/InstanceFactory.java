@@ -46,13 +46,13 @@ public interface InstanceFactory extends AutoCloseable {
    */
   default void prepare(String tag, ImageManifest manifest) {}
 
+  /** Registers the factory's own gauges (e.g. its worker pool's sizes) with the server's metrics. */
+  default void bindMetrics(io.micrometer.core.instrument.MeterRegistry registry) {}
+
   /**
    * Where the factory holds image {@code tag} now, for {@code GET /v1/functions/{name}} ({@code "image"}), or null
    * when it holds nothing of its own. Fast: the server calls it under its lock.
    */
-  /** Registers the factory's own gauges (e.g. its worker pool's sizes) with the server's metrics. */
-  default void bindMetrics(io.micrometer.core.instrument.MeterRegistry registry) {}
-
   default JsonNode imageState(String tag) {
     return null;
   }
@@ -65,6 +65,15 @@ public interface InstanceFactory extends AutoCloseable {
    */
   default long residentBytes(String tag, int device) {
     return 0;
+  }
+
+  /**
+   * Why this factory can start and run nothing any more, or null while it can: instances in the server's own process
+   * after a sticky CUDA error (an illegal address: CUDA in the process is unusable until it ends). The server then
+   * fails liveness ({@code /v2/health/live} 503), so that its supervisor restarts it. Fast: any thread calls it.
+   */
+  default String poisoned() {
+    return null;
   }
 
   /** Releases what the factory holds (idle workers, contexts). Instances it made are closed by the server first. */
