@@ -6,14 +6,17 @@
 # its own; overhead = round trip - anchor p50. Server-Timing's `server` (request in to response out, inside the
 # server) and `function` (the function's own invoke where it ran) split the round trip into client + loopback,
 # server, and function. Each run is a fresh JVM, warmed up until the JIT compiled the server's path.
-#   mlp          the MLP of server-run.sh (3000 warm-up, 2000 timed)
-#   gpt2-large   8 new tokens per request (~23 ms), timed after 2000 warm-up requests of 1 new token (a few hundred
+# A method the server calls once per request reaches C2 after ~5000 calls, so each run warms up past that first.
+#   mlp          the MLP of server-run.sh (6000 warm-up, 2000 timed)
+#   gpt2-large   8 new tokens per request (~23 ms), timed after 5000 warm-up requests of 1 new token (a few hundred
 #                8-token requests, as wave 3 batch E ran, leave the server's path in C1's profiled code)
 #   wait         the wait function (a kernel that waits N us) at N = 100, 1000, 4000, 10000, 22000: does the server's
-#                cost grow with the invoke's length? (5000 warm-up at N = 0)
-#   wait-spin    the same, pooled only, with a client that polls for its response instead of sleeping in read():
-#                round trip - server with and without it is the client's own wake-up after a long wait
-# About 3.5 minutes in all.
+#                cost grow with the invoke's length? (10000 warm-up at N = 0)
+#   wait-spin    N = 100 and 22000, pooled only, with a client that polls for its response instead of sleeping in
+#                read(): round trip - server with and without it is the client's own wake-up after a long wait
+# Each timed series also says, per thread of the server's process and of its worker, the CPU time, the time spent
+# runnable but waiting for a core, and the wake-ups per request (from /proc).
+# About 3.5 minutes in all (at most 60 + 150 + 70 + 30 s).
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/overhead-run.sh <unpacked thaw dir>
 # Writes $OUT/overhead.txt (summaries and log), one JSON per run, and GPT-2's GC logs (gc-gpt2-*.log: the server's
 # process, each worker). Exits non-zero on failure.
@@ -43,14 +46,14 @@ run() {
   timeout "$limit" "$java" ${BENCH_JVM:-} -cp "$cp" dev.thaw.bench.server.ServerOverhead --out "$OUT/$name.json" "$@" \
       >> "$log" 2>&1 || { echo "FAILED: $name (exit $?)" >> "$log"; status=1; }
 }
-run mlp 80 --requests 2000 --warmup 3000
+run mlp 60 --requests 2000 --warmup 6000
 # GC logs of the server's process and of its workers (does a collection land inside the measured requests?)
-BENCH_JVM="-Xlog:gc:file=$OUT/gc-gpt2-server.log" run gpt2-large 120 --function dev.thaw.examples.gpt2.Gpt2Function \
+BENCH_JVM="-Xlog:gc:file=$OUT/gc-gpt2-server.log" run gpt2-large 150 --function dev.thaw.examples.gpt2.Gpt2Function \
     --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --request "$root/gpt.json" \
-    --warmup-request "$root/gpt-warm.json" --requests 200 --warmup 2000 \
+    --warmup-request "$root/gpt-warm.json" --requests 200 --warmup 5000 \
     --worker-jvm "-XX:+UseSerialGC -Xmx2g -Xlog:gc:file=$OUT/gc-gpt2-worker-%p.log"
-run wait 80 --wait-micros 100,1000,4000,10000,22000 --requests 2000 --warmup 5000
-run wait-spin 50 --wait-micros 100,4000,22000 --requests 2000 --warmup 5000 --instances pool --spin-client
+run wait 70 --wait-micros 100,1000,4000,10000,22000 --requests 2000 --warmup 10000
+run wait-spin 30 --wait-micros 100,22000 --requests 2000 --warmup 10000 --instances pool --spin-client
 
 python3 - "$OUT" <<'PY' | tee -a "$log" || status=1
 import json, sys, os
@@ -69,6 +72,9 @@ def show(label, r):
               s["roundTripMicros"]["p50"] - st["server"]["p50"],
               st["server"]["p50"], st["invoke"]["p50"], st["function"]["p50"], s["healthRoundTripMicros"]["p50"],
               s.get("firstWarmRoundTripMicros", {}).get("p50", -1)))
+        print("             threads per request (cpu us / waiting for a core us / wake-ups): " + " ".join(
+              "%s %.0f/%.0f/%.2f" % (t, u["cpuMicros"], u["runQueueMicros"], u["wakes"])
+              for t, u in s.get("threadsPerRequest", {}).items()))
 for name in ("mlp", "gpt2-large", "wait", "wait-spin"):
     path = os.path.join(out, name + ".json")
     if not os.path.exists(path):

@@ -55,6 +55,8 @@ import java.util.Map;
  *       {@code function}: the function's own invoke where it ran); and {@code GET /v2/health/live} on the same
  *       connection, the HTTP floor;
  *   <li>the anchor again, so that drift over the run shows.
+ *   <li>for each series of timed requests, what each thread of the process and of its workers did per request
+ *       ({@link ThreadUsage}: CPU, time waiting for a core, wake-ups).
  * </ol>
  *
  * <p>Overhead = round trip − anchor p50, per request. On the sim device the function's time is a simulated
@@ -98,6 +100,8 @@ public final class ServerOverhead {
   static final int MIN_STEP_REQUESTS = 100;
   /** Requests at a step's own length before its timed ones (the server's path is compiled by the common warm-up). */
   static final int STEP_WARMUP = 20;
+  /** Warm-up of the second anchor, in a process whose JIT has compiled the function already. */
+  static final int AFTER_WARMUP = 500;
 
   /** What one run measures. */
   record Options(String function, int requests, int warmup, List<String> instances, String config, byte[] request,
@@ -209,12 +213,13 @@ public final class ServerOverhead {
       result.put("simulated", driver.isSimulated());
       build(driver, storePath, o);
       try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
-        List<ObjectNode> anchors = anchor(driver, store, steps, o);
+        List<ObjectNode> anchors = anchor(driver, store, steps, o, o.warmup());
         Map<String, List<ObjectNode>> served = new LinkedHashMap<>();
         for (String kind : o.instances()) {
           served.put(kind, serve(kind, driver, store, storePath, steps, o));
         }
-        List<ObjectNode> after = anchor(driver, store, steps, o);
+        // The function's code is compiled by now: the second anchor needs only a fresh instance warmed.
+        List<ObjectNode> after = anchor(driver, store, steps, o, Math.min(o.warmup(), AFTER_WARMUP));
         ObjectNode stepsNode = steps.size() > 1 || !o.waitMicros().isEmpty() ? result.putObject("steps") : null;
         for (int i = 0; i < steps.size(); i++) {
           ObjectNode at = stepsNode == null ? result : stepsNode.putObject(steps.get(i).name());
@@ -249,13 +254,13 @@ public final class ServerOverhead {
    * The function's warm invoke in this process: an in-process instance, the requests already parsed; warmed with
    * the run's request, then each step in turn.
    */
-  private static List<ObjectNode> anchor(GpuDriver driver, RocksChunkStore store, List<Step> steps, Options o)
-      throws Exception {
+  private static List<ObjectNode> anchor(GpuDriver driver, RocksChunkStore store, List<Step> steps, Options o,
+      int warmup) throws Exception {
     ImageManifest manifest = Images.manifest(store, TAG);
     List<ObjectNode> anchors = new ArrayList<>();
     try (FunctionInstance instance = new InProcessInstances(driver, store).startBlocking(TAG, manifest, 0)) {
       FunctionRequest warm = FunctionRequest.of(JSON.readTree(o.warmupRequest()));
-      for (int i = 0; i < o.warmup(); i++) {
+      for (int i = 0; i < warmup; i++) {
         instance.invokeBlocking(warm);
       }
       for (Step step : steps) {
@@ -313,6 +318,7 @@ public final class ServerOverhead {
         }
         long[] rtt = new long[step.requests()];
         Map<String, long[]> timing = new LinkedHashMap<>();
+        ThreadUsage before = ThreadUsage.now();
         for (int i = 0; i < rtt.length; i++) {
           long t = System.nanoTime();
           KeepAliveClient.Response resp = client.post(path, "application/json", step.request());
@@ -325,6 +331,7 @@ public final class ServerOverhead {
             timing.computeIfAbsent(e.getKey(), k -> new long[rtt.length])[i] = Math.round(e.getValue() * 1e6);
           }
         }
+        ObjectNode threads = ThreadUsage.now().perRequestSince(before, rtt.length);
         ObjectNode r = JSON.createObjectNode();
         r.put("firstStart", first.header("Thaw-Start"));
         if (early.length > 0) {
@@ -334,6 +341,7 @@ public final class ServerOverhead {
         ObjectNode st = r.putObject("serverTimingMicros");
         timing.forEach((k, v) -> st.set(k, stats(v)));
         r.set("samples", samples(rtt, timing));
+        r.set("threadsPerRequest", threads);
         results.add(r);
       }
       long[] floor = new long[o.requests()];
@@ -460,6 +468,11 @@ public final class ServerOverhead {
       s.append(String.format(Locale.ROOT, " | GET health p50 %.1f us | first %d warm requests p50 %.1f us%n",
           v.at("/healthRoundTripMicros/p50").asDouble(), v.at("/firstWarmRoundTripMicros/count").asInt(),
           v.at("/firstWarmRoundTripMicros/p50").asDouble()));
+      s.append("  threads per request (cpu us / waiting for a core us / wake-ups):");
+      v.path("threadsPerRequest").fields().forEachRemaining(t -> s.append(String.format(Locale.ROOT,
+          " %s %.0f/%.0f/%.2f", t.getKey(), t.getValue().path("cpuMicros").asDouble(),
+          t.getValue().path("runQueueMicros").asDouble(), t.getValue().path("wakes").asDouble())));
+      s.append(String.format("%n"));
     });
   }
 

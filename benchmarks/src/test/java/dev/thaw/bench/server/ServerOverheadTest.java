@@ -37,6 +37,15 @@ class ServerOverheadTest {
           s.toString());
       assertTrue(s.has("overheadMicros") && s.has("serverMinusFunctionMicros"), s.toString());
       assertTrue(s.at("/serverMinusFunctionMicros/min").asDouble() >= 0, s.toString());
+      // The event loop (named by the kernel in 15 characters) woke for the requests and spent CPU on them; a pool's
+      // worker threads are counted apart.
+      JsonNode loop = s.path("threadsPerRequest").path("vert.x-eventloo");
+      assertTrue(loop.path("wakes").asDouble() > 0 && loop.path("cpuMicros").asDouble() > 0, s.toString());
+      boolean workerThreads = false;
+      for (var names = s.path("threadsPerRequest").fieldNames(); names.hasNext(); ) {
+        workerThreads |= names.next().startsWith("worker:");
+      }
+      assertEquals(kind.equals("pool"), workerThreads, s.path("threadsPerRequest").toString());
     }
     assertTrue(ServerOverhead.summary(r).contains("pool"), ServerOverhead.summary(r));
   }
