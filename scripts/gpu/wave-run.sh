@@ -8,6 +8,7 @@
 # calls on a warm machine when the tarball has not changed).
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
+mkdir -p "$OUT"
 default_limit=240
 if [[ ${1:-} == -t ]]; then default_limit=$2; shift 2; fi
 tarball=$(ls .device/thaw-*-linux-x86_64.tar.xz | grep -v thaw-tools | head -1)

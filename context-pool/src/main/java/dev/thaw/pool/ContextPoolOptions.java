@@ -36,7 +36,10 @@ public final class ContextPoolOptions {
   /** Concurrent starts per device: JVM start and cuInit are CPU-bound; a burst of them slows every one. */
   public static final int DEFAULT_MAX_STARTING = 2;
 
-  private static final ObjectMapper JSON = new ObjectMapper();
+  /** Made at first use of the JSON form: a pool made from code on a server's way to its first worker loads no Jackson. */
+  private static final class Json {
+    static final ObjectMapper MAPPER = new ObjectMapper();
+  }
 
   @JsonProperty private List<Integer> devices = DEFAULT_DEVICES;
   @JsonProperty private int idleTarget = DEFAULT_IDLE_TARGET;
@@ -64,17 +67,17 @@ public final class ContextPoolOptions {
 
   public ContextPoolOptions() {}
 
-  public ContextPoolOptions(ContextPoolOptions other) {
-    ContextPoolOptions o = read(other.toJson());
-    devices = o.devices;
+  /** A copy (every value was checked when it was set). */
+  public ContextPoolOptions(ContextPoolOptions o) {
+    devices = new ArrayList<>(o.devices);
     idleTarget = o.idleTarget;
     maxWorkers = o.maxWorkers;
     maxStarting = o.maxStarting;
     deviceChoice = o.deviceChoice;
     javaCommand = o.javaCommand;
     classPath = o.classPath;
-    jvmOptions = o.jvmOptions;
-    environment = o.environment;
+    jvmOptions = new ArrayList<>(o.jvmOptions);
+    environment = new LinkedHashMap<>(o.environment);
     storePath = o.storePath;
     hostCachePath = o.hostCachePath;
     awaitResident = o.awaitResident;
@@ -376,7 +379,7 @@ public final class ContextPoolOptions {
   }
 
   public ObjectNode toJson() {
-    return JSON.valueToTree(this);
+    return Json.MAPPER.valueToTree(this);
   }
 
   /** Options from their JSON form; absent fields keep their defaults, and every value is checked. */
@@ -387,7 +390,7 @@ public final class ContextPoolOptions {
   private static ContextPoolOptions read(JsonNode json) {
     ContextPoolOptions o;
     try {
-      o = JSON.treeToValue(json, ContextPoolOptions.class);
+      o = Json.MAPPER.treeToValue(json, ContextPoolOptions.class);
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("context pool options: " + e.getOriginalMessage(), e);
     }

@@ -122,6 +122,11 @@ public final class StagingRing implements AutoCloseable {
     return buffers.size();
   }
 
+  /** Completes once every buffer is made, or one could not be (then at once for {@link #allocate} all now). */
+  public CompletableFuture<Void> allocated() {
+    return allocated.copy();
+  }
+
   /** Bytes of each buffer. */
   public long bytes() {
     return bytes;

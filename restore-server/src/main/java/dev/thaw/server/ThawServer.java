@@ -26,6 +26,7 @@ import java.util.ArrayList;
 import java.util.Base64;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -56,6 +57,7 @@ public final class ThawServer implements AutoCloseable {
   private int invokePort = ServerOptions.NO_INVOKE_PORT;
   private boolean closed;
   private StartupTimeline timeline;
+  private CompletableFuture<String> httpWarmup = CompletableFuture.completedFuture("not run");
 
   private ThawServer(ServerOptions options, InstanceFactory factory, String adminToken, Path adminTokenFile,
       Vertx vertx) {
@@ -127,6 +129,10 @@ public final class ThawServer implements AutoCloseable {
         server.invokePort = server.listen(endpoints.invokeOnly(server.vertx), options.invokePort());
       }
       mark(timeline, "listening");
+      String host = options.host().equals("0.0.0.0") || options.host().equals("::") ? "127.0.0.1" : options.host();
+      server.httpWarmup = endpoints.warmUp(host,
+          options.invokePort() == ServerOptions.NO_INVOKE_PORT ? server.port : server.invokePort);
+      server.httpWarmup.thenRun(() -> mark(timeline, "http warmed"));
       return server;
     } catch (RuntimeException | Error e) {
       server.close();
@@ -138,6 +144,14 @@ public final class ThawServer implements AutoCloseable {
     if (timeline != null) {
       timeline.mark(event);
     }
+  }
+
+  /**
+   * The server's warm-up of its own HTTP path, sent once it listens (a health check and an invoke of an unknown
+   * function, left out of the request log): completes with their statuses, e.g. {@code "200 404"}.
+   */
+  public CompletableFuture<String> httpWarmup() {
+    return httpWarmup;
   }
 
   /** The timeline this server was started with, or null. */

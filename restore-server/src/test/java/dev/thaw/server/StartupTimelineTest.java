@@ -55,4 +55,15 @@ class StartupTimelineTest {
     // The process began before the JVM's uptime clock started, never after it.
     assertTrue(now >= up - 20, "now " + now + " ms since process start, JVM uptime " + up + " ms");
   }
+
+  @Test
+  void theProcessStartComesFromTheKernelsCountSinceBootNotTheWholeSecondBootTime() {
+    org.junit.jupiter.api.Assumptions.assumeTrue(java.nio.file.Files.isReadable(java.nio.file.Path.of("/proc/self/stat")),
+        "no /proc here: the timeline falls back to ProcessHandle's start instant");
+    long jvmUptimeNanos = java.lang.management.ManagementFactory.getRuntimeMXBean().getUptime() * 1_000_000L;
+    long ago = StartupTimeline.sinceBootAgo().orElseThrow();
+    // The process began before the JVM's own clock (to within two clock ticks of 10 ms), and not long before it.
+    assertTrue(ago >= jvmUptimeNanos - 20_000_000L, "process age " + ago + " ns, JVM uptime " + jvmUptimeNanos);
+    assertTrue(ago <= jvmUptimeNanos + 60_000_000_000L, "process age " + ago + " ns, JVM uptime " + jvmUptimeNanos);
+  }
 }

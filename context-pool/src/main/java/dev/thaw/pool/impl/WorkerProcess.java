@@ -72,7 +72,10 @@ final class WorkerProcess implements Worker {
     void returned(WorkerProcess w);
   }
 
-  private static final ObjectMapper JSON = FrameCodec.json();
+  /** Loaded at first use, after the spawn: a server's first worker starts before Jackson has loaded anywhere. */
+  private static final class Json {
+    static final ObjectMapper MAPPER = FrameCodec.json();
+  }
   private static final Duration STATUS_TIMEOUT = Duration.ofSeconds(10);
   private static final int LOG_TAIL_BYTES = 2000;
   /**
@@ -400,7 +403,7 @@ final class WorkerProcess implements Worker {
       boolean shared = now >= sent && now <= received;
       long shift = shared ? 0 : sent + (received - sent) / 2 - now;
       try {
-        JsonNode trace = JSON.readTree(f.body());
+        JsonNode trace = Json.MAPPER.readTree(f.body());
         double error = shared ? 0 : (received - sent) / 2e3;
         if (!shared && trace.path("traceEvents").isArray()) {
           ((com.fasterxml.jackson.databind.node.ArrayNode) trace.get("traceEvents")).addObject()

@@ -27,7 +27,10 @@ public record WorkerConfig(String device, int ordinal, String storePath, int war
     String hostCache, int maxFrameBytes, long parentPid, long spawnNanos, boolean warmupAfterReady,
     List<String> prepareAtStart) {
 
-  private static final ObjectMapper JSON = new ObjectMapper();
+  /** Only the worker reads the JSON form: the parent writes it without loading Jackson. */
+  private static final class Json {
+    static final ObjectMapper MAPPER = new ObjectMapper();
+  }
 
   public WorkerConfig {
     prepareAtStart = prepareAtStart == null ? List.of() : List.copyOf(prepareAtStart);
@@ -40,17 +43,53 @@ public record WorkerConfig(String device, int ordinal, String storePath, int war
         false, List.of());
   }
 
+  /**
+   * The JSON form {@link #fromJson} reads, written by hand: the parent spawns its first worker before anything else
+   * in it has loaded Jackson (on an H200 host that is ~100 ms on the way to a scale-from-zero's first worker).
+   */
   public String toJson() {
-    try {
-      return JSON.writeValueAsString(this);
-    } catch (JsonProcessingException e) {
-      throw new IllegalStateException(e);
+    StringBuilder b = new StringBuilder(256).append('{');
+    field(b, "device", device).append(',');
+    b.append("\"ordinal\":").append(ordinal).append(',');
+    field(b, "storePath", storePath).append(',');
+    b.append("\"warmupLaunches\":").append(warmupLaunches).append(',');
+    field(b, "warmupImage", warmupImage).append(',');
+    field(b, "hostCache", hostCache).append(',');
+    b.append("\"maxFrameBytes\":").append(maxFrameBytes).append(',');
+    b.append("\"parentPid\":").append(parentPid).append(',');
+    b.append("\"spawnNanos\":").append(spawnNanos).append(',');
+    b.append("\"warmupAfterReady\":").append(warmupAfterReady).append(',');
+    b.append("\"prepareAtStart\":[");
+    for (int i = 0; i < prepareAtStart.size(); i++) {
+      string(b.append(i == 0 ? "" : ","), prepareAtStart.get(i));
     }
+    return b.append("]}").toString();
+  }
+
+  private static StringBuilder field(StringBuilder b, String name, String value) {
+    b.append('"').append(name).append("\":");
+    return value == null ? b.append("null") : string(b, value);
+  }
+
+  /** {@code s} as a JSON string: quotes, backslashes and control characters escaped. */
+  private static StringBuilder string(StringBuilder b, String s) {
+    b.append('"');
+    for (int i = 0; i < s.length(); i++) {
+      char c = s.charAt(i);
+      if (c == '"' || c == '\\') {
+        b.append('\\').append(c);
+      } else if (c < 0x20) {
+        b.append(String.format("\\u%04x", (int) c));
+      } else {
+        b.append(c);
+      }
+    }
+    return b.append('"');
   }
 
   public static WorkerConfig fromJson(String json) {
     try {
-      return JSON.readValue(json, WorkerConfig.class);
+      return Json.MAPPER.readValue(json, WorkerConfig.class);
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("worker config: " + e.getOriginalMessage(), e);
     }

@@ -8,7 +8,9 @@ import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -26,6 +28,8 @@ public final class RestoreResources implements AutoCloseable {
   public static final long DEFAULT_UPLOAD_ARENA_BYTES = 1L << 20;
   /** Events made up front: a restore takes one per run of copies (at most one per allocation; GPT-2-large has 518). */
   public static final int DEFAULT_EVENTS = 1024;
+  /** Events made before {@link #create} returns; the rest are made behind it. */
+  static final int EVENTS_AHEAD = 64;
 
   private final GpuContext context;
   private final GpuStream stream;
@@ -36,6 +40,10 @@ public final class RestoreResources implements AutoCloseable {
   private final PinnedBuffer uploadArena;
   private final ExecutorService pump;
   private final ExecutorService readers;
+  /** What making each part took, in milliseconds, in order: where a worker's {@code restoreResources} phase went. */
+  private final Map<String, Double> creationMillis = new LinkedHashMap<>();
+  /** Completes once the events made behind the constructor are made (or it stopped). */
+  private final java.util.concurrent.CompletableFuture<Void> eventsMade = new java.util.concurrent.CompletableFuture<>();
   private final AtomicBoolean lent = new AtomicBoolean();
   private final AtomicBoolean closed = new AtomicBoolean();
 
@@ -44,22 +52,29 @@ public final class RestoreResources implements AutoCloseable {
     this.context = context;
     List<AutoCloseable> made = new ArrayList<>();
     try {
+      long t = System.nanoTime();
       this.stream = context.createStream();
       made.add(stream);
       this.secondStream = context.createStream();
       made.add(secondStream);
+      t = part("streams", t);
       // One staging buffer now, the others on a thread of their own: the owner (a pool worker) says READY without
       // waiting for every page of its staging to be pinned; a first restore that outruns them waits slot by slot.
       this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes, 1);
       made.add(staging);
+      t = part("staging", t);
       this.uploadArena = context.allocatePinned(uploadArenaBytes);
       made.add(uploadArena);
-      for (int i = 0; i < events; i++) {
+      t = part("upload arena", t);
+      // A few events now, the others behind on a thread of their own: on the H200 each cuEventCreate took ~0.1 ms,
+      // 1024 of them 107-146 ms of a worker's way to READY. A restore that finds none left makes its own.
+      for (int i = 0; i < Math.min(events, EVENTS_AHEAD); i++) {
         GpuEvent e = context.createEvent(true);
         made.add(e);
         allEvents.add(e);
         this.events.add(e);
       }
+      part("events", t);
     } catch (RuntimeException e) {
       for (int i = made.size() - 1; i >= 0; i--) {
         try {
@@ -72,6 +87,30 @@ public final class RestoreResources implements AutoCloseable {
     }
     this.pump = Executors.newSingleThreadExecutor(daemon("thaw-restore"));
     this.readers = Executors.newFixedThreadPool(readThreads, daemon("thaw-restore-read"));
+    if (events > EVENTS_AHEAD) {
+      Thread behind = new Thread(() -> makeEvents(events - EVENTS_AHEAD), "thaw-restore-events");
+      behind.setDaemon(true);
+      behind.start();
+    } else {
+      eventsMade.complete(null);
+    }
+  }
+
+  /** Adds {@code count} events to the pool, one at a time, until done or closed. */
+  private void makeEvents(int count) {
+    try {
+      for (int i = 0; i < count && !closed.get(); i++) {
+        GpuEvent e = context.createEvent(true);
+        synchronized (this) {
+          allEvents.add(e);
+          events.add(e);
+        }
+      }
+    } catch (RuntimeException e) {
+      // A restore that finds the pool empty makes its own events (and fails with the reason if it cannot).
+    } finally {
+      eventsMade.complete(null);
+    }
   }
 
   /** Defaults: {@link Staging}'s buffers and threads, a 1 MiB upload arena, 1024 events. */
@@ -97,6 +136,21 @@ public final class RestoreResources implements AutoCloseable {
 
   public GpuContext context() {
     return context;
+  }
+
+  /**
+   * Milliseconds each part took to make, in order ({@code streams}, {@code staging} — its first buffer; the others
+   * are pinned behind, see {@link StagingRing#allocate(GpuContext, int, long, int)} — {@code upload arena},
+   * {@code events} — the first {@value #EVENTS_AHEAD}; the others are made behind).
+   */
+  public Map<String, Double> creationMillis() {
+    return java.util.Collections.unmodifiableMap(new LinkedHashMap<>(creationMillis));
+  }
+
+  private long part(String name, long since) {
+    long now = System.nanoTime();
+    creationMillis.put(name, (now - since) / 1e6);
+    return now;
   }
 
   GpuStream stream() {
@@ -135,6 +189,16 @@ public final class RestoreResources implements AutoCloseable {
     return e;
   }
 
+  /** Completes once every event of the pool is made (the first few are made at once, the others behind). */
+  java.util.concurrent.CompletableFuture<Void> eventsMade() {
+    return eventsMade.copy();
+  }
+
+  /** Events in the pool now, for tests. */
+  synchronized int pooledEvents() {
+    return events.size();
+  }
+
   synchronized void giveBack(List<GpuEvent> used) {
     events.addAll(used);
   }
@@ -160,7 +224,11 @@ public final class RestoreResources implements AutoCloseable {
     }
     pump.shutdownNow();
     readers.shutdownNow();
-    List<AutoCloseable> all = new ArrayList<>(allEvents);
+    eventsMade.join();
+    List<AutoCloseable> all;
+    synchronized (this) {
+      all = new ArrayList<>(allEvents);
+    }
     all.add(staging);
     all.add(uploadArena);
     all.add(secondStream);

@@ -33,6 +33,7 @@ public final class Endpoints implements AutoCloseable {
   private final CompletionsApi completions;
   private final String labels;
   private final RequestLog requestLog = new RequestLog(LOG);
+  private final HttpWarmup warmup = new HttpWarmup();
   private final StartupTimeline timeline;
 
   public Endpoints(ServerOptions options, Scheduler scheduler, ChunkStore store, PrometheusMeterRegistry metrics,
@@ -114,6 +115,14 @@ public final class Endpoints implements AutoCloseable {
     return r;
   }
 
+  /**
+   * Sends the server's own warm-up requests to {@code host:port} (see {@link HttpWarmup}); completes with their
+   * statuses.
+   */
+  public java.util.concurrent.CompletableFuture<String> warmUp(String host, int port) {
+    return warmup.start(host, port);
+  }
+
   /** Writes the request log's last lines. */
   @Override
   public void close() {
@@ -130,7 +139,7 @@ public final class Endpoints implements AutoCloseable {
   }
 
   private void log(RoutingContext ctx, long startNanos) {
-    if (!requestLog.enabled()) {
+    if (!requestLog.enabled() || warmup.isOwn(ctx.request().getHeader(HttpWarmup.HEADER))) {
       return;
     }
     double ms = (System.nanoTime() - startNanos) / 1e6;

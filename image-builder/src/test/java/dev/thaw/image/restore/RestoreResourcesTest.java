@@ -1,0 +1,30 @@
+package dev.thaw.image.restore;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.sim.SimDriver;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import org.junit.jupiter.api.Test;
+
+/** Restore resources made partly behind their constructor: the whole pool of events arrives, and close waits for it. */
+class RestoreResourcesTest {
+
+  @Test
+  void theEventsMadeBehindFillThePoolAndARestoreNeverWaitsForThem() {
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext context = driver.createContext(0)) {
+      try (RestoreResources r = RestoreResources.create(context)) {
+        assertTrue(r.pooledEvents() >= RestoreResources.EVENTS_AHEAD, "the first ones at once");
+        r.eventsMade().join();
+        assertEquals(RestoreResources.DEFAULT_EVENTS, r.pooledEvents());
+        assertEquals(java.util.List.of("streams", "staging", "upload arena", "events"),
+            java.util.List.copyOf(r.creationMillis().keySet()));
+      }
+      // Closed while its events are still being made: it waits for them, and frees every one.
+      RestoreResources early = RestoreResources.create(context);
+      early.close();
+      assertTrue(early.eventsMade().isDone());
+    }
+  }
+}
