@@ -9,15 +9,21 @@
 #   knative-pool     K_SERVICE set (contract mode), the pool; its default host cache is none
 #   knative-inproc   K_SERVICE set, --instances in-process
 #   (gpt2 small: knative-pool and knative-inproc)
+# Each configuration runs with Thaw's class-data sharing archive (cds: lib/thaw.jsa, which bin/thaw-cds makes first,
+# timed) and without (nocds: THAW_JAVA_OPTS=-Xshare:auto, the JDK's own archive only), alternating run by run. For
+# every run it records whether the server's and its worker's JVMs mapped lib/thaw.jsa (/proc/PID/maps after the
+# first response): a cds run where one did not fails the script.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/firststart-run.sh <unpacked thaw dir>
-# Writes $OUT/firststart.txt (log) and $OUT/results.json. Exits non-zero on any failure. Under 3 minutes.
+# RUNS (default 3) runs each; VARIANTS (default "cds nocds"). Writes $OUT/firststart.txt (log) and
+# $OUT/results.json. Exits non-zero on any failure. Under 4 minutes.
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=${1:?usage: OUT=dir scripts/gpu/firststart-run.sh <unpacked thaw dir>}
 thaw="$home/bin/thaw"
 root=$(mktemp -d /tmp/thaw-firststart.XXXX)
 export THAW_DEVICE=${THAW_DEVICE:-cuda} THAW_STORE="$root/store"
-RUNS=${RUNS:-5}
+RUNS=${RUNS:-3}
+VARIANTS=${VARIANTS:-cds nocds}
 status=0
 mkdir -p "$OUT"
 log="$OUT/firststart.txt"
@@ -46,9 +52,14 @@ else
 fi
 say "built in $(( $(date +%s) - t )) s"
 
+say "== class-data sharing archive (bin/thaw-cds)"
+t=$(date +%s%N)
+"$home/bin/thaw-cds" >> "$log" 2>&1 || { say "thaw-cds failed"; exit 1; }
+say "made in $(( ($(date +%s%N) - t) / 1000000 )) ms"
+
 cat > "$root/first.py" <<'PY'
 import json, os, signal, socket, statistics, subprocess, sys, time, urllib.request
-thaw, root, runs, gpt = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+thaw, root, runs, gpt, variants = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5].split()
 mlp = open(os.path.join(root, "mlp.json")).read().encode()
 gpt_body = open(os.path.join(root, "gpt.json")).read().encode()
 
@@ -60,17 +71,43 @@ def post(url, body):
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, r.headers.get("Thaw-Start"), r.read()
 
-def one(name, function, tag, body, args, env_extra):
+def maps_archive(pid):
+    try:
+        return any(l.rstrip().endswith("/thaw.jsa") for l in open("/proc/%d/maps" % pid))
+    except OSError:
+        return None
+
+def cpu_ms(pid):
+    try:
+        fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+def children(pid):
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if int(open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[1]) == pid:
+                    kids.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return kids
+
+def one(name, variant, function, tag, body, args, env_extra):
     port = free_port()
     env = dict(os.environ, **env_extra)
     env["PORT"] = str(port)
+    if variant == "nocds":
+        env["THAW_JAVA_OPTS"] = (env.get("THAW_JAVA_OPTS", "") + " -Xshare:auto").strip()
     logf = os.path.join(root, "%s.log" % name)
     out = open(logf, "w")
     t0 = time.time()
     p = subprocess.Popen([thaw, "serve", "--function", "%s=%s" % (function, tag)] + args, stdout=out,
                          stderr=subprocess.STDOUT, env=env)
     url = "http://127.0.0.1:%d/v1/functions/%s/invoke" % (port, function)
-    result = {"config": name, "ok": False}
+    result = {"config": name, "variant": variant, "ok": False}
     deadline = t0 + 60
     attempts = 0
     while time.time() < deadline:
@@ -88,6 +125,13 @@ def one(name, function, tag, body, args, env_extra):
         time.sleep(0.005)
     if not result["ok"] and "error" not in result:
         result["error"] = "no 200 within 60 s"
+    result["serverMapsArchive"] = maps_archive(p.pid)
+    workers = children(p.pid)
+    # CPU time (user + system) up to the first response, which contention on a shared host stretches less than wall
+    # time: the server's, and its workers' together.
+    result["serverCpuMs"] = cpu_ms(p.pid)
+    result["workersCpuMs"] = sum(cpu_ms(w) or 0 for w in workers)
+    result["workersMappingArchive"] = "%d of %d" % (sum(1 for w in workers if maps_archive(w)), len(workers))
     time.sleep(0.3)   # the request log line is written after the response
     p.send_signal(signal.SIGTERM)
     try:
@@ -116,29 +160,85 @@ if gpt:
 results, failed = [], False
 for name, function, tag, body, args, env in configs:
     for i in range(runs):
-        r = one(name, function, tag, body, args, env)
-        r["run"] = i + 1
-        results.append(r)
-        print("%-20s run %d: %s %s ms, exit %s" % (name, i + 1, "ok" if r["ok"] else "FAILED",
-              "%.0f" % r["ms"] if r["ok"] else "-", r["exit"]), flush=True)
-        print("    " + str(r["timeline"]), flush=True)
-        if not r["ok"] or r["exit"] != 0 or r["timeline"] is None:
-            failed = True
-            print(r.get("error"), r.get("log", ""), flush=True)
+        for variant in variants:   # alternated, so a slow minute of the host weighs on both alike
+            r = one(name, variant, function, tag, body, args, env)
+            r["run"] = i + 1
+            results.append(r)
+            print("%-20s %-5s run %d: %s %s ms (cpu: server %s ms, workers %s ms), exit %s; lib/thaw.jsa mapped by the "
+                  "server %s, workers %s" % (
+                  name, variant, i + 1, "ok" if r["ok"] else "FAILED", "%.0f" % r["ms"] if r["ok"] else "-",
+                  r["serverCpuMs"], r["workersCpuMs"], r["exit"], r["serverMapsArchive"], r["workersMappingArchive"]),
+                  flush=True)
+            print("    " + str(r["timeline"]), flush=True)
+            if not r["ok"] or r["exit"] != 0 or r["timeline"] is None:
+                failed = True
+                print(r.get("error"), r.get("log", ""), flush=True)
+            expect = variant == "cds"
+            pooled = "in-process" not in args
+            if r["ok"] and (r["serverMapsArchive"] != expect
+                            or (pooled and expect and r["workersMappingArchive"].startswith("0 "))
+                            or (not expect and not r["workersMappingArchive"].startswith("0 "))):
+                failed = True
+                print("    FAILED: lib/thaw.jsa %s expected in the server%s" % (
+                      "mapped" if expect else "not", " and its workers" if pooled else ""), flush=True)
 summary = {}
 for name, *_ in configs:
-    ms = sorted(r["ms"] for r in results if r["config"] == name and r["ok"])
-    if ms:
-        summary[name] = {"runs": len(ms), "medianMs": statistics.median(ms), "minMs": ms[0], "maxMs": ms[-1]}
-print("== start to first response (ms)")
+    for variant in variants:
+        ok = [r for r in results if r["config"] == name and r["variant"] == variant and r["ok"]]
+        ms = sorted(r["ms"] for r in ok)
+        if ms:
+            summary[name + " " + variant] = {"runs": len(ms), "medianMs": statistics.median(ms), "minMs": ms[0],
+                                             "maxMs": ms[-1],
+                                             "serverCpuMedianMs": statistics.median(r["serverCpuMs"] or 0 for r in ok),
+                                             "workersCpuMedianMs": statistics.median(r["workersCpuMs"] for r in ok)}
+print("== start to first response (ms; cpu: user + system time up to it, median)")
 for name, s in summary.items():
-    print("%-20s median %6.0f  min %6.0f  max %6.0f  (%d runs)" % (name, s["medianMs"], s["minMs"], s["maxMs"], s["runs"]))
+    print("%-26s median %6.0f  min %6.0f  max %6.0f  (%d runs); cpu: server %6.0f, workers %6.0f" % (
+          name, s["medianMs"], s["minMs"], s["maxMs"], s["runs"], s["serverCpuMedianMs"], s["workersCpuMedianMs"]))
+
+def steps(timeline):
+    """{step: ms} from the timeline: the process's steps (at ms), the worker's phases (worker.X), the first request's
+    (request.X)."""
+    out = {}
+    for part in timeline.split("; "):
+        head, _, rest = part.partition(": ")
+        prefix = "worker." if head.startswith("worker spawn") else "request." if head.startswith("first request") else ""
+        if head.endswith("at ms") or prefix:
+            if prefix:
+                words = rest.split()
+                for k, v in zip(words[0::2], words[1::2]):
+                    try:
+                        out[prefix + k] = float(v)
+                    except ValueError:
+                        pass
+            else:
+                for item in rest.split(", "):
+                    k, _, v = item.rpartition(" ")
+                    try:
+                        out[k] = float(v)
+                    except ValueError:
+                        pass
+    return out
+
+shown = ["main", "command", "options", "listening", "worker ready", "first response", "worker.jvm", "worker.store",
+         "request.queue", "request.acquire", "request.map", "request.invoke"]
+print("== medians of the timeline's steps (ms since process start; worker.* and request.* are phase durations)")
+print("%-26s" % "" + "".join("%16s" % k for k in shown))
+for name, *_ in configs:
+    for variant in variants:
+        parsed = [steps(r["timeline"]) for r in results if r["config"] == name and r["variant"] == variant
+                  and r["ok"] and r["timeline"]]
+        cells = []
+        for k in shown:
+            v = [p[k] for p in parsed if k in p]
+            cells.append("%16.1f" % statistics.median(v) if v else "%16s" % "-")
+        print("%-26s" % (name + " " + variant) + "".join(cells))
 json.dump({"summary": summary, "runs": results}, open(os.path.join(root, "results.json"), "w"), indent=1)
 sys.exit(1 if failed else 0)
 PY
 
 say "== start to first response, $RUNS runs each"
-python3 "$root/first.py" "$thaw" "$root" "$RUNS" "$gpt" 2>&1 | tee -a "$log"
+python3 "$root/first.py" "$thaw" "$root" "$RUNS" "$gpt" "$VARIANTS" 2>&1 | tee -a "$log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 cp "$root/results.json" "$OUT/results.json" 2>/dev/null || status=1
 rm -rf "$root"

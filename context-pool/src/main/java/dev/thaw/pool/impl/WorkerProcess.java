@@ -142,7 +142,8 @@ final class WorkerProcess implements Worker {
     List<String> command = new ArrayList<>();
     command.add(WorkerCommand.java(o));
     // The JVM writes its own messages (a fatal error's report among them) to stdout, which carries frames here.
-    command.add("-XX:+DisplayVMOutputToStderr");
+    command.addAll(WorkerCommand.LOG_TO_STDERR);
+    command.addAll(WorkerCommand.classDataSharing(o));
     command.addAll(o.jvmOptions());
     command.add("-cp");
     command.add(WorkerCommand.classPath(o));

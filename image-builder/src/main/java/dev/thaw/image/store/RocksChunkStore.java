@@ -47,7 +47,7 @@ import org.rocksdb.WriteOptions;
 public final class RocksChunkStore implements ChunkStore {
 
   static {
-    RocksDB.loadLibrary();
+    RocksNative.load();
   }
 
   /**
