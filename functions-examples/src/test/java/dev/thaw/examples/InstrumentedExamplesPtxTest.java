@@ -7,6 +7,8 @@ import dev.thaw.examples.llama.kernels.LlamaKernels;
 import dev.thaw.examples.mlp.MlpFunction;
 import dev.thaw.examples.probe.MemoryProbeFunction;
 import dev.thaw.examples.probe.ProbeSimKernels;
+import dev.thaw.examples.wait.WaitFunction;
+import dev.thaw.examples.wait.WaitSimKernels;
 import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
 import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
 import java.io.File;
@@ -26,12 +28,13 @@ import org.junit.jupiter.params.provider.ValueSource;
 class InstrumentedExamplesPtxTest {
 
   @ParameterizedTest
-  @ValueSource(strings = {"gpt2", "llama", "mlp", "probe"})
+  @ValueSource(strings = {"gpt2", "llama", "mlp", "probe", "wait"})
   void everyKernelInstrumentsAndAssembles(String example) throws Exception {
     String ptx = switch (example) {
       case "gpt2" -> Gpt2Kernels.ptx();
       case "llama" -> LlamaKernels.ptx();
       case "probe" -> MemoryProbeFunction.ptx();
+      case "wait" -> WaitFunction.ptx();
       default -> MlpFunction.ptx();
     };
     List<String> kernels = switch (example) {
@@ -40,6 +43,7 @@ class InstrumentedExamplesPtxTest {
           Gpt2Kernels.ARGMAX);
       case "llama" -> LlamaKernels.ENTRIES;
       case "probe" -> List.of(ProbeSimKernels.Read.ENTRY, ProbeSimKernels.Write.ENTRY);
+      case "wait" -> List.of(WaitSimKernels.Wait.ENTRY);
       default -> List.of("mlp_linear");
     };
     InstrumentedModule m = PtxInstrumenter.instrument(ptx);
