@@ -830,12 +830,7 @@ public final class WorkerMain {
       return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
           "only a worker whose image is wholly on the device exports it (state " + state + ")"));
     }
-    List<Long> written = restored.mayHaveBeenWritten();
-    if (!written.isEmpty()) {
-      System.err.println("thaw worker: read-only slabs " + written + " may have been written before they were "
-          + "protected; not handed to the HBM tier");
-    }
-    List<ExportedSlab> slabs = HbmExport.exportReadOnly(restored.function().session(), written);
+    List<ExportedSlab> slabs = HbmExport.exportReadOnly(restored.function().session());
     ObjectNode h = FrameCodec.head();
     h.put("pid", ProcessHandle.current().pid());
     h.put("slabs", ExportedSlab.encodeAll(slabs));

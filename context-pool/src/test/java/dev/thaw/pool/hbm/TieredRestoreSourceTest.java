@@ -97,7 +97,6 @@ class TieredRestoreSourceTest {
             FunctionSession.SlabSource.EXPORTABLE_READ_ONLY); GpuStream s = ctx.createStream()) {
           CoalescedCopies.queue(CoalescedCopies.plan(RestoreOrder.allocations(m), chunks), s);
           s.synchronize();
-          first.protectReadOnlySlabs();
           held = HbmExport.exportReadOnly(first);
         }
         assertEquals(1, held.size());

@@ -148,9 +148,11 @@ public final class OnDemandRestorer {
       Map<String, byte[]> cubins = loaded.isEmpty() ? cubins(manifest, context, lease, false) : Map.of();
       long cubinNanos = System.nanoTime() - t;
       try {
-        // Read-only allocations in slabs of their own in every case: the restore write-protects them once filled.
-        session = FunctionSession.rebuild(context, manifest.sessionTable(cubins), manifest.readOnlyAllocations(),
-            options.slabSource() == null ? FunctionSession.SlabSource.FRESH : options.slabSource(), loaded);
+        session = options.slabSource() == null
+            ? FunctionSession.rebuild(context, manifest.sessionTable(cubins), java.util.Set.of(),
+                FunctionSession.SlabSource.FRESH, loaded)
+            : FunctionSession.rebuild(context, manifest.sessionTable(cubins), manifest.readOnlyAllocations(),
+                options.slabSource(), loaded);
       } catch (AddressUnavailableException e) {
         throw new ImageRestoreException("image of " + manifest.function().className() + " needs its device "
             + "addresses, and one is taken in this process: " + e.getMessage(), e);
@@ -163,7 +165,7 @@ public final class OnDemandRestorer {
         lease = source.lease(manifest);
       }
       FunctionSession.RebuildTimings rebuilt = session.rebuildTimings();
-      Residency residency = new Residency(plan, resources, store, lease, options, new SlabProtection(session));
+      Residency residency = new Residency(plan, resources, store, lease, options);
       trace.attach(residency);
       ResidencyGate gate = new ResidencyGate(session, plan, residency, resources.uploadArena(), trace);
       ResidencyValidator validator = options.validate() ? new ResidencyValidator(session, gate) : null;
