@@ -66,8 +66,9 @@ public final class RestoreResources implements AutoCloseable {
       this.uploadArena = context.allocatePinned(uploadArenaBytes);
       made.add(uploadArena);
       t = part("upload arena", t);
-      // A few events now, the others behind on a thread of their own: on the H200 each cuEventCreate took ~0.1 ms,
-      // 1024 of them 107-146 ms of a worker's way to READY. A restore that finds none left makes its own.
+      // A few events now, the others behind on a thread of their own; a restore that finds none left makes its own.
+      // On the H200 1024 took 107-146 ms beside the staging pinned behind, and 64 still took 95-112 ms in two rounds
+      // of three (0.2 ms in the third): the driver seems to serialise them behind the pinning (RestoreResourcesGpuTest).
       for (int i = 0; i < Math.min(events, EVENTS_AHEAD); i++) {
         GpuEvent e = context.createEvent(true);
         made.add(e);
