@@ -44,21 +44,9 @@ class PreparedImageTest {
       try {
         pool.prepare(new PreparedImage("probe@1", "probe", probe.manifest(), staged.placement()));
         assertTrue(pool.awaitPrepared(WAIT), "every idle worker answered its PREPARE: " + pool.stats());
-        Worker w = pool.acquire(0, WAIT);
-        seen.add(w.pid());
-        CacheLease lease = cache.lease("probe", manifest);
-        assertNotNull(lease, "the image is still where its stage put it");
-        BecomeResult b = w.becomeBlocking(new PreparedImage("probe@1", "probe", probe.manifest(),
-            staged.placement()), ImageSource.hostCache(lease, storePath));
-        assertTrue(b.phases().containsKey("prepared"), "the worker had it prepared: " + b);
-        assertFalse(b.phases().containsKey("manifest"), "and parsed no manifest: " + b);
-        assertEquals(0.0, b.phases().get("load modules"), 0.05, "its modules were loaded ahead: " + b);
-        RestoreCompletion done = w.resident().get();
-        JsonNode scan = w.invokeBlocking(json("{\"op\": \"scan\"}")).jsonTree();
-        assertEquals(0, scan.get("headMismatches").asLong(), "the image's bytes, from the arena: " + scan);
-        assertEquals(probe.result().manifest().totalBytes(), done.hostBytes(), done.toString());
+        CacheLease lease = becomePreparedFromTheCache(pool, cache, probe, manifest,
+            new PreparedImage("probe@1", "probe", probe.manifest(), staged.placement()), storePath, seen);
         assertFalse(lease.isOpen(), "the lease goes back once the restore is complete");
-        w.release();
       } finally {
         PoolTesting.closeAndCheck(pool, seen);
       }
@@ -136,21 +124,33 @@ class PreparedImageTest {
             probe.manifest(), staged.placement());
         pool.prepare(image);
         assertTrue(pool.awaitPrepared(WAIT), "the placement's PREPARE is answered: " + pool.stats());
-        Worker w = pool.acquire(0, WAIT);
-        seen.add(w.pid());
-        CacheLease lease = cache.lease("probe", manifest);
-        assertNotNull(lease);
-        BecomeResult b = w.becomeBlocking(image, ImageSource.hostCache(lease, storePath));
-        assertTrue(b.phases().containsKey("prepared"), "named, not sent whole: " + b);
-        assertEquals(0.0, b.phases().get("load modules"), 0.05, "its modules were loaded at start: " + b);
-        RestoreCompletion done = w.resident().get();
-        assertEquals(probe.result().manifest().totalBytes(), done.hostBytes(), "every byte from the host cache: " + done);
-        JsonNode scan = w.invokeBlocking(json("{\"op\": \"scan\"}")).jsonTree();
-        assertEquals(0, scan.get("headMismatches").asLong(), "the image's bytes, from the arena: " + scan);
-        w.release();
+        becomePreparedFromTheCache(pool, cache, probe, manifest, image, storePath, seen);
       } finally {
         PoolTesting.closeAndCheck(pool, seen);
       }
     }
+  }
+
+  /**
+   * A worker becomes {@code image} from the host cache: it must name the prepared image (no manifest parsed, no module
+   * loaded), take every byte from the arena and hold the image's bytes. Returns the cold start's lease.
+   */
+  private static CacheLease becomePreparedFromTheCache(ContextPool pool, HostImageCache cache,
+      PoolTestImages.Built probe, ImageManifest manifest, PreparedImage image, Path storePath, List<Long> seen)
+      throws Exception {
+    Worker w = pool.acquire(0, WAIT);
+    seen.add(w.pid());
+    CacheLease lease = cache.lease("probe", manifest);
+    assertNotNull(lease, "the image is still where its stage put it");
+    BecomeResult b = w.becomeBlocking(image, ImageSource.hostCache(lease, storePath));
+    assertTrue(b.phases().containsKey("prepared"), "the worker had it prepared: " + b);
+    assertFalse(b.phases().containsKey("manifest"), "and parsed no manifest: " + b);
+    assertEquals(0.0, b.phases().get("load modules"), 0.05, "its modules were loaded ahead: " + b);
+    RestoreCompletion done = w.resident().get();
+    assertEquals(probe.result().manifest().totalBytes(), done.hostBytes(), "every byte from the host cache: " + done);
+    JsonNode scan = w.invokeBlocking(json("{\"op\": \"scan\"}")).jsonTree();
+    assertEquals(0, scan.get("headMismatches").asLong(), "the image's bytes, from the arena: " + scan);
+    w.release();
+    return lease;
   }
 }
