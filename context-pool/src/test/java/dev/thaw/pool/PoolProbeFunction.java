@@ -30,7 +30,10 @@ import java.util.List;
  * {@code garbage} (raw bytes on the process's stdout), {@code oob} (a kernel writing past the mapping),
  * (with packed allocations, "the mapping" is the slab that holds {@code secret}: its tail past the image's
  * buffers is never written by a restore),
- * {@code alloc}, {@code bad}, {@code fail}.
+ * {@code alloc}, {@code bad}, {@code fail}, {@code touch} (rewrites the first bytes of {@code secret} through the
+ * session: an image profiled with it calls {@code secret} written, so its slab stays writable after a restore, and a
+ * {@code fill} can dirty it; profiled with {@code echo} only, {@code secret} is read-only and a {@code fill} is
+ * refused).
  */
 public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.State> {
 
@@ -131,6 +134,14 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
         try (DeviceBuffer b = ctx.allocate(r.path("bytes").asLong())) {
           out.put("allocated", b.mappedSize());
         }
+      }
+      case "touch" -> {
+        ByteBuffer same = ByteBuffer.allocateDirect(4);
+        for (int i = 0; i < 4; i++) {
+          same.put(i, PATTERN);
+        }
+        session.upload(s.secret(), 0, same);
+        out.put("touched", 4);
       }
       case "bad" -> throw new InvalidRequestException("this request is bad on purpose");
       case "fail" -> throw new IllegalStateException("this function fails on purpose");

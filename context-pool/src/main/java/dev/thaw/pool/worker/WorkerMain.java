@@ -830,7 +830,12 @@ public final class WorkerMain {
       return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
           "only a worker whose image is wholly on the device exports it (state " + state + ")"));
     }
-    List<ExportedSlab> slabs = HbmExport.exportReadOnly(restored.function().session());
+    List<Long> written = restored.mayHaveBeenWritten();
+    if (!written.isEmpty()) {
+      System.err.println("thaw worker: read-only slabs " + written + " may have been written before they were "
+          + "protected; not handed to the HBM tier");
+    }
+    List<ExportedSlab> slabs = HbmExport.exportReadOnly(restored.function().session(), written);
     ObjectNode h = FrameCodec.head();
     h.put("pid", ProcessHandle.current().pid());
     h.put("slabs", ExportedSlab.encodeAll(slabs));

@@ -39,6 +39,18 @@ public final class OnDemandRestore implements AutoCloseable {
   public record Stats(long bytes, long hostBytes, long storeBytes, long residentBytes, int copies, int promotions,
       long waits, long fullWaits, long stagedUploads) {}
 
+  /**
+   * The write protection of the image's read-only slabs ({@code cuMemSetAccess} to read-only), which the restore
+   * thread sets on each as the last copy into it lands, before the restore counts as resident.
+   *
+   * @param slabs read-only slabs protected so far
+   * @param of read-only slabs this restore protects (those imported read-only from the HBM tier are not counted)
+   * @param bytes their size
+   * @param millis time spent in {@code cuMemSetAccess} for them, on the restore thread
+   * @param refused why the device refused to protect a slab (it is left writable and never handed on), or null
+   */
+  public record Protection(int slabs, int of, long bytes, double millis, String refused) {}
+
   private final RestoredFunction<?> function;
   private final Residency residency;
   private final ResidencyGate gate;
@@ -175,6 +187,21 @@ public final class OnDemandRestore implements AutoCloseable {
     long bytes = residency.plan().totalBytes();
     return new Stats(bytes, r.hostBytes(), r.storeBytes(), bytes - r.hostBytes() - r.storeBytes(), r.copies(),
         r.promotions(), g[0], g[1], g[2]);
+  }
+
+  /**
+   * The start addresses of read-only slabs that may have been written before they were protected (see
+   * {@link ResidencyGate}): a launch pointed into one while it was writable and its kernel may store through that
+   * argument, or the session's own device access touched it. Their bytes may differ from the image's: never hand them
+   * on (the HBM tier). Reads the modules' PTX: off the request path, with the function idle.
+   */
+  public List<Long> mayHaveBeenWritten() {
+    return gate.mayHaveWritten();
+  }
+
+  /** The read-only slabs' write protection so far; complete once {@link #isResident()}. */
+  public Protection protection() {
+    return residency.protection().stats();
   }
 
   /**

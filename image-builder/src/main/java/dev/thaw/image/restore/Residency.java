@@ -36,6 +36,9 @@ import java.util.concurrent.locks.ReentrantLock;
  * verified into pinned staging by the restore thread first; a launch that needs such a unit waits, on its thread, for
  * that read (never for a copy: it waits until the copy is queued). No byte reaches the device unverified: host
  * chunks were verified when they entered their cache, store chunks right before their copy is queued.
+ *
+ * <p>The restore thread also write-protects each read-only slab once its last unit is resident ({@link
+ * SlabProtection}), before the restore counts as complete.
  */
 final class Residency {
 
@@ -106,9 +109,11 @@ final class Residency {
   private volatile boolean background;
   private volatile boolean stopping;
   private Future<?> pump;
+  private final SlabProtection protection;
 
   Residency(RestorePlan plan, RestoreResources resources, ChunkStore store, RestoreSource.Lease lease,
-      OnDemandOptions options) {
+      OnDemandOptions options, SlabProtection protection) {
+    this.protection = protection;
     this.plan = plan;
     this.resources = resources;
     this.store = store;
@@ -285,24 +290,33 @@ final class Residency {
 
   private void pump() {
     try {
+      lock.lock();
+      try {
+        protection.start(plan, u -> state.get(u) == RESIDENT);
+      } finally {
+        lock.unlock();
+      }
       while (!stopping) {
         int fromStore = -1;
+        int[] toProtect;
         lock.lock();
         try {
           retire();
-          if (residentUnits == units) {
+          toProtect = protection.takeReady();
+          if (toProtect == null && residentUnits == units) {
             complete = true;
             done.complete(null);
             return;
           }
-          Integer u = urgent.poll();
+          // A slab to protect goes first, outside the lock: a launch promoting a unit never waits for it.
+          Integer u = toProtect != null ? null : urgent.poll();
           if (u != null) {
             if (state.get(u) == PENDING) {
               fromStore = u;
             } else {
               continue;
             }
-          } else if (background && queuedBytes - residentBytes < options.windowBytes()) {
+          } else if (toProtect == null && background && queuedBytes - residentBytes < options.windowBytes()) {
             int next = nextPending();
             if (next >= 0) {
               if (hostCopies(next) != FROM_STORE) {
@@ -315,7 +329,9 @@ final class Residency {
         } finally {
           lock.unlock();
         }
-        if (fromStore >= 0) {
+        if (toProtect != null) {
+          protection.protect(toProtect);
+        } else if (fromStore >= 0) {
           stageFromStore(fromStore);
         } else {
           LockSupport.parkNanos(options.pollNanos());
@@ -337,6 +353,7 @@ final class Residency {
     while ((head = queue.peek()) != null && events[head].isComplete()) {
       queue.poll();
       state.set(head, RESIDENT);
+      protection.landed(head);
       residentUnits++;
       residentBytes += plan.unit(head).size();
     }
@@ -583,6 +600,10 @@ final class Residency {
 
   long queuedNanos(int unit) {
     return queuedNanos[unit];
+  }
+
+  SlabProtection protection() {
+    return protection;
   }
 
   Stats stats() {

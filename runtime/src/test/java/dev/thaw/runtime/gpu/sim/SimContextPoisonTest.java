@@ -129,4 +129,32 @@ class SimContextPoisonTest {
       assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, ctx.poisonedBy().orElseThrow().code());
     }
   }
+
+  /**
+   * A copy engine never writes read-only memory: a copy queued while its destination was writable, which runs after
+   * the mapping was made read-only, is an illegal address when it runs (sticky) and lands nothing. Why a restore
+   * protects a slab only once the last copy into it has completed.
+   */
+  @Test
+  void aCopyQueuedBeforeItsDestinationTurnedReadOnlyFaultsWhenItRuns() throws Exception {
+    try (SimContext ctx = (SimContext) driver.createContext(0); DeviceBuffer buf = ctx.allocate(4096);
+        dev.thaw.runtime.gpu.PinnedBuffer host = ctx.allocatePinned(4096)) {
+      SimStream stream = (SimStream) ctx.createStream();
+      ctx.memsetD8(buf.address(), (byte) 0x5a, 4096);
+      host.slice(0, 4096).put(new byte[4096]);
+      java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+      // Holds the stream until the mapping is read-only: the copy behind it runs only then.
+      stream.enqueue(release::await);
+      stream.copyHostToDeviceAsync(buf.address(), host, 0, 4096);
+      buf.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ);
+      release.countDown();
+      CudaException e = assertThrows(CudaException.class, stream::synchronize);
+      assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, e.code());
+      assertTrue(e.getMessage().contains("mapped read-only"), e.getMessage());
+      // Read behind the device's back: the poisoned device refuses copies.
+      SimAddressSpace.Segment[] segs = driver.space().segments();
+      assertEquals(0x5a, SimNative.U.getByte(SimAddressSpace.find(segs, buf.address()).delta
+          + buf.address()), "the copy landed nothing");
+    }
+  }
 }
