@@ -37,8 +37,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * that read (never for a copy: it waits until the copy is queued). No byte reaches the device unverified: host
  * chunks were verified when they entered their cache, store chunks right before their copy is queued.
  *
- * <p>The restore thread also write-protects each read-only slab once its last unit is resident ({@link
- * SlabProtection}), before the restore counts as complete.
+ * <p>The restore thread never changes a mapping's access: the read-only slabs ({@link SlabProtection}, carried here
+ * for the gate) are write-protected by the restore's owner while the function is idle, once this is complete.
  */
 final class Residency {
 
@@ -290,33 +290,24 @@ final class Residency {
 
   private void pump() {
     try {
-      lock.lock();
-      try {
-        protection.start(plan, u -> state.get(u) == RESIDENT);
-      } finally {
-        lock.unlock();
-      }
       while (!stopping) {
         int fromStore = -1;
-        int[] toProtect;
         lock.lock();
         try {
           retire();
-          toProtect = protection.takeReady();
-          if (toProtect == null && residentUnits == units) {
+          if (residentUnits == units) {
             complete = true;
             done.complete(null);
             return;
           }
-          // A slab to protect goes first, outside the lock: a launch promoting a unit never waits for it.
-          Integer u = toProtect != null ? null : urgent.poll();
+          Integer u = urgent.poll();
           if (u != null) {
             if (state.get(u) == PENDING) {
               fromStore = u;
             } else {
               continue;
             }
-          } else if (toProtect == null && background && queuedBytes - residentBytes < options.windowBytes()) {
+          } else if (background && queuedBytes - residentBytes < options.windowBytes()) {
             int next = nextPending();
             if (next >= 0) {
               if (hostCopies(next) != FROM_STORE) {
@@ -329,9 +320,7 @@ final class Residency {
         } finally {
           lock.unlock();
         }
-        if (toProtect != null) {
-          protection.protect(toProtect);
-        } else if (fromStore >= 0) {
+        if (fromStore >= 0) {
           stageFromStore(fromStore);
         } else {
           LockSupport.parkNanos(options.pollNanos());
@@ -353,7 +342,6 @@ final class Residency {
     while ((head = queue.peek()) != null && events[head].isComplete()) {
       queue.poll();
       state.set(head, RESIDENT);
-      protection.landed(head);
       residentUnits++;
       residentBytes += plan.unit(head).size();
     }

@@ -27,14 +27,16 @@ import java.util.Map;
  * while the restore runs, are staged in pinned memory and queued on the stream behind those waits, so a restore copy
  * can never land on top of them.
  *
- * <p>While a read-only slab is still writable (its copies stream in; {@link SlabProtection}), the gate also notes,
- * per kernel and parameter slot, which such slabs a launch's arguments pointed into, and which the session's own
- * uploads, copies, fills and downloads touched: {@link #mayHaveWritten} says afterwards which slabs could have been
- * written before they were protected. A bit-or per named allocation; nothing allocated after a kernel's first launch.
+ * <p>While a read-only slab is still writable (until the function's owner protects it, idle, after full residency;
+ * {@link SlabProtection}), the gate also notes, per kernel and parameter slot, which such slabs a launch's arguments
+ * pointed into, and which the session's own uploads, copies, fills and downloads touched: {@link #mayHaveWritten} says
+ * afterwards which slabs could have been written before they were protected. A bit-or per named allocation; nothing
+ * allocated after a kernel's first launch.
  *
  * <p>Per launch, once a kernel is seen: a map lookup, a binary search per parameter slot, and a wait per allocation
  * the session's stream has not waited for yet (each at most once: later work on the stream is ordered after it).
- * After full residency, one volatile read. Used by the session's one thread.
+ * After full residency and until the slabs are protected, the binary searches without the waits; after that, two
+ * volatile reads. Used by the session's one thread.
  */
 final class ResidencyGate implements CopyInterceptor {
 
@@ -113,9 +115,33 @@ final class ResidencyGate implements CopyInterceptor {
         }
         waitForAll(stream);
       }
+    } else if (protection.open()) {
+      // Resident, not protected yet (that waits until the function is idle): still note what the launch names.
+      noteArguments(kernel == lastKernel ? lastGate : gate(kernel), args);
     }
     if (trace != null) {
       trace.launching(kernel, stream);
+    }
+  }
+
+  /** After full residency, while a read-only slab is writable: {@link #waitForArguments}'s notes, with no wait. */
+  private void noteArguments(KernelGate g, KernelArgs args) {
+    if (!g.onArguments) {
+      g.anySlabs |= protection.writableMask();
+      return;
+    }
+    refreshIndex();
+    ByteBuffer slab = args.slab();
+    int slots = (args.layout().totalSize() + 7) / 8;
+    int readable = slab.capacity() / 8;
+    for (int s = 0, n = Math.min(slots, readable); s < n; s++) {
+      int p = index.find(slab.getLong(8 * s));
+      if (p >= 0) {
+        long touched = protection.writableTouching(index.start(p), index.end(p));
+        if (touched != 0) {
+          g.note(s, touched);
+        }
+      }
     }
   }
 
@@ -217,13 +243,15 @@ final class ResidencyGate implements CopyInterceptor {
 
   @Override
   public void beforeDeviceAccess(long address, long bytes, GpuStream stream) {
-    if (residency.isComplete() || bytes <= 0) {
-      // Complete means every read-only slab is protected: nothing to note.
+    if (bytes <= 0) {
       return;
     }
     if (protection.open()) {
       // Reads and writes alike: the hook does not say which (a download only reads; taken as a write all the same).
       sessionAccessSlabs |= protection.writableTouching(address, address + bytes);
+    }
+    if (residency.isComplete()) {
+      return;
     }
     residency.checkFailure();
     refreshIndex();

@@ -37,6 +37,8 @@ import java.util.concurrent.Callable;
  *   <li>{@code queued DEVICE BUSY_BYTES ROUNDS}: a copy queued into a read-write mapping behind {@code ROUNDS} memsets
  *       of {@code BUSY_BYTES} on another stream, then the mapping made read-only before the copy can run: whether
  *       {@code cuMemSetAccess} waits for the device's work, how long it takes, and what becomes of the copy.
+ *   <li>{@code underWork DEVICE read|other BYTES ROUNDS}: kernels running while a mapping turns read-only ({@link
+ *       #underWork}).
  * </ul>
  */
 public final class SlabProtectionChild {
@@ -51,6 +53,7 @@ public final class SlabProtectionChild {
         case "restore" -> restore(ctx, Path.of(args[2]), args[3], args[4].equals("whole"));
         case "copies" -> copies(ctx);
         case "queued" -> queued(ctx, Long.parseLong(args[2]), Integer.parseInt(args[3]));
+        case "underWork" -> underWork(ctx, args[2], Long.parseLong(args[3]), Integer.parseInt(args[4]));
         default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
       }
     } catch (Throwable t) {
@@ -77,6 +80,9 @@ public final class SlabProtectionChild {
       print("read", attempt(() -> values(f, SlabProtectionTest.READ)));
       if (r != null) {
         r.awaitResident();
+        // The restore never protects on its own: its owner does, with no request running (as here).
+        print("accessWhenResident", SlabProtectionTest.readOnlySlab(f.session()).mapping().access().toString());
+        print("protectedIdle", Boolean.toString(r.protectReadOnlySlabs()));
         print("protection", r.protection().toString());
       }
       print("access", SlabProtectionTest.readOnlySlab(f.session()).mapping().access().toString());
@@ -181,6 +187,56 @@ public final class SlabProtectionChild {
         ByteBuffer back = ByteBuffer.allocateDirect(4096);
         ctx.copyDeviceToHost(back, target.address());
         return Boolean.toString(back.get(0) == 0x11);
+      }));
+    }
+  }
+
+  /**
+   * A mapping made read-only while kernels run: {@code ROUNDS} grid-stride saxpys ({@code y = 2x + y} over {@code
+   * BYTES}) queued on a stream, then, while they run, {@code cuMemSetAccess} to read-only on {@code x} (which they
+   * read: {@code which = read}) or on a third mapping no kernel touches ({@code which = other}). What the kernels then
+   * report: whether they were still running when the call returned, and the stream's result. This is the ordering
+   * the restore used to allow (the first request's kernels reading weights as they turned read-only); {@code
+   * SlabProtection} now allows no work in flight at all.
+   */
+  private static void underWork(GpuContext ctx, String which, long bytes, int rounds) throws Exception {
+    try (VirtualRange range = ctx.reserve(3 * bytes, 0); PhysicalMemory x = ctx.createMemory(bytes);
+        PhysicalMemory y = ctx.createMemory(bytes); PhysicalMemory z = ctx.createMemory(bytes);
+        GpuStream work = ctx.createStream(); dev.thaw.runtime.gpu.GpuEvent done = ctx.createEvent(false);
+        dev.thaw.runtime.gpu.GpuModule module = ctx.loadPtx(dev.thaw.runtime.check.CheckKernels.ptx())) {
+      Mapping mx = range.map(0, x);
+      Mapping my = range.map(bytes, y);
+      Mapping mz = range.map(2 * bytes, z);
+      for (Mapping m : new Mapping[] {mx, my, mz}) {
+        m.setAccess(MemoryAccess.READ_WRITE);
+      }
+      int n = (int) (bytes / 4);
+      ctx.memsetD32(mx.address(), Float.floatToRawIntBits(1f), n);
+      ctx.memsetD32(my.address(), 0, n);
+      ctx.synchronize();
+      dev.thaw.runtime.gpu.Kernel saxpy = module.kernel(dev.thaw.runtime.check.CheckKernels.SAXPY);
+      for (int i = 0; i < rounds; i++) {
+        saxpy.launch(dev.thaw.runtime.gpu.Dim3.of(1024), dev.thaw.runtime.gpu.Dim3.of(256), work, 2.0f, mx.address(),
+            my.address(), n);
+      }
+      done.record(work);
+      Mapping target = which.equals("read") ? mx : mz;
+      long t = System.nanoTime();
+      print("setAccess", attempt(() -> {
+        target.setAccess(MemoryAccess.READ);
+        return "ok";
+      }));
+      print("setAccessMs", String.format("%.3f", (System.nanoTime() - t) / 1e6));
+      print("runningAtReturn", Boolean.toString(!done.isComplete()));
+      print("work", attempt(() -> {
+        work.synchronize();
+        return "ok";
+      }));
+      print("workMs", String.format("%.3f", (System.nanoTime() - t) / 1e6));
+      print("result", attempt(() -> {
+        ByteBuffer back = ByteBuffer.allocateDirect(4).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        ctx.copyDeviceToHost(back, my.address() + bytes - 4);
+        return Boolean.toString(back.getFloat(0) == 2f * rounds);
       }));
     }
   }

@@ -109,6 +109,10 @@ class SlabProtectionGpuTest {
     assertEquals("values", r.get("readOnly"), "the GPU-built profile calls values read-only: " + r);
     assertEquals("[1000.0,1001.0,1002.0,1003.0]", r.get("read"), r.toString());
     assertEquals("READ", r.get("access"), r.toString());
+    if (how.equals("ondemand")) {
+      assertEquals("READ_WRITE", r.get("accessWhenResident"), "the restore never protects on its own: " + r);
+      assertEquals("true", r.get("protectedIdle"), r.toString());
+    }
     assertEquals("[3.25,3.25,3.25,3.25]", r.get("writeOut"), r.toString());
     assertEquals("[1000.0,1001.0,1002.0,1003.0]", r.get("readAgain"), r.toString());
     assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", r.get("writeWeights"), r.toString());
@@ -136,6 +140,26 @@ class SlabProtectionGpuTest {
     assertTrue(waited ? gpu.get("queuedLanded").equals("true") : !gpu.get("queuedSync").equals("ok"), gpu.toString());
   }
 
+  /**
+   * The hazard the restore's ordering avoids, asked of the GPU: kernels reading a mapping while it turns read-only
+   * (what the restore thread used to do under the first request), and kernels running while a mapping they do not
+   * touch turns read-only. Printed for the record; the assertion is only that each child saw its kernels still running
+   * when {@code cuMemSetAccess} returned (else it measured nothing) and that work on other memory was undisturbed
+   * (in-process instances protect one context's slabs while another context's kernels may run).
+   */
+  @Test
+  void kernelsRunningWhileAMappingTurnsReadOnly() throws Exception {
+    // 1 GiB per buffer, 200 rounds: ~0.7 ms each on an H200 (3 GiB moved), ~150 ms in all.
+    Map<String, String> read = SlabProtectionChild.run("underWork", "cuda", "read", Long.toString(1L << 30), "200");
+    System.out.println("GPU, kernels reading a mapping as it turns read-only: " + read);
+    Map<String, String> other = SlabProtectionChild.run("underWork", "cuda", "other", Long.toString(1L << 30), "200");
+    System.out.println("GPU, kernels running while another mapping turns read-only: " + other);
+    assertEquals("true", read.get("runningAtReturn"), "the kernels were done before the call: " + read);
+    assertEquals("true", other.get("runningAtReturn"), "the kernels were done before the call: " + other);
+    assertEquals("ok", other.get("work"), other.toString());
+    assertEquals("true", other.get("result"), other.toString());
+  }
+
   @Test
   void gpt2RestoresWithItsWeightsProtectedAndAnswersAsAtBuild() throws Exception {
     ImageManifest m = Images.manifest(store, "gpt2");
@@ -147,13 +171,15 @@ class SlabProtectionGpuTest {
       JsonNode got = r.function().invoke(FunctionRequest.of(JSON.readTree(GPT2_REQUEST))).json();
       r.awaitResident();
       assertEquals(gpt2Response, got);
+      // Idle now (the request returned): its owner protects the slabs here, never the restore thread under a kernel.
+      assertTrue(r.protectReadOnlySlabs());
       assertEquals(java.util.List.of(), r.mayHaveBeenWritten(), "GPT-2's kernels store into no weight: its slab may "
           + "go to the HBM tier");
       OnDemandRestore.Protection p = r.protection();
       assertEquals(p.of(), p.slabs(), "every read-only slab protected: " + p);
       assertTrue(p.slabs() >= 1 && p.bytes() > 100L << 20, p.toString());
-      System.out.printf("GPT-2 small on demand (GPU): %d read-only slab(s), %.1f MB, protected in %.3f ms on the "
-          + "restore thread; invoke right%n", p.slabs(), p.bytes() / 1e6, p.millis());
+      System.out.printf("GPT-2 small on demand (GPU): %d read-only slab(s), %.1f MB, protected in %.3f ms while "
+          + "idle after the first request; invoke right%n", p.slabs(), p.bytes() / 1e6, p.millis());
       got = r.function().invoke(FunctionRequest.of(JSON.readTree(GPT2_REQUEST))).json();
       assertEquals(gpt2Response, got, "warm, with the weights read-only");
     }
