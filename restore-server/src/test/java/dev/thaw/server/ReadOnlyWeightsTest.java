@@ -60,9 +60,9 @@ class ReadOnlyWeightsTest {
 
   @Test
   void aWriteToReadOnlyWeightsFailsItsRequestAndLeavesTheSharedWeightsAsTheImageHasThem() throws Exception {
-    // Each BECOME answers once every byte is on the device, and so once the read-only slab is protected: the requests
-    // below then meet the protection, whatever the machine's speed (on demand, it comes as the slab's last copy lands;
-    // SlabProtectionTest pins that).
+    // Each BECOME answers once every byte is on the device, so the worker protects the read-only slab once idle after
+    // its first request's answer: the stores below meet the protection, whatever the machine's speed
+    // (SlabProtectionWorkerTest pins when a worker protects).
     serve(pool -> pool.setAwaitResident(true), (port, server) -> {
       // A worker with the slab it restored itself.
       HttpResponse<String> first = postJson(port, INVOKE, READ);
@@ -97,30 +97,29 @@ class ReadOnlyWeightsTest {
   }
 
   /**
-   * On demand, the first request runs while the weights stream in, before their slab is protected: a store into them
-   * then may land (the worker serves on) or fault. Either way that worker's slab never reaches the HBM tier; a worker
-   * whose requests only read its weights hands them on as before. Copies are slowed (the sim device's bandwidth model)
-   * so that the first request is queued well before the weights are on the device.
+   * On demand, the first request runs while the weights stream in, and a worker protects them only once idle after
+   * it: a store into them in that request lands (the worker serves on). That worker's slab never reaches the HBM
+   * tier; a worker whose requests only read its weights hands them on as before. Copies are slowed (the sim device's
+   * bandwidth model) so that the first request is queued well before the weights are on the device.
    */
   @Test
   void aWriteBeforeTheWeightsAreProtectedKeepsThemOutOfTheHbmTier() throws Exception {
     serve(pool -> pool.setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "1",
         "THAW_SIM_COPY_GBPS", "0.04")), (port, server) -> {
-      // Which comes first, the store or the protection, is a race between the copy's completion seen by the device
-      // and by the restore thread; the test holds either outcome to the same end.
+      // Lands: no protection comes under a running request. This worker's values are -7.5 there now; it serves on
+      // (now protected: a second store faults), but must not hand them on.
       HttpResponse<String> early = postJson(port, INVOKE, WRITE_WEIGHTS);
-      if (early.statusCode() == 200) {
-        // Landed before the protection: this worker's values are -7.5 there now. It serves on, but must not hand
-        // them on: registered again, it retires, and the tier takes nothing.
-        assertValues(early, -7.5, -7.5, -7.5, -7.5);
-        long writer = pid(port);
-        reregister(port, server);
-        awaitExit(writer);
-      } else {
-        assertFaults(early);
-        ServerFixture.awaitState(port, "probe", s -> s.path("instances").isEmpty());
-      }
+      assertValues(early, -7.5, -7.5, -7.5, -7.5);
+      long writer = pid(port);
+      assertFaults(postJson(port, INVOKE, WRITE_WEIGHTS));
+      awaitExit(writer);
       assertEquals(0, hbmBytes(port), "a slab written before its protection is not kept: " + early.body());
+      // And a worker that wrote its weights in the window and then retires healthy keeps them out of the tier too.
+      assertValues(postJson(port, INVOKE, WRITE_WEIGHTS), -7.5, -7.5, -7.5, -7.5);
+      long healthy = pid(port);
+      reregister(port, server);
+      awaitExit(healthy);
+      assertEquals(0, hbmBytes(port), "a slab written before its protection is not kept");
 
       HttpResponse<String> fresh = postJson(port, INVOKE, READ);
       assertValues(fresh, 1000, 1001, 1002, 1003);

@@ -557,13 +557,16 @@ public final class WorkerMain {
       prepared.values().forEach(p -> p.restore().close());
       prepared.clear();
     }
-    protectWhileIdle();
+    if (f.type() == FrameType.INVOKE) {
+      // Not after a BECOME: the first request is on its way, and a restore done by then is a small one.
+      protectWhileIdle();
+    }
   }
 
   /**
    * Write-protects the image's read-only slabs once its restore is resident, here where no request runs: called after
-   * an answer is sent, while this thread still holds the executing turn, so the next INVOKE waits for it (a {@code
-   * cuMemSetAccess} per slab, once per worker). Never while a request's kernels may use a slab: a mapping's access
+   * a request's answer is sent, while this thread still holds the executing turn, so the next INVOKE waits for it (a
+   * {@code cuMemSetAccess} per slab, once per worker). Never while a request's kernels may use a slab: a mapping's access
    * changed under them faulted cold starts on the GPU ({@code docs/design/memory-tiers.md}, "Write protection").
    */
   private void protectWhileIdle() {

@@ -222,7 +222,7 @@ public final class OnDemandRestore implements AutoCloseable {
     if (p.tried()) {
       return true;
     }
-    if (closed || !residency.isComplete()) {
+    if (closed || !residency.landed()) {
       return false;
     }
     function.session().context().synchronize();

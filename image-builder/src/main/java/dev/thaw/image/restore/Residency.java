@@ -201,6 +201,23 @@ final class Residency {
     return complete;
   }
 
+  /**
+   * True once every unit is resident by its events, asked now: the restore thread may not have noticed yet ({@link
+   * #isComplete} follows on its next round). For the slabs' protection at an idle point, not for launches.
+   */
+  boolean landed() {
+    if (complete) {
+      return true;
+    }
+    lock.lock();
+    try {
+      retire();
+      return residentUnits == units;
+    } finally {
+      lock.unlock();
+    }
+  }
+
   int state(int unit) {
     return state.get(unit);
   }

@@ -38,10 +38,11 @@ import org.junit.jupiter.params.provider.ValueSource;
  * Pins the write protection of read-only slabs on the sim device, against the real store: the memory probe's image
  * (its {@code values} buffer only read by its profiled request, so read-only, on a 2 MiB page of its own) restored on
  * demand (from the host cache and from the store, with copies slow enough to lag the first request) and whole. The
- * read-only slab becomes read-only only after its copies have landed (a protection that came first would make the
- * restore's own copy fault and poison the device), a normal request is answered throughout, a store into a
- * read-write buffer still succeeds, and a kernel store into {@code values} faults with a sticky
- * {@code CUDA_ERROR_ILLEGAL_ADDRESS} without changing a byte.
+ * restore never protects a slab on its own: its owner does, with {@link OnDemandRestore#protectReadOnlySlabs} while
+ * the function is idle, and that refuses while any copy is outstanding (the sim device faults a mapping made
+ * read-only under work in flight, so a protection at the wrong moment poisons it). A normal request is answered
+ * throughout, a store into a read-write buffer still succeeds, and once protected a kernel store into {@code values}
+ * faults with a sticky {@code CUDA_ERROR_ILLEGAL_ADDRESS} without changing a byte.
  */
 class SlabProtectionTest {
 
@@ -101,12 +102,16 @@ class SlabProtectionTest {
         // The first request runs while the copies stream in.
         assertValues(r.function().invoke(FunctionRequest.of(JSON.readTree(READ))).json(), 1000, 1001, 1002, 1003);
         r.awaitResident();
+        assertEquals(MemoryAccess.READ_WRITE, weights.mapping().access(), "the restore never protects on its own");
+        assertEquals(0, r.protection().slabs());
+        // Idle: the request returned, and every copy has landed.
+        assertTrue(r.protectReadOnlySlabs());
         assertEquals(MemoryAccess.READ, weights.mapping().access());
         OnDemandRestore.Protection p = r.protection();
         assertEquals(new OnDemandRestore.Protection(1, 1, 2L << 20, p.millis(), null), p);
+        assertTrue(r.protectReadOnlySlabs(), "once protected, a later call returns at once");
         System.out.printf("on-demand restore from the %s (sim device): protected %d read-only slab of %d MiB in "
-            + "%.3f ms on the restore thread%n", hostCache ? "host cache" : "store", p.slabs(), p.bytes() >> 20,
-            p.millis());
+            + "%.3f ms while idle%n", hostCache ? "host cache" : "store", p.slabs(), p.bytes() >> 20, p.millis());
 
         assertValues(r.function().invoke(FunctionRequest.of(JSON.readTree(WRITE_OUT))).json(), 3.25, 3.25, 3.25,
             3.25);
@@ -137,10 +142,12 @@ class SlabProtectionTest {
       FunctionSession.MappedSlab weights = readOnlySlab(r.function().session());
       Thread.sleep(50);
       assertFalse(r.isResident());
+      assertFalse(r.protectReadOnlySlabs(), "copies are still to come: not now");
       assertEquals(MemoryAccess.READ_WRITE, weights.mapping().access(), "values is not restored yet");
       assertEquals(0, r.protection().slabs());
       r.streamRest();
       r.awaitResident();
+      assertTrue(r.protectReadOnlySlabs());
       assertEquals(MemoryAccess.READ, weights.mapping().access());
       assertEquals(1, r.protection().slabs());
       assertValues(r.function().invoke(FunctionRequest.of(JSON.readTree(READ))).json(), 1000, 1001, 1002, 1003);
@@ -174,6 +181,88 @@ class SlabProtectionTest {
         System.out.printf("in the restore window (sim device): %s -> %s; may have been written: %s%n", request, outcome,
             r.mayHaveBeenWritten());
         assertEquals(request.equals(READ) ? List.of() : List.of(slab), r.mayHaveBeenWritten());
+      } finally {
+        closeQuietly(r);
+      }
+    }
+  }
+
+  /**
+   * Between full residency and the protection (the rest of the first request, and any request before an idle point
+   * finds the restore resident) a slab is still writable: a store into it lands, and the gate still names it, so it
+   * is never handed on. After the protection the same store faults.
+   */
+  @Test
+  void aStoreAfterResidencyButBeforeTheProtectionLandsAndIsNamed() throws Exception {
+    ImageManifest m = Images.manifest(store, "probe");
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16)) {
+      OnDemandRestore r = new OnDemandRestorer(store).restore(m, ctx, RestoreSource.STORE_ONLY, resources,
+          new OnDemandOptions());
+      try {
+        r.awaitResident();
+        long slab = readOnlySlab(r.function().session()).slab().address();
+        assertValues(r.function().invoke(FunctionRequest.of(JSON.readTree(READ))).json(), 1000, 1001, 1002, 1003);
+        assertEquals(List.of(), r.mayHaveBeenWritten(), "a read names nothing");
+        assertValues(r.function().invoke(FunctionRequest.of(JSON.readTree(WRITE_WEIGHTS))).json(), -7.5, -7.5, -7.5,
+            -7.5);
+        assertEquals(List.of(slab), r.mayHaveBeenWritten());
+        assertTrue(r.protectReadOnlySlabs());
+        CudaException e = assertThrows(CudaException.class,
+            () -> r.function().invoke(FunctionRequest.of(JSON.readTree(WRITE_WEIGHTS))));
+        assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, e.code(), e.getMessage());
+      } finally {
+        closeQuietly(r);
+      }
+    }
+  }
+
+  /**
+   * The protection waits for the context's work: with the function's last request still running on the device (a
+   * launch held by a listener on the stream's worker), {@code protectReadOnlySlabs} synchronizes first and only then
+   * narrows the mapping, so nothing faults (the sim device would poison itself had it narrowed under the work).
+   */
+  @Test
+  void theProtectionWaitsForWorkStillOnTheDevice() throws Exception {
+    ImageManifest m = Images.manifest(store, "probe");
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16)) {
+      OnDemandRestore r = new OnDemandRestorer(store).restore(m, ctx, RestoreSource.STORE_ONLY, resources,
+          new OnDemandOptions());
+      try {
+        r.awaitResident();
+        java.util.concurrent.CountDownLatch running = new java.util.concurrent.CountDownLatch(1);
+        java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        ((SimContext) ctx).addLaunchListener(l -> {
+          running.countDown();
+          try {
+            release.await();
+          } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+          }
+        });
+        FunctionSession session = r.function().session();
+        dev.thaw.runtime.function.KernelRef read = session.kernelRef("probe", "probe_read");
+        long values = readOnlySlab(session).slab().address();
+        // Queued, not waited for: the device holds it until released.
+        session.launch(read, dev.thaw.runtime.gpu.Dim3.of(1), dev.thaw.runtime.gpu.Dim3.of(32),
+            new dev.thaw.runtime.function.BufferRef("values"), 0L, 4, new dev.thaw.runtime.function.BufferRef("out"));
+        assertTrue(running.await(30, java.util.concurrent.TimeUnit.SECONDS));
+        Thread releaser = new Thread(() -> {
+          try {
+            Thread.sleep(100);
+          } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+          }
+          release.countDown();
+        });
+        releaser.start();
+        assertTrue(r.protectReadOnlySlabs());
+        releaser.join();
+        assertTrue(((SimContext) ctx).poisonedBy().isEmpty(), () -> "poisoned: " + ((SimContext) ctx).poisonedBy());
+        assertEquals(MemoryAccess.READ, readOnlySlab(session).mapping().access());
+        assertEquals(values, readOnlySlab(session).slab().address());
+        assertValues(r.function().invoke(FunctionRequest.of(JSON.readTree(READ))).json(), 1000, 1001, 1002, 1003);
       } finally {
         closeQuietly(r);
       }
@@ -231,6 +320,7 @@ class SlabProtectionTest {
       assertEquals(List.of(), r.mayHaveBeenWritten(), "the MLP's kernels store into no weight");
       r.streamRest();
       r.awaitResident();
+      assertTrue(r.protectReadOnlySlabs());
       assertEquals(readOnlySlabs, r.protection().slabs());
     }
   }
