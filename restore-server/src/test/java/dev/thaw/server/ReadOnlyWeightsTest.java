@@ -137,6 +137,30 @@ class ReadOnlyWeightsTest {
     });
   }
 
+  /**
+   * In process (one context per instance, in the server's process): the first request runs in the restore window, so
+   * the slab is writable then; the instance protects it before its next request (its last request's work done, every
+   * copy landed: the first request's kernel waited for them), never under a request. A store into the weights then
+   * faults: the 502 {@code device_fault} of an in-process fault.
+   */
+  @Test
+  void inProcessTheWeightsAreProtectedBetweenRequests() throws Exception {
+    Path storePath = dir.resolve("store");
+    try (RocksChunkStore store = ServerFixture.openStore(storePath); SimDriver driver = SimDriver.open(new SimOptions())) {
+      ServerFixture.build(store, "probe:1", MemoryProbeFunction.class.getName(), CONFIG, READ, 0);
+      try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
+              .addFunction("probe", new FunctionOptions().setImage("probe:1")),
+          store, new dev.thaw.server.impl.InProcessInstances(driver, store))) {
+        int port = server.port();
+        HttpResponse<String> first = postJson(port, INVOKE, READ);
+        assertValues(first, 1000, 1001, 1002, 1003);
+        assertEquals("cold", first.headers().firstValue("Thaw-Start").orElseThrow());
+        assertValues(postJson(port, INVOKE, WRITE_OUT), 3.25, 3.25, 3.25, 3.25);
+        assertFaults(postJson(port, INVOKE, WRITE_WEIGHTS));
+      }
+    }
+  }
+
   /** A trial against the server: its port and the server. */
   @FunctionalInterface
   private interface Trial {
