@@ -113,6 +113,7 @@ public final class WorkerMain {
   private volatile State state = State.STARTING;
   private volatile String image;
   private volatile long invocations;
+  private volatile java.util.concurrent.ScheduledThreadPoolExecutor nearTimer;
 
   private GpuDriver driver;
   private GpuContext context;
@@ -890,37 +891,67 @@ public final class WorkerMain {
     }
     state = State.INVOKING;
     long start = System.nanoTime();
-    int jsonBytes = f.head().path("jsonBytes").asInt(f.body().length);
-    if (jsonBytes < 0 || jsonBytes > f.body().length) {
-      throw new ProtocolException("jsonBytes " + jsonBytes + " outside the body's " + f.body().length);
+    // The parent's reader sleeps in a read while this runs; NEAR wakes it a little before the RESULT is due.
+    long nearMicros = f.head().path("nearMicros").asLong(0);
+    java.util.concurrent.ScheduledFuture<?> near = nearMicros <= 0 ? null : nearTimer().schedule(
+        () -> send(new Frame(FrameType.NEAR, f.id(), FrameCodec.head())), nearMicros * 1000,
+        java.util.concurrent.TimeUnit.NANOSECONDS);
+    try {
+      int jsonBytes = f.head().path("jsonBytes").asInt(f.body().length);
+      if (jsonBytes < 0 || jsonBytes > f.body().length) {
+        throw new ProtocolException("jsonBytes " + jsonBytes + " outside the body's " + f.body().length);
+      }
+      JsonNode body = json.readTree(f.body(), 0, jsonBytes);
+      if (body == null || !body.isObject()) {
+        throw new dev.thaw.runtime.function.InvalidRequestException("the request is not a JSON object");
+      }
+      Optional<ByteBuffer> binary = jsonBytes == f.body().length ? Optional.empty()
+          : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
+      long t = System.nanoTime();
+      double decodeMs = (t - start) / 1e6;
+      FunctionResponse r = restored.function().invoke(new FunctionRequest(body, binary));
+      long t2 = System.nanoTime();
+      byte[] responseJson = json.writeValueAsBytes(r.json());
+      byte[] out = responseJson;
+      if (r.binary().isPresent()) {
+        ByteBuffer b = r.binary().get().duplicate();
+        out = new byte[responseJson.length + b.remaining()];
+        System.arraycopy(responseJson, 0, out, 0, responseJson.length);
+        b.get(out, responseJson.length, b.remaining());
+      }
+      invocations++;
+      state = State.READY;
+      ObjectNode h = FrameCodec.head();
+      h.put("jsonBytes", responseJson.length);
+      ObjectNode p = h.putObject("phases");
+      p.put("decode", decodeMs);
+      p.put("invoke", (t2 - t) / 1e6);
+      p.put("encode", (System.nanoTime() - t2) / 1e6);
+      return new Frame(FrameType.RESULT, f.id(), h, out);
+    } finally {
+      if (near != null) {
+        near.cancel(false);
+      }
     }
-    JsonNode body = json.readTree(f.body(), 0, jsonBytes);
-    if (body == null || !body.isObject()) {
-      throw new dev.thaw.runtime.function.InvalidRequestException("the request is not a JSON object");
+  }
+
+  /** The thread that sends NEAR frames; made at the first INVOKE that asks for one. */
+  private java.util.concurrent.ScheduledThreadPoolExecutor nearTimer() {
+    java.util.concurrent.ScheduledThreadPoolExecutor t = nearTimer;
+    if (t == null) {
+      synchronized (this) {
+        if (nearTimer == null) {
+          nearTimer = new java.util.concurrent.ScheduledThreadPoolExecutor(1, r -> {
+            Thread n = new Thread(r, "thaw-worker-near");
+            n.setDaemon(true);
+            return n;
+          });
+          nearTimer.setRemoveOnCancelPolicy(true);
+        }
+        t = nearTimer;
+      }
     }
-    Optional<ByteBuffer> binary = jsonBytes == f.body().length ? Optional.empty()
-        : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
-    long t = System.nanoTime();
-    double decodeMs = (t - start) / 1e6;
-    FunctionResponse r = restored.function().invoke(new FunctionRequest(body, binary));
-    long t2 = System.nanoTime();
-    byte[] responseJson = json.writeValueAsBytes(r.json());
-    byte[] out = responseJson;
-    if (r.binary().isPresent()) {
-      ByteBuffer b = r.binary().get().duplicate();
-      out = new byte[responseJson.length + b.remaining()];
-      System.arraycopy(responseJson, 0, out, 0, responseJson.length);
-      b.get(out, responseJson.length, b.remaining());
-    }
-    invocations++;
-    state = State.READY;
-    ObjectNode h = FrameCodec.head();
-    h.put("jsonBytes", responseJson.length);
-    ObjectNode p = h.putObject("phases");
-    p.put("decode", decodeMs);
-    p.put("invoke", (t2 - t) / 1e6);
-    p.put("encode", (System.nanoTime() - t2) / 1e6);
-    return new Frame(FrameType.RESULT, f.id(), h, out);
+    return t;
   }
 
   // ---- stdin ----
