@@ -130,6 +130,8 @@ public final class WorkerMain {
   /** {@link WorkerConfig#prepareAtStart()}'s images, prepared on the prepare thread. */
   private final CompletableFuture<List<Prepared>> preparedAtStart = new CompletableFuture<>();
   private volatile double prepareAtStartMillis;
+  /** Where {@link #prepareAtStartMillis} went, summed over the images: manifest, class, context wait, prepare. */
+  private final Map<String, Double> prepareAtStartParts = new java.util.concurrent.ConcurrentHashMap<>();
   /** When the BECOME was read off stdin (one per worker), for its {@code queued} phase; 0 before. */
   private volatile long becomeRead;
   private final java.util.concurrent.CompletableFuture<Void> cpuWarm = new java.util.concurrent.CompletableFuture<>();
@@ -230,6 +232,9 @@ public final class WorkerMain {
           prepared.put(p.key(), p);
         }
         phases.put("prepareAtStart", prepareAtStartMillis);
+        for (String part : List.of("manifest", "class", "contextWait", "prepare")) {
+          phases.put("prepareAtStart." + part, prepareAtStartParts.getOrDefault(part, 0.0));
+        }
         phase(phases, "prepareWait", t);
       }
       if (!config.warmupAfterReady()) {
@@ -317,12 +322,17 @@ public final class WorkerMain {
     List<Prepared> made = new ArrayList<>();
     for (String tag : config.prepareAtStart()) {
       try {
+        long t = System.nanoTime();
         byte[] bytes = s.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
         ImageManifest manifest = ImageManifest.read(bytes);
         RestorePlan plan = RestorePlan.of(manifest);
+        t = prepareAtStartPart("manifest", t);
         Class.forName(manifest.function().className(), true, WorkerMain.class.getClassLoader());
+        t = prepareAtStartPart("class", t);
         GpuContext c = contextMade.join();
+        t = prepareAtStartPart("contextWait", t);
         PreparedRestore restore = new OnDemandRestorer(s).prepare(plan, c, RestoreSource.STORE_ONLY);
+        prepareAtStartPart("prepare", t);
         made.add(new Prepared(PreparedImage.keyOf(tag, bytes), tag, bytes, restore, new byte[0], null, s));
       } catch (Exception | LinkageError e) {
         System.err.println("worker " + pid + ": '" + tag + "' not prepared at start: " + e);
@@ -330,6 +340,12 @@ public final class WorkerMain {
     }
     prepareAtStartMillis = (System.nanoTime() - start) / 1e6;
     return made;
+  }
+
+  private long prepareAtStartPart(String part, long since) {
+    long now = System.nanoTime();
+    prepareAtStartParts.merge(part, (now - since) / 1e6, Double::sum);
+    return now;
   }
 
   /**
