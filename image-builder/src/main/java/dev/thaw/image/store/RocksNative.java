@@ -8,10 +8,7 @@ import java.util.regex.Pattern;
 import org.rocksdb.RocksDB;
 
 /**
- * Loads RocksDB's native library: from the folder {@code native/} beside RocksDB's jar where the distribution put it
- * (its jar then holds no library), else as RocksDB's own loader does, which copies it out of the jar into a
- * temporary file, costly (190-370 ms per process on a build machine, against 90-140 ms from a file), then removes
- * that copy. RocksDB's JNI loader
+ * Loads RocksDB's native library, then removes the copy RocksDB extracted for this process. RocksDB's JNI loader
  * writes its 15 MB library to a fresh temporary file per process ({@code librocksdbjni<digits>.so} in the temporary
  * folder) and asks the JVM to delete it at exit; a process that ends any other way (a pool worker halts, a
  * container is killed) leaves it behind: 4,478 of them, 67 GB of /tmp, on a machine that had run the tests for a
@@ -25,29 +22,8 @@ final class RocksNative {
   private RocksNative() {}
 
   static void load() {
-    Path shipped = null;
-    try {
-      shipped = shippedFolder(Path.of(RocksDB.class.getProtectionDomain().getCodeSource().getLocation().toURI()));
-    } catch (java.net.URISyntaxException | RuntimeException e) {
-      // Not from a file: RocksDB's own loader.
-    }
-    if (shipped != null) {
-      try {
-        RocksDB.loadLibrary(List.of(shipped.toString()));
-        return;
-      } catch (UnsatisfiedLinkError e) {
-        // Not loadable here (another platform's file): RocksDB's own loader says why, if it cannot either.
-      }
-    }
     RocksDB.loadLibrary();
     removeExtractedCopy(Path.of("/proc/self/maps"));
-  }
-
-  /** {@code native/} beside {@code jar} (RocksDB's) when it holds this platform's library, or null. */
-  static Path shippedFolder(Path jar) {
-    Path folder = jar.resolveSibling("native");
-    return Files.isRegularFile(folder.resolve(org.rocksdb.util.Environment.getJniLibraryFileName("rocksdb")))
-        ? folder : null;
   }
 
   /**

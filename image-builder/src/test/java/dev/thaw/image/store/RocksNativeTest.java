@@ -10,10 +10,7 @@ import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-/**
- * The distribution's library (lib/native/ beside RocksDB's jar) is found where it is; RocksDB's extracted native
- * library goes once it is mapped; a library that was not extracted stays.
- */
+/** RocksDB's extracted native library goes once it is mapped; a library that was not extracted stays. */
 class RocksNativeTest {
 
   @TempDir
@@ -47,16 +44,5 @@ class RocksNativeTest {
       assertTrue(live.stream().noneMatch(l -> l.matches(".*/librocksdbjni[0-9]+\\.so$")),
           "the library is mapped from a deleted file: " + live);
     }
-  }
-
-  @Test
-  void theLibraryShippedBesideTheJarIsFoundThereAndOnlyThere() throws Exception {
-    Path lib = Files.createDirectories(dir.resolve("lib"));
-    Path jar = Files.writeString(lib.resolve("rocksdbjni-10.10.1.jar"), "jar");
-    assertEquals(null, RocksNative.shippedFolder(jar), "no native/ folder: RocksDB's own loader");
-    Path nativeDir = Files.createDirectories(lib.resolve("native"));
-    assertEquals(null, RocksNative.shippedFolder(jar), "an empty native/ folder neither");
-    Files.writeString(nativeDir.resolve(org.rocksdb.util.Environment.getJniLibraryFileName("rocksdb")), "elf");
-    assertEquals(nativeDir, RocksNative.shippedFolder(jar));
   }
 }
