@@ -30,11 +30,12 @@ import java.util.List;
  * {@code garbage} (raw bytes on the process's stdout), {@code oob} (a kernel writing past the mapping),
  * (with packed allocations, "the mapping" is the slab that holds {@code secret}: its tail past the image's
  * buffers is never written by a restore),
- * {@code alloc}, {@code bad}, {@code fail}, {@code touch} (rewrites the first bytes of {@code secret} through the
- * session: an image profiled with it calls {@code secret} written, so its slab stays writable after a restore, and a
- * {@code fill} can dirty it; profiled with {@code echo} only, {@code secret} is read-only and a {@code fill} is
- * refused once the worker has protected it), {@code access} (the access of {@code secret}'s slab at the request's
- * start and end, with a read of {@code secret} and a hold of {@code holdMillis} between).
+ * {@code alloc}, {@code bad}, {@code fail}, {@code sleep} ({@code millis} on the host), {@code touch} (rewrites the
+ * first bytes of {@code secret} through the session: an image profiled with it calls {@code secret} written, so its
+ * slab stays writable after a restore, and a {@code fill} can dirty it; profiled with {@code echo} only, {@code secret}
+ * is read-only and a {@code fill} is refused once the worker has protected it), {@code access} (the access of
+ * {@code secret}'s slab at the request's start and end, with a read of {@code secret} and a hold of {@code holdMillis}
+ * between).
  */
 public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.State> {
 
@@ -122,6 +123,10 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
         out.put("address", address).put("headMismatches", headMismatches)
             .put("tailBytes", span - s.bytes()).put("tailNonZero", tailNonZero).put("extraBytes", extra)
             .put("extraNonZero", extraNonZero);
+      }
+      case "sleep" -> {
+        Thread.sleep(r.path("millis").asLong());
+        out.put("slept", r.path("millis").asLong());
       }
       case "hang" -> Thread.sleep(Long.MAX_VALUE);
       case "exit" -> Runtime.getRuntime().halt(r.path("status").asInt(9));
