@@ -23,7 +23,12 @@
 #     its slabs while idle.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/roslabs-run.sh <unpacked thaw dir>
 # Writes $OUT/summary.txt (the lines to read), tests.txt, serve.json, serve-log.txt, trial.json, trial-log.txt,
-# trial-workers.txt, build.txt.
+# trial-workers.txt, build.txt. What must be there: "[ 7 tests successful ]" with 0 failed and 0 aborted; "serve trial:
+# as expected"; "trial: N cold starts (G GPT-2-large, P probe) ... 0 faults, 0 failures" with G, P >= 20; "workers that
+# protected their slabs while idle: M of N cold starts; worker lines with an error: 0" with M >= N; "== status: 0".
+# The lines "GPU, kernels reading a mapping as it turns read-only" and "... while another mapping turns read-only" are
+# the record of what the old ordering risked. A dry run on the sim device: THAW_DEVICE=sim GPT2_CONFIG='{"model":
+# "tiny", "seed": 1, "maxBatch": 1, "maxTokens": 16}' GPT2_TOKENS='[5, 17, 3, 40, 2, 9]' [TRIAL_SECONDS=60 MIN_COLD=3].
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=$(cd "${1:?usage: OUT=<dir> scripts/gpu/roslabs-run.sh <unpacked thaw dir>}" && pwd)
@@ -196,7 +201,7 @@ json.dump({"functions": f}, open(sys.argv[1] + "/trial-config.json", "w"))
 PY
 touch "$work/trial-start"
 port=18094
-"$home/bin/thaw" serve --port $port --config "$work/trial-config.json" --idle-workers 4 --host-cache 4g \
+"$home/bin/thaw" serve --port $port --config "$work/trial-config.json" --idle-workers 4 --host-cache 2g \
     --hbm-tier 0 > "$work/trial.log" 2>&1 &
 pid=$!
 timeout $(( budget + 15 )) python3 - $port "$work" "$OUT/trial.json" $budget ${MIN_COLD:-20} <<'PY' 2>&1 \
