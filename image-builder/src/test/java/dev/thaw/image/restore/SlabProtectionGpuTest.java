@@ -143,9 +143,9 @@ class SlabProtectionGpuTest {
   /**
    * The hazard the restore's ordering avoids, asked of the GPU: kernels reading a mapping while it turns read-only
    * (what the restore thread used to do under the first request), and kernels running while a mapping they do not
-   * touch turns read-only. Printed for the record; the assertion is only that each child saw its kernels still running
-   * when {@code cuMemSetAccess} returned (else it measured nothing) and that work on other memory was undisturbed
-   * (in-process instances protect one context's slabs while another context's kernels may run).
+   * touch turns read-only. Printed for the record (the design note cites them); the assertion is only that each
+   * child saw its kernels still running when {@code cuMemSetAccess} returned, else it measured nothing. The worker
+   * synchronizes the whole context before it protects, whatever the answers.
    */
   @Test
   void kernelsRunningWhileAMappingTurnsReadOnly() throws Exception {
@@ -156,8 +156,6 @@ class SlabProtectionGpuTest {
     System.out.println("GPU, kernels running while another mapping turns read-only: " + other);
     assertEquals("true", read.get("runningAtReturn"), "the kernels were done before the call: " + read);
     assertEquals("true", other.get("runningAtReturn"), "the kernels were done before the call: " + other);
-    assertEquals("ok", other.get("work"), other.toString());
-    assertEquals("true", other.get("result"), other.toString());
   }
 
   @Test
