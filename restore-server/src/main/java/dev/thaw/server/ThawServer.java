@@ -1,6 +1,7 @@
 package dev.thaw.server;
 
 import dev.thaw.image.store.ChunkStore;
+import dev.thaw.server.impl.ColdPathWarmup;
 import dev.thaw.server.impl.Endpoints;
 import dev.thaw.server.impl.ImageInfo;
 import dev.thaw.server.impl.Scheduler;
@@ -58,6 +59,7 @@ public final class ThawServer implements AutoCloseable {
   private boolean closed;
   private StartupTimeline timeline;
   private CompletableFuture<String> httpWarmup = CompletableFuture.completedFuture("not run");
+  private CompletableFuture<String> coldPathWarmup = CompletableFuture.completedFuture("not run");
 
   private ThawServer(ServerOptions options, InstanceFactory factory, String adminToken, Path adminTokenFile,
       Vertx vertx) {
@@ -133,6 +135,13 @@ public final class ThawServer implements AutoCloseable {
       server.httpWarmup = endpoints.warmUp(host,
           options.invokePort() == ServerOptions.NO_INVOKE_PORT ? server.port : server.invokePort);
       server.httpWarmup.thenRun(() -> mark(timeline, "http warmed"));
+      // Then, on a thread of its own, the server's part of a cold start, through a throwaway scheduler.
+      server.coldPathWarmup = server.httpWarmup.thenApplyAsync(http -> ColdPathWarmup.run(factory.devices()), r -> {
+        Thread t = new Thread(r, "thaw-cold-path-warmup");
+        t.setDaemon(true);
+        t.start();
+      });
+      server.coldPathWarmup.thenRun(() -> mark(timeline, "cold path warmed"));
       return server;
     } catch (RuntimeException | Error e) {
       server.close();
@@ -152,6 +161,14 @@ public final class ThawServer implements AutoCloseable {
    */
   public CompletableFuture<String> httpWarmup() {
     return httpWarmup;
+  }
+
+  /**
+   * The server's warm-up of its own part of a cold start ({@link ColdPathWarmup}), run after {@link #httpWarmup()}:
+   * completes with the starts of its two requests through a throwaway scheduler, {@code "cold warm"}.
+   */
+  public CompletableFuture<String> coldPathWarmup() {
+    return coldPathWarmup;
   }
 
   /** The timeline this server was started with, or null. */
