@@ -260,8 +260,8 @@ final class ServeCommand implements Callable<Integer> {
 
   /**
    * Vert.x, made on a thread of its own while this one parses options and opens the store, with the classes the
-   * server's start loads next (metrics and their timers, a manifest's reader) loaded beside it: none of it is on the way to the first
-   * worker or context, so it should cost the first response nothing.
+   * server's start loads next (metrics and their timers, a manifest's reader) loaded beside it: none of it is on the
+   * way to the first worker or context, so it should cost the first response nothing.
    */
   private static CompletableFuture<Vertx> startHttpSide(StartupTimeline timeline) {
     CompletableFuture<Vertx> made = new CompletableFuture<>();
