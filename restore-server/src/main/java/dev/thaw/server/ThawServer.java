@@ -122,6 +122,10 @@ public final class ThawServer implements AutoCloseable {
         server.scheduler.register(f.getKey(), f.getValue(), image);
       }
       mark(timeline, "registered");
+      // The server's part of a cold start, through a throwaway scheduler, beside the listen and the HTTP warm-up: a
+      // Knative pod's first request may come as soon as the port is open.
+      server.coldPathWarmup = ColdPathWarmup.start(factory.devices());
+      server.coldPathWarmup.thenRun(() -> mark(timeline, "cold path warmed"));
       Endpoints endpoints = new Endpoints(options, server.scheduler, store, server.metrics, token, timeline);
       server.endpoints = endpoints;
       if (options.invokePort() == ServerOptions.NO_INVOKE_PORT) {
@@ -135,13 +139,6 @@ public final class ThawServer implements AutoCloseable {
       server.httpWarmup = endpoints.warmUp(host,
           options.invokePort() == ServerOptions.NO_INVOKE_PORT ? server.port : server.invokePort);
       server.httpWarmup.thenRun(() -> mark(timeline, "http warmed"));
-      // Then, on a thread of its own, the server's part of a cold start, through a throwaway scheduler.
-      server.coldPathWarmup = server.httpWarmup.thenApplyAsync(http -> ColdPathWarmup.run(factory.devices()), r -> {
-        Thread t = new Thread(r, "thaw-cold-path-warmup");
-        t.setDaemon(true);
-        t.start();
-      });
-      server.coldPathWarmup.thenRun(() -> mark(timeline, "cold path warmed"));
       return server;
     } catch (RuntimeException | Error e) {
       server.close();
@@ -164,8 +161,9 @@ public final class ThawServer implements AutoCloseable {
   }
 
   /**
-   * The server's warm-up of its own part of a cold start ({@link ColdPathWarmup}), run after {@link #httpWarmup()}:
-   * completes with the starts of its two requests through a throwaway scheduler, {@code "cold warm"}.
+   * The server's warm-up of its own part of a cold start ({@link ColdPathWarmup}), started once the configured
+   * functions are registered: completes with the starts of its two requests through a throwaway scheduler,
+   * {@code "cold warm"}.
    */
   public CompletableFuture<String> coldPathWarmup() {
     return coldPathWarmup;
