@@ -14,6 +14,10 @@
 #                cost grow with the invoke's length? (10000 warm-up at N = 0)
 #   wait-spin    N = 100 and 22000, pooled only, with a client that polls for its response instead of sleeping in
 #                read(): round trip - server with and without it is the client's own wake-up after a long wait
+# RUNS (default "mlp gpt2-large wait wait-spin") picks the runs, SERIES (default "in-process,pool") the servers each
+# compares: a kind with the server's wake-ahead after a colon where not the default (ServerOverhead's --instances),
+# e.g. SERIES=in-process:0,in-process,pool:0,pool measures each kind without and with it in one run.
+# GPT2_WARMUP (default 5000) sets GPT-2's warm-up requests per server.
 # Each timed series also says, per thread of the server's process and of its worker, the CPU time, the time spent
 # runnable but waiting for a core, and the wake-ups per request (from /proc).
 # About 3.5 minutes in all (at most 60 + 150 + 70 + 30 s).
@@ -46,14 +50,24 @@ run() {
   timeout "$limit" "$java" ${BENCH_JVM:-} -cp "$cp" dev.thaw.bench.server.ServerOverhead --out "$OUT/$name.json" "$@" \
       >> "$log" 2>&1 || { echo "FAILED: $name (exit $?)" >> "$log"; status=1; }
 }
-run mlp 60 --requests 2000 --warmup 6000
-# GC logs of the server's process and of its workers (does a collection land inside the measured requests?)
-BENCH_JVM="-Xlog:gc:file=$OUT/gc-gpt2-server.log" run gpt2-large 150 --function dev.thaw.examples.gpt2.Gpt2Function \
-    --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --request "$root/gpt.json" \
-    --warmup-request "$root/gpt-warm.json" --requests 200 --warmup 5000 \
-    --worker-jvm "-XX:+UseSerialGC -Xmx2g -Xlog:gc:file=$OUT/gc-gpt2-worker-%p.log"
-run wait 70 --wait-micros 100,1000,4000,10000,22000 --requests 2000 --warmup 10000
-run wait-spin 30 --wait-micros 100,22000 --requests 2000 --warmup 10000 --instances pool --spin-client
+RUNS=${RUNS:-mlp gpt2-large wait wait-spin}
+SERIES=${SERIES:-in-process,pool}
+servers=$(( $(tr -cd , <<< "$SERIES" | wc -c) + 1 ))
+for r in $RUNS; do
+  case $r in
+    mlp) run mlp $(( 30 * servers )) --requests 2000 --warmup 6000 --instances "$SERIES" ;;
+    # GC logs of the server's process and of its workers (does a collection land inside the measured requests?)
+    gpt2-large) BENCH_JVM="-Xlog:gc:file=$OUT/gc-gpt2-server.log" run gpt2-large $(( 30 + 60 * servers )) \
+        --function dev.thaw.examples.gpt2.Gpt2Function \
+        --config '{"model": "gpt2-large", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --request "$root/gpt.json" \
+        --warmup-request "$root/gpt-warm.json" --requests 200 --warmup "${GPT2_WARMUP:-5000}" --instances "$SERIES" \
+        --worker-jvm "-XX:+UseSerialGC -Xmx2g -Xlog:gc:file=$OUT/gc-gpt2-worker-%p.log" ;;
+    wait) run wait $(( 35 * servers )) --wait-micros 100,1000,4000,10000,22000 --requests 2000 --warmup 10000 \
+        --instances "$SERIES" ;;
+    wait-spin) run wait-spin 30 --wait-micros 100,22000 --requests 2000 --warmup 10000 --instances pool --spin-client ;;
+    *) echo "unknown run $r" >> "$log"; status=1 ;;
+  esac
+done
 
 python3 - "$OUT" <<'PY' | tee -a "$log" || status=1
 import json, sys, os
@@ -76,6 +90,8 @@ def show(label, r):
               "%s %.0f/%.0f/%.2f" % (t, u["cpuMicros"], u["runQueueMicros"], u["wakes"])
               for t, u in s.get("threadsPerRequest", {}).items()))
 for name in ("mlp", "gpt2-large", "wait", "wait-spin"):
+    if name not in os.environ.get("RUNS", "mlp gpt2-large wait wait-spin").split():
+        continue
     path = os.path.join(out, name + ".json")
     if not os.path.exists(path):
         print("%s: no result" % name)

@@ -123,6 +123,11 @@ final class ServeCommand implements Callable<Integer> {
           "0 for none (default: hbmTierBytes of the config, else 16g)."})
   String hbmTier;
 
+  @Option(names = "--wake-ahead", paramLabel = "DURATION",
+      description = {"How long before a long warm invoke's predicted end the threads that carry its answer stop",
+          "sleeping and poll for it, e.g. 500us, 1ms, 0 for never (default: wakeAhead of the config, else 500us)."})
+  String wakeAhead;
+
   @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept). "
           + "Implied under Knative.")
   boolean readOnlyStore;
@@ -341,7 +346,8 @@ final class ServeCommand implements Callable<Integer> {
       List<String> atStart = options.functions().values().stream().map(FunctionOptions::image).distinct()
           .limit(ContextPoolOptions.DEFAULT_MAX_PREPARED_IMAGES).toList();
       ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(c.idleWorkers)
-          .setDeviceChoice(choice).setStorePath(storePath).setWarmupAfterReady(true).setPrepareAtStart(atStart);
+          .setDeviceChoice(choice).setStorePath(storePath).setWarmupAfterReady(true).setPrepareAtStart(atStart)
+          .setWakeAhead(options.wakeAhead());
       HostImageCache cache = null;
       if (options.hostCacheBytes() > 0) {
         try {
@@ -449,6 +455,9 @@ final class ServeCommand implements Callable<Integer> {
       }
       if (hbmTier != null) {
         o.setHbmTierBytes(bytes(hbmTier, "--hbm-tier"));
+      }
+      if (wakeAhead != null) {
+        o.setWakeAhead(ServerOptions.parseDuration(wakeAhead, "--wake-ahead"));
       }
       String token = cli.env("THAW_ADMIN_TOKEN");
       if (token != null && !token.isBlank()) {

@@ -33,6 +33,8 @@ public final class ContextPoolOptions {
   public static final long DEFAULT_INVOKE_TIMEOUT_MILLIS = 60_000;
   public static final long DEFAULT_EXIT_GRACE_MILLIS = 2_000;
   public static final int DEFAULT_MAX_FRAME_BYTES = 256 << 20;
+  /** {@link #wakeAhead()}: 0.5 ms. */
+  public static final long DEFAULT_WAKE_AHEAD_MICROS = 500;
   /** Concurrent starts per device: JVM start and cuInit are CPU-bound; a burst of them slows every one. */
   public static final int DEFAULT_MAX_STARTING = 2;
 
@@ -64,6 +66,7 @@ public final class ContextPoolOptions {
   @JsonProperty private long exitGraceMillis = DEFAULT_EXIT_GRACE_MILLIS;
   @JsonProperty private int maxFrameBytes = DEFAULT_MAX_FRAME_BYTES;
   @JsonProperty private String logDirectory;
+  @JsonProperty private long wakeAheadMicros = DEFAULT_WAKE_AHEAD_MICROS;
 
   public ContextPoolOptions() {}
 
@@ -92,6 +95,7 @@ public final class ContextPoolOptions {
     exitGraceMillis = o.exitGraceMillis;
     maxFrameBytes = o.maxFrameBytes;
     logDirectory = o.logDirectory;
+    wakeAheadMicros = o.wakeAheadMicros;
   }
 
   /** The device ordinals the pool keeps workers for. */
@@ -371,6 +375,25 @@ public final class ContextPoolOptions {
     return this;
   }
 
+  /**
+   * How long before an invoke's predicted end its worker sends NEAR, upon which the reader of its answers stops
+   * sleeping and polls for the RESULT. A thread that slept through a long invoke wakes slowly (on the H200's virtual
+   * machine its core has halted: 0.1-0.3 ms per wake-up); one that polls does not. Predicted from the worker's own
+   * recent invokes; only invokes predicted to last at least 1 ms and twice this are announced, and the poll gives up
+   * after three times this. {@link Duration#ZERO}: off.
+   */
+  public Duration wakeAhead() {
+    return Duration.ofNanos(wakeAheadMicros * 1000);
+  }
+
+  public ContextPoolOptions setWakeAhead(Duration d) {
+    if (d.isNegative() || d.compareTo(Duration.ofMillis(100)) > 0) {
+      throw new IllegalArgumentException("wake-ahead must be 0..100 ms: " + d);
+    }
+    this.wakeAheadMicros = d.toNanos() / 1000;
+    return this;
+  }
+
   private static long positive(Duration d, String what) {
     if (d.isNegative() || d.isZero()) {
       throw new IllegalArgumentException(what + " must be positive: " + d);
@@ -410,7 +433,8 @@ public final class ContextPoolOptions {
     checked.setStartTimeout(Duration.ofMillis(o.startTimeoutMillis))
         .setBecomeTimeout(Duration.ofMillis(o.becomeTimeoutMillis))
         .setInvokeTimeout(Duration.ofMillis(o.invokeTimeoutMillis))
-        .setExitGrace(Duration.ofMillis(o.exitGraceMillis));
+        .setExitGrace(Duration.ofMillis(o.exitGraceMillis))
+        .setWakeAhead(Duration.ofNanos(o.wakeAheadMicros * 1000));
     return checked;
   }
 

@@ -108,6 +108,12 @@ public interface Worker extends AutoCloseable {
   CompletableFuture<WorkerStatus> status();
 
   /**
+   * Invokes this worker announced as nearly done ({@link ContextPoolOptions#wakeAhead}: it sent NEAR), and of
+   * those, the ones whose answer the pool's reader polled for and caught, in that order.
+   */
+  long[] wakeAheads();
+
+  /**
    * Done with this worker. One that never became an image goes back to the pool's idle set; one that did exits
    * (its device memory goes with its process), so no later caller can see this one's data.
    */

@@ -30,7 +30,7 @@ import java.util.List;
  * {@code garbage} (raw bytes on the process's stdout), {@code oob} (a kernel writing past the mapping),
  * (with packed allocations, "the mapping" is the slab that holds {@code secret}: its tail past the image's
  * buffers is never written by a restore),
- * {@code alloc}, {@code bad}, {@code fail}.
+ * {@code alloc}, {@code bad}, {@code fail}, {@code sleep} ({@code millis} on the host).
  */
 public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.State> {
 
@@ -108,6 +108,10 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
         out.put("address", address).put("headMismatches", headMismatches)
             .put("tailBytes", span - s.bytes()).put("tailNonZero", tailNonZero).put("extraBytes", extra)
             .put("extraNonZero", extraNonZero);
+      }
+      case "sleep" -> {
+        Thread.sleep(r.path("millis").asLong());
+        out.put("slept", r.path("millis").asLong());
       }
       case "hang" -> Thread.sleep(Long.MAX_VALUE);
       case "exit" -> Runtime.getRuntime().halt(r.path("status").asInt(9));

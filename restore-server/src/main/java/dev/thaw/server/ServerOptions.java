@@ -18,7 +18,7 @@ import java.util.regex.Pattern;
  * <pre>{@code
  * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
- *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184,
+ *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184, "wakeAhead": "500us",
  *  "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
  * }</pre>
@@ -46,11 +46,13 @@ public final class ServerOptions {
   public static final String ADMIN_TOKEN_FILE = "admin-token";
   /** Cold-start timelines kept per function for {@code /v1/functions/{name}/trace}. */
   public static final int DEFAULT_TRACES_KEPT = 16;
+  /** {@link #wakeAhead()}: 0.5 ms. */
+  public static final Duration DEFAULT_WAKE_AHEAD = Duration.ofNanos(500_000);
 
   private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
       "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
-      "tracesKept", "hostCacheBytes", "hbmTierBytes");
-  private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|s|m)?");
+      "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead");
+  private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|us|s|m)?");
 
   private String host = DEFAULT_HOST;
   private int port = DEFAULT_PORT;
@@ -65,6 +67,7 @@ public final class ServerOptions {
   private long hostCacheBytes = DEFAULT_HOST_CACHE_BYTES;
   private long hbmTierBytes = DEFAULT_HBM_TIER_BYTES;
   private int tracesKept = DEFAULT_TRACES_KEPT;
+  private Duration wakeAhead = DEFAULT_WAKE_AHEAD;
   private final Map<String, String> labels = new LinkedHashMap<>();
   private final Map<String, FunctionOptions> functions = new LinkedHashMap<>();
 
@@ -84,6 +87,7 @@ public final class ServerOptions {
     hostCacheBytes = o.hostCacheBytes;
     hbmTierBytes = o.hbmTierBytes;
     tracesKept = o.tracesKept;
+    wakeAhead = o.wakeAhead;
     labels.putAll(o.labels);
     o.functions.forEach((k, v) -> functions.put(k, new FunctionOptions(v)));
   }
@@ -263,6 +267,26 @@ public final class ServerOptions {
     return this;
   }
 
+  public Duration wakeAhead() {
+    return wakeAhead;
+  }
+
+  /**
+   * How long before a warm invoke's predicted end (its function's recent invokes, smoothed) the threads that carry
+   * its answer stop sleeping and poll: the event loop that answers the request, and, for a pooled instance, the
+   * reader of its worker's pipe (the worker says NEAR). A thread that slept through a long invoke wakes slowly: on
+   * the H200's virtual machine its core has halted, 0.1-0.3 ms per wake-up, each hop paying it again. Only invokes
+   * predicted to last at least 1 ms and twice this, and only while at most a quarter of the cores' worth of
+   * instances invoke; a poll gives up after three times this. Zero: off.
+   */
+  public ServerOptions setWakeAhead(Duration d) {
+    if (d == null || d.isNegative() || d.compareTo(Duration.ofMillis(100)) > 0) {
+      throw new IllegalArgumentException("wakeAhead must be 0..100ms");
+    }
+    this.wakeAhead = d;
+    return this;
+  }
+
   /** Labels on every log line and metric, e.g. Knative's {@code service}, {@code revision}, {@code configuration}. */
   public Map<String, String> labels() {
     return labels;
@@ -301,6 +325,7 @@ public final class ServerOptions {
     json.put("hostCacheBytes", hostCacheBytes);
     json.put("hbmTierBytes", hbmTierBytes);
     json.put("tracesKept", tracesKept);
+    json.put("wakeAhead", wakeAhead.toNanos() / 1000 + "us");
     ObjectNode l = json.putObject("labels");
     labels.forEach(l::put);
     ObjectNode f = json.putObject("functions");
@@ -379,6 +404,9 @@ public final class ServerOptions {
     if (json.has("tracesKept")) {
       o.setTracesKept(FunctionOptions.intField(json, "tracesKept"));
     }
+    if (json.has("wakeAhead")) {
+      o.setWakeAhead(duration(json.get("wakeAhead"), "wakeAhead"));
+    }
     if (json.has("labels")) {
       JsonNode l = json.get("labels");
       if (!l.isObject()) {
@@ -403,24 +431,30 @@ public final class ServerOptions {
     return o;
   }
 
-  /** {@code "30s"}, {@code "250ms"}, {@code "5m"}, or a number of seconds. */
+  /** A duration as the JSON form writes it ({@code "500us"}, {@code "250ms"}, {@code "30s"}, {@code "5m"}). */
+  public static Duration parseDuration(String text, String field) {
+    return duration(JsonNodeFactory.instance.textNode(text), field);
+  }
+
+  /** {@code "30s"}, {@code "250ms"}, {@code "500us"}, {@code "5m"}, or a number of seconds. */
   static Duration duration(JsonNode v, String field) {
     if (v.isNumber()) {
       return Duration.ofMillis(Math.round(v.doubleValue() * 1000));
     }
     Matcher m = DURATION.matcher(v.asText().trim());
     if (!v.isTextual() || !m.matches()) {
-      throw new IllegalArgumentException("'" + field + "' is a duration such as \"30s\", \"250ms\" or \"5m\", not "
-          + v);
+      throw new IllegalArgumentException("'" + field + "' is a duration such as \"30s\", \"250ms\", \"500us\" or "
+          + "\"5m\", not " + v);
     }
     double n = Double.parseDouble(m.group(1));
     String unit = m.group(2) == null ? "s" : m.group(2);
-    double millis = switch (unit) {
-      case "ms" -> n;
-      case "m" -> n * 60_000;
-      default -> n * 1000;
+    double nanos = switch (unit) {
+      case "us" -> n * 1e3;
+      case "ms" -> n * 1e6;
+      case "m" -> n * 60e9;
+      default -> n * 1e9;
     };
-    return Duration.ofMillis(Math.round(millis));
+    return Duration.ofNanos(Math.round(nanos));
   }
 
   @Override

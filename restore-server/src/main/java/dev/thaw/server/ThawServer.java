@@ -74,7 +74,7 @@ public final class ThawServer implements AutoCloseable {
     metrics.config().commonTags(common);
     factory.bindMetrics(metrics);
     this.scheduler = new Scheduler(factory, metrics, options.gpuMemoryBytes(), options.retryAfter(),
-        options.tracesKept());
+        options.tracesKept(), options.wakeAhead());
     this.vertx = vertx != null ? vertx : Vertx.vertx();
   }
 

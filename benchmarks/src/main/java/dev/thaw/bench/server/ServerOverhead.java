@@ -74,6 +74,10 @@ import java.util.Map;
  * ({@code dev.thaw.examples.wait.WaitFunction}, a kernel that waits that long), warmed up with waits of 0, then timed
  * at each length in turn against its own anchor ({@code steps} in the result).
  *
+ * <p>{@code --instances} names the servers in turn: {@code in-process} or {@code pool}, each with the server's
+ * wake-ahead ({@link ServerOptions#setWakeAhead}) after a colon where it is not the default: {@code pool:0,pool}
+ * measures a pooled server without it and with it in one run.
+ *
  * <p>Usage: {@code ServerOverhead [--function CLASS --config JSON --request FILE [--warmup-request FILE] |
  * --wait-micros LIST] [--requests 2000] [--warmup 3000] [--instances in-process,pool] [--worker-jvm "-XX:+UseSerialGC
  * -Xmx2g"] [--spin-client] [--out result.json]}; without {@code --function}, the MLP of {@code scripts/gpu/server-run.sh} and one row
@@ -140,7 +144,7 @@ public final class ServerOverhead {
         case "--wait-micros" -> waitMicros = Arrays.stream(args[++i].split(",")).map(Long::parseLong).toList();
         default -> throw new IllegalArgumentException("unknown argument " + args[i] + "; usage: ServerOverhead "
             + "[--function CLASS --config JSON --request FILE | --wait-micros 100,1000,...] [--requests N] "
-            + "[--warmup N] [--warmup-request FILE] [--instances in-process,pool] [--worker-jvm OPTIONS] "
+            + "[--warmup N] [--warmup-request FILE] [--instances in-process,pool,pool:0,...] [--worker-jvm OPTIONS] "
             + "[--spin-client] [--out FILE]");
       }
     }
@@ -282,16 +286,25 @@ public final class ServerOverhead {
     return anchors;
   }
 
-  private static List<ObjectNode> serve(String kind, GpuDriver driver, RocksChunkStore store, Path storePath,
+  /**
+   * @param series {@code in-process} or {@code pool}, with the server's wake-ahead after a colon where it is not the
+   *     default ({@code pool:0} for none, {@code pool:1ms})
+   */
+  private static List<ObjectNode> serve(String series, GpuDriver driver, RocksChunkStore store, Path storePath,
       List<Step> steps, Options o) throws Exception {
+    int colon = series.indexOf(':');
+    String kind = colon < 0 ? series : series.substring(0, colon);
+    Duration wakeAhead = colon < 0 ? ServerOptions.DEFAULT_WAKE_AHEAD
+        : ServerOptions.parseDuration(series.substring(colon + 1), "--instances " + series);
     InstanceFactory factory = switch (kind) {
       case "in-process" -> new InProcessInstances(driver, store);
       case "pool" -> new PoolInstances(ContextPool.create(new ContextPoolOptions().setDevices(List.of(0))
-          .setIdleTarget(1).setMaxWorkers(2).setStorePath(storePath).setJvmOptions(o.workerJvm())),
+          .setIdleTarget(1).setMaxWorkers(2).setStorePath(storePath).setJvmOptions(o.workerJvm())
+          .setWakeAhead(wakeAhead)),
           store, storePath, driver.devices(), Duration.ofSeconds(120), Duration.ofSeconds(1));
-      default -> throw new IllegalArgumentException("--instances: in-process or pool, not " + kind);
+      default -> throw new IllegalArgumentException("--instances: in-process or pool[:WAKE-AHEAD], not " + series);
     };
-    ServerOptions options = new ServerOptions().setHost("127.0.0.1").setPort(0)
+    ServerOptions options = new ServerOptions().setHost("127.0.0.1").setPort(0).setWakeAhead(wakeAhead)
         .addFunction(FUNCTION, new FunctionOptions().setImage(TAG).setMinInstances(1).setMaxInstances(1)
             .setKeepAlive(Duration.ofHours(1)));
     List<ObjectNode> results = new ArrayList<>();

@@ -117,6 +117,11 @@ final class WorkerProcess implements Worker {
   private final Map<String, CompletableFuture<Frame>> prepared = new ConcurrentHashMap<>();
   /** Keys READY said the worker prepared at start, without a host-cache placement: a PREPARE may add one. */
   private final java.util.Set<String> preparedAtStart = ConcurrentHashMap.newKeySet();
+  /** The worker's recent invokes (decode, function, encode), smoothed: the wake-ahead's prediction; 0: none yet. */
+  private volatile long invokeNanos;
+  /** NEAR frames read, and those whose RESULT came while the reader polled for it: the wake-ahead's hits. */
+  private final java.util.concurrent.atomic.AtomicLong nears = new java.util.concurrent.atomic.AtomicLong();
+  private final java.util.concurrent.atomic.AtomicLong nearsCaught = new java.util.concurrent.atomic.AtomicLong();
 
   private WorkerProcess(int device, Process process, long spawnNanos, Path log, ContextPoolOptions options,
       ScheduledExecutorService timer, Executor io, Listener listener) {
@@ -369,14 +374,49 @@ final class WorkerProcess implements Worker {
     }
     ObjectNode head = FrameCodec.head();
     head.put("jsonBytes", json.length);
+    long near = nearMicros();
+    if (near > 0) {
+      head.put("nearMicros", near);
+    }
     long t = System.nanoTime();
     return release(send(FrameType.INVOKE, head, body, deadline == null ? options.invokeTimeout() : deadline)
         .thenApply(f -> {
           int n = Math.min(Math.max(f.head().path("jsonBytes").asInt(f.body().length), 0), f.body().length);
           byte[] responseJson = n == f.body().length ? f.body() : java.util.Arrays.copyOf(f.body(), n);
           ByteBuffer rest = ByteBuffer.wrap(f.body(), n, f.body().length - n).slice().asReadOnlyBuffer();
-          return new InvokeResult(responseJson, rest, phases(f.head().path("phases")), millisSince(t));
+          Map<String, Double> phases = phases(f.head().path("phases"));
+          learnInvoke(phases);
+          return new InvokeResult(responseJson, rest, phases, millisSince(t));
         }));
+  }
+
+  /**
+   * When the worker should say NEAR, in microseconds after it began the invoke: its predicted length less the
+   * wake-ahead, for invokes predicted to last at least 1 ms and twice the wake-ahead; 0 for none.
+   */
+  long nearMicros() {
+    long ahead = options.wakeAhead().toNanos();
+    long predicted = invokeNanos;
+    if (ahead == 0 || predicted < Math.max(1_000_000, 2 * ahead)) {
+      return 0;
+    }
+    return (predicted - ahead) / 1000;
+  }
+
+  /** Folds an invoke's length as the worker measured it into the prediction (a quarter of the way). */
+  private void learnInvoke(Map<String, Double> phases) {
+    double millis = 0;
+    for (double v : phases.values()) {
+      millis += v;
+    }
+    long nanos = (long) (millis * 1e6);
+    long before = invokeNanos;
+    invokeNanos = before == 0 ? nanos : before + (nanos - before) / 4;
+  }
+
+  @Override
+  public long[] wakeAheads() {
+    return new long[] {nears.get(), nearsCaught.get()};
   }
 
   @Override
@@ -566,6 +606,7 @@ final class WorkerProcess implements Worker {
         switch (f.type()) {
           case READY -> onReady(f);
           case RESULT -> complete(f.id(), f);
+          case NEAR -> awaitAwake(f.id());
           case RESIDENT -> onResident(f);
           case ERROR -> onError(f);
           default -> throw new ProtocolException(f.type() + " is not a frame a worker sends");
@@ -583,6 +624,25 @@ final class WorkerProcess implements Worker {
     } catch (RuntimeException e) {
       lose(WorkerErrorKind.PROTOCOL, null, "its frame did not read: " + e);
     }
+  }
+
+  /**
+   * NEAR: the invoke {@code id} is due to end within the wake-ahead. Polls for its RESULT instead of sleeping in a
+   * read, for at most three times the wake-ahead: a thread woken by the pipe after a long sleep is slow to run.
+   */
+  private void awaitAwake(int id) throws IOException {
+    if (!pending.containsKey(id)) {
+      return;
+    }
+    nears.incrementAndGet();
+    long until = System.nanoTime() + 3 * options.wakeAhead().toNanos();
+    while (in.available() == 0) {
+      if (System.nanoTime() - until > 0) {
+        return;
+      }
+      Thread.onSpinWait();
+    }
+    nearsCaught.incrementAndGet();
   }
 
   private void onReady(Frame f) {

@@ -37,6 +37,12 @@ public enum FrameType {
    * sent before it.
    */
   TRACE(9),
+  /**
+   * Worker → parent, while the INVOKE with the same id runs, when the head of that INVOKE asked for it
+   * ({@code nearMicros} after the invoke began): its RESULT is due soon, so the reader should stay awake for it.
+   * It may arrive after the RESULT (the invoke ended first); it is then ignored.
+   */
+  NEAR(10),
   /** Worker → parent: the answer to the request with the same id. */
   RESULT(16),
   /** Worker → parent: the request with the same id failed (id 0: the worker itself failed and exits). */

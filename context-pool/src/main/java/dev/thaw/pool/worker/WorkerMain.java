@@ -113,6 +113,7 @@ public final class WorkerMain {
   private volatile State state = State.STARTING;
   private volatile String image;
   private volatile long invocations;
+  private volatile java.util.concurrent.ScheduledThreadPoolExecutor nearTimer;
 
   private GpuDriver driver;
   private GpuContext context;
@@ -129,6 +130,8 @@ public final class WorkerMain {
   /** {@link WorkerConfig#prepareAtStart()}'s images, prepared on the prepare thread. */
   private final CompletableFuture<List<Prepared>> preparedAtStart = new CompletableFuture<>();
   private volatile double prepareAtStartMillis;
+  /** Where {@link #prepareAtStartMillis} went, summed over the images: manifest, class, context wait, prepare. */
+  private final Map<String, Double> prepareAtStartParts = new java.util.concurrent.ConcurrentHashMap<>();
   /** When the BECOME was read off stdin (one per worker), for its {@code queued} phase; 0 before. */
   private volatile long becomeRead;
   private final java.util.concurrent.CompletableFuture<Void> cpuWarm = new java.util.concurrent.CompletableFuture<>();
@@ -229,6 +232,9 @@ public final class WorkerMain {
           prepared.put(p.key(), p);
         }
         phases.put("prepareAtStart", prepareAtStartMillis);
+        for (String part : List.of("manifest", "class", "contextWait", "prepare")) {
+          phases.put("prepareAtStart." + part, prepareAtStartParts.getOrDefault(part, 0.0));
+        }
         phase(phases, "prepareWait", t);
       }
       if (!config.warmupAfterReady()) {
@@ -316,12 +322,17 @@ public final class WorkerMain {
     List<Prepared> made = new ArrayList<>();
     for (String tag : config.prepareAtStart()) {
       try {
+        long t = System.nanoTime();
         byte[] bytes = s.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
         ImageManifest manifest = ImageManifest.read(bytes);
         RestorePlan plan = RestorePlan.of(manifest);
+        t = prepareAtStartPart("manifest", t);
         Class.forName(manifest.function().className(), true, WorkerMain.class.getClassLoader());
+        t = prepareAtStartPart("class", t);
         GpuContext c = contextMade.join();
+        t = prepareAtStartPart("contextWait", t);
         PreparedRestore restore = new OnDemandRestorer(s).prepare(plan, c, RestoreSource.STORE_ONLY);
+        prepareAtStartPart("prepare", t);
         made.add(new Prepared(PreparedImage.keyOf(tag, bytes), tag, bytes, restore, new byte[0], null, s));
       } catch (Exception | LinkageError e) {
         System.err.println("worker " + pid + ": '" + tag + "' not prepared at start: " + e);
@@ -329,6 +340,12 @@ public final class WorkerMain {
     }
     prepareAtStartMillis = (System.nanoTime() - start) / 1e6;
     return made;
+  }
+
+  private long prepareAtStartPart(String part, long since) {
+    long now = System.nanoTime();
+    prepareAtStartParts.merge(part, (now - since) / 1e6, Double::sum);
+    return now;
   }
 
   /**
@@ -890,37 +907,67 @@ public final class WorkerMain {
     }
     state = State.INVOKING;
     long start = System.nanoTime();
-    int jsonBytes = f.head().path("jsonBytes").asInt(f.body().length);
-    if (jsonBytes < 0 || jsonBytes > f.body().length) {
-      throw new ProtocolException("jsonBytes " + jsonBytes + " outside the body's " + f.body().length);
+    // The parent's reader sleeps in a read while this runs; NEAR wakes it a little before the RESULT is due.
+    long nearMicros = f.head().path("nearMicros").asLong(0);
+    java.util.concurrent.ScheduledFuture<?> near = nearMicros <= 0 ? null : nearTimer().schedule(
+        () -> send(new Frame(FrameType.NEAR, f.id(), FrameCodec.head())), nearMicros * 1000,
+        java.util.concurrent.TimeUnit.NANOSECONDS);
+    try {
+      int jsonBytes = f.head().path("jsonBytes").asInt(f.body().length);
+      if (jsonBytes < 0 || jsonBytes > f.body().length) {
+        throw new ProtocolException("jsonBytes " + jsonBytes + " outside the body's " + f.body().length);
+      }
+      JsonNode body = json.readTree(f.body(), 0, jsonBytes);
+      if (body == null || !body.isObject()) {
+        throw new dev.thaw.runtime.function.InvalidRequestException("the request is not a JSON object");
+      }
+      Optional<ByteBuffer> binary = jsonBytes == f.body().length ? Optional.empty()
+          : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
+      long t = System.nanoTime();
+      double decodeMs = (t - start) / 1e6;
+      FunctionResponse r = restored.function().invoke(new FunctionRequest(body, binary));
+      long t2 = System.nanoTime();
+      byte[] responseJson = json.writeValueAsBytes(r.json());
+      byte[] out = responseJson;
+      if (r.binary().isPresent()) {
+        ByteBuffer b = r.binary().get().duplicate();
+        out = new byte[responseJson.length + b.remaining()];
+        System.arraycopy(responseJson, 0, out, 0, responseJson.length);
+        b.get(out, responseJson.length, b.remaining());
+      }
+      invocations++;
+      state = State.READY;
+      ObjectNode h = FrameCodec.head();
+      h.put("jsonBytes", responseJson.length);
+      ObjectNode p = h.putObject("phases");
+      p.put("decode", decodeMs);
+      p.put("invoke", (t2 - t) / 1e6);
+      p.put("encode", (System.nanoTime() - t2) / 1e6);
+      return new Frame(FrameType.RESULT, f.id(), h, out);
+    } finally {
+      if (near != null) {
+        near.cancel(false);
+      }
     }
-    JsonNode body = json.readTree(f.body(), 0, jsonBytes);
-    if (body == null || !body.isObject()) {
-      throw new dev.thaw.runtime.function.InvalidRequestException("the request is not a JSON object");
+  }
+
+  /** The thread that sends NEAR frames; made at the first INVOKE that asks for one. */
+  private java.util.concurrent.ScheduledThreadPoolExecutor nearTimer() {
+    java.util.concurrent.ScheduledThreadPoolExecutor t = nearTimer;
+    if (t == null) {
+      synchronized (this) {
+        if (nearTimer == null) {
+          nearTimer = new java.util.concurrent.ScheduledThreadPoolExecutor(1, r -> {
+            Thread n = new Thread(r, "thaw-worker-near");
+            n.setDaemon(true);
+            return n;
+          });
+          nearTimer.setRemoveOnCancelPolicy(true);
+        }
+        t = nearTimer;
+      }
     }
-    Optional<ByteBuffer> binary = jsonBytes == f.body().length ? Optional.empty()
-        : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
-    long t = System.nanoTime();
-    double decodeMs = (t - start) / 1e6;
-    FunctionResponse r = restored.function().invoke(new FunctionRequest(body, binary));
-    long t2 = System.nanoTime();
-    byte[] responseJson = json.writeValueAsBytes(r.json());
-    byte[] out = responseJson;
-    if (r.binary().isPresent()) {
-      ByteBuffer b = r.binary().get().duplicate();
-      out = new byte[responseJson.length + b.remaining()];
-      System.arraycopy(responseJson, 0, out, 0, responseJson.length);
-      b.get(out, responseJson.length, b.remaining());
-    }
-    invocations++;
-    state = State.READY;
-    ObjectNode h = FrameCodec.head();
-    h.put("jsonBytes", responseJson.length);
-    ObjectNode p = h.putObject("phases");
-    p.put("decode", decodeMs);
-    p.put("invoke", (t2 - t) / 1e6);
-    p.put("encode", (System.nanoTime() - t2) / 1e6);
-    return new Frame(FrameType.RESULT, f.id(), h, out);
+    return t;
   }
 
   // ---- stdin ----

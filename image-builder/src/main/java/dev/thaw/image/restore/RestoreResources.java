@@ -58,24 +58,25 @@ public final class RestoreResources implements AutoCloseable {
       this.secondStream = context.createStream();
       made.add(secondStream);
       t = part("streams", t);
-      // One staging buffer now, the others on a thread of their own: the owner (a pool worker) says READY without
-      // waiting for every page of its staging to be pinned; a first restore that outruns them waits slot by slot.
-      this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes, 1);
-      made.add(staging);
-      t = part("staging", t);
       this.uploadArena = context.allocatePinned(uploadArenaBytes);
       made.add(uploadArena);
       t = part("upload arena", t);
       // A few events now, the others behind on a thread of their own; a restore that finds none left makes its own.
-      // On the H200 1024 took 107-146 ms beside the staging pinned behind, and 64 still took 95-112 ms in two rounds
-      // of three (0.2 ms in the third): the driver seems to serialise them behind the pinning (RestoreResourcesGpuTest).
+      // Before the staging: on the H200 what was made after the staging's first buffer waited behind the pinning of
+      // the others on their thread (64 events took 95-112 ms in two rounds of three, the upload arena 64 ms; the
+      // driver serialises them), so everything small is made while nothing else is pinned.
       for (int i = 0; i < Math.min(events, EVENTS_AHEAD); i++) {
         GpuEvent e = context.createEvent(true);
         made.add(e);
         allEvents.add(e);
         this.events.add(e);
       }
-      part("events", t);
+      t = part("events", t);
+      // One staging buffer now, the others on a thread of their own: the owner (a pool worker) says READY without
+      // waiting for every page of its staging to be pinned; a first restore that outruns them waits slot by slot.
+      this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes, 1);
+      made.add(staging);
+      part("staging", t);
     } catch (RuntimeException e) {
       for (int i = made.size() - 1; i >= 0; i--) {
         try {
@@ -140,9 +141,9 @@ public final class RestoreResources implements AutoCloseable {
   }
 
   /**
-   * Milliseconds each part took to make, in order ({@code streams}, {@code staging} — its first buffer; the others
-   * are pinned behind, see {@link StagingRing#allocate(GpuContext, int, long, int)} — {@code upload arena},
-   * {@code events} — the first {@value #EVENTS_AHEAD}; the others are made behind).
+   * Milliseconds each part took to make, in order ({@code streams}, {@code upload arena}, {@code events} — the
+   * first {@value #EVENTS_AHEAD}; the others are made behind — and {@code staging} — its first buffer; the others
+   * are pinned behind, see {@link StagingRing#allocate(GpuContext, int, long, int)}).
    */
   public Map<String, Double> creationMillis() {
     return java.util.Collections.unmodifiableMap(new LinkedHashMap<>(creationMillis));

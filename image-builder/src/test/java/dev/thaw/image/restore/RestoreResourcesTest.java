@@ -18,7 +18,7 @@ class RestoreResourcesTest {
         assertTrue(r.pooledEvents() >= RestoreResources.EVENTS_AHEAD, "the first ones at once");
         r.eventsMade().join();
         assertEquals(RestoreResources.DEFAULT_EVENTS, r.pooledEvents());
-        assertEquals(java.util.List.of("streams", "staging", "upload arena", "events"),
+        assertEquals(java.util.List.of("streams", "upload arena", "events", "staging"),
             java.util.List.copyOf(r.creationMillis().keySet()));
       }
       // Closed while its events are still being made: it waits for them, and frees every one.

@@ -55,7 +55,7 @@ public final class ColdPathWarmup {
       return "not run: no device";
     }
     PrometheusMeterRegistry metrics = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
-    try (Scheduler s = new Scheduler(new StandIns(devices), metrics, 0, Duration.ofSeconds(1), 1)) {
+    try (Scheduler s = new Scheduler(new StandIns(devices), metrics, 0, Duration.ofSeconds(1), 1, Duration.ZERO)) {
       s.register(FUNCTION, new FunctionOptions().setImage(FUNCTION), new ImageInfo(FUNCTION, null, null, 0,
           List.of()));
       ObjectNode body = JsonNodeFactory.instance.objectNode();

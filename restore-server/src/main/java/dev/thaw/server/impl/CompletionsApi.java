@@ -124,10 +124,9 @@ final class CompletionsApi {
     }
     request.put("maxNewTokens", maxTokens);
     Scheduler.Pending pending = scheduler.submit(model, FunctionRequest.of(request));
-    ctx.response().closeHandler(v -> pending.cancel());
     String id = "cmpl-thaw-" + ids.incrementAndGet();
     long created = System.currentTimeMillis() / 1000;
-    Http.onContext(ctx, pending.result(), (inv, e) -> {
+    Http.onInvocation(ctx, pending, (inv, e) -> {
       if (e != null) {
         sendError(ctx, e);
         return;

@@ -167,6 +167,18 @@ final class Http {
     }));
   }
 
+  /**
+   * Runs {@code then} on the request's event loop when its invocation completes; a client that leaves cancels a request
+   * still queued; shortly before a long invoke's predicted end the event loop stops sleeping and polls for the answer
+   * ({@link Scheduler.Pending#onNearlyDone}).
+   */
+  static void onInvocation(RoutingContext ctx, Scheduler.Pending p, BiConsumer<Invocation, Throwable> then) {
+    ctx.response().closeHandler(v -> p.cancel());
+    Context context = Vertx.currentContext();
+    p.onNearlyDone(() -> context.runOnContext(v -> p.awaitAwake()));
+    onContext(ctx, p.result(), then);
+  }
+
   /** Milliseconds since the request arrived. */
   static double millisInside(RoutingContext ctx) {
     Long received = ctx.get(RECEIVED);

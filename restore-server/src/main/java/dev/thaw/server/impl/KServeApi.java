@@ -90,8 +90,7 @@ final class KServeApi {
     JsonNode requested = body.get("outputs");
     String id = body.hasNonNull("id") ? body.get("id").asText() : null;
     Scheduler.Pending p = scheduler.submit(name, FunctionRequest.of(request));
-    ctx.response().closeHandler(v -> p.cancel());
-    Http.onContext(ctx, p.result(), (inv, e) -> {
+    Http.onInvocation(ctx, p, (inv, e) -> {
       if (e != null) {
         Http.sendError(ctx, e);
         return;

@@ -128,8 +128,7 @@ final class NativeApi {
     String name = name(ctx);
     FunctionRequest request = request(ctx);
     Scheduler.Pending p = scheduler.submit(name, request);
-    ctx.response().closeHandler(v -> p.cancel());
-    Http.onContext(ctx, p.result(), (inv, e) -> {
+    Http.onInvocation(ctx, p, (inv, e) -> {
       if (e != null) {
         Http.sendError(ctx, e);
         return;

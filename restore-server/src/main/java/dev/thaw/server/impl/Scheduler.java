@@ -51,6 +51,8 @@ public final class Scheduler implements AutoCloseable {
 
   private static final JsonNodeFactory NODES = JsonNodeFactory.instance;
   static final long REAP_PERIOD_MILLIS = 100;
+  /** Wake-ahead spins only while at most this many instances invoke: a quarter of the cores. */
+  static final int WAKE_AHEAD_MAX_INVOKING = Math.max(1, Runtime.getRuntime().availableProcessors() / 4);
 
   private final InstanceFactory factory;
   private final MeterRegistry metrics;
@@ -63,6 +65,12 @@ public final class Scheduler implements AutoCloseable {
   private final Map<String, Deployment> deployments = new LinkedHashMap<>();
   private final List<Deployment> retiring = new ArrayList<>();
   private final ScheduledExecutorService reaper;
+  /** How long before a warm invoke's predicted end its event loop stops sleeping; 0: never. */
+  private final long wakeAheadNanos;
+  /** Fires the wake-aheads; made at the first one. */
+  private ScheduledExecutorService waker;
+  /** Instances invoking now, of every function: wake-ahead spins only while few do. */
+  private int invoking;
   private final AtomicInteger threadIds = new AtomicInteger();
   private boolean draining;
   private boolean closed;
@@ -70,10 +78,13 @@ public final class Scheduler implements AutoCloseable {
 
   /**
    * @param gpuMemoryBytes each device's budget for instances; 0 for its whole memory
+   * @param wakeAhead how long before a warm invoke's predicted end the thread that answers it stops sleeping
+   *     ({@link Pending#onNearlyDone}); zero for never
    */
   public Scheduler(InstanceFactory factory, MeterRegistry metrics, long gpuMemoryBytes, Duration retryAfter,
-      int tracesKept) {
+      int tracesKept, Duration wakeAhead) {
     this.factory = factory;
+    this.wakeAheadNanos = wakeAhead.toNanos();
     this.metrics = metrics;
     this.retryAfterSeconds = Math.max(1, (retryAfter.toMillis() + 999) / 1000);
     this.tracesKept = tracesKept;
@@ -208,6 +219,9 @@ public final class Scheduler implements AutoCloseable {
     boolean dispatched;
     /** Set when it was dispatched to an instance that invokes asynchronously: run by the dispatching thread. */
     private Runnable direct;
+    private volatile Runnable nearlyDone;
+    /** The wake-ahead armed for its invoke, or null. */
+    volatile java.util.concurrent.ScheduledFuture<?> wake;
 
     Pending(Deployment deployment, FunctionRequest request) {
       this.deployment = deployment;
@@ -223,6 +237,38 @@ public final class Scheduler implements AutoCloseable {
       Runnable r = direct;
       direct = null;
       if (r != null) {
+        r.run();
+      }
+    }
+
+    /**
+     * Runs {@code r} (on the scheduler's timer thread) when the request's invoke is predicted to end within the
+     * wake-ahead, if it is predicted to be long (see {@link #awaitAwake()}); set it right after {@link #submit}.
+     */
+    public void onNearlyDone(Runnable r) {
+      nearlyDone = r;
+    }
+
+    /**
+     * Spins until the result is in, or for at most three times the wake-ahead: run on the thread that answers the
+     * request (its event loop) from {@link #onNearlyDone}, so that the answer finds it awake. A thread that slept
+     * through a long invoke wakes slowly: on the H200's virtual machine its core has halted, 0.1-0.3 ms a wake-up.
+     */
+    public void awaitAwake() {
+      long until = System.nanoTime() + 3 * wakeAheadNanos;
+      while (!result.isDone()) {
+        if (System.nanoTime() - until > 0) {
+          deployment.wakeMissed.increment();
+          return;
+        }
+        Thread.onSpinWait();
+      }
+      deployment.wakeCaught.increment();
+    }
+
+    private void fireNearlyDone() {
+      Runnable r = nearlyDone;
+      if (r != null && !result.isDone()) {
         r.run();
       }
     }
@@ -288,8 +334,13 @@ public final class Scheduler implements AutoCloseable {
     final List<Meter> meters = new ArrayList<>();
     final Counter rejected;
     final Counter refused;
+    /** Wake-aheads whose answer came while the event loop polled, and those that gave up first. */
+    final Counter wakeCaught;
+    final Counter wakeMissed;
     boolean retire;
     String lastStartFailure;
+    /** Its warm invokes' length, smoothed: the wake-ahead's prediction; 0: none yet. */
+    long invokeNanos;
 
     Deployment(String name, FunctionOptions options, ImageInfo image) {
       this.name = name;
@@ -308,6 +359,13 @@ public final class Scheduler implements AutoCloseable {
           .register(metrics);
       meters.add(rejected);
       meters.add(refused);
+      wakeCaught = Counter.builder("thaw.wake.ahead").tag("function", name).tag("outcome", "caught")
+          .description("long invokes whose answer found its event loop awake (polling since shortly before)")
+          .register(metrics);
+      wakeMissed = Counter.builder("thaw.wake.ahead").tag("function", name).tag("outcome", "missed")
+          .register(metrics);
+      meters.add(wakeCaught);
+      meters.add(wakeMissed);
       // Made now rather than by the first request: a timer's first registration (its histogram, and on the server's
       // first function Micrometer's timer classes) cost the server's first cold start ~20 ms between its worker's
       // answer and its invoke (docs/design/server.md, "The first cold request").
@@ -539,11 +597,35 @@ public final class Scheduler implements AutoCloseable {
     p.dispatched = true;
     boolean cold = slot.served == 0;
     slot.served++;
+    invoking++;
+    if (!cold) {
+      armWakeAhead(p);
+    }
     if (slot.instance.invokesAsync()) {
       p.direct = () -> run(slot, p, cold);
     } else {
       slot.thread.execute(() -> run(slot, p, cold));
     }
+  }
+
+  /**
+   * When the request's function has been taking at least 1 ms and twice the wake-ahead, and few instances invoke now
+   * (a busy server's threads do not sleep long; spinning would take cores from the requests), fires
+   * {@link Pending#onNearlyDone} the wake-ahead before its invoke is predicted to end.
+   */
+  private void armWakeAhead(Pending p) {
+    long predicted = p.deployment.invokeNanos;
+    if (wakeAheadNanos == 0 || predicted < Math.max(1_000_000, 2 * wakeAheadNanos)
+        || invoking > WAKE_AHEAD_MAX_INVOKING) {
+      return;
+    }
+    if (waker == null) {
+      java.util.concurrent.ScheduledThreadPoolExecutor w = new java.util.concurrent.ScheduledThreadPoolExecutor(1,
+          r -> daemon(r, "thaw-server-wake-ahead"));
+      w.setRemoveOnCancelPolicy(true);
+      waker = w;
+    }
+    p.wake = waker.schedule(p::fireNearlyDone, predicted - wakeAheadNanos, TimeUnit.NANOSECONDS);
   }
 
   private void run(Slot slot, Pending p, boolean cold) {
@@ -595,10 +677,19 @@ public final class Scheduler implements AutoCloseable {
         }
       });
     }
+    if (p.wake != null) {
+      p.wake.cancel(false);
+    }
     Pending following = null;
     synchronized (this) {
       slot.busy = false;
       slot.idleSince = done;
+      invoking--;
+      if (!cold && failure == null) {
+        long before = p.deployment.invokeNanos;
+        long took = done - invokeStart;
+        p.deployment.invokeNanos = before == 0 ? took : before + (took - before) / 4;
+      }
       if (failure == null) {
         p.result.complete(new Invocation(p.deployment.name, invoked.response(), cold, phases,
             slot.instance.describe(), cold ? sp.tier() : null, invoked.functionMillis()));
@@ -792,6 +883,11 @@ public final class Scheduler implements AutoCloseable {
       retiring.clear();
     }
     reaper.shutdownNow();
+    synchronized (this) {
+      if (waker != null) {
+        waker.shutdownNow();
+      }
+    }
     for (ExecutorService t : threads) {
       try {
         t.awaitTermination(30, TimeUnit.SECONDS);
