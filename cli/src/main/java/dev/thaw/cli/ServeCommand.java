@@ -163,6 +163,10 @@ final class ServeCommand implements Callable<Integer> {
     // the HTTP server come up beside it (docs/design/server.md, "Start to first response").
     CompletableFuture<Vertx> vertx = startHttpSide(timeline);
     EarlyPool early = instances.equals("pool") ? EarlyPool.start(this, options, storePath, timeline) : null;
+    if (early == null) {
+      // ThawCli.main prelaunched a worker for the pool in case: in process, no pool takes it.
+      ContextPool.discardPrelaunched();
+    }
     CompletableFuture<GpuDriver> opening = new CompletableFuture<>();
     CompletableFuture<InProcessInstances.Prepared> prepared = new CompletableFuture<>();
     boolean prepare = instances.equals("in-process") && !options.functions().isEmpty();

@@ -2,6 +2,7 @@ package dev.thaw.cli;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeFalse;
 
@@ -366,5 +367,23 @@ class ThawCliTest {
     assertFalse(ThawCli.servesOnTheGpu(new String[] {"serve", "--help"}, null));
     assertFalse(ThawCli.servesOnTheGpu(new String[] {"check"}, null));
     assertFalse(ThawCli.servesOnTheGpu(new String[0], null));
+  }
+
+  /**
+   * A worker JVM is prelaunched only for a serve with pool-backed instances, with the device choice its pool's workers
+   * will get (the pool then takes it: PrelaunchTest).
+   */
+  @Test
+  void aWorkerIsPrelaunchedOnlyForAPooledServeWithItsPoolsDeviceChoice() {
+    assertEquals("auto", ThawCli.servesFromThePool(new String[] {"serve", "--function", "mlp=mlp:1"}, null));
+    assertEquals("sim", ThawCli.servesFromThePool(new String[] {"serve"}, "sim"));
+    assertEquals("cuda", ThawCli.servesFromThePool(new String[] {"serve", "--device", "cuda"}, "sim"));
+    assertEquals("sim", ThawCli.servesFromThePool(new String[] {"serve", "--device=SIM", "--instances", "pool"}, null));
+    assertNull(ThawCli.servesFromThePool(new String[] {"serve", "--instances", "in-process"}, null));
+    assertNull(ThawCli.servesFromThePool(new String[] {"serve", "--instances=in-process"}, null));
+    assertNull(ThawCli.servesFromThePool(new String[] {"serve", "--help"}, null));
+    assertNull(ThawCli.servesFromThePool(new String[] {"serve", "--device", "tpu"}, null), "the command says why");
+    assertNull(ThawCli.servesFromThePool(new String[] {"build"}, null));
+    assertNull(ThawCli.servesFromThePool(new String[0], null));
   }
 }

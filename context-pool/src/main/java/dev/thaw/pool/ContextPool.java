@@ -29,6 +29,24 @@ public interface ContextPool extends AutoCloseable {
     return new ContextPoolImpl(options);
   }
 
+  /**
+   * Starts the JVM of the first worker a pool of {@code options} will spawn, before that pool exists: it starts and
+   * runs {@code cuInit} meanwhile, then waits for its config, which that pool's first spawn sends it when it would
+   * have started the same command (same java, JVM options, class path, device choice; no extra environment).
+   * {@code thaw serve} calls it as its {@code main} begins. A prelaunched worker no pool takes ends with this process
+   * or at {@link #discardPrelaunched()}.
+   *
+   * @throws java.io.IOException if the process cannot start
+   */
+  static void prelaunch(ContextPoolOptions options) throws java.io.IOException {
+    ContextPoolImpl.prelaunch(options);
+  }
+
+  /** Ends the worker {@link #prelaunch} started, if no pool took it. */
+  static void discardPrelaunched() {
+    ContextPoolImpl.discardPrelaunched();
+  }
+
   ContextPoolOptions options();
 
   /**

@@ -82,6 +82,16 @@ public final class ContextPoolImpl implements ContextPool {
     }
   }
 
+  /** {@link ContextPool#prelaunch}. */
+  public static void prelaunch(ContextPoolOptions options) throws IOException {
+    Prelaunch.start(new ContextPoolOptions(options));
+  }
+
+  /** {@link ContextPool#discardPrelaunched}. */
+  public static void discardPrelaunched() {
+    Prelaunch.discard();
+  }
+
   public ContextPoolImpl(ContextPoolOptions options) {
     this.options = new ContextPoolOptions(options);
     try {
@@ -455,6 +465,7 @@ public final class ContextPoolImpl implements ContextPool {
     if (!closed.compareAndSet(false, true)) {
       return;
     }
+    Prelaunch.discard();
     refill.interrupt();
     try {
       refill.join(10_000);

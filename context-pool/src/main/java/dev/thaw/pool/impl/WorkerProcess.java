@@ -138,34 +138,39 @@ final class WorkerProcess implements Worker {
     this.listener = listener;
   }
 
-  /** Starts a worker process; READY arrives later through {@link Listener#ready}. */
+  /**
+   * Starts a worker process, or takes over the one {@link Prelaunch} started for a pool like this one (its config then
+   * goes as the first line of its stdin); READY arrives later through {@link Listener#ready}.
+   */
   static WorkerProcess spawn(ContextPoolOptions o, int device, Path log, ScheduledExecutorService timer, Executor io,
       Listener listener) throws IOException {
-    long spawnNanos = System.nanoTime();
+    Prelaunch.Early early = Prelaunch.take(o);
+    long spawnNanos = early != null ? early.spawnNanos() : System.nanoTime();
     WorkerConfig config = new WorkerConfig(o.deviceChoice(), device,
         o.storePath() == null ? null : o.storePath().toString(), o.warmupLaunches(), o.warmupImage(),
         o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(), ProcessHandle.current().pid(), spawnNanos,
         o.warmupAfterReady(), o.storePath() == null ? List.of() : o.prepareAtStart());
-    List<String> command = new ArrayList<>();
-    command.add(WorkerCommand.java(o));
-    // The JVM writes its own messages (a fatal error's report among them) to stdout, which carries frames here.
-    command.addAll(WorkerCommand.LOG_TO_STDERR);
-    command.addAll(WorkerCommand.classDataSharing(o));
-    command.addAll(o.jvmOptions());
-    command.add("-cp");
-    command.add(WorkerCommand.classPath(o));
-    command.add(WorkerMain.class.getName());
-    command.add(config.toJson());
-    ProcessBuilder pb = new ProcessBuilder(command)
-        .redirectInput(ProcessBuilder.Redirect.PIPE)
-        .redirectOutput(ProcessBuilder.Redirect.PIPE)
-        .redirectError(log.toFile());
-    pb.environment().putAll(o.environment());
-    if (o.deviceChoice() != null) {
-      pb.environment().put(dev.thaw.runtime.gpu.DeviceChoice.ENV, o.deviceChoice());
+    Process p;
+    if (early != null) {
+      p = early.process();
+      log = adoptLog(early.log(), log);
+    } else {
+      List<String> command = new ArrayList<>(Prelaunch.command(o));
+      command.add(config.toJson());
+      p = Prelaunch.builder(command, o, log).start();
     }
-    Process p = pb.start();
     WorkerProcess w = new WorkerProcess(device, p, spawnNanos, log, o, timer, io, listener);
+    if (early != null) {
+      try {
+        synchronized (w.out) {
+          w.out.write((config.toJson() + "\n").getBytes(StandardCharsets.UTF_8));
+          w.out.flush();
+        }
+      } catch (IOException e) {
+        p.destroyForcibly();
+        throw new IOException("the prelaunched worker " + p.pid() + " took no config: " + e.getMessage(), e);
+      }
+    }
     Thread reader = new Thread(w::readLoop, "thaw-pool-worker-" + w.pid);
     reader.setDaemon(true);
     reader.start();
@@ -176,6 +181,15 @@ final class WorkerProcess implements Worker {
       }
     }, startMs, TimeUnit.MILLISECONDS);
     return w;
+  }
+
+  /** Moves the prelaunched worker's log where the pool keeps its workers' logs; where it cannot, it stays. */
+  private static Path adoptLog(Path from, Path to) {
+    try {
+      return java.nio.file.Files.move(from, to);
+    } catch (IOException | RuntimeException e) {
+      return from;
+    }
   }
 
   // ---- Worker ----
