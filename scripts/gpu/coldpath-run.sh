@@ -6,7 +6,8 @@
 #  2. `thaw serve` (pool-backed, 2 idle workers, 8 GiB host cache, HBM tier, keepAlive 1s): GPT-2-large 16 tokens in,
 #     1 out (the request of the in-process 34.4 ms) cold over HTTP five times, scaled to zero between (the first
 #     from the host cache, the rest from the HBM tier), then 8 tokens out cold once, warm p50 over a kept-alive
-#     connection; every response's Server-Timing; the cold start trace of the last one.
+#     connection; every response's Server-Timing; per cold start, from the server's trace, when its BECOME ran in the
+#     worker, when the invoke was sent after the worker's answer, when its last copy landed and first kernel launched.
 #  0. First, the prepared path's tests on CUDA (PreparedImageTest, the rehearsal, the host cache's extent leases).
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/coldpath-run.sh <unpacked thaw dir>  (~4 minutes)
 set -uo pipefail
@@ -124,6 +125,31 @@ for c in colds + [out["cold16to8"]]:
           " ".join("%s=%.2f" % kv for kv in c["timing"].items())))
 print("warm 16->1 p50 %.2f ms (invoke %.2f, outside the invoke %.3f), errors %d" % (out["warm16to1"]["p50Ms"],
       out["warm16to1"]["invokeP50Ms"], out["warm16to1"]["overheadP50Ms"], out["warm16to1"]["errors"]))
+# Each cold start on the server's trace, in ms after its request reached the scheduler: when its BECOME ran in the
+# worker (the worker's own row, on the server's clock), when the server sent the invoke and how long after the worker's
+# answer (the server's first request spent ~21 ms there before ColdPathWarmup, later ones ~1.5), when the restore's
+# last copy landed and its first kernel launched.
+rows = {}
+for e in out["trace"].get("traceEvents", []):
+    rows.setdefault(e["pid"], []).append(e)
+for pid, es in sorted(rows.items()):
+    spans = [e for e in es if e.get("ph") == "X"]
+    queue = [e for e in spans if e["tid"] == 1 and e["name"] == "queue"]
+    invoke = [e for e in spans if e["tid"] == 1 and e["name"] == "invoke"]
+    become = [e for e in spans if e["tid"] == 10 and e["name"].startswith("BECOME")]
+    if not queue or not invoke:
+        continue
+    t0 = queue[0]["ts"]
+    ms = lambda us: (us - t0) / 1e3
+    sent = ms(invoke[0]["ts"])
+    copies = [e["ts"] + e["dur"] for e in spans if e["tid"] == 12 and e["name"].startswith("copies")]
+    launches = [e["ts"] for e in es if e.get("ph") != "M" and e["tid"] == 13]
+    worker = ("BECOME in the worker %.2f-%.2f, invoke sent %.2f (%.2f after the worker's answer)" % (
+        ms(become[0]["ts"]), ms(become[0]["ts"] + become[0]["dur"]), sent,
+        sent - ms(become[0]["ts"] + become[0]["dur"]))) if become else "invoke sent %.2f" % sent
+    print("trace #%d: %s, done %.2f; last copy landed %s, first launch %s" % (pid, worker,
+          ms(invoke[0]["ts"] + invoke[0]["dur"]), "%.2f" % ms(max(copies)) if copies else "-",
+          "%.2f" % ms(min(launches)) if launches else "-"))
 sys.exit(1 if any(c["status"] != 200 for c in colds) else 0)
 PY
 port=18090

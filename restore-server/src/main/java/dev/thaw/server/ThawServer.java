@@ -1,6 +1,7 @@
 package dev.thaw.server;
 
 import dev.thaw.image.store.ChunkStore;
+import dev.thaw.server.impl.ColdPathWarmup;
 import dev.thaw.server.impl.Endpoints;
 import dev.thaw.server.impl.ImageInfo;
 import dev.thaw.server.impl.Scheduler;
@@ -58,6 +59,7 @@ public final class ThawServer implements AutoCloseable {
   private boolean closed;
   private StartupTimeline timeline;
   private CompletableFuture<String> httpWarmup = CompletableFuture.completedFuture("not run");
+  private CompletableFuture<String> coldPathWarmup = CompletableFuture.completedFuture("not run");
 
   private ThawServer(ServerOptions options, InstanceFactory factory, String adminToken, Path adminTokenFile,
       Vertx vertx) {
@@ -120,6 +122,10 @@ public final class ThawServer implements AutoCloseable {
         server.scheduler.register(f.getKey(), f.getValue(), image);
       }
       mark(timeline, "registered");
+      // The server's part of a cold start, through a throwaway scheduler, beside the listen and the HTTP warm-up: a
+      // Knative pod's first request may come as soon as the port is open.
+      server.coldPathWarmup = ColdPathWarmup.start(factory.devices());
+      server.coldPathWarmup.thenRun(() -> mark(timeline, "cold path warmed"));
       Endpoints endpoints = new Endpoints(options, server.scheduler, store, server.metrics, token, timeline);
       server.endpoints = endpoints;
       if (options.invokePort() == ServerOptions.NO_INVOKE_PORT) {
@@ -152,6 +158,15 @@ public final class ThawServer implements AutoCloseable {
    */
   public CompletableFuture<String> httpWarmup() {
     return httpWarmup;
+  }
+
+  /**
+   * The server's warm-up of its own part of a cold start ({@link ColdPathWarmup}), started once the configured
+   * functions are registered: completes with the starts of its two requests through a throwaway scheduler,
+   * {@code "cold warm"}.
+   */
+  public CompletableFuture<String> coldPathWarmup() {
+    return coldPathWarmup;
   }
 
   /** The timeline this server was started with, or null. */

@@ -38,6 +38,8 @@ import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.ThreadPoolExecutor;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.InvalidRequestException;
@@ -102,6 +104,18 @@ public final class PoolInstances implements InstanceFactory {
   /** Per device ordinal: the weights evicted instances left on it; empty without the tier. */
   private final Map<Integer, HbmTier> hbm = new HashMap<>();
   private volatile StartupTimeline timeline;
+  /**
+   * What a cold start's request need not wait for, on a thread made with the factory (not by the first cold start):
+   * the start's log line (formatting it and writing it to the log's stream took 0.3-3 ms between the worker's answer
+   * and the request's invoke) and asking the worker for the restore's timeline (on the way from the invoke's answer
+   * to the response, the first time).
+   */
+  private final ThreadPoolExecutor background = new ThreadPoolExecutor(1, 1, 0, TimeUnit.MILLISECONDS,
+      new LinkedBlockingQueue<>(), r -> {
+        Thread t = new Thread(r, "thaw-pool-instances");
+        t.setDaemon(true);
+        return t;
+      });
 
   /** A registered image as the pool's workers prepare it; {@code manifest} is the registration's, by identity. */
   private record Ready(ImageManifest manifest, PreparedImage image) {}
@@ -180,6 +194,7 @@ public final class PoolInstances implements InstanceFactory {
     }
     this.pool = pool;
     this.cache = cache;
+    background.prestartCoreThread();
     this.stager = cache == null ? null : Executors.newSingleThreadExecutor(r -> {
       Thread t = new Thread(r, "thaw-host-cache-prefetch");
       t.setDaemon(true);
@@ -427,11 +442,14 @@ public final class PoolInstances implements InstanceFactory {
         case "cache" -> "host-cache";
         default -> "store";
       };
-      LOG.info("{}: cold start on worker {} (device {}), {}{}: BECOME {} ms round trip ({} ms of it waiting for its "
-          + "PREPARE); in the worker {}", tag, worker.pid(), device, from, image != null ? ", prepared" : "",
-          String.format("%.2f", b.roundTripMillis()), String.format("%.2f", b.prepareWaitMillis()), phasesLine(p));
+      StartLine line = new StartLine(tag, worker.pid(), device, from + (image != null ? ", prepared" : ""), b);
+      try {
+        background.execute(line);
+      } catch (java.util.concurrent.RejectedExecutionException closing) {
+        line.run();
+      }
       return new Instance(worker, new StartPhases(acquireMs, mapMs, restoreMs, b.bytes(), from), tag,
-          lease == null ? null : tier);
+          lease == null ? null : tier, background);
     } catch (WorkerOutOfMemoryException e) {
       worker.release();
       closeLease(lease);
@@ -441,6 +459,16 @@ public final class PoolInstances implements InstanceFactory {
       worker.release();
       closeLease(lease);
       throw e;
+    }
+  }
+
+  /** A cold start's log line, written on the background thread: a record, not a lambda of this many captures. */
+  private record StartLine(String tag, long pid, int device, String from, BecomeResult b) implements Runnable {
+    @Override
+    public void run() {
+      LOG.info("{}: cold start on worker {} (device {}), {}: BECOME {} ms round trip ({} ms of it waiting for its "
+          + "PREPARE); in the worker {}", tag, pid, device, from, String.format("%.2f", b.roundTripMillis()),
+          String.format("%.2f", b.prepareWaitMillis()), phasesLine(b.phases()));
     }
   }
 
@@ -463,6 +491,12 @@ public final class PoolInstances implements InstanceFactory {
     try {
       pool.close();
     } finally {
+      background.shutdown();
+      try {
+        background.awaitTermination(5, TimeUnit.SECONDS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
       hbm.values().forEach(HbmTier::close);
       if (cache != null) {
         closeCache();
@@ -493,14 +527,19 @@ public final class PoolInstances implements InstanceFactory {
     private final StartPhases phases;
     private final String image;
     private final HbmTier tier;
+    private final ExecutorService background;
     private volatile boolean healthy = true;
 
-    /** @param tier where the worker's read-only slabs go when it is closed, or null */
-    Instance(Worker worker, StartPhases phases, String image, HbmTier tier) {
+    /**
+     * @param tier where the worker's read-only slabs go when it is closed, or null
+     * @param background where the restore's timeline is asked for
+     */
+    Instance(Worker worker, StartPhases phases, String image, HbmTier tier, ExecutorService background) {
       this.worker = worker;
       this.phases = phases;
       this.image = image;
       this.tier = tier;
+      this.background = background;
     }
 
     @Override
@@ -576,10 +615,13 @@ public final class PoolInstances implements InstanceFactory {
       return e;
     }
 
-    /** The worker's timeline, asked for once its restore is resident; null when the worker ends first. */
+    /**
+     * The worker's timeline, asked for once its restore is resident (on the factory's background thread: not on the
+     * way from the first invoke's answer to its response); null when the worker ends first.
+     */
     @Override
     public java.util.concurrent.CompletableFuture<RestoreTimeline> restoreTimeline() {
-      return worker.resident().thenCompose(r -> worker.restoreTimeline(ColdStartTraces.MAX_SPANS))
+      return worker.resident().thenComposeAsync(r -> worker.restoreTimeline(ColdStartTraces.MAX_SPANS), background)
           .thenApply(t -> new RestoreTimeline(t.chromeTrace(), t.originNanos()))
           .exceptionally(e -> null);
     }

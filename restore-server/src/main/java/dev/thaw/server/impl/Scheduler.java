@@ -366,6 +366,14 @@ public final class Scheduler implements AutoCloseable {
           .register(metrics);
       meters.add(wakeCaught);
       meters.add(wakeMissed);
+      // Made now rather than by the first request: a timer's first registration (its histogram, and on the server's
+      // first function Micrometer's timer classes) cost the server's first cold start ~20 ms between its worker's
+      // answer and its invoke (docs/design/server.md, "The first cold request").
+      for (String phase : List.of("queue", "acquire", "map", "restore-wait", "invoke")) {
+        timer(name, phase, "cold");
+      }
+      timer(name, "queue", "warm");
+      timer(name, "invoke", "warm");
     }
 
     int count(String state) {
@@ -786,9 +794,12 @@ public final class Scheduler implements AutoCloseable {
   }
 
   private void record(String function, String phase, String start, double millis) {
-    Timer.builder("thaw.phase").tag("function", function).tag("phase", phase).tag("start", start)
-        .publishPercentileHistogram().description("time per request phase").register(metrics)
-        .record(Duration.ofNanos(Math.round(millis * 1e6)));
+    timer(function, phase, start).record(Duration.ofNanos(Math.round(millis * 1e6)));
+  }
+
+  private Timer timer(String function, String phase, String start) {
+    return Timer.builder("thaw.phase").tag("function", function).tag("phase", phase).tag("start", start)
+        .publishPercentileHistogram().description("time per request phase").register(metrics);
   }
 
   // ---- what GET shows ----
