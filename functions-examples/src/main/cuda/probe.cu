@@ -1,4 +1,4 @@
-// Kernel of the memory probe function (dev.thaw.examples.probe.MemoryProbeFunction), which exists to prove
+// Kernels of the memory probe function (dev.thaw.examples.probe.MemoryProbeFunction), which exists to prove
 // fault isolation: a request may make this kernel read any device address, so one function can fault the GPU
 // with CUDA_ERROR_ILLEGAL_ADDRESS while another function serves beside it.
 //
@@ -12,11 +12,22 @@
 // is touched. count <= 0 touches nothing; blockIdx.y/z and threadIdx.y/z are ignored (such threads repeat the
 // work of their x-coordinates, storing the same values).
 //
+// probe_write stores value to buf[offset, offset + count), again unchecked: it exists to prove that a write to a
+// buffer the image's profile called read-only (its weights) faults once the restore has made that memory read-only,
+// as a store to a read-only mapping is an illegal address. Same thread shape: thread t < count stores buf[offset + t].
+//
 // Regenerate the checked-in PTX with build-probe-ptx.sh after an edit; ProbePtxTest checks that it is current.
 
 extern "C" __global__ void probe_read(const float* buf, long long offset, int count, float* out) {
   long long t = (long long) blockIdx.x * blockDim.x + threadIdx.x;
   if (t < count) {
     out[t] = buf[offset + t];
+  }
+}
+
+extern "C" __global__ void probe_write(float* buf, long long offset, int count, float value) {
+  long long t = (long long) blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < count) {
+    buf[offset + t] = value;
   }
 }

@@ -30,7 +30,12 @@ import java.util.List;
  * {@code garbage} (raw bytes on the process's stdout), {@code oob} (a kernel writing past the mapping),
  * (with packed allocations, "the mapping" is the slab that holds {@code secret}: its tail past the image's
  * buffers is never written by a restore),
- * {@code alloc}, {@code bad}, {@code fail}, {@code sleep} ({@code millis} on the host).
+ * {@code alloc}, {@code bad}, {@code fail}, {@code sleep} ({@code millis} on the host), {@code touch} (rewrites the
+ * first bytes of {@code secret} through the session: an image profiled with it calls {@code secret} written, so its
+ * slab stays writable after a restore, and a {@code fill} can dirty it; profiled with {@code echo} only, {@code secret}
+ * is read-only and a {@code fill} is refused once the worker has protected it), {@code access} (the access of
+ * {@code secret}'s slab at the request's start and end, with a read of {@code secret} and a hold of {@code holdMillis}
+ * between).
  */
 public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.State> {
 
@@ -55,6 +60,16 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
     BufferRef secret = session.allocate("secret", bytes);
     session.context().memsetD8(session.address(secret), PATTERN, bytes);
     return new State(bytes, secret, session.kernelRef("check", CheckKernels.FILL_U32));
+  }
+
+  /** The access of the session's slab that holds {@code address}: READ, READ_WRITE, or none (no slab). */
+  private static String slabAccess(FunctionSession session, long address) {
+    for (FunctionSession.MappedSlab m : session.slabs()) {
+      if (address >= m.slab().address() && address < m.slab().end()) {
+        return String.valueOf(m.mapping().access());
+      }
+    }
+    return "none";
   }
 
   @Override
@@ -135,6 +150,26 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
         try (DeviceBuffer b = ctx.allocate(r.path("bytes").asLong())) {
           out.put("allocated", b.mappedSize());
         }
+      }
+      case "touch" -> {
+        ByteBuffer same = ByteBuffer.allocateDirect(4);
+        for (int i = 0; i < 4; i++) {
+          same.put(i, PATTERN);
+        }
+        session.upload(s.secret(), 0, same);
+        out.put("touched", 4);
+      }
+      case "access" -> {
+        // The access of secret's slab when the request starts and when it ends: a protection applied while a request
+        // runs shows as a change. In between, a read of secret through the session (on demand, it waits for the
+        // copy) and a hold of holdMillis, during which a restore in the background completes.
+        String before = slabAccess(session, address);
+        session.download(s.secret(), 0, ByteBuffer.allocateDirect(4));
+        long hold = r.path("holdMillis").asLong(0);
+        if (hold > 0) {
+          Thread.sleep(hold);
+        }
+        out.put("pid", ProcessHandle.current().pid()).put("before", before).put("after", slabAccess(session, address));
       }
       case "bad" -> throw new InvalidRequestException("this request is bad on purpose");
       case "fail" -> throw new IllegalStateException("this function fails on purpose");

@@ -32,7 +32,10 @@ class TenantIsolationTest {
 
   @Test
   void aFreshWorkerNeverSeesAnEarlierTenantsDeviceBytes() throws Exception {
-    PoolTestImages.Built probe = PoolTestImages.probe(dir.resolve("store"), "probe");
+    // Profiled with a write to secret: its slab stays writable, so the first tenant can dirty it (a read-only one would
+    // refuse the fill; SlabProtectionTest pins that).
+    PoolTestImages.Built probe = PoolTestImages.build(dir.resolve("store"), "probe", PoolProbeFunction.class.getName(),
+        "{}", "{\"op\": \"touch\"}");
     List<Long> seen = new ArrayList<>();
     ContextPool pool = ContextPool.create(PoolTesting.options(dir.resolve("store")).setIdleTarget(1).setMaxWorkers(2));
     try {

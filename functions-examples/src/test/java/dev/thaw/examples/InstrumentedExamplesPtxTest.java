@@ -42,7 +42,7 @@ class InstrumentedExamplesPtxTest {
           Gpt2Kernels.MATMUL_RESIDUAL, Gpt2Kernels.KV_APPEND, Gpt2Kernels.ATTENTION, Gpt2Kernels.LM_HEAD,
           Gpt2Kernels.ARGMAX);
       case "llama" -> LlamaKernels.ENTRIES;
-      case "probe" -> List.of(ProbeSimKernels.Read.ENTRY);
+      case "probe" -> List.of(ProbeSimKernels.Read.ENTRY, ProbeSimKernels.Write.ENTRY);
       case "wait" -> List.of(WaitSimKernels.Wait.ENTRY);
       default -> List.of("mlp_linear");
     };

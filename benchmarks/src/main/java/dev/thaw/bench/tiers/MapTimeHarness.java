@@ -133,6 +133,7 @@ public final class MapTimeHarness {
     List<ExportedSlab> held;
     try (FunctionSession first = FunctionSession.rebuild(ctx, table, weights,
         FunctionSession.SlabSource.EXPORTABLE_READ_ONLY)) {
+      first.protectReadOnlySlabs();
       held = HbmExport.exportReadOnly(first);
     }
     try {

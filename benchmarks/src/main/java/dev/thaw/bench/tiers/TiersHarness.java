@@ -217,6 +217,7 @@ public final class TiersHarness {
         FunctionSession.SlabSource.EXPORTABLE_READ_ONLY); GpuStream stream = ctx.createStream()) {
       CoalescedCopies.queue(CoalescedCopies.plan(RestoreOrder.allocations(m), chunks), stream);
       stream.synchronize();
+      first.protectReadOnlySlabs();
       long t = System.nanoTime();
       held = HbmExport.exportReadOnly(first);
       System.out.printf("%shbm export: %d read-only slabs, %.1f MB, in %.3f ms (cuMemExportToShareableHandle)%n", p,

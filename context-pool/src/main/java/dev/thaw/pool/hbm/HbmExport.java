@@ -1,6 +1,7 @@
 package dev.thaw.pool.hbm;
 
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.host.ProcessFds;
 import java.util.ArrayList;
 import java.util.List;
@@ -8,7 +9,9 @@ import java.util.List;
 /**
  * Worker side, on eviction: hands the session's read-only slabs to the server as descriptors, so their device
  * memory outlives this worker. Only slabs created exportable (a session rebuilt with
- * {@link FunctionSession.SlabSource#EXPORTABLE_READ_ONLY}, or imported ones) can go; the others are skipped.
+ * {@link FunctionSession.SlabSource#EXPORTABLE_READ_ONLY}, or imported ones) can go, and only once they are
+ * write-protected (the restore does that as each fills, see {@code docs/design/memory-tiers.md}): a slab that is not
+ * could have been written, and is never handed on. The others are skipped.
  */
 public final class HbmExport {
 
@@ -19,10 +22,19 @@ public final class HbmExport {
    * them ({@link HbmTier#offer}), then {@link #close} them.
    */
   public static List<ExportedSlab> exportReadOnly(FunctionSession session) {
+    return exportReadOnly(session, List.of());
+  }
+
+  /**
+   * Like {@link #exportReadOnly(FunctionSession)}, leaving out the slabs starting at {@code mayHaveBeenWritten}
+   * (what {@code OnDemandRestore.mayHaveBeenWritten()} names: written, perhaps, before they were protected).
+   */
+  public static List<ExportedSlab> exportReadOnly(FunctionSession session, java.util.Collection<Long> mayHaveBeenWritten) {
     List<ExportedSlab> out = new ArrayList<>();
     try {
       for (FunctionSession.MappedSlab m : session.slabs()) {
-        if (m.slab().readOnly() && m.memory().isExportable()) {
+        if (m.slab().readOnly() && m.memory().isExportable() && m.mapping().access() == MemoryAccess.READ
+            && !mayHaveBeenWritten.contains(m.slab().address())) {
           out.add(new ExportedSlab(m.slab().address(), m.slab().size(), m.slab().buffers(), m.memory().exportPosixFd()));
         }
       }

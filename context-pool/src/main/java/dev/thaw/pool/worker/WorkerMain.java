@@ -121,6 +121,8 @@ public final class WorkerMain {
   private RestoreResources resources;
   private HostCacheView cache;
   private OnDemandRestore restored;
+  /** {@link #restored}'s read-only slabs are protected (or protection was tried): executing thread only. */
+  private boolean slabsProtected;
   private final java.util.concurrent.CompletableFuture<RocksChunkStore> storeOpened =
       new java.util.concurrent.CompletableFuture<>();
   private volatile double storeMillis;
@@ -608,6 +610,31 @@ public final class WorkerMain {
       prepared.values().forEach(p -> p.restore().close());
       prepared.clear();
     }
+    if (f.type() == FrameType.INVOKE) {
+      // Not after a BECOME: the first request is on its way, and a restore done by then is a small one.
+      protectWhileIdle();
+    }
+  }
+
+  /**
+   * Write-protects the image's read-only slabs once its restore is resident, here where no request runs: called after
+   * a request's answer is sent, while this thread still holds the executing turn, so the next INVOKE waits for it (a
+   * {@code cuMemSetAccess} per slab, once per worker). Never while a request's kernels may use a slab: a mapping's access
+   * changed under them faulted cold starts on the GPU ({@code docs/design/memory-tiers.md}, "Write protection").
+   */
+  private void protectWhileIdle() {
+    try {
+      protectSlabs("while idle after " + invocations + " request(s)");
+    } catch (RuntimeException e) {
+      // A refusal leaves the slab writable and is reported by the restore; what gets here is the context's error.
+      e.printStackTrace();
+      WorkerErrorKind kind = WorkerFailures.kindOf(e, false);
+      if (kind == WorkerErrorKind.CUDA_STICKY) {
+        // The context is lost, and so is this worker: the pool replaces it.
+        send(new Frame(FrameType.ERROR, 0, WorkerFailures.head(kind, e)));
+        Runtime.getRuntime().halt(EXIT_STICKY);
+      }
+    }
   }
 
   /**
@@ -877,13 +904,37 @@ public final class WorkerMain {
     return store;
   }
 
+  /** Protects {@link #restored}'s read-only slabs if it is resident and they are not yet; says so once. */
+  private void protectSlabs(String when) {
+    OnDemandRestore r = restored;
+    if (r == null || state != State.READY || slabsProtected) {
+      return;
+    }
+    long t = System.nanoTime();
+    if (r.protectReadOnlySlabs()) {
+      slabsProtected = true;
+      OnDemandRestore.Protection p = r.protection();
+      // Once per worker: what the GPU runs count (scripts/gpu/roslabs-run.sh).
+      System.err.printf(java.util.Locale.ROOT, "thaw worker: read-only slabs protected %s: %d of %d slab(s), %.1f "
+          + "MiB, cuMemSetAccess %.3f ms, %.3f ms in all%s%n", when, p.slabs(), p.of(), p.bytes() / 1048576.0,
+          p.millis(), (System.nanoTime() - t) / 1e6, p.refused() == null ? "" : "; refused: " + p.refused());
+    }
+  }
+
   /** Hands the image's read-only slabs to the parent's HBM tier: descriptors it takes before this worker exits. */
   private Frame export(Frame f) {
     if (state != State.READY || restored == null || !restored.isResident()) {
       return new Frame(FrameType.ERROR, f.id(), WorkerFailures.head(WorkerErrorKind.STATE,
           "only a worker whose image is wholly on the device exports it (state " + state + ")"));
     }
-    List<ExportedSlab> slabs = HbmExport.exportReadOnly(restored.function().session());
+    // Idle here: the slabs are protected now if no earlier idle point found the restore resident.
+    protectSlabs("at EXPORT");
+    List<Long> written = restored.mayHaveBeenWritten();
+    if (!written.isEmpty()) {
+      System.err.println("thaw worker: read-only slabs " + written + " may have been written before they were "
+          + "protected; not handed to the HBM tier");
+    }
+    List<ExportedSlab> slabs = HbmExport.exportReadOnly(restored.function().session(), written);
     ObjectNode h = FrameCodec.head();
     h.put("pid", ProcessHandle.current().pid());
     h.put("slabs", ExportedSlab.encodeAll(slabs));

@@ -280,6 +280,8 @@ final class WorkerWarmup {
             new OnDemandOptions().slabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY))) {
           r.function().invoke(FunctionRequest.of(JsonNodeFactory.instance.objectNode()));
           r.awaitResident();
+          // As a worker does at EXPORT: idle, resident, so its read-only slabs are protected, and so handed on.
+          r.protectReadOnlySlabs();
           exported = HbmExport.exportReadOnly(r.function().session());
         }
         if (exported.isEmpty()) {

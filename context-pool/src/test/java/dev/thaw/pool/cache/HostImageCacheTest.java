@@ -10,12 +10,12 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.thaw.image.ImageManifest;
-import dev.thaw.pool.ChildJvm;
 import dev.thaw.image.restore.CorruptChunkException;
 import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.Digest;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
+import dev.thaw.runtime.ChildJvm;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;

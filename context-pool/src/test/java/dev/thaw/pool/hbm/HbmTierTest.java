@@ -4,7 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import dev.thaw.pool.ChildJvm;
+import dev.thaw.runtime.ChildJvm;
 import dev.thaw.runtime.host.ProcessFds;
 import dev.thaw.runtime.host.SharedMemory;
 import java.io.BufferedReader;

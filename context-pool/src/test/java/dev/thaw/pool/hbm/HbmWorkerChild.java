@@ -59,6 +59,7 @@ public final class HbmWorkerChild {
         FunctionSession.SlabSource.EXPORTABLE_READ_ONLY)) {
       s.upload(new BufferRef("weights"), 0, pattern((int) WEIGHTS));
       s.synchronize();
+      s.protectReadOnlySlabs();
       List<ExportedSlab> slabs = HbmExport.exportReadOnly(s);
       System.out.println("result.pid=" + ProcessHandle.current().pid());
       System.out.println("result.slab=" + slabs.get(0).encode());

@@ -97,6 +97,7 @@ class TieredRestoreSourceTest {
             FunctionSession.SlabSource.EXPORTABLE_READ_ONLY); GpuStream s = ctx.createStream()) {
           CoalescedCopies.queue(CoalescedCopies.plan(RestoreOrder.allocations(m), chunks), s);
           s.synchronize();
+          first.protectReadOnlySlabs();
           held = HbmExport.exportReadOnly(first);
         }
         assertEquals(1, held.size());

@@ -24,8 +24,8 @@ import java.util.Locale;
 import java.util.Set;
 
 /**
- * A function that reads device memory wherever its caller says, with no bounds check: it exists to prove fault
- * isolation. One request with an offset far outside its buffer makes its kernel fault with
+ * A function that reads device memory wherever its caller says, with no bounds check (and writes it, when asked): it
+ * exists to prove fault isolation and the write protection of read-only weights. One request with an offset far outside its buffer makes its kernel fault with
  * {@code CUDA_ERROR_ILLEGAL_ADDRESS}, a sticky error that poisons its process's CUDA context for good; the server
  * must answer that request with a clean error, replace the instance's worker, and go on serving every other
  * function as if nothing happened. Never deploy it for anything else.
@@ -36,13 +36,18 @@ import java.util.Set;
  *
  * <h2>Device</h2>
  * {@code values}: {@code elements} float32, {@code values[i] = i} (exact: {@code elements <= 2^24}), uploaded at
- * init; {@code out}: {@code maxCount} float32. One kernel, {@code probe_read} (see {@code probe.cu}): thread
- * {@code t < count} copies {@code values[offset + t]} to {@code out[t]}, with 64-bit index arithmetic.
+ * init; {@code out}: {@code maxCount} float32. Two kernels (see {@code probe.cu}): {@code probe_read}, thread
+ * {@code t < count} copies {@code values[offset + t]} to {@code out[t]}, with 64-bit index arithmetic; and
+ * {@code probe_write}, thread {@code t < count} stores a value to {@code values[offset + t]}.
  *
  * <h2>Requests</h2>
  * {@code {"offset": O, "count": C}}: C values (1 to {@code maxCount}) from element O on; O is any signed 64-bit
  * integer and is not checked against the buffer, on purpose. The response is {@code {"offset": O, "count": C,
- * "values": [...]}}; inside the buffer, {@code values[j] == O + j}.
+ * "values": [...]}}; inside the buffer, {@code values[j] == O + j}. With {@code "fill": V} (a number) the request
+ * first stores V to those C elements ({@code probe_write}), then reads them back. A profile built from requests
+ * without {@code fill} sees {@code values} only read: the image calls it read-only, the restore write-protects its
+ * pages, and a {@code fill} into them faults ({@code CUDA_ERROR_ILLEGAL_ADDRESS}) while one into {@code out}
+ * (offsets from {@code elements} on, where {@code out} follows {@code values}) is served.
  *
  * <p>Where an offset leads: inside {@code [0, elements)} the buffer's values; a little past it, whatever else of
  * the image is mapped there (the mapping's tail, {@code out}): garbage, but no fault, on a GPU as on the sim
@@ -69,7 +74,7 @@ public final class MemoryProbeFunction implements ThawFunction<MemoryProbeFuncti
   static final String MODULE = "probe";
   static final String PTX_RESOURCE = "/dev/thaw/examples/probe/probe.ptx";
   private static final Set<String> CONFIG_KEYS = Set.of("elements", "maxCount");
-  private static final Set<String> REQUEST_KEYS = Set.of("offset", "count");
+  private static final Set<String> REQUEST_KEYS = Set.of("offset", "count", "fill");
   private static final JsonNodeFactory NODES = JsonNodeFactory.instance;
 
   /**
@@ -80,11 +85,12 @@ public final class MemoryProbeFunction implements ThawFunction<MemoryProbeFuncti
    * @param values the probed buffer, {@code values[i] = i}
    * @param out where the kernel puts what it read
    * @param read the {@code probe_read} kernel
+   * @param write the {@code probe_write} kernel
    */
-  public record State(int elements, int maxCount, BufferRef values, BufferRef out, KernelRef read) {}
+  public record State(int elements, int maxCount, BufferRef values, BufferRef out, KernelRef read, KernelRef write) {}
 
-  /** A checked request. */
-  private record Probe(long offset, int count) {}
+  /** A checked request; {@code fill} null when it only reads. */
+  private record Probe(long offset, int count, Float fill) {}
 
   @Override
   public Class<State> stateType() {
@@ -97,6 +103,7 @@ public final class MemoryProbeFunction implements ThawFunction<MemoryProbeFuncti
     int maxCount = intConfig(config, "maxCount", DEFAULT_MAX_COUNT, MAX_COUNT);
     session.loadModule(MODULE, ptx());
     KernelRef read = session.kernelRef(MODULE, ProbeSimKernels.Read.ENTRY);
+    KernelRef write = session.kernelRef(MODULE, ProbeSimKernels.Write.ENTRY);
     BufferRef values = session.allocate("values", 4L * elements);
     BufferRef out = session.allocate("out", 4L * maxCount);
     ByteBuffer host = ByteBuffer.allocateDirect(4 * elements).order(ByteOrder.LITTLE_ENDIAN);
@@ -105,7 +112,7 @@ public final class MemoryProbeFunction implements ThawFunction<MemoryProbeFuncti
     }
     host.flip();
     session.upload(values, 0, host);
-    State state = new State(elements, maxCount, values, out, read);
+    State state = new State(elements, maxCount, values, out, read, write);
     ObjectNode warmUp = NODES.objectNode().put("offset", 0).put("count", 1);
     invoke(session, state, FunctionRequest.of(warmUp));
     return state;
@@ -119,6 +126,10 @@ public final class MemoryProbeFunction implements ThawFunction<MemoryProbeFuncti
   @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
     Probe p = probe(s, request);
+    if (p.fill() != null) {
+      session.launch(s.write(), Dim3.of((p.count() + THREADS - 1) / THREADS), Dim3.of(THREADS), s.values(),
+          p.offset(), p.count(), p.fill().floatValue());
+    }
     session.launch(s.read(), Dim3.of((p.count() + THREADS - 1) / THREADS), Dim3.of(THREADS), s.values(),
         p.offset(), p.count(), s.out());
     ByteBuffer host = ByteBuffer.allocateDirect(4 * p.count()).order(ByteOrder.LITTLE_ENDIAN);
@@ -145,7 +156,7 @@ public final class MemoryProbeFunction implements ThawFunction<MemoryProbeFuncti
     for (Iterator<String> names = json.fieldNames(); names.hasNext(); ) {
       String name = names.next();
       if (!REQUEST_KEYS.contains(name)) {
-        throw new InvalidRequestException("unknown request key '" + name + "'; known: offset, count");
+        throw new InvalidRequestException("unknown request key '" + name + "'; known: offset, count, fill");
       }
     }
     JsonNode offset = json.get("offset");
@@ -162,7 +173,11 @@ public final class MemoryProbeFunction implements ThawFunction<MemoryProbeFuncti
     if (c < 1 || c > s.maxCount()) {
       throw new InvalidRequestException("'count' is " + c + "; a request reads 1 to " + s.maxCount() + " values");
     }
-    return new Probe(offset.longValue(), c);
+    JsonNode fill = json.get("fill");
+    if (fill != null && !fill.isNumber()) {
+      throw new InvalidRequestException("'fill' must be a number (the value to store), not " + kind(fill));
+    }
+    return new Probe(offset.longValue(), c, fill == null ? null : fill.floatValue());
   }
 
   private static int intConfig(JsonNode config, String key, int defaultValue, int max) {

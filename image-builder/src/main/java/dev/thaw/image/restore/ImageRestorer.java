@@ -37,7 +37,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * cubin; another device name is allowed and noted); {@link FunctionSession#rebuild} maps every allocation at its
  * recorded address and loads the modules; then every chunk is read from the store into pinned staging by a read
  * pool, <em>its digest verified</em>, and only then copied to the device on a restore stream, pipelined over
- * {@link RestoreOptions#stagingBuffers()} buffers; last the host state is read back.
+ * {@link RestoreOptions#stagingBuffers()} buffers; then the read-only allocations (the profile's, mapped in slabs of
+ * their own) are made read-only on the device, once every copy has completed; last the host state is read back.
  *
  * <p>Invariant: no byte reaches the device before its chunk's digest has been checked, so no function runs on
  * unverified data. A restore that fails at any step frees everything it mapped.
@@ -145,7 +146,8 @@ public final class ImageRestorer {
 
     FunctionSession session;
     try {
-      session = FunctionSession.rebuild(context, manifest.sessionTable(cubins));
+      session = FunctionSession.rebuild(context, manifest.sessionTable(cubins), manifest.readOnlyAllocations(),
+          FunctionSession.SlabSource.FRESH);
     } catch (AddressUnavailableException e) {
       throw new ImageRestoreException("image '" + tag + "' needs its device addresses, and one is taken in this "
           + "process: " + e.getMessage(), e);
@@ -156,6 +158,8 @@ public final class ImageRestorer {
     try {
       t = System.nanoTime();
       copyIn(manifest, session, progress);
+      // Every copy has completed (copyIn synchronizes): a write to a buffer the profile called read-only faults now.
+      session.protectReadOnlySlabs();
       double copyMs = millisSince(t);
 
       t = System.nanoTime();

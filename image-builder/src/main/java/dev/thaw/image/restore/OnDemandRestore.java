@@ -39,6 +39,18 @@ public final class OnDemandRestore implements AutoCloseable {
   public record Stats(long bytes, long hostBytes, long storeBytes, long residentBytes, int copies, int promotions,
       long waits, long fullWaits, long stagedUploads) {}
 
+  /**
+   * The write protection of the image's read-only slabs ({@code cuMemSetAccess} to read-only), which {@link
+   * #protectReadOnlySlabs} sets while the function is idle, once the restore is resident.
+   *
+   * @param slabs read-only slabs protected so far
+   * @param of read-only slabs this restore protects (those imported read-only from the HBM tier are not counted)
+   * @param bytes their size
+   * @param millis time spent in {@code cuMemSetAccess} for them
+   * @param refused why the device refused to protect a slab (it is left writable and never handed on), or null
+   */
+  public record Protection(int slabs, int of, long bytes, double millis, String refused) {}
+
   private final RestoredFunction<?> function;
   private final Residency residency;
   private final ResidencyGate gate;
@@ -175,6 +187,47 @@ public final class OnDemandRestore implements AutoCloseable {
     long bytes = residency.plan().totalBytes();
     return new Stats(bytes, r.hostBytes(), r.storeBytes(), bytes - r.hostBytes() - r.storeBytes(), r.copies(),
         r.promotions(), g[0], g[1], g[2]);
+  }
+
+  /**
+   * The start addresses of read-only slabs that may have been written before they were protected (see
+   * {@link ResidencyGate}): a launch pointed into one while it was writable and its kernel may store through that
+   * argument, or the session's own device access touched it. Their bytes may differ from the image's: never hand them
+   * on (the HBM tier). Reads the modules' PTX: off the request path, with the function idle.
+   */
+  public List<Long> mayHaveBeenWritten() {
+    return gate.mayHaveWritten();
+  }
+
+  /** The read-only slabs' write protection so far; complete once {@link #protectReadOnlySlabs} returned true. */
+  public Protection protection() {
+    return residency.protection().stats();
+  }
+
+  /**
+   * Makes the image's read-only slabs read-only on the device, once the restore is resident: from then on a store
+   * into them faults (a sticky {@code CUDA_ERROR_ILLEGAL_ADDRESS}) instead of changing weights the HBM tier may hand
+   * to the next worker. Call it only while no request of this function runs and nothing else queues work for it (a
+   * pool worker: after a request's answer is sent and before the next request runs, and before an EXPORT): the driver
+   * changes the mapping under whatever work is in flight, and a kernel or copy using the slab then may fault. It
+   * synchronizes the context first, so work the last request left queued has finished. Costs a {@code cuMemSetAccess}
+   * per slab once (0.06-0.12 ms each on an H200); later calls return at once.
+   *
+   * @return true once the slabs are protected (or protection was tried and a slab refused: see {@link
+   *     #protection()}), false while the restore still copies: call again at the next idle point
+   * @throws dev.thaw.runtime.gpu.CudaException with a sticky error: the context is lost
+   */
+  public boolean protectReadOnlySlabs() {
+    SlabProtection p = residency.protection();
+    if (p.tried()) {
+      return true;
+    }
+    if (closed || !residency.landed()) {
+      return false;
+    }
+    function.session().context().synchronize();
+    p.protectAll();
+    return true;
   }
 
   /**

@@ -148,11 +148,9 @@ public final class OnDemandRestorer {
       Map<String, byte[]> cubins = loaded.isEmpty() ? cubins(manifest, context, lease, false) : Map.of();
       long cubinNanos = System.nanoTime() - t;
       try {
-        session = options.slabSource() == null
-            ? FunctionSession.rebuild(context, manifest.sessionTable(cubins), java.util.Set.of(),
-                FunctionSession.SlabSource.FRESH, loaded)
-            : FunctionSession.rebuild(context, manifest.sessionTable(cubins), manifest.readOnlyAllocations(),
-                options.slabSource(), loaded);
+        // Read-only allocations in slabs of their own in every case: the restore write-protects them once filled.
+        session = FunctionSession.rebuild(context, manifest.sessionTable(cubins), manifest.readOnlyAllocations(),
+            options.slabSource() == null ? FunctionSession.SlabSource.FRESH : options.slabSource(), loaded);
       } catch (AddressUnavailableException e) {
         throw new ImageRestoreException("image of " + manifest.function().className() + " needs its device "
             + "addresses, and one is taken in this process: " + e.getMessage(), e);
@@ -165,7 +163,7 @@ public final class OnDemandRestorer {
         lease = source.lease(manifest);
       }
       FunctionSession.RebuildTimings rebuilt = session.rebuildTimings();
-      Residency residency = new Residency(plan, resources, store, lease, options);
+      Residency residency = new Residency(plan, resources, store, lease, options, new SlabProtection(session));
       trace.attach(residency);
       ResidencyGate gate = new ResidencyGate(session, plan, residency, resources.uploadArena(), trace);
       ResidencyValidator validator = options.validate() ? new ResidencyValidator(session, gate) : null;

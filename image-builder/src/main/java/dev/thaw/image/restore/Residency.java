@@ -36,6 +36,9 @@ import java.util.concurrent.locks.ReentrantLock;
  * verified into pinned staging by the restore thread first; a launch that needs such a unit waits, on its thread, for
  * that read (never for a copy: it waits until the copy is queued). No byte reaches the device unverified: host
  * chunks were verified when they entered their cache, store chunks right before their copy is queued.
+ *
+ * <p>The restore thread never changes a mapping's access: the read-only slabs ({@link SlabProtection}, carried here
+ * for the gate) are write-protected by the restore's owner while the function is idle, once this is complete.
  */
 final class Residency {
 
@@ -106,9 +109,11 @@ final class Residency {
   private volatile boolean background;
   private volatile boolean stopping;
   private Future<?> pump;
+  private final SlabProtection protection;
 
   Residency(RestorePlan plan, RestoreResources resources, ChunkStore store, RestoreSource.Lease lease,
-      OnDemandOptions options) {
+      OnDemandOptions options, SlabProtection protection) {
+    this.protection = protection;
     this.plan = plan;
     this.resources = resources;
     this.store = store;
@@ -194,6 +199,23 @@ final class Residency {
   /** True once every unit is resident (seen by the restore thread): launches then pass at no cost. */
   boolean isComplete() {
     return complete;
+  }
+
+  /**
+   * True once every unit is resident by its events, asked now: the restore thread may not have noticed yet ({@link
+   * #isComplete} follows on its next round). For the slabs' protection at an idle point, not for launches.
+   */
+  boolean landed() {
+    if (complete) {
+      return true;
+    }
+    lock.lock();
+    try {
+      retire();
+      return residentUnits == units;
+    } finally {
+      lock.unlock();
+    }
   }
 
   int state(int unit) {
@@ -583,6 +605,10 @@ final class Residency {
 
   long queuedNanos(int unit) {
     return queuedNanos[unit];
+  }
+
+  SlabProtection protection() {
+    return protection;
   }
 
   Stats stats() {

@@ -27,14 +27,38 @@ import java.util.Map;
  * while the restore runs, are staged in pinned memory and queued on the stream behind those waits, so a restore copy
  * can never land on top of them.
  *
+ * <p>While a read-only slab is still writable (until the function's owner protects it, idle, after full residency;
+ * {@link SlabProtection}), the gate also notes, per kernel and parameter slot, which such slabs a launch's arguments
+ * pointed into, and which the session's own uploads, copies, fills and downloads touched: {@link #mayHaveWritten} says
+ * afterwards which slabs could have been written before they were protected. A bit-or per named allocation; nothing
+ * allocated after a kernel's first launch.
+ *
  * <p>Per launch, once a kernel is seen: a map lookup, a binary search per parameter slot, and a wait per allocation
  * the session's stream has not waited for yet (each at most once: later work on the stream is ordered after it).
- * After full residency, one volatile read. Used by the session's one thread.
+ * After full residency and until the slabs are protected, the binary searches without the waits; after that, two
+ * volatile reads. Used by the session's one thread.
  */
 final class ResidencyGate implements CopyInterceptor {
 
-  /** What is cached per kernel. */
-  private record KernelGate(boolean onArguments) {}
+  /** What is cached per kernel, and the writable read-only slabs its launches named, per parameter slot. */
+  private static final class KernelGate {
+    final boolean onArguments;
+    /** Per parameter slot, a mask of {@link SlabProtection} slabs; null until one is noted. */
+    long[] slotSlabs;
+    /** Slabs writable when a launch not gated on its arguments was queued: it may touch anything. */
+    long anySlabs;
+
+    KernelGate(boolean onArguments) {
+      this.onArguments = onArguments;
+    }
+
+    void note(int slot, long slabs) {
+      if (slotSlabs == null || slotSlabs.length <= slot) {
+        slotSlabs = java.util.Arrays.copyOf(slotSlabs == null ? new long[0] : slotSlabs, slot + 1);
+      }
+      slotSlabs[slot] |= slabs;
+    }
+  }
 
   private final FunctionSession session;
   private final RestorePlan plan;
@@ -42,6 +66,9 @@ final class ResidencyGate implements CopyInterceptor {
   private final GpuStream home;
   private final PinnedBuffer arena;
   private final RestoreTrace trace;
+  private final SlabProtection protection;
+  /** Writable read-only slabs the session's own uploads, copies, fills and downloads touched. */
+  private long sessionAccessSlabs;
   private final boolean[] homeWaited;
   private final Map<KernelRef, KernelGate> kernels = new HashMap<>();
   private final List<PinnedBuffer> overflow = new ArrayList<>();
@@ -59,6 +86,7 @@ final class ResidencyGate implements CopyInterceptor {
   private long stagedUploads;
 
   ResidencyGate(FunctionSession session, RestorePlan plan, Residency residency, PinnedBuffer arena, RestoreTrace trace) {
+    this.protection = residency.protection();
     this.session = session;
     this.plan = plan;
     this.residency = residency;
@@ -79,14 +107,41 @@ final class ResidencyGate implements CopyInterceptor {
     if (!residency.isComplete()) {
       residency.checkFailure();
       KernelGate g = kernel == lastKernel ? lastGate : gate(kernel);
-      if (g.onArguments()) {
-        waitForArguments(args, stream);
+      if (g.onArguments) {
+        waitForArguments(g, args, stream);
       } else {
+        if (protection.open()) {
+          g.anySlabs |= protection.writableMask();
+        }
         waitForAll(stream);
       }
+    } else if (protection.open()) {
+      // Resident, not protected yet (that waits until the function is idle): still note what the launch names.
+      noteArguments(kernel == lastKernel ? lastGate : gate(kernel), args);
     }
     if (trace != null) {
       trace.launching(kernel, stream);
+    }
+  }
+
+  /** After full residency, while a read-only slab is writable: {@link #waitForArguments}'s notes, with no wait. */
+  private void noteArguments(KernelGate g, KernelArgs args) {
+    if (!g.onArguments) {
+      g.anySlabs |= protection.writableMask();
+      return;
+    }
+    refreshIndex();
+    ByteBuffer slab = args.slab();
+    int slots = (args.layout().totalSize() + 7) / 8;
+    int readable = slab.capacity() / 8;
+    for (int s = 0, n = Math.min(slots, readable); s < n; s++) {
+      int p = index.find(slab.getLong(8 * s));
+      if (p >= 0) {
+        long touched = protection.writableTouching(index.start(p), index.end(p));
+        if (touched != 0) {
+          g.note(s, touched);
+        }
+      }
     }
   }
 
@@ -101,14 +156,21 @@ final class ResidencyGate implements CopyInterceptor {
     return g;
   }
 
-  private void waitForArguments(KernelArgs args, GpuStream stream) {
+  private void waitForArguments(KernelGate g, KernelArgs args, GpuStream stream) {
     refreshIndex();
     ByteBuffer slab = args.slab();
     int slots = (args.layout().totalSize() + 7) / 8;
     int readable = slab.capacity() / 8;
+    boolean watch = protection.open();
     for (int s = 0, n = Math.min(slots, readable); s < n; s++) {
       int p = index.find(slab.getLong(8 * s));
       if (p >= 0 && unitAt[p] >= 0) {
+        if (watch) {
+          long touched = protection.writableTouching(index.start(p), index.end(p));
+          if (touched != 0) {
+            g.note(s, touched);
+          }
+        }
         waitForUnit(unitAt[p], stream);
       }
     }
@@ -181,7 +243,14 @@ final class ResidencyGate implements CopyInterceptor {
 
   @Override
   public void beforeDeviceAccess(long address, long bytes, GpuStream stream) {
-    if (residency.isComplete() || bytes <= 0) {
+    if (bytes <= 0) {
+      return;
+    }
+    if (protection.open()) {
+      // Reads and writes alike: the hook does not say which (a download only reads; taken as a write all the same).
+      sessionAccessSlabs |= protection.writableTouching(address, address + bytes);
+    }
+    if (residency.isComplete()) {
       return;
     }
     residency.checkFailure();
@@ -229,6 +298,42 @@ final class ResidencyGate implements CopyInterceptor {
     lastUpload.record(stream);
     stagedUploads++;
     return true;
+  }
+
+  // ---- what export asks ----
+
+  /**
+   * The start addresses of the read-only slabs a launch or the session's own device access may have written while
+   * they were still writable: a launch whose argument slot pointed into one, where the kernel's PTX may store through
+   * that slot; a launch not gated on its arguments; an upload, copy, fill or download that touched one. Off the
+   * request path: it reads the modules' PTX (once per kernel noted). Call it with the session idle.
+   */
+  List<Long> mayHaveWritten() {
+    long mask = sessionAccessSlabs;
+    dev.thaw.runtime.speculation.AccessSpeculator speculator = null;
+    for (Map.Entry<KernelRef, KernelGate> e : kernels.entrySet()) {
+      KernelGate g = e.getValue();
+      mask |= g.anySlabs;
+      if (g.slotSlabs == null) {
+        continue;
+      }
+      if (speculator == null) {
+        speculator = new dev.thaw.runtime.speculation.AccessSpeculator(session);
+      }
+      dev.thaw.runtime.speculation.PtxAccessAnalysis.EntryAccess a = speculator.analysis(e.getKey());
+      for (int s = 0; s < g.slotSlabs.length; s++) {
+        if (g.slotSlabs[s] == 0) {
+          continue;
+        }
+        // Past the PTX's parameters, or a slot the analysis could not follow: taken as written.
+        dev.thaw.runtime.speculation.AccessKind kind = s < a.slotCount() ? a.slotKind(s)
+            : dev.thaw.runtime.speculation.AccessKind.READ_WRITE;
+        if (kind != null && kind.writes()) {
+          mask |= g.slotSlabs[s];
+        }
+      }
+    }
+    return protection.slabsIn(mask);
   }
 
   // ---- what the validating mode asks ----

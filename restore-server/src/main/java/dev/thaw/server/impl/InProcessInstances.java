@@ -444,6 +444,11 @@ public final class InProcessInstances implements InstanceFactory {
     public FunctionResponse invokeBlocking(FunctionRequest request) throws Exception {
       factory.checkNotPoisoned();
       try {
+        if (onDemand != null && invoked) {
+          // Between requests (an instance serves one at a time, and the last one's invoke has returned): the read-only
+          // slabs are protected here once resident, never under a request's kernels. A no-op after the first time.
+          onDemand.restore().protectReadOnlySlabs();
+        }
         return function.invoke(request);
       } catch (InvalidRequestException e) {
         throw e;

@@ -236,12 +236,14 @@ public final class FunctionSession implements AutoCloseable {
 
   /**
    * Sets every read-only slab's access to {@link MemoryAccess#READ}: once restored, a kernel that writes a buffer
-   * the profile called read-only faults instead of changing memory that outlives this instance on the device.
+   * the profile called read-only faults instead of changing memory that outlives this instance on the device. Call
+   * it only once every copy into those slabs has completed: a copy still queued into one would fault. Slabs that
+   * are read-only already (imported from the HBM tier) are left alone.
    */
   public void protectReadOnlySlabs() {
     checkOpen();
     for (MappedSlab s : slabs) {
-      if (s.slab().readOnly()) {
+      if (s.slab().readOnly() && s.mapping().access() != MemoryAccess.READ) {
         s.mapping().setAccess(MemoryAccess.READ);
       }
     }

@@ -59,6 +59,13 @@ import org.slf4j.LoggerFactory;
  * {@code CUDA_ERROR_LAUNCH_FAILED}, 719). Address-space bookkeeping (reserve, create, map, set access,
  * unmap, release) still works, as it did on the H200; so does {@code close()}. Only a new driver (on a GPU,
  * a new process) recovers.
+ *
+ * <p>A mapping made read-only ({@link dev.thaw.runtime.gpu.Mapping#setAccess}) while any stream of its context has
+ * work queued or running poisons the driver too ({@code CUDA_ERROR_ILLEGAL_ADDRESS}): the call itself succeeds, as
+ * {@code cuMemSetAccess} does, and the error surfaces at the next synchronization. On an H200 the driver neither
+ * refuses nor waits for such work, and kernels reading memory whose access changed under them faulted now and then;
+ * the sim device makes that hazard certain, for any work of the context, so that a test catches every protection
+ * applied while something runs.
  */
 public final class SimContext implements GpuContext {
 
@@ -620,6 +627,16 @@ public final class SimContext implements GpuContext {
   }
 
   // ---- state ----
+
+  /** True while some stream of this context has work queued or running. */
+  boolean workInFlight() {
+    for (SimStream s : streams) {
+      if (s.busy()) {
+        return true;
+      }
+    }
+    return false;
+  }
 
   void poison(CudaException error) {
     if (driver.poison(error)) {

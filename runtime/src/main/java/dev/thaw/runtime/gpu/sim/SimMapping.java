@@ -35,11 +35,19 @@ final class SimMapping implements Mapping {
       throw new IllegalArgumentException("access must not be null");
     }
     range.context().checkOpen();
+    MemoryAccess before;
     synchronized (this) {
       if (closed) {
         throw new IllegalStateException("mapping is closed");
       }
+      before = this.access;
       this.access = access;
+    }
+    if (before == MemoryAccess.READ_WRITE && access != MemoryAccess.READ_WRITE && range.context().workInFlight()) {
+      // The GPU changes the mapping under the work in flight (see SimContext): here that work always faults.
+      range.context().poison(dev.thaw.runtime.gpu.CudaError.exception("cuMemSetAccess",
+          dev.thaw.runtime.gpu.CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, String.format("mapping at 0x%x made %s while "
+              + "work of its context was queued or running", address, access)));
     }
     range.space().republish();
   }

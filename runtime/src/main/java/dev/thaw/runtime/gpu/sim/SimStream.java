@@ -164,6 +164,16 @@ final class SimStream implements GpuStream {
     enqueue(marker::await);
   }
 
+  /** True while work submitted to this stream has not completed: no checks, for the context's own questions. */
+  boolean busy() {
+    lock.lock();
+    try {
+      return completed != submitted;
+    } finally {
+      lock.unlock();
+    }
+  }
+
   @Override
   public boolean isIdle() {
     checkOpen();

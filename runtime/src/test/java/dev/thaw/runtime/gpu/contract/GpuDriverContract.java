@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.thaw.runtime.ChildJvm;
 import dev.thaw.runtime.gpu.AddressUnavailableException;
 import dev.thaw.runtime.gpu.CudaError;
 import dev.thaw.runtime.gpu.CudaException;
@@ -237,7 +238,7 @@ public abstract class GpuDriverContract {
   @Test
   void aSecondProcessMapsTheSameDeviceAddress() throws Exception {
     try (DeviceBuffer mine = ctx.allocate(4 * MIB)) {
-      ChildJvm.Result child = ChildJvm.run(deviceChoice(), "map-at", Long.toHexString(mine.address()));
+      ChildJvm.Result child = ChildJvm.run(ContractChild.class, deviceChoice(), "map-at", Long.toHexString(mine.address()));
       assertEquals(0, child.exitCode(), child.output());
       assertEquals(Long.toHexString(mine.address()), child.get("address"));
       assertEquals("true", child.get("roundtrip"));
@@ -262,7 +263,7 @@ public abstract class GpuDriverContract {
 
   @Test
   void aStoreToReadOnlyMemoryFailsTheLaunch() throws Exception {
-    ChildJvm.Result child = ChildJvm.run(deviceChoice(), "write-read-only");
+    ChildJvm.Result child = ChildJvm.run(ContractChild.class, deviceChoice(), "write-read-only");
     assertEquals(0, child.exitCode(), child.output());
     System.out.println("store to read-only memory: " + child.get("sync"));
     assertNotEquals("ok", child.get("sync"), "a store to read-only memory must not succeed");
@@ -356,7 +357,7 @@ public abstract class GpuDriverContract {
       ctx.memsetD32(r.address(), 0xC0FFEE, MIB);
       int fd = mem.exportPosixFd();
       try {
-        ChildJvm.Result child = ChildJvm.run(deviceChoice(), "import-read-only", Long.toString(ProcessFds.currentPid()),
+        ChildJvm.Result child = ChildJvm.run(ContractChild.class, deviceChoice(), "import-read-only", Long.toString(ProcessFds.currentPid()),
             Integer.toString(fd), Long.toString(4 * MIB));
         assertEquals(0, child.exitCode(), child.output());
         System.out.println("imported in another process: " + child.values());
@@ -703,7 +704,7 @@ public abstract class GpuDriverContract {
 
   @Test
   void anIllegalAddressPoisonsTheWholeProcess() throws Exception {
-    ChildJvm.Result child = ChildJvm.run(deviceChoice(), "illegal-address");
+    ChildJvm.Result child = ChildJvm.run(ContractChild.class, deviceChoice(), "illegal-address");
     assertEquals(0, child.exitCode(), child.output());
     System.out.println("after an illegal address: " + child.values());
     assertEquals("returned", child.get("launch"), "launches are asynchronous: the fault surfaces later");

@@ -129,4 +129,59 @@ class SimContextPoisonTest {
       assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, ctx.poisonedBy().orElseThrow().code());
     }
   }
+
+  /**
+   * A copy engine never writes read-only memory: a copy queued while its destination was writable, still queued when
+   * the mapping was made read-only, is an illegal address (sticky) and lands nothing. Why a restore protects a slab
+   * only once every copy has completed.
+   */
+  @Test
+  void aCopyQueuedBeforeItsDestinationTurnedReadOnlyFaultsWhenItRuns() throws Exception {
+    try (SimContext ctx = (SimContext) driver.createContext(0); DeviceBuffer buf = ctx.allocate(4096);
+        dev.thaw.runtime.gpu.PinnedBuffer host = ctx.allocatePinned(4096)) {
+      SimStream stream = (SimStream) ctx.createStream();
+      ctx.memsetD8(buf.address(), (byte) 0x5a, 4096);
+      host.slice(0, 4096).put(new byte[4096]);
+      java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+      // Holds the stream until the mapping is read-only: the copy behind it runs only then.
+      stream.enqueue(release::await);
+      stream.copyHostToDeviceAsync(buf.address(), host, 0, 4096);
+      buf.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ);
+      release.countDown();
+      CudaException e = assertThrows(CudaException.class, stream::synchronize);
+      assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, e.code());
+      assertTrue(e.getMessage().contains("made READ while work of its context was queued or running"),
+          e.getMessage());
+      // Read behind the device's back: the poisoned device refuses copies.
+      SimAddressSpace.Segment[] segs = driver.space().segments();
+      assertEquals(0x5a, SimNative.U.getByte(SimAddressSpace.find(segs, buf.address()).delta
+          + buf.address()), "the copy landed nothing");
+    }
+  }
+
+  /**
+   * The hazard model: making a mapping read-only while any stream of its context has work queued or running (here a
+   * stream held on a task) poisons the device at once, even when that work never touches the mapping; the call itself
+   * succeeds, as {@code cuMemSetAccess} does. With every stream idle, or when access widens, nothing happens.
+   */
+  @Test
+  void aMappingMadeReadOnlyWhileWorkIsInFlightFaultsThatWork() throws Exception {
+    try (SimContext ctx = (SimContext) driver.createContext(0); DeviceBuffer idle = ctx.allocate(4096);
+        DeviceBuffer busy = ctx.allocate(4096); DeviceBuffer other = ctx.allocate(4096)) {
+      SimStream stream = (SimStream) ctx.createStream();
+      idle.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ);
+      assertTrue(ctx.poisonedBy().isEmpty(), "no work in flight: nothing to fault");
+      java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+      stream.enqueue(release::await);
+      stream.memsetD8Async(other.address(), (byte) 1, 4096);
+      idle.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ_WRITE);
+      assertTrue(ctx.poisonedBy().isEmpty(), "widening access faults nothing");
+      busy.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ);
+      release.countDown();
+      CudaException e = assertThrows(CudaException.class, stream::synchronize);
+      assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, e.code());
+      assertTrue(e.getMessage().contains("cuMemSetAccess") && e.getMessage().contains(
+          Long.toHexString(busy.address())), e.getMessage());
+    }
+  }
 }

@@ -1,4 +1,4 @@
-package dev.thaw.pool;
+package dev.thaw.runtime;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -10,7 +10,11 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
-/** Runs a test class's {@code main} in a second JVM with this one's class path; it prints {@code result.K=V} lines. */
+/**
+ * Runs a test class's {@code main} in a second JVM with this one's class path (and its {@code java}): for what must
+ * happen in another process (the same device address there) or must not happen in this one (a poisoned CUDA
+ * context). The child prints {@code result.K=V} lines.
+ */
 public final class ChildJvm {
 
   public record Result(int exitCode, Map<String, String> values, String output) {
