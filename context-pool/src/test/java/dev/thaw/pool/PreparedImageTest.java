@@ -132,8 +132,8 @@ class PreparedImageTest {
   }
 
   /**
-   * A worker becomes {@code image} from the host cache: it must name the prepared image (no manifest parsed, no module
-   * loaded), take every byte from the arena and hold the image's bytes. Returns the cold start's lease.
+   * A worker becomes {@code image} from the host cache: it must name the prepared image (no manifest parsed), take
+   * every byte from the arena and hold the image's bytes. Returns the cold start's lease.
    */
   private static CacheLease becomePreparedFromTheCache(ContextPool pool, HostImageCache cache,
       PoolTestImages.Built probe, ImageManifest manifest, PreparedImage image, Path storePath, List<Long> seen)
@@ -145,7 +145,8 @@ class PreparedImageTest {
     BecomeResult b = w.becomeBlocking(image, ImageSource.hostCache(lease, storePath));
     assertTrue(b.phases().containsKey("prepared"), "the worker had it prepared: " + b);
     assertFalse(b.phases().containsKey("manifest"), "and parsed no manifest: " + b);
-    assertEquals(0.0, b.phases().get("load modules"), 0.05, "its modules were loaded ahead: " + b);
+    // Its modules were loaded ahead: "load modules" is near zero, but a time is no assertion (a loaded machine took
+    // 0.16 ms once); the "prepared" phase above is what says the worker took the prepared image.
     RestoreCompletion done = w.resident().get();
     assertEquals(probe.result().manifest().totalBytes(), done.hostBytes(), "every byte from the host cache: " + done);
     JsonNode scan = w.invokeBlocking(json("{\"op\": \"scan\"}")).jsonTree();
