@@ -123,6 +123,20 @@ public final class WorkerMain {
   private OnDemandRestore restored;
   /** {@link #restored}'s read-only slabs are protected (or protection was tried): executing thread only. */
   private boolean slabsProtected;
+  /**
+   * Set (under {@link #turn}) after a request's answer while the slabs are not protected yet: the thread waiting for
+   * work protects them once the worker has been idle {@link #PROTECT_AFTER_IDLE_NANOS} since {@link #protectAt}.
+   */
+  private boolean protectPending;
+  private long protectAt;
+  /**
+   * How long a worker stays idle after an answer before it protects its slabs: back-to-back requests never wait for
+   * the protection. On the H200 cuMemSetAccess took 0.1-0.4 ms alone, but up to 170 ms (p90 90) while other workers
+   * started beside it (scripts/gpu/roslabs-run.sh's trial).
+   */
+  static final long PROTECT_AFTER_IDLE_NANOS = 20_000_000;
+  /** What {@link #take()} returns when it is time to protect the slabs (not a frame that travels). */
+  private static final Frame PROTECT = new Frame(FrameType.STATUS, -1, FrameCodec.head());
   private final java.util.concurrent.CompletableFuture<RocksChunkStore> storeOpened =
       new java.util.concurrent.CompletableFuture<>();
   private volatile double storeMillis;
@@ -493,7 +507,11 @@ public final class WorkerMain {
         reads = true;
         continue;
       }
-      execute(f);
+      if (f == PROTECT) {
+        protectWhileIdle();
+      } else {
+        execute(f);
+      }
       synchronized (turn) {
         executing = false;
         turn.notifyAll();
@@ -512,6 +530,17 @@ public final class WorkerMain {
         if (!reading) {
           reading = true;
           return null;
+        }
+        if (protectPending && serving && !executing) {
+          long left = protectAt + PROTECT_AFTER_IDLE_NANOS - System.nanoTime();
+          if (left <= 0) {
+            // Idle long enough: protect, holding the executing turn, so a request read meanwhile waits for it.
+            protectPending = false;
+            executing = true;
+            return PROTECT;
+          }
+          turn.wait(Math.max(1, left / 1_000_000));
+          continue;
         }
         turn.wait();
       }
@@ -610,21 +639,33 @@ public final class WorkerMain {
       prepared.values().forEach(p -> p.restore().close());
       prepared.clear();
     }
-    if (f.type() == FrameType.INVOKE) {
-      // Not after a BECOME: the first request is on its way, and a restore done by then is a small one.
-      protectWhileIdle();
+    if (f.type() == FrameType.INVOKE && !slabsProtected && restored != null) {
+      // Not after a BECOME: the first request is on its way, and a restore done by then is a small one. Not at once
+      // either: once the worker has been idle a while, so that a request right behind this one does not wait.
+      synchronized (turn) {
+        protectPending = true;
+        protectAt = System.nanoTime();
+      }
     }
   }
 
   /**
-   * Write-protects the image's read-only slabs once its restore is resident, here where no request runs: called after
-   * a request's answer is sent, while this thread still holds the executing turn, so the next INVOKE waits for it (a
-   * {@code cuMemSetAccess} per slab, once per worker). Never while a request's kernels may use a slab: a mapping's access
+   * Write-protects the image's read-only slabs once its restore is resident, here where no request runs: called once
+   * the worker has been idle {@link #PROTECT_AFTER_IDLE_NANOS} after a request's answer, by the thread that holds the
+   * executing turn, so an INVOKE read meanwhile waits for it (a {@code cuMemSetAccess} per slab, once per worker; a
+   * restore still copying is tried again after the next idle stretch). Never while a request's kernels may use a slab: a mapping's access
    * changed under them faulted cold starts on the GPU ({@code docs/design/memory-tiers.md}, "Write protection").
    */
   private void protectWhileIdle() {
     try {
       protectSlabs("while idle after " + invocations + " request(s)");
+      if (!slabsProtected && restored != null && !restored.isResident()) {
+        // Copies still due: after the next idle stretch.
+        synchronized (turn) {
+          protectPending = true;
+          protectAt = System.nanoTime();
+        }
+      }
     } catch (RuntimeException e) {
       // A refusal leaves the slab writable and is reported by the restore; what gets here is the context's error.
       e.printStackTrace();

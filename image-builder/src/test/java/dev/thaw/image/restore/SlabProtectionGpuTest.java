@@ -134,10 +134,10 @@ class SlabProtectionGpuTest {
     Map<String, String> gpu = SlabProtectionChild.run("queued", "cuda", Long.toString(1L << 30), "40");
     System.out.println("GPU, a copy queued before its mapping turned read-only: " + gpu);
     assertEquals("ok", gpu.get("setAccess"), gpu.toString());
-    // Either cuMemSetAccess waited for the queued work (and the copy landed before the protection) or the copy ran
-    // against the read-only mapping and faulted; never a copy landing in read-only memory afterwards unnoticed.
-    boolean waited = gpu.get("busyDoneAtReturn").equals("true");
-    assertTrue(waited ? gpu.get("queuedLanded").equals("true") : !gpu.get("queuedSync").equals("ok"), gpu.toString());
+    // Either the copy landed before the protection or it ran against the read-only mapping and failed; never a copy
+    // landing in read-only memory afterwards unnoticed. Whether the busy work was done when the call returned is a
+    // record, not a requirement (the H200 said both: wave 4 not done, wave 5 done, the copy failing either way).
+    assertTrue(gpu.get("queuedLanded").equals("true") || !gpu.get("queuedSync").equals("ok"), gpu.toString());
   }
 
   /**
