@@ -14,7 +14,9 @@
 # every run it records whether the server's and its worker's JVMs mapped lib/thaw.jsa (/proc/PID/maps after the
 # first response): a cds run where one did not fails the script.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/firststart-run.sh <unpacked thaw dir>
-# RUNS (default 3) runs each; VARIANTS (default "cds nocds"). Writes $OUT/firststart.txt (log) and
+# RUNS (default 3) runs each; VARIANTS (default "cds nocds"; also "noprelaunch": cds with THAW_PRELAUNCH=0, the pool's
+# first worker JVM started by the pool after option parsing, not by main before it); CONFIGS (default all) names
+# the configurations to run. Writes $OUT/firststart.txt (log) and
 # $OUT/results.json. Exits non-zero on any failure. Under 4 minutes.
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
@@ -101,6 +103,8 @@ def one(name, variant, function, tag, body, args, env_extra):
     env["PORT"] = str(port)
     if variant == "nocds":
         env["THAW_JAVA_OPTS"] = (env.get("THAW_JAVA_OPTS", "") + " -Xshare:auto").strip()
+    if variant == "noprelaunch":
+        env["THAW_PRELAUNCH"] = "0"
     logf = os.path.join(root, "%s.log" % name)
     out = open(logf, "w")
     t0 = time.time()
@@ -157,6 +161,9 @@ if gpt:
         ("gpt2-knative-pool", "gpt2", "gpt2:small", gpt_body, [], {"K_SERVICE": "gpt2-svc"}),
         ("gpt2-knative-inproc", "gpt2", "gpt2:small", gpt_body, ["--instances", "in-process"], {"K_SERVICE": "gpt2-svc"}),
     ]
+only = os.environ.get("CONFIGS", "").split()
+if only:
+    configs = [c for c in configs if c[0] in only]
 results, failed = [], False
 for name, function, tag, body, args, env in configs:
     for i in range(runs):
@@ -173,7 +180,7 @@ for name, function, tag, body, args, env in configs:
             if not r["ok"] or r["exit"] != 0 or r["timeline"] is None:
                 failed = True
                 print(r.get("error"), r.get("log", ""), flush=True)
-            expect = variant == "cds"
+            expect = variant != "nocds"
             pooled = "in-process" not in args
             if r["ok"] and (r["serverMapsArchive"] != expect
                             or (pooled and expect and r["workersMappingArchive"].startswith("0 "))

@@ -157,7 +157,9 @@ public final class ThawCli implements Callable<Integer> {
       // cuInit costs a quarter second and needs nothing the command line says: it runs while picocli parses.
       GpuDrivers.openAhead(DeviceChoice.AUTO);
     }
-    String pooledDevice = servesFromThePool(args, System.getenv(DeviceChoice.ENV));
+    // THAW_PRELAUNCH=0: the pool starts its first worker itself, after option parsing (the GPU record compares both).
+    String pooledDevice = "0".equals(System.getenv("THAW_PRELAUNCH")) ? null
+        : servesFromThePool(args, System.getenv(DeviceChoice.ENV));
     if (pooledDevice != null) {
       // The pool's first worker JVM starts (and runs its cuInit) while picocli parses: ~140 ms on the H200.
       try {
