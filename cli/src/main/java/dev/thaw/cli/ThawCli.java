@@ -157,6 +157,10 @@ public final class ThawCli implements Callable<Integer> {
       // cuInit costs a quarter second and needs nothing the command line says: it runs while picocli parses.
       GpuDrivers.openAhead(DeviceChoice.AUTO);
     }
+    if (args.length > 0 && args[0].equals("serve")) {
+      // The store opens after the options are parsed; its native library can load while they are.
+      dev.thaw.image.store.RocksNative.loadAhead();
+    }
     // THAW_PRELAUNCH=0: the pool starts its first worker itself, after option parsing (the GPU record compares both).
     String pooledDevice = "0".equals(System.getenv("THAW_PRELAUNCH")) ? null
         : servesFromThePool(args, System.getenv(DeviceChoice.ENV));

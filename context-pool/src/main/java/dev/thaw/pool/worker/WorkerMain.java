@@ -200,6 +200,8 @@ public final class WorkerMain {
     long entered = System.nanoTime();
     // cuInit first, on its own thread, while this one reads its config (Jackson's first use is not free): the pool
     // names the device in the environment as well.
+    // RocksDB's native library, the most of the store's opening, beside the config's parse and cuInit.
+    dev.thaw.image.store.RocksNative.loadAhead();
     try {
       GpuDrivers.openAhead(DeviceChoice.parse(System.getenv(DeviceChoice.ENV)));
     } catch (IllegalArgumentException e) {

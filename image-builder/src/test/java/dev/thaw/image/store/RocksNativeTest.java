@@ -45,4 +45,12 @@ class RocksNativeTest {
           "the library is mapped from a deleted file: " + live);
     }
   }
+
+  @Test
+  void aStoreOpensWhileTheLibraryLoadsAheadOnItsThread() throws Exception {
+    RocksNative.loadAhead();
+    try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("ahead")))) {
+      assertTrue(store.verify().isEmpty(), "an empty store opened and verified");
+    }
+  }
 }
