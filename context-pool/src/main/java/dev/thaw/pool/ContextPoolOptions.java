@@ -35,6 +35,8 @@ public final class ContextPoolOptions {
   public static final int DEFAULT_MAX_FRAME_BYTES = 256 << 20;
   /** {@link #wakeAhead()}: 0.5 ms. */
   public static final long DEFAULT_WAKE_AHEAD_MICROS = 500;
+  /** {@link #protectAfterIdle()}: 20 ms. */
+  public static final long DEFAULT_PROTECT_AFTER_IDLE_MILLIS = 20;
   /** Concurrent starts per device: JVM start and cuInit are CPU-bound; a burst of them slows every one. */
   public static final int DEFAULT_MAX_STARTING = 2;
 
@@ -67,6 +69,7 @@ public final class ContextPoolOptions {
   @JsonProperty private int maxFrameBytes = DEFAULT_MAX_FRAME_BYTES;
   @JsonProperty private String logDirectory;
   @JsonProperty private long wakeAheadMicros = DEFAULT_WAKE_AHEAD_MICROS;
+  @JsonProperty private long protectAfterIdleMillis = DEFAULT_PROTECT_AFTER_IDLE_MILLIS;
 
   public ContextPoolOptions() {}
 
@@ -96,6 +99,7 @@ public final class ContextPoolOptions {
     maxFrameBytes = o.maxFrameBytes;
     logDirectory = o.logDirectory;
     wakeAheadMicros = o.wakeAheadMicros;
+    protectAfterIdleMillis = o.protectAfterIdleMillis;
   }
 
   /** The device ordinals the pool keeps workers for. */
@@ -394,6 +398,25 @@ public final class ContextPoolOptions {
     return this;
   }
 
+  /**
+   * How long a worker is idle after an answer before it write-protects its image's read-only slabs (once its restore
+   * is resident; never under a request). Idle, so that a request right behind another does not wait for the
+   * protection: on the H200 {@code cuMemSetAccess} took 0.1-0.4 ms alone but up to 170 ms while other workers
+   * started beside it. {@link Duration#ZERO}: at once after an answer, before the next request runs (deterministic,
+   * for tests).
+   */
+  public Duration protectAfterIdle() {
+    return Duration.ofMillis(protectAfterIdleMillis);
+  }
+
+  public ContextPoolOptions setProtectAfterIdle(Duration d) {
+    if (d.isNegative() || d.compareTo(Duration.ofMinutes(10)) > 0) {
+      throw new IllegalArgumentException("protect-after-idle must be 0..10 min: " + d);
+    }
+    this.protectAfterIdleMillis = d.toMillis();
+    return this;
+  }
+
   private static long positive(Duration d, String what) {
     if (d.isNegative() || d.isZero()) {
       throw new IllegalArgumentException(what + " must be positive: " + d);
@@ -434,7 +457,8 @@ public final class ContextPoolOptions {
         .setBecomeTimeout(Duration.ofMillis(o.becomeTimeoutMillis))
         .setInvokeTimeout(Duration.ofMillis(o.invokeTimeoutMillis))
         .setExitGrace(Duration.ofMillis(o.exitGraceMillis))
-        .setWakeAhead(Duration.ofNanos(o.wakeAheadMicros * 1000));
+        .setWakeAhead(Duration.ofNanos(o.wakeAheadMicros * 1000))
+        .setProtectAfterIdle(Duration.ofMillis(o.protectAfterIdleMillis));
     return checked;
   }
 

@@ -60,10 +60,10 @@ class ReadOnlyWeightsTest {
 
   @Test
   void aWriteToReadOnlyWeightsFailsItsRequestAndLeavesTheSharedWeightsAsTheImageHasThem() throws Exception {
-    // Each BECOME answers once every byte is on the device, so the worker protects the read-only slab once idle after
-    // its first request's answer: the stores below meet the protection, whatever the machine's speed
-    // (SlabProtectionWorkerTest pins when a worker protects).
-    serve(pool -> pool.setAwaitResident(true), (port, server) -> {
+    // Each BECOME answers once every byte is on the device, and the worker protects at once after an answer
+    // (protectAfterIdle 0; by default it waits for 20 ms of idleness): the stores below meet the protection, whatever
+    // the machine's speed (SlabProtectionWorkerTest pins when a worker protects).
+    serve(pool -> pool.setAwaitResident(true).setProtectAfterIdle(Duration.ZERO), (port, server) -> {
       // A worker with the slab it restored itself.
       HttpResponse<String> first = postJson(port, INVOKE, READ);
       assertValues(first, 1000, 1001, 1002, 1003);
@@ -105,7 +105,7 @@ class ReadOnlyWeightsTest {
   @Test
   void aWriteBeforeTheWeightsAreProtectedKeepsThemOutOfTheHbmTier() throws Exception {
     serve(pool -> pool.setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "1",
-        "THAW_SIM_COPY_GBPS", "0.04")), (port, server) -> {
+        "THAW_SIM_COPY_GBPS", "0.04")).setProtectAfterIdle(Duration.ZERO), (port, server) -> {
       // Lands: no protection comes under a running request. This worker's values are -7.5 there now; it serves on
       // (now protected: a second store faults), but must not hand them on.
       HttpResponse<String> early = postJson(port, INVOKE, WRITE_WEIGHTS);

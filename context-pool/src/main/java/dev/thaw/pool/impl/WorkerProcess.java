@@ -149,7 +149,7 @@ final class WorkerProcess implements Worker {
     WorkerConfig config = new WorkerConfig(o.deviceChoice(), device,
         o.storePath() == null ? null : o.storePath().toString(), o.warmupLaunches(), o.warmupImage(),
         o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(), ProcessHandle.current().pid(), spawnNanos,
-        o.warmupAfterReady(), o.storePath() == null ? List.of() : o.prepareAtStart());
+        o.warmupAfterReady(), o.storePath() == null ? List.of() : o.prepareAtStart(), o.protectAfterIdle().toMillis());
     Process p;
     if (early != null) {
       p = early.process();

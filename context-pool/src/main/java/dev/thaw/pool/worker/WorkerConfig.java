@@ -22,10 +22,12 @@ import java.util.List;
  * @param warmupAfterReady say READY as soon as the worker can serve and warm up after it, until a request comes
  *     (then a second READY, {@code warm}, when the warm-up ran to its end); false: READY only once warm
  * @param prepareAtStart tags in the store to prepare before READY, which names their keys (null: none)
+ * @param protectAfterIdleMillis how long the worker is idle after an answer before it write-protects its image's
+ *     read-only slabs; 0: at once, before the next request runs
  */
 public record WorkerConfig(String device, int ordinal, String storePath, int warmupLaunches, String warmupImage,
     String hostCache, int maxFrameBytes, long parentPid, long spawnNanos, boolean warmupAfterReady,
-    List<String> prepareAtStart) {
+    List<String> prepareAtStart, long protectAfterIdleMillis) {
 
   /** Only the worker reads the JSON form: the parent writes it without loading Jackson. */
   private static final class Json {
@@ -40,7 +42,7 @@ public record WorkerConfig(String device, int ordinal, String storePath, int war
   public WorkerConfig(String device, int ordinal, String storePath, int warmupLaunches, String warmupImage,
       String hostCache, int maxFrameBytes, long parentPid, long spawnNanos) {
     this(device, ordinal, storePath, warmupLaunches, warmupImage, hostCache, maxFrameBytes, parentPid, spawnNanos,
-        false, List.of());
+        false, List.of(), dev.thaw.pool.ContextPoolOptions.DEFAULT_PROTECT_AFTER_IDLE_MILLIS);
   }
 
   /**
@@ -59,6 +61,7 @@ public record WorkerConfig(String device, int ordinal, String storePath, int war
     b.append("\"parentPid\":").append(parentPid).append(',');
     b.append("\"spawnNanos\":").append(spawnNanos).append(',');
     b.append("\"warmupAfterReady\":").append(warmupAfterReady).append(',');
+    b.append("\"protectAfterIdleMillis\":").append(protectAfterIdleMillis).append(',');
     b.append("\"prepareAtStart\":[");
     for (int i = 0; i < prepareAtStart.size(); i++) {
       string(b.append(i == 0 ? "" : ","), prepareAtStart.get(i));

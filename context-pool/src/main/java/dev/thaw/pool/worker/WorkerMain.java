@@ -125,16 +125,12 @@ public final class WorkerMain {
   private boolean slabsProtected;
   /**
    * Set (under {@link #turn}) after a request's answer while the slabs are not protected yet: the thread waiting for
-   * work protects them once the worker has been idle {@link #PROTECT_AFTER_IDLE_NANOS} since {@link #protectAt}.
+   * work protects them at {@link #protectAt} (its {@link System#nanoTime()}), after the worker has been idle
+   * {@link WorkerConfig#protectAfterIdleMillis()} (on the H200 cuMemSetAccess took 0.1-0.4 ms alone, but up to 170
+   * ms while other workers started beside it: a request right behind another must not wait for it).
    */
   private boolean protectPending;
   private long protectAt;
-  /**
-   * How long a worker stays idle after an answer before it protects its slabs: back-to-back requests never wait for
-   * the protection. On the H200 cuMemSetAccess took 0.1-0.4 ms alone, but up to 170 ms (p90 90) while other workers
-   * started beside it (scripts/gpu/roslabs-run.sh's trial).
-   */
-  static final long PROTECT_AFTER_IDLE_NANOS = 20_000_000;
   /** What {@link #take()} returns when it is time to protect the slabs (not a frame that travels). */
   private static final Frame PROTECT = new Frame(FrameType.STATUS, -1, FrameCodec.head());
   private final java.util.concurrent.CompletableFuture<RocksChunkStore> storeOpened =
@@ -540,7 +536,7 @@ public final class WorkerMain {
           return null;
         }
         if (protectPending && serving && !executing) {
-          long left = protectAt + PROTECT_AFTER_IDLE_NANOS - System.nanoTime();
+          long left = protectAt - System.nanoTime();
           if (left <= 0) {
             // Idle long enough: protect, holding the executing turn, so a request read meanwhile waits for it.
             protectPending = false;
@@ -650,16 +646,21 @@ public final class WorkerMain {
     if (f.type() == FrameType.INVOKE && !slabsProtected && restored != null) {
       // Not after a BECOME: the first request is on its way, and a restore done by then is a small one. Not at once
       // either: once the worker has been idle a while, so that a request right behind this one does not wait.
-      synchronized (turn) {
-        protectPending = true;
-        protectAt = System.nanoTime();
+      if (config.protectAfterIdleMillis() == 0) {
+        // At once, while this thread holds the executing turn: the next request runs after it.
+        protectWhileIdle();
+      } else {
+        synchronized (turn) {
+          protectPending = true;
+          protectAt = System.nanoTime() + config.protectAfterIdleMillis() * 1_000_000;
+        }
       }
     }
   }
 
   /**
    * Write-protects the image's read-only slabs once its restore is resident, here where no request runs: called once
-   * the worker has been idle {@link #PROTECT_AFTER_IDLE_NANOS} after a request's answer, by the thread that holds the
+   * the worker has been idle {@link WorkerConfig#protectAfterIdleMillis()} after a request's answer (or at once), by the thread that holds the
    * executing turn, so an INVOKE read meanwhile waits for it (a {@code cuMemSetAccess} per slab, once per worker; a
    * restore still copying is tried again after the next idle stretch). Never while a request's kernels may use a slab: a mapping's access
    * changed under them faulted cold starts on the GPU ({@code docs/design/memory-tiers.md}, "Write protection").
@@ -668,10 +669,10 @@ public final class WorkerMain {
     try {
       protectSlabs("while idle after " + invocations + " request(s)");
       if (!slabsProtected && restored != null && !restored.isResident()) {
-        // Copies still due: after the next idle stretch.
+        // Copies still due: again after the next idle stretch (at least 5 ms: not a spin while they land).
         synchronized (turn) {
           protectPending = true;
-          protectAt = System.nanoTime();
+          protectAt = System.nanoTime() + Math.max(config.protectAfterIdleMillis(), 5) * 1_000_000;
         }
       }
     } catch (RuntimeException e) {
