@@ -29,12 +29,15 @@ public final class StagingRing implements AutoCloseable {
   private final Semaphore[] free;
   /** Completes when every buffer is made or has failed (at once for {@link #allocate}). */
   private final CompletableFuture<Void> allocated;
+  /** Completed at {@link #close}: buffers still waiting to be made behind are not made. */
+  private final CompletableFuture<Void> closing;
   private int next;
   private boolean closed;
 
   private StagingRing(List<CompletableFuture<PinnedBuffer>> buffers, long bytes, GpuEvent[] done,
-      CompletableFuture<Void> allocated) {
+      CompletableFuture<Void> allocated, CompletableFuture<Void> closing) {
     this.buffers = buffers;
+    this.closing = closing;
     this.bytes = bytes;
     this.done = done;
     this.allocated = allocated;
@@ -64,6 +67,16 @@ public final class StagingRing implements AutoCloseable {
    *     and {@code now} is 1 to {@code count}
    */
   public static StagingRing allocate(GpuContext context, int count, long bytes, int now) {
+    return allocate(context, count, bytes, now, CompletableFuture.completedFuture(null));
+  }
+
+  /**
+   * {@link #allocate(GpuContext, int, long, int)}, the others pinned only once {@code behindAfter} completed (how,
+   * is not asked): an owner whose own next steps need the driver (a pool worker loading its first image's modules)
+   * keeps them out of the pinning's way, which the driver serialises with them.
+   */
+  public static StagingRing allocate(GpuContext context, int count, long bytes, int now,
+      java.util.concurrent.CompletionStage<?> behindAfter) {
     Staging.checkBuffers(count);
     Staging.checkBytes(bytes);
     if (now < 1 || now > count) {
@@ -93,11 +106,24 @@ public final class StagingRing implements AutoCloseable {
       throw e;
     }
     CompletableFuture<Void> allocated = new CompletableFuture<>();
+    CompletableFuture<Void> closing = new CompletableFuture<>();
     if (now == count) {
       allocated.complete(null);
     } else {
       Thread t = new Thread(() -> {
         try {
+          try {
+            CompletableFuture.anyOf(behindAfter.toCompletableFuture(), closing).join();
+          } catch (RuntimeException e) {
+            // Whatever it ended with, the buffers are made now.
+          }
+          if (closing.isDone()) {
+            IllegalStateException gone = new IllegalStateException("the staging was closed before this buffer was made");
+            for (int j = now; j < count; j++) {
+              buffers.get(j).completeExceptionally(gone);
+            }
+            return;
+          }
           for (int i = now; i < count; i++) {
             try {
               buffers.get(i).complete(context.allocatePinned(bytes));
@@ -115,7 +141,7 @@ public final class StagingRing implements AutoCloseable {
       t.setDaemon(true);
       t.start();
     }
-    return new StagingRing(buffers, bytes, done, allocated);
+    return new StagingRing(buffers, bytes, done, allocated, closing);
   }
 
   public int size() {
@@ -182,6 +208,7 @@ public final class StagingRing implements AutoCloseable {
       return;
     }
     closed = true;
+    closing.complete(null);
     allocated.join();
     for (int i = 0; i < buffers.size(); i++) {
       done[i].close();

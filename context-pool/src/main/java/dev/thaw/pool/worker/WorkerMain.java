@@ -266,7 +266,8 @@ public final class WorkerMain {
       }
       // The streams and events a restore and its function run on; created now so the cold path does not.
       // What every restore borrows: its stream, events, pinned staging and threads, made once per worker.
-      resources = RestoreResources.create(context);
+      // What it makes behind (staging buffers, events) waits for the image prepared at start: both need the driver.
+      resources = RestoreResources.create(context, preparedAtStart);
       t = phase(phases, "restoreResources", t);
       if (config.hostCache() != null) {
         cache = HostCacheView.attach(Path.of(config.hostCache()), context);

@@ -46,9 +46,11 @@ public final class RestoreResources implements AutoCloseable {
   private final java.util.concurrent.CompletableFuture<Void> eventsMade = new java.util.concurrent.CompletableFuture<>();
   private final AtomicBoolean lent = new AtomicBoolean();
   private final AtomicBoolean closed = new AtomicBoolean();
+  /** Completed at {@link #close}: the events still waiting to be made behind are not made. */
+  private final java.util.concurrent.CompletableFuture<Void> closing = new java.util.concurrent.CompletableFuture<>();
 
   private RestoreResources(GpuContext context, int stagingBuffers, long stagingBytes, int readThreads,
-      long uploadArenaBytes, int events) {
+      long uploadArenaBytes, int events, java.util.concurrent.CompletionStage<?> behindAfter) {
     this.context = context;
     List<AutoCloseable> made = new ArrayList<>();
     try {
@@ -74,7 +76,7 @@ public final class RestoreResources implements AutoCloseable {
       t = part("events", t);
       // One staging buffer now, the others on a thread of their own: the owner (a pool worker) says READY without
       // waiting for every page of its staging to be pinned; a first restore that outruns them waits slot by slot.
-      this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes, 1);
+      this.staging = StagingRing.allocate(context, stagingBuffers, stagingBytes, 1, behindAfter);
       made.add(staging);
       part("staging", t);
     } catch (RuntimeException e) {
@@ -90,7 +92,14 @@ public final class RestoreResources implements AutoCloseable {
     this.pump = Executors.newSingleThreadExecutor(daemon("thaw-restore"));
     this.readers = Executors.newFixedThreadPool(readThreads, daemon("thaw-restore-read"));
     if (events > EVENTS_AHEAD) {
-      Thread behind = new Thread(() -> makeEvents(events - EVENTS_AHEAD), "thaw-restore-events");
+      Thread behind = new Thread(() -> {
+        try {
+          java.util.concurrent.CompletableFuture.anyOf(behindAfter.toCompletableFuture(), closing).join();
+        } catch (RuntimeException e) {
+          // Whatever it ended with, the events are made now (none once closed: makeEvents checks).
+        }
+        makeEvents(events - EVENTS_AHEAD);
+      }, "thaw-restore-events");
       behind.setDaemon(true);
       behind.start();
     } else {
@@ -117,8 +126,18 @@ public final class RestoreResources implements AutoCloseable {
 
   /** Defaults: {@link Staging}'s buffers and threads, a 1 MiB upload arena, 1024 events. */
   public static RestoreResources create(GpuContext context) {
-    return create(context, Staging.DEFAULT_BUFFERS, Staging.DEFAULT_BYTES, Staging.DEFAULT_THREADS,
-        DEFAULT_UPLOAD_ARENA_BYTES);
+    return create(context, java.util.concurrent.CompletableFuture.completedFuture(null));
+  }
+
+  /**
+   * Defaults, with what is made behind (the staging's other buffers, the other events) started only once
+   * {@code behindAfter} completed: a pool worker keeps the pinning out of the way of the image it prepares at start
+   * (loading its modules needs the driver, which serialises them with the pinning; on the H200 that prepare took
+   * 196-246 ms after the context with the pinning beside it).
+   */
+  public static RestoreResources create(GpuContext context, java.util.concurrent.CompletionStage<?> behindAfter) {
+    return new RestoreResources(context, Staging.DEFAULT_BUFFERS, Staging.DEFAULT_BYTES, Staging.DEFAULT_THREADS,
+        DEFAULT_UPLOAD_ARENA_BYTES, DEFAULT_EVENTS, behindAfter);
   }
 
   /**
@@ -133,7 +152,7 @@ public final class RestoreResources implements AutoCloseable {
       throw new IllegalArgumentException("the upload arena must be at least 4 KiB, not " + uploadArenaBytes);
     }
     return new RestoreResources(context, stagingBuffers, stagingBytes, readThreads, uploadArenaBytes,
-        DEFAULT_EVENTS);
+        DEFAULT_EVENTS, java.util.concurrent.CompletableFuture.completedFuture(null));
   }
 
   public GpuContext context() {
@@ -224,6 +243,7 @@ public final class RestoreResources implements AutoCloseable {
     if (!closed.compareAndSet(false, true)) {
       return;
     }
+    closing.complete(null);
     pump.shutdownNow();
     readers.shutdownNow();
     eventsMade.join();

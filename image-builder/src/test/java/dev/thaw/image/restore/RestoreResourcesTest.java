@@ -27,4 +27,28 @@ class RestoreResourcesTest {
       assertTrue(early.eventsMade().isDone());
     }
   }
+
+  /**
+   * A pool worker makes what is behind (the staging's other buffers, the other events) only once the image it
+   * prepares at start is done, so that the pinning does not hold the driver its prepare needs; closed before that,
+   * nothing waits for a gate that may never open.
+   */
+  @Test
+  void whatIsMadeBehindWaitsForItsGateAndCloseNeverWaitsForTheGate() throws Exception {
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext context = driver.createContext(0)) {
+      java.util.concurrent.CompletableFuture<Void> gate = new java.util.concurrent.CompletableFuture<>();
+      try (RestoreResources r = RestoreResources.create(context, gate)) {
+        Thread.sleep(200);
+        assertEquals(RestoreResources.EVENTS_AHEAD, r.pooledEvents(), "the gate is shut: only the first events");
+        assertTrue(!r.staging().allocated().isDone(), "and only the first staging buffer");
+        gate.complete(null);
+        r.eventsMade().join();
+        r.staging().allocated().join();
+        assertEquals(RestoreResources.DEFAULT_EVENTS, r.pooledEvents());
+      }
+      RestoreResources shut = RestoreResources.create(context, new java.util.concurrent.CompletableFuture<Void>());
+      shut.close();
+      assertTrue(shut.eventsMade().isDone() && shut.staging().allocated().isDone(), "closed without the gate");
+    }
+  }
 }
