@@ -413,25 +413,6 @@ public final class WorkerMain {
     return requested;
   }
 
-  /** Waits until every staging buffer is pinned; false, at once, if a request is waiting first. */
-  private boolean stagingPinnedUnlessRequestWaiting() {
-    CompletableFuture<Void> pinned = resources.staging().allocated();
-    while (!pinned.isDone()) {
-      if (preparesThenRequestWaiting()) {
-        return false;
-      }
-      try {
-        pinned.get(2, java.util.concurrent.TimeUnit.MILLISECONDS);
-      } catch (java.util.concurrent.TimeoutException | java.util.concurrent.ExecutionException e) {
-        // Not yet (or a buffer could not be pinned: the rehearsal then says so itself).
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        return false;
-      }
-    }
-    return !preparesThenRequestWaiting();
-  }
-
   /** The warm-ups that need the context, on this thread; each stops early when a request is waiting. */
   private boolean warmUp(Map<String, Double> phases) throws Exception {
     long t = System.nanoTime();
@@ -444,12 +425,6 @@ public final class WorkerMain {
     }
     t = phase(phases, "warmup", t);
     whole = whole && !preparesThenRequestWaiting();
-    if (whole && store != null && config.warmupLaunches() > 0) {
-      // The rehearsal restores through the staging, whose buffers may still be being pinned: it waits for them here,
-      // where a request stops the wait, not inside the rehearsal, where nothing can (on the H200 a first BECOME
-      // waited 115-137 ms behind it while they were pinned).
-      whole = stagingPinnedUnlessRequestWaiting();
-    }
     if (whole && store != null && config.warmupLaunches() > 0) {
       try {
         whole = WorkerWarmup.rehearse(context, resources, store, this::preparesThenRequestWaiting);
