@@ -58,8 +58,9 @@ class SlabProtectionWorkerTest {
             + first);
         assertEquals(first.get("before"), first.get("after"), "nothing changes a slab's access under a request");
         w.resident().get();
-        // The worker protects the slab once idle a while after an answer (ContextPoolOptions.protectAfterIdle, 20 ms), never
-        // under a request: each request sees one access throughout, READ_WRITE until an idle stretch, then READ.
+        // The worker protects the slab once idle a while after an answer (ContextPoolOptions.protectAfterIdle,
+        // 20 ms), never under a request: each request sees one access throughout, READ_WRITE until an idle stretch,
+        // then READ.
         JsonNode second = w.invokeBlocking(json("{\"op\": \"access\"}")).jsonTree();
         for (int i = 0; i < 300 && !second.get("before").asText().equals("READ"); i++) {
           assertEquals(second.get("before"), second.get("after"), "nothing changes under a request: " + second);

@@ -118,7 +118,8 @@ public final class StagingRing implements AutoCloseable {
             // Whatever it ended with, the buffers are made now.
           }
           if (closing.isDone()) {
-            IllegalStateException gone = new IllegalStateException("the staging was closed before this buffer was made");
+            IllegalStateException gone =
+                new IllegalStateException("the staging was closed before this buffer was made");
             for (int j = now; j < count; j++) {
               buffers.get(j).completeExceptionally(gone);
             }

@@ -94,6 +94,8 @@ final class WorkerProcess implements Worker {
   private final OutputStream out;
   private final DataInputStream in;
   private final ContextPoolOptions options;
+  /** {@link ContextPoolOptions#wakeAhead()}, read once: every invoke asks for it. */
+  private final long wakeAheadNanos;
   private final ScheduledExecutorService timer;
   private final Executor io;
   private final Listener listener;
@@ -133,6 +135,7 @@ final class WorkerProcess implements Worker {
     this.out = new BufferedOutputStream(process.getOutputStream(), 1 << 16);
     this.in = new DataInputStream(new BufferedInputStream(process.getInputStream(), 1 << 16));
     this.options = options;
+    this.wakeAheadNanos = options.wakeAhead().toNanos();
     this.timer = timer;
     this.io = io;
     this.listener = listener;
@@ -409,7 +412,7 @@ final class WorkerProcess implements Worker {
    * wake-ahead, for invokes predicted to last at least 1 ms and twice the wake-ahead; 0 for none.
    */
   long nearMicros() {
-    long ahead = options.wakeAhead().toNanos();
+    long ahead = wakeAheadNanos;
     long predicted = invokeNanos;
     if (ahead == 0 || predicted < Math.max(1_000_000, 2 * ahead)) {
       return 0;
@@ -649,7 +652,7 @@ final class WorkerProcess implements Worker {
       return;
     }
     nears.incrementAndGet();
-    long until = System.nanoTime() + 3 * options.wakeAhead().toNanos();
+    long until = System.nanoTime() + 3 * wakeAheadNanos;
     while (in.available() == 0) {
       if (System.nanoTime() - until > 0) {
         return;

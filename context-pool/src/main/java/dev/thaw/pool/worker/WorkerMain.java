@@ -651,30 +651,33 @@ public final class WorkerMain {
         // At once, while this thread holds the executing turn: the next request runs after it.
         protectWhileIdle();
       } else {
-        synchronized (turn) {
-          protectPending = true;
-          protectAt = System.nanoTime() + config.protectAfterIdleMillis() * 1_000_000;
-        }
+        protectAfter(config.protectAfterIdleMillis());
       }
+    }
+  }
+
+  /** The thread waiting for work protects the slabs {@code millis} from now, unless work comes first (then later). */
+  private void protectAfter(long millis) {
+    synchronized (turn) {
+      protectPending = true;
+      protectAt = System.nanoTime() + millis * 1_000_000;
     }
   }
 
   /**
    * Write-protects the image's read-only slabs once its restore is resident, here where no request runs: called once
-   * the worker has been idle {@link WorkerConfig#protectAfterIdleMillis()} after a request's answer (or at once), by the thread that holds the
-   * executing turn, so an INVOKE read meanwhile waits for it (a {@code cuMemSetAccess} per slab, once per worker; a
-   * restore still copying is tried again after the next idle stretch). Never while a request's kernels may use a slab: a mapping's access
-   * changed under them faulted cold starts on the GPU ({@code docs/design/memory-tiers.md}, "Write protection").
+   * the worker has been idle {@link WorkerConfig#protectAfterIdleMillis()} after a request's answer (or at once), by
+   * the thread that holds the executing turn, so an INVOKE read meanwhile waits for it (a {@code cuMemSetAccess} per
+   * slab, once per worker; a restore still copying is tried again after the next idle stretch). Never while a
+   * request's kernels may use a slab: a mapping's access changed under them faulted cold starts on the GPU
+   * ({@code docs/design/memory-tiers.md}, "Write protection").
    */
   private void protectWhileIdle() {
     try {
       protectSlabs("while idle after " + invocations + " request(s)");
       if (!slabsProtected && restored != null && !restored.isResident()) {
         // Copies still due: again after the next idle stretch (at least 5 ms: not a spin while they land).
-        synchronized (turn) {
-          protectPending = true;
-          protectAt = System.nanoTime() + Math.max(config.protectAfterIdleMillis(), 5) * 1_000_000;
-        }
+        protectAfter(Math.max(config.protectAfterIdleMillis(), 5));
       }
     } catch (RuntimeException e) {
       // A refusal leaves the slab writable and is reported by the restore; what gets here is the context's error.

@@ -75,8 +75,8 @@ class FrameCodecTest {
     notJson[FrameCodec.HEADER_BYTES] = '#';
     assertTrue(refused(notJson).getMessage().contains("not JSON"));
     ByteArrayOutputStream arrayHead = new ByteArrayOutputStream();
-    arrayHead.write(ByteBuffer.allocate(16).putShort((short) FrameCodec.MAGIC).put((byte) FrameCodec.VERSION).put((byte) 4).putInt(1)
-        .putInt(2).putInt(0).array());
+    arrayHead.write(ByteBuffer.allocate(16).putShort((short) FrameCodec.MAGIC).put((byte) FrameCodec.VERSION)
+        .put((byte) 4).putInt(1).putInt(2).putInt(0).array());
     arrayHead.write("[]".getBytes(StandardCharsets.US_ASCII));
     assertTrue(refused(arrayHead.toByteArray()).getMessage().contains("not a JSON object"));
   }
