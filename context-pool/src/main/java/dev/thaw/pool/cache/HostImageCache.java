@@ -298,7 +298,7 @@ public final class HostImageCache implements AutoCloseable {
     int expected = place.remaining();
     int n;
     try {
-      n = store.readChunk(digest, place.duplicate());
+      n = store.readChunkUnchecked(digest, place.duplicate());
     } catch (dev.thaw.image.store.CorruptChunkException e) {
       throw new CorruptChunkException(digest, "the store found it damaged (" + e.getMessage() + "); refused by the "
           + "host cache");

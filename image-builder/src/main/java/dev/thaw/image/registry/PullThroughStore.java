@@ -54,6 +54,14 @@ public final class PullThroughStore implements ChunkStore {
   }
 
   @Override
+  public int readChunkUnchecked(Digest digest, ByteBuffer dst) {
+    if (!store.contains(digest)) {
+      pull.awaitChunk(digest);
+    }
+    return store.readChunkUnchecked(digest, dst);
+  }
+
+  @Override
   public void commit(String tag, byte[] manifest, Set<Digest> chunks) {
     store.commit(tag, manifest, chunks);
   }

@@ -69,6 +69,34 @@ final class Residency {
 
   private static final HostCopy[] FROM_STORE = new HostCopy[0];
 
+  /**
+   * The most store bytes the restore thread has being read ahead of what it queues: reads run in order on the
+   * store's readers, so a unit a launch asks for that is not among them waits behind at most this much (tens of
+   * milliseconds at the store's pace), while what the plan wants next is read at the readers' full pace instead of one
+   * allocation at a time.
+   */
+  static final long READ_AHEAD_BYTES = 128L << 20;
+
+  /** Where in a staging slot each unit's part starts: copies from aligned host addresses run at full speed. */
+  private static final long PART_ALIGNMENT = 256;
+
+  /** Chunks of one unit read into a staging slot at {@code at}: the unit's bytes {@code [from, from + bytes)}. */
+  private record Part(int unit, long at, long from, long bytes, boolean last, List<Future<?>> reads) {}
+
+  /** Store chunks being read into one staging slot, parts in the order their copies are queued. */
+  private static final class StoreBatch {
+    final int slot;
+    final PinnedBuffer buffer;
+    final List<Part> parts = new ArrayList<>();
+    long used;
+    int queuedParts;
+
+    StoreBatch(int slot, PinnedBuffer buffer) {
+      this.slot = slot;
+      this.buffer = buffer;
+    }
+  }
+
   private final RestorePlan plan;
   private final RestoreResources resources;
   private final ChunkStore store;
@@ -109,6 +137,12 @@ final class Residency {
   private volatile boolean background;
   private volatile boolean stopping;
   private Future<?> pump;
+  /** The restore thread's own: batches being read, oldest first (each holds a slot, in ring order). */
+  private final ArrayDeque<StoreBatch> reading = new ArrayDeque<>();
+  /** The restore thread's own: how many of each unit's chunks are being read or were read. */
+  private final int[] assignedChunks;
+  /** The restore thread's own: units before it in plan order need no read ahead. */
+  private int readCursor;
   private final SlabProtection protection;
 
   Residency(RestorePlan plan, RestoreResources resources, ChunkStore store, RestoreSource.Lease lease,
@@ -128,6 +162,7 @@ final class Residency {
     this.queuedNanos = new long[units];
     this.copies = new HostCopy[units][];
     this.copyBytes = new long[units];
+    this.assignedChunks = new int[units];
     this.background = options.streamInBackground();
     List<long[]> ranges = new ArrayList<>(lease.residentRanges());
     ranges.sort(java.util.Comparator.comparingLong(r -> r[0]));
@@ -345,6 +380,8 @@ final class Residency {
       }
     } catch (Throwable t) {
       fail(t);
+    } finally {
+      abandonReads();
     }
   }
 
@@ -484,70 +521,208 @@ final class Residency {
   }
 
   /**
-   * On the restore thread: reads the unit's chunks into staging, verifies them, and queues their copies batch by
-   * batch; a staging buffer is reused once its last copy has completed.
+   * On the restore thread: makes sure {@code unit} (a store unit) is being read, reading ahead of it, and queues the
+   * copies of what was read before it, in read order, until its own are queued.
    */
   private void stageFromStore(int unit) throws Exception {
-    ImageManifest.Allocation a = plan.unit(unit);
-    StagingRing ring = resources.staging();
-    long capacity = ring.bytes();
-    List<ImageManifest.Chunk> chunks = a.chunks();
-    int i = 0;
-    while (i < chunks.size()) {
-      long batchStart = chunks.get(i).offset();
-      int j = i;
-      while (j < chunks.size() && chunks.get(j).offset() + chunks.get(j).length() - batchStart <= capacity) {
-        j++;
+    readAhead(unit);
+    while (state.get(unit) == PENDING && !stopping) {
+      if (assignedChunks[unit] < plan.unit(unit).chunks().size() && reading.size() < resources.staging().size()) {
+        startBatch(unit, background);
+      } else {
+        queueOldestPart();
       }
-      if (j == i) {
-        throw new ImageRestoreException("chunk of " + chunks.get(i).length() + " bytes in allocation '" + a.name()
-            + "' is larger than a staging buffer (" + capacity + " bytes)");
-      }
-      int slot = ring.acquire();
-      PinnedBuffer staging = ring.buffer(slot);
-      List<Future<?>> reads = new ArrayList<>(j - i);
-      for (int k = i; k < j; k++) {
-        ImageManifest.Chunk c = chunks.get(k);
-        int at = (int) (c.offset() - batchStart);
-        reads.add(resources.readers().submit(() -> VerifiedChunks.read(store, c.digest(),
-            staging.slice(at, c.length()), "allocation '" + a.name() + "' at offset " + c.offset())));
-      }
-      Throwable failed = null;
-      for (Future<?> f : reads) {
-        try {
-          f.get();
-        } catch (java.util.concurrent.ExecutionException e) {
-          failed = failed == null ? e.getCause() : failed;
-        }
-      }
-      if (failed != null) {
-        ring.release(slot);
-        throw failed instanceof Exception x ? x : new IllegalStateException(failed);
-      }
-      long bytes = chunks.get(j - 1).offset() + chunks.get(j - 1).length() - batchStart;
-      lock.lock();
-      try {
-        // Verified above: only now may the bytes go to the device.
-        List<HostCopy> parts = new ArrayList<>(1);
-        addOutsideResident(parts, a.address() + batchStart, staging, 0, bytes);
-        for (HostCopy c : parts) {
-          stream.copyHostToDeviceAsync(c.dst, staging, c.offset, c.bytes);
-          copyCount++;
-        }
-        ring.queued(slot, stream);
-      } finally {
-        lock.unlock();
-        ring.release(slot);
-      }
-      i = j;
     }
+  }
+
+  /**
+   * On the restore thread: starts reading what comes next while the slots and {@link #READ_AHEAD_BYTES} allow, only
+   * into staging already made: {@code unit} first, then the units a launch asked for, then (while streaming in the
+   * background) the rest of the store units in plan order.
+   */
+  private void readAhead(int unit) {
+    StagingRing ring = resources.staging();
+    List<Integer> order = new ArrayList<>();
+    order.add(unit);
     lock.lock();
     try {
-      storeBytes += copyBytes[unit];
-      recordQueued(stream, unit);
+      order.addAll(urgent);
     } finally {
       lock.unlock();
     }
+    int i = 0;
+    while (reading.size() < ring.size() && readingBytes() < READ_AHEAD_BYTES && ring.nextIsMade()) {
+      int next = -1;
+      while (i < order.size() && next < 0) {
+        int u = order.get(i++);
+        next = waitsForRead(u) ? u : -1;
+      }
+      if (next < 0 && background) {
+        while (readCursor < units && !waitsForRead(readCursor)) {
+          readCursor++;
+        }
+        next = readCursor < units ? readCursor : -1;
+      }
+      if (next < 0) {
+        return;
+      }
+      startBatch(next, background);
+    }
+  }
+
+  /** A pending store unit with chunks still to be read. */
+  private boolean waitsForRead(int unit) {
+    if (state.get(unit) != PENDING || assignedChunks[unit] == plan.unit(unit).chunks().size()) {
+      return false;
+    }
+    lock.lock();
+    try {
+      return hostCopies(unit) == FROM_STORE;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private long readingBytes() {
+    long bytes = 0;
+    for (StoreBatch b : reading) {
+      bytes += b.used;
+    }
+    return bytes;
+  }
+
+  /**
+   * On the restore thread: takes the next staging slot and starts reading {@code unit}'s next chunks into it, and with
+   * {@code fill} as many of the store units after it in plan order as the slot has room for.
+   */
+  private void startBatch(int unit, boolean fill) {
+    StagingRing ring = resources.staging();
+    int slot = ring.acquire();
+    PinnedBuffer buffer;
+    try {
+      buffer = ring.buffer(slot);
+    } catch (RuntimeException e) {
+      ring.release(slot);
+      throw e;
+    }
+    StoreBatch batch = new StoreBatch(slot, buffer);
+    reading.add(batch);
+    if (!addPart(batch, unit, false)) {
+      ImageManifest.Chunk c = plan.unit(unit).chunks().get(assignedChunks[unit]);
+      throw new ImageRestoreException("chunk of " + c.length() + " bytes in allocation '" + plan.unit(unit).name()
+          + "' is larger than a staging buffer (" + ring.bytes() + " bytes)");
+    }
+    for (int u = unit + 1; fill && u < units && batch.used < ring.bytes(); u++) {
+      if (assignedChunks[u] == 0 && waitsForRead(u) && !addPart(batch, u, true)) {
+        break;
+      }
+    }
+  }
+
+  /**
+   * Adds to {@code batch} as many of {@code unit}'s unread chunks as fit after what it holds (with {@code whole}, all
+   * or none: a unit that fits a slot is not split, one copy each), and starts their reads; false if none were added.
+   */
+  private boolean addPart(StoreBatch batch, int unit, boolean whole) {
+    ImageManifest.Allocation a = plan.unit(unit);
+    List<ImageManifest.Chunk> chunks = a.chunks();
+    int first = assignedChunks[unit];
+    long from = chunks.get(first).offset();
+    long at = (batch.used + PART_ALIGNMENT - 1) / PART_ALIGNMENT * PART_ALIGNMENT;
+    long room = resources.staging().bytes() - at;
+    int end = first;
+    while (end < chunks.size() && chunks.get(end).offset() + chunks.get(end).length() - from <= room) {
+      end++;
+    }
+    if (end == first || whole && end < chunks.size()) {
+      return false;
+    }
+    long bytes = chunks.get(end - 1).offset() + chunks.get(end - 1).length() - from;
+    List<Future<?>> reads = new ArrayList<>(end - first);
+    PinnedBuffer staging = batch.buffer;
+    for (int k = first; k < end; k++) {
+      ImageManifest.Chunk c = chunks.get(k);
+      int into = (int) (at + c.offset() - from);
+      reads.add(resources.readers().submit(() -> VerifiedChunks.read(store, c.digest(),
+          staging.slice(into, c.length()), "allocation '" + a.name() + "' at offset " + c.offset())));
+    }
+    batch.parts.add(new Part(unit, at, from, bytes, end == chunks.size(), reads));
+    batch.used = at + bytes;
+    assignedChunks[unit] = end;
+    return true;
+  }
+
+  /**
+   * On the restore thread: waits for the oldest unqueued part's reads (every chunk verified) and only then queues its
+   * copy; the unit is queued with its last part, the slot handed back with the batch's last part.
+   */
+  private void queueOldestPart() throws Exception {
+    StoreBatch batch = reading.peek();
+    Part part = batch.parts.get(batch.queuedParts);
+    Throwable failed = null;
+    for (Future<?> f : part.reads()) {
+      try {
+        f.get();
+      } catch (java.util.concurrent.ExecutionException e) {
+        failed = failed == null ? e.getCause() : failed;
+      }
+    }
+    if (failed != null) {
+      throw failed instanceof Exception x ? x : new IllegalStateException(failed);
+    }
+    ImageManifest.Allocation a = plan.unit(part.unit());
+    lock.lock();
+    try {
+      // Verified above: only now may the bytes go to the device.
+      List<HostCopy> copies = new ArrayList<>(1);
+      addOutsideResident(copies, a.address() + part.from(), batch.buffer, part.at(), part.bytes());
+      for (HostCopy c : copies) {
+        stream.copyHostToDeviceAsync(c.dst, batch.buffer, c.offset, c.bytes);
+        copyCount++;
+      }
+      batch.queuedParts++;
+      if (part.last()) {
+        storeBytes += copyBytes[part.unit()];
+        recordQueued(stream, part.unit());
+      }
+      if (batch.queuedParts == batch.parts.size()) {
+        resources.staging().queued(batch.slot, stream);
+      }
+    } finally {
+      lock.unlock();
+    }
+    if (batch.queuedParts == batch.parts.size()) {
+      reading.poll();
+      resources.staging().release(batch.slot);
+    }
+  }
+
+  /**
+   * On the restore thread, as it stops: waits for the reads still running (they write into the staging) and hands
+   * every slot back, after the copies queued from it, so the ring can be lent again.
+   */
+  private void abandonReads() {
+    for (StoreBatch batch : reading) {
+      for (Part part : batch.parts) {
+        for (Future<?> f : part.reads()) {
+          try {
+            f.get();
+          } catch (Exception e) {
+            // What stopped the restore is what it reports.
+          }
+        }
+      }
+      if (batch.queuedParts > 0) {
+        lock.lock();
+        try {
+          resources.staging().queued(batch.slot, stream);
+        } finally {
+          lock.unlock();
+        }
+      }
+      resources.staging().release(batch.slot);
+    }
+    reading.clear();
   }
 
   private void fail(Throwable t) {

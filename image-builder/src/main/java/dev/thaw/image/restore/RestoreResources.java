@@ -26,6 +26,14 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class RestoreResources implements AutoCloseable {
 
   public static final long DEFAULT_UPLOAD_ARENA_BYTES = 1L << 20;
+  /**
+   * The staging restores read the store through: 8 slots of 16 MiB, 128 MiB pinned (the build's 6 of 64 MiB took
+   * ~130 ms to pin on the H200 host, beside a pool worker's first BECOME, which the driver serialises with it). Read
+   * ahead fills every slot, so eight keep the store's readers busy while copies drain. A slot must hold an image's
+   * largest chunk: at most 1 MiB with the content-defined chunker's defaults, 4 MiB with the fixed-size one.
+   */
+  public static final int DEFAULT_STAGING_BUFFERS = 8;
+  public static final long DEFAULT_STAGING_BYTES = 16L << 20;
   /** Events made up front: a restore takes one per run of copies (at most one per allocation; GPT-2-large has 518). */
   public static final int DEFAULT_EVENTS = 1024;
   /** Events made before {@link #create} returns; the rest are made behind it. */
@@ -124,7 +132,8 @@ public final class RestoreResources implements AutoCloseable {
     }
   }
 
-  /** Defaults: {@link Staging}'s buffers and threads, a 1 MiB upload arena, 1024 events. */
+  /** Defaults: {@link #DEFAULT_STAGING_BUFFERS} of {@link #DEFAULT_STAGING_BYTES}, {@link Staging}'s read threads, a
+   * 1 MiB upload arena, 1024 events. */
   public static RestoreResources create(GpuContext context) {
     return create(context, java.util.concurrent.CompletableFuture.completedFuture(null));
   }
@@ -136,7 +145,7 @@ public final class RestoreResources implements AutoCloseable {
    * 196-246 ms after the context with the pinning beside it).
    */
   public static RestoreResources create(GpuContext context, java.util.concurrent.CompletionStage<?> behindAfter) {
-    return new RestoreResources(context, Staging.DEFAULT_BUFFERS, Staging.DEFAULT_BYTES, Staging.DEFAULT_THREADS,
+    return new RestoreResources(context, DEFAULT_STAGING_BUFFERS, DEFAULT_STAGING_BYTES, Staging.DEFAULT_THREADS,
         DEFAULT_UPLOAD_ARENA_BYTES, DEFAULT_EVENTS, behindAfter);
   }
 

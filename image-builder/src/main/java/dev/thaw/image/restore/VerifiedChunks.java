@@ -21,7 +21,7 @@ final class VerifiedChunks {
     ByteBuffer view = dst.duplicate();
     int n;
     try {
-      n = store.readChunk(digest, view);
+      n = store.readChunkUnchecked(digest, view);
     } catch (IllegalArgumentException e) {
       throw new CorruptChunkException(digest, "it holds more than the " + expected + " bytes the image says ("
           + where + ")");

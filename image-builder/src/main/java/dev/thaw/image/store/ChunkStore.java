@@ -44,6 +44,15 @@ public interface ChunkStore extends AutoCloseable {
   int readChunk(Digest digest, ByteBuffer dst);
 
   /**
+   * {@link #readChunk}, leaving out any check of the bytes against {@code digest} the store makes on reads: for a
+   * caller that checks every chunk itself (restores and the host cache do, before a byte may reach the device), so
+   * the hash is paid once, not twice.
+   */
+  default int readChunkUnchecked(Digest digest, ByteBuffer dst) {
+    return readChunk(digest, dst);
+  }
+
+  /**
    * Atomically points {@code tag} at {@code manifest}, which names {@code chunks}.
    *
    * @throws ChunkNotFoundException if one of {@code chunks} is not stored (nothing is committed)

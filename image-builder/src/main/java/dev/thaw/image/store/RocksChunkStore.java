@@ -378,6 +378,16 @@ public final class RocksChunkStore implements ChunkStore {
    */
   @Override
   public int readChunk(Digest digest, ByteBuffer dst) {
+    return read(digest, dst, options.verifyReads());
+  }
+
+  /** {@link #readChunk} without the re-hash, whatever {@link StoreOptions#verifyReads()} says. */
+  @Override
+  public int readChunkUnchecked(Digest digest, ByteBuffer dst) {
+    return read(digest, dst, false);
+  }
+
+  private int read(Digest digest, ByteBuffer dst, boolean verify) {
     checkOpen();
     int n;
     try {
@@ -407,7 +417,7 @@ public final class RocksChunkStore implements ChunkStore {
       throw new IllegalArgumentException(
           "chunk " + digest + " has " + n + " bytes; the buffer has room for " + dst.remaining());
     }
-    if (options.verifyReads()) {
+    if (verify) {
       checkDigest(digest, dst.slice().limit(n));
     }
     dst.position(dst.position() + n);

@@ -348,6 +348,37 @@ class OnDemandRestorerTest {
     }
   }
 
+  @Test
+  // On a thread of its own, so that a restore stuck on a slot never handed back fails the test instead of hanging it.
+  @org.junit.jupiter.api.Timeout(value = 60, threadMode = org.junit.jupiter.api.Timeout.ThreadMode.SEPARATE_THREAD)
+  void aRestoreThatFailsWhileReadingAheadHandsItsStagingBackForTheNextRestore() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
+    // The last allocation's first chunk made wrong: the restore fails with many of the chunks before it being read
+    // ahead into both staging slots.
+    ImageManifest.Allocation last = manifest.allocations().get(manifest.allocations().size() - 1);
+    ImageManifest.Chunk wrong = new ImageManifest.Chunk(manifest.allocations().get(0).chunks().get(0).digest(),
+        last.chunks().get(0).offset(), last.chunks().get(0).length());
+    ImageManifest bad = withChunk(manifest, last.name(), 0, wrong);
+    try (SimDriver driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+        GpuContext ctx = driver.createContext(0);
+        RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16)) {
+      try (OnDemandRestore failed = new OnDemandRestorer(store).restore(RestorePlan.of(bad), ctx,
+          RestoreSource.STORE_ONLY, resources, new OnDemandOptions())) {
+        CorruptChunkException e = assertThrows(CorruptChunkException.class, failed::awaitResident);
+        assertTrue(e.getMessage().contains("allocation '" + last.name() + "'"), e.getMessage());
+      } catch (ImageRestoreException e) {
+        // Its close reports the failure again; what matters is what the next restore finds.
+      }
+      try (OnDemandRestore next = new OnDemandRestorer(store).restore(RestorePlan.of(manifest), ctx,
+          RestoreSource.STORE_ONLY, resources, new OnDemandOptions())) {
+        JsonNode got = next.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
+        next.awaitResident();
+        assertEquals(responses.get("gpt2-tiny"), got, "the next restore's answer, through the same staging");
+        assertEquals(manifest.totalBytes(), next.stats().storeBytes());
+      }
+    }
+  }
+
   @ParameterizedTest(name = "from {0}")
   @org.junit.jupiter.params.provider.EnumSource(Source.class)
   void bytesInTheLeasesResidentRangesAreNeverCopiedAndTheRestAre(Source from) throws Exception {

@@ -221,6 +221,11 @@ class RocksChunkStoreTest {
       assertEquals(d, e.digest());
       assertTrue(e.getMessage().contains(d.toString()));
       s.readChunk(good, ByteBuffer.allocateDirect(30_000));
+      // For a caller that hashes the bytes itself (restores, the host cache): read once, hashed once, by the caller.
+      ByteBuffer unchecked = ByteBuffer.allocateDirect(30_000);
+      assertEquals(30_000, s.readChunkUnchecked(d, unchecked));
+      assertEquals(30_000, unchecked.position());
+      assertEquals(data[12_345] ^ 0x01, unchecked.get(12_345));
     }
     try (RocksChunkStore s = RocksChunkStore.open(
         new StoreOptions().setPath(dir.resolve("store")).setVerifyReads(false))) {
