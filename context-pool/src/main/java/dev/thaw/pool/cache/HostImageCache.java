@@ -299,9 +299,6 @@ public final class HostImageCache implements AutoCloseable {
     int n;
     try {
       n = store.readChunkUnchecked(digest, place.duplicate());
-    } catch (dev.thaw.image.store.CorruptChunkException e) {
-      throw new CorruptChunkException(digest, "the store found it damaged (" + e.getMessage() + "); refused by the "
-          + "host cache");
     } catch (IllegalArgumentException e) {
       throw new CorruptChunkException(digest, "it holds more than the " + expected + " bytes image '" + image
           + "' says; refused by the host cache");

@@ -36,8 +36,9 @@ class RestoreResourcesGpuTest {
         r.eventsMade().join();
         double evented = (System.nanoTime() - t) / 1e6;
         assertEquals(RestoreResources.DEFAULT_EVENTS, r.pooledEvents());
+        assertEquals(RestoreResources.DEFAULT_STAGING_BUFFERS, ring.size());
         for (int i = 0; i < ring.size(); i++) {
-          assertEquals(Staging.DEFAULT_BYTES, ring.buffer(i).size(), "slot " + i);
+          assertEquals(RestoreResources.DEFAULT_STAGING_BYTES, ring.buffer(i).size(), "slot " + i);
         }
         Map<String, Double> parts = r.creationMillis();
         assertEquals(List.of("streams", "upload arena", "events", "staging"), List.copyOf(parts.keySet()));
@@ -49,7 +50,7 @@ class RestoreResourcesGpuTest {
       long t = System.nanoTime();
       try (StagingRing all = StagingRing.allocate(ctx, Staging.DEFAULT_BUFFERS, Staging.DEFAULT_BYTES)) {
         assertTrue(all.allocated().isDone());
-        System.out.printf("every staging buffer pinned up front: %.1f ms for %d x %d MiB%n",
+        System.out.printf("a build's staging pinned up front: %.1f ms for %d x %d MiB%n",
             (System.nanoTime() - t) / 1e6, all.size(), all.bytes() >> 20);
       }
     }
