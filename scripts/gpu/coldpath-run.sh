@@ -147,9 +147,15 @@ for pid, es in sorted(rows.items()):
     worker = ("BECOME in the worker %.2f-%.2f, invoke sent %.2f (%.2f after the worker's answer)" % (
         ms(become[0]["ts"]), ms(become[0]["ts"] + become[0]["dur"]), sent,
         sent - ms(become[0]["ts"] + become[0]["dur"]))) if become else "invoke sent %.2f" % sent
-    print("trace #%d: %s, done %.2f; last copy landed %s, first launch %s" % (pid, worker,
+    first = [e["ts"] for e in spans if e["tid"] == 12 and not e["name"].endswith("coalesced")]
+    host = {e["name"]: ms(e["ts"]) for e in es if e.get("ph") == "i" and e["tid"] == 11}
+    print("trace #%d: %s, done %.2f; last copy landed %s, first launch %s; restore thread %s, first copies queued %s, "
+          "first copy starts %s" % (pid, worker,
           ms(invoke[0]["ts"] + invoke[0]["dur"]), "%.2f" % ms(max(copies)) if copies else "-",
-          "%.2f" % ms(min(launches)) if launches else "-"))
+          "%.2f" % ms(min(launches)) if launches else "-",
+          "%.2f" % host["restore thread starts"] if "restore thread starts" in host else "-",
+          "%.2f" % host["first copies queued"] if "first copies queued" in host else "-",
+          "%.2f" % ms(min(first)) if first else "-"))
 sys.exit(1 if any(c["status"] != 200 for c in colds) else 0)
 PY
 port=18090

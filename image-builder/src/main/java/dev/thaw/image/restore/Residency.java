@@ -144,6 +144,9 @@ final class Residency {
   /** The restore thread's own: units before it in plan order need no read ahead. */
   private int readCursor;
   private final SlabProtection protection;
+  /** When the restore thread began, and when the first unit's copies were queued: for the trace. 0 until then. */
+  private volatile long pumpStartNanos;
+  private volatile long firstQueuedNanos;
 
   Residency(RestorePlan plan, RestoreResources resources, ChunkStore store, RestoreSource.Lease lease,
       OnDemandOptions options, SlabProtection protection) {
@@ -341,6 +344,7 @@ final class Residency {
   // ---- the restore thread ----
 
   private void pump() {
+    pumpStartNanos = System.nanoTime();
     try {
       while (!stopping) {
         int fromStore = -1;
@@ -497,6 +501,9 @@ final class Residency {
 
   /** Under the lock: the units' copies are on {@code on}; one event follows them. */
   private void recordQueued(GpuStream on, int... queuedUnits) {
+    if (firstQueuedNanos == 0) {
+      firstQueuedNanos = System.nanoTime();
+    }
     GpuEvent e = resources.takeEvent();
     used.add(e);
     on.record(e);
@@ -780,6 +787,16 @@ final class Residency {
 
   long queuedNanos(int unit) {
     return queuedNanos[unit];
+  }
+
+  /** When the restore thread began its work; 0 before. */
+  long pumpStartNanos() {
+    return pumpStartNanos;
+  }
+
+  /** When the first unit's copies were queued (by either thread), after them; 0 before. */
+  long firstQueuedNanos() {
+    return firstQueuedNanos;
   }
 
   SlabProtection protection() {

@@ -179,6 +179,9 @@ public final class RestoreTrace {
       }
     }
     if (residency != null) {
+      // Host instants: a first copy that starts late on the device row was queued late, or waited on the device.
+      hostInstant(ev, "restore thread starts", residency.pumpStartNanos(), zeroNanos);
+      hostInstant(ev, "first copies queued", residency.firstQueuedNanos(), zeroNanos);
       copies(ev, zeroNanos, maxSpans);
     }
     int kept = Math.min(launches.size(), maxSpans);
@@ -243,6 +246,13 @@ public final class RestoreTrace {
   }
 
   /** An event at {@code sinceZeroNanos} from the trace's time zero. */
+  /** An instant on the host row at {@code nanos}, if it happened (not 0). */
+  private void hostInstant(ArrayNode ev, String name, long nanos, long zeroNanos) {
+    if (nanos != 0) {
+      event(ev, name, "i", HOST, nanos - zeroNanos).put("s", "t");
+    }
+  }
+
   private ObjectNode event(ArrayNode ev, String name, String phase, int track, long sinceZeroNanos) {
     ObjectNode e = ev.addObject();
     e.put("name", name);

@@ -291,6 +291,15 @@ class OnDemandRestorerTest {
       assertEquals(manifest.allocations().size(), copies, "one copy span per allocation");
       assertTrue(kernels > 10, "kernels: " + kernels);
       assertTrue(r.restore.trace().firstLaunchNanos() > 0);
+      Map<String, Double> host = new HashMap<>();
+      for (JsonNode e : events) {
+        if (e.path("tid").asInt() == 1 && e.path("ph").asText().equals("i")) {
+          host.put(e.path("name").asText(), e.path("ts").asDouble());
+        }
+      }
+      // The first copies may be a launch's, queued before the restore thread ran: both come after the start.
+      assertTrue(host.get("restore starts") <= host.get("restore thread starts"), host.toString());
+      assertTrue(host.get("restore starts") <= host.get("first copies queued"), host.toString());
     }
   }
 
