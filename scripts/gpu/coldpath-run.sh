@@ -149,11 +149,12 @@ for pid, es in sorted(rows.items()):
         sent - ms(become[0]["ts"] + become[0]["dur"]))) if become else "invoke sent %.2f" % sent
     first = [e["ts"] for e in spans if e["tid"] == 12 and not e["name"].endswith("coalesced")]
     host = {e["name"]: ms(e["ts"]) for e in es if e.get("ph") == "i" and e["tid"] == 11}
-    print("trace #%d: %s, done %.2f; last copy landed %s, first launch %s; restore thread %s, first copies queued %s, "
-          "first copy starts %s" % (pid, worker,
+    print("trace #%d: %s, done %.2f; last copy landed %s, first launch %s; restore thread %s, first copy call %s, "
+          "first copies queued %s, first copy starts %s" % (pid, worker,
           ms(invoke[0]["ts"] + invoke[0]["dur"]), "%.2f" % ms(max(copies)) if copies else "-",
           "%.2f" % ms(min(launches)) if launches else "-",
           "%.2f" % host["restore thread starts"] if "restore thread starts" in host else "-",
+          "%.2f" % host["first copy call"] if "first copy call" in host else "-",
           "%.2f" % host["first copies queued"] if "first copies queued" in host else "-",
           "%.2f" % ms(min(first)) if first else "-"))
 sys.exit(1 if any(c["status"] != 200 for c in colds) else 0)

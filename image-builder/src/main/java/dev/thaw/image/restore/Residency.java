@@ -147,6 +147,8 @@ final class Residency {
   /** When the restore thread began, and when the first unit's copies were queued: for the trace. 0 until then. */
   private volatile long pumpStartNanos;
   private volatile long firstQueuedNanos;
+  /** When the first copy call began: the trace tells the driver's part from the restore thread's. 0 before. */
+  private volatile long firstCopyNanos;
 
   Residency(RestorePlan plan, RestoreResources resources, ChunkStore store, RestoreSource.Lease lease,
       OnDemandOptions options, SlabProtection protection) {
@@ -451,8 +453,7 @@ final class Residency {
   /** Under the lock: queues a host-tier unit's copies and its event on {@code on}. */
   private void queueHost(int unit, GpuStream on) {
     for (HostCopy c : copies[unit]) {
-      on.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
-      copyCount++;
+      copy(on, c.dst, c.buffer, c.offset, c.bytes);
     }
     hostBytes += copyBytes[unit];
     recordQueued(on, unit);
@@ -488,8 +489,7 @@ final class Residency {
       copied += copyBytes[last];
     }
     for (HostCopy c : run) {
-      stream.copyHostToDeviceAsync(c.dst, c.buffer, c.offset, c.bytes);
-      copyCount++;
+      copy(stream, c.dst, c.buffer, c.offset, c.bytes);
     }
     hostBytes += copied;
     int[] queued = new int[last - first + 1];
@@ -497,6 +497,15 @@ final class Residency {
       queued[u - first] = u;
     }
     recordQueued(stream, queued);
+  }
+
+  /** Under the lock: queues one host → device copy on {@code on}. */
+  private void copy(GpuStream on, long dst, PinnedBuffer buffer, long offset, long bytes) {
+    if (firstCopyNanos == 0) {
+      firstCopyNanos = System.nanoTime();
+    }
+    on.copyHostToDeviceAsync(dst, buffer, offset, bytes);
+    copyCount++;
   }
 
   /** Under the lock: the units' copies are on {@code on}; one event follows them. */
@@ -684,8 +693,7 @@ final class Residency {
       List<HostCopy> copies = new ArrayList<>(1);
       addOutsideResident(copies, a.address() + part.from(), batch.buffer, part.at(), part.bytes());
       for (HostCopy c : copies) {
-        stream.copyHostToDeviceAsync(c.dst, batch.buffer, c.offset, c.bytes);
-        copyCount++;
+        copy(stream, c.dst, batch.buffer, c.offset, c.bytes);
       }
       batch.queuedParts++;
       if (part.last()) {
@@ -792,6 +800,11 @@ final class Residency {
   /** When the restore thread began its work; 0 before. */
   long pumpStartNanos() {
     return pumpStartNanos;
+  }
+
+  /** When the first copy call began (by either thread); 0 before. */
+  long firstCopyNanos() {
+    return firstCopyNanos;
   }
 
   /** When the first unit's copies were queued (by either thread), after them; 0 before. */

@@ -181,6 +181,7 @@ public final class RestoreTrace {
     if (residency != null) {
       // Host instants: a first copy that starts late on the device row was queued late, or waited on the device.
       hostInstant(ev, "restore thread starts", residency.pumpStartNanos(), zeroNanos);
+      hostInstant(ev, "first copy call", residency.firstCopyNanos(), zeroNanos);
       hostInstant(ev, "first copies queued", residency.firstQueuedNanos(), zeroNanos);
       copies(ev, zeroNanos, maxSpans);
     }
