@@ -717,7 +717,9 @@ public final class WorkerMain {
       Map<String, Double> phases = new LinkedHashMap<>();
       PinnedChunks chunks = placement.length == 0 || cache == null ? null : cacheChunks(placement);
       prepared.put(key, new Prepared(key, name, manifestBody, known.restore(), placement, chunks, known.store()));
-      phase(phases, "placement", start);
+      long t = phase(phases, "placement", start);
+      resolveAhead(chunks, known.restore().plan().manifest());
+      phase(phases, "resolve", t);
       phases.put("total", (System.nanoTime() - start) / 1e6);
       ObjectNode h = FrameCodec.head();
       h.set("phases", json.valueToTree(phases));
@@ -732,7 +734,9 @@ public final class WorkerMain {
     t = phase(phases, "store", t);
     RestoreSource tiers = chunks == null ? RestoreSource.STORE_ONLY : hostTier(chunks);
     PreparedRestore restore = new OnDemandRestorer(store).prepare(RestorePlan.of(manifest), context, tiers);
-    phase(phases, "class, state, modules", t);
+    t = phase(phases, "class, state, modules", t);
+    resolveAhead(chunks, manifest);
+    phase(phases, "resolve", t);
     Prepared old = prepared.remove(key);
     if (old != null) {
       old.restore().close();
@@ -749,6 +753,28 @@ public final class WorkerMain {
     ObjectNode h = FrameCodec.head();
     h.set("phases", json.valueToTree(phases));
     return new Frame(FrameType.RESULT, f.id(), h);
+  }
+
+  /**
+   * Looks every chunk of a prepared image up in its host cache placement, through both kinds of source a BECOME
+   * restores it from (the host cache alone, and with the HBM tier), so that the BECOME's restore thread finds them at
+   * full speed: on the H200 the restore thread of a fresh worker took 2.1-2.6 ms to find GPT-2-large's first
+   * allocation (~500 chunks) before its first copy, code not yet compiled and digests not yet hashed. Nothing with
+   * no placement.
+   */
+  private static void resolveAhead(PinnedChunks chunks, ImageManifest manifest) {
+    if (chunks == null) {
+      return;
+    }
+    for (RestoreSource source : List.of(hostTier(chunks), new TieredRestoreSource(chunks, null))) {
+      try (RestoreSource.Lease lease = source.lease(manifest)) {
+        for (ImageManifest.Allocation a : manifest.allocations()) {
+          for (ImageManifest.Chunk c : a.chunks()) {
+            lease.find(c.digest());
+          }
+        }
+      }
+    }
   }
 
   private static RestoreSource hostTier(PinnedChunks chunks) {

@@ -72,6 +72,20 @@ public record Digest(String hex) implements Comparable<Digest> {
     }
   }
 
+  /**
+   * The hex's hash, written out rather than left to the record's bootstrapped method handle: a restore looks up
+   * every chunk of an image by digest, and the generated one is slow until compiled (cold restores run it first).
+   */
+  @Override
+  public int hashCode() {
+    return hex.hashCode();
+  }
+
+  @Override
+  public boolean equals(Object o) {
+    return o instanceof Digest d && hex.equals(d.hex);
+  }
+
   @Override
   public int compareTo(Digest o) {
     return hex.compareTo(o.hex);
