@@ -131,6 +131,28 @@ class PreparedImageTest {
     }
   }
 
+  @Test
+  void anImagePreparedWithoutAPlacementIsSentTheOneItsBecomeRestoresFrom() throws Exception {
+    Path storePath = dir.resolve("store");
+    PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
+    List<Long> seen = new ArrayList<>();
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+        RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
+      ImageManifest manifest = ImageManifest.read(probe.manifest());
+      ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path()));
+      try {
+        // Prepared from the store: the PREPARE carried no placement, so the BECOME must carry the cache's.
+        PreparedImage image = new PreparedImage("probe@1", "probe", probe.manifest(), null);
+        pool.prepare(image);
+        assertTrue(pool.awaitPrepared(WAIT), "every idle worker answered its PREPARE: " + pool.stats());
+        cache.stage("probe", manifest, store).close();
+        becomePreparedFromTheCache(pool, cache, probe, manifest, image, storePath, seen);
+      } finally {
+        PoolTesting.closeAndCheck(pool, seen);
+      }
+    }
+  }
+
   /**
    * A worker becomes {@code image} from the host cache: it must name the prepared image (no manifest parsed), take
    * every byte from the arena and hold the image's bytes. Returns the cold start's lease.

@@ -37,6 +37,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -117,6 +118,8 @@ final class WorkerProcess implements Worker {
   private volatile WorkerStart warmStart;
   /** The PREPAREs sent to this worker, by image key: completed when the worker answered. */
   private final Map<String, CompletableFuture<Frame>> prepared = new ConcurrentHashMap<>();
+  /** The host-cache placement each PREPARE carried, by image key: a BECOME with the same one need not send it. */
+  private final Map<String, dev.thaw.pool.cache.ChunkPlacement> preparedPlacements = new ConcurrentHashMap<>();
   /** Keys READY said the worker prepared at start, without a host-cache placement: a PREPARE may add one. */
   private final java.util.Set<String> preparedAtStart = ConcurrentHashMap.newKeySet();
   /** The worker's recent invokes (decode, function, encode), smoothed: the wake-ahead's prediction; 0: none yet. */
@@ -276,6 +279,7 @@ final class WorkerProcess implements Worker {
       byte[] body = image.manifest();
       if (image.placement() != null) {
         body = concat(image.manifest(), image.placement().toBytes());
+        preparedPlacements.put(key, image.placement());
       }
       CompletableFuture<Frame> f = send(FrameType.PREPARE, head, body, options.becomeTimeout());
       f.exceptionally(e -> {
@@ -284,6 +288,10 @@ final class WorkerProcess implements Worker {
       });
       return f;
     });
+  }
+
+  private static boolean samePlacement(dev.thaw.pool.cache.ChunkPlacement a, dev.thaw.pool.cache.ChunkPlacement b) {
+    return b != null && (a == b || Arrays.equals(a.toBytes(), b.toBytes()));
   }
 
   /** Waits up to {@code nanos} for every PREPARE sent so far to be answered; false if one is still running. */
@@ -339,7 +347,14 @@ final class WorkerProcess implements Worker {
       if (named) {
         head.put("prepared", key);
         head.put("manifestBytes", 0);
-        body = placement;
+        if (source.placement() != null && samePlacement(source.placement(), preparedPlacements.get(key))) {
+          // The worker holds this placement resolved since its PREPARE: GPT-2-large's is 255 KB, which would cross
+          // the pipe and be compared on the cold path.
+          head.put("placement", "prepared");
+          body = new byte[0];
+        } else {
+          body = placement;
+        }
       } else {
         head.put("manifestBytes", manifest.length);
         body = concat(manifest, placement);

@@ -836,10 +836,20 @@ public final class WorkerMain {
     PinnedChunks lastChunks = null;
     String from = "store";
     if (source.path("kind").asText().equals("cache")) {
-      byte[] placement = Arrays.copyOfRange(body, manifestBytes, body.length);
-      // The placement it was prepared with holds unless the cache moved the image since (staged it again).
-      PinnedChunks chunks = ready != null && ready.chunks() != null && Arrays.equals(placement, ready.placement())
-          ? ready.chunks() : cacheChunks(placement);
+      PinnedChunks chunks;
+      if (f.head().path("placement").asText("").equals("prepared")) {
+        // The parent says the placement this image was prepared with holds: it sent none.
+        if (ready == null || ready.chunks() == null) {
+          throw new ImageRestoreException("BECOME says the host cache placement '" + name + "' was prepared with "
+              + "holds, and this worker prepared it with none", null);
+        }
+        chunks = ready.chunks();
+      } else {
+        byte[] placement = Arrays.copyOfRange(body, manifestBytes, body.length);
+        // The placement it was prepared with holds unless the cache moved the image since (staged it again).
+        chunks = ready != null && ready.chunks() != null && Arrays.equals(placement, ready.placement())
+            ? ready.chunks() : cacheChunks(placement);
+      }
       lastChunks = chunks;
       tiers = hostTier(chunks);
       from = "cache";
