@@ -135,7 +135,7 @@ class ImageCommandsTest {
 
     Run run = thaw("run", "saxpy:1", "--device", "sim", "--request", request.toString());
     assertEquals(ThawCli.EXIT_FAILED, run.exit());
-    assertOneLineError(run, "chunk " + victim + " is damaged");
+    assertOneLineError(run, "chunk " + victim + " is corrupt");
     assertEquals("", run.out(), "no response from unverified data");
   }
 
