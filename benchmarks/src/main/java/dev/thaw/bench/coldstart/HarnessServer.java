@@ -130,22 +130,38 @@ final class HarnessServer implements AutoCloseable {
 
   /**
    * Waits until the function has no instance (its keep-alive ran out) and the server's pool has its idle
-   * workers back (as many worker processes alive as it keeps idle), then a little more for the last one to
-   * finish starting: the server tells no one when its pool is idle.
+   * workers back, ready ({@code thaw_pool_workers{state="idle"}} in {@code /metrics}: a worker process that is
+   * alive may still be registering its host cache, seconds), then {@code settle} more for their warm-ups after
+   * READY to end.
    */
   void awaitCold(Duration settle) throws Contender.ContenderException, InterruptedException {
     long deadline = System.nanoTime() + TimeUnit.MINUTES.toNanos(2);
     while (System.nanoTime() < deadline) {
       JsonNode state = get("/v1/functions/" + FUNCTION);
-      if (state.path("instances").isArray() && state.path("instances").isEmpty()
-          && process.descendants().filter(h -> h.parent().map(x -> x.pid() == process.pid()).orElse(false))
-              .count() >= idleWorkers) {
+      if (state.path("instances").isArray() && state.path("instances").isEmpty() && idleWorkers() >= idleWorkers) {
         Thread.sleep(settle.toMillis());
         return;
       }
       Thread.sleep(50);
     }
     throw new Contender.ContenderException("the server kept an instance or did not refill its pool in 2 minutes");
+  }
+
+  /** The pool's ready idle workers, all devices, from the server's {@code /metrics}. */
+  private double idleWorkers() throws Contender.ContenderException, InterruptedException {
+    try {
+      HttpResponse<String> r = http.send(HttpRequest.newBuilder(url.resolve("/metrics"))
+          .timeout(Duration.ofSeconds(30)).GET().build(), HttpResponse.BodyHandlers.ofString());
+      double idle = 0;
+      for (String line : r.body().split("\n")) {
+        if (line.startsWith("thaw_pool_workers{") && line.contains("state=\"idle\"")) {
+          idle += Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
+        }
+      }
+      return idle;
+    } catch (IOException | NumberFormatException e) {
+      throw new Contender.ContenderException("GET /metrics: " + e.getMessage(), e);
+    }
   }
 
   JsonNode get(String path) throws Contender.ContenderException, InterruptedException {

@@ -18,8 +18,10 @@ import java.util.Optional;
  * HTTP and the server add to them.
  * <ul>
  *   <li>{@code thaw-server-cold}: keep-alive 0, so each request finds no instance and starts one (a pooled
- *       worker restoring the image from the store); before each, the harness waits for the instance to be gone
- *       and the server's pool to have its idle workers back ({@link #IDLE_WORKERS}, {@link #SETTLE}).
+ *       worker restoring the image on demand from the server's default tiers: the host cache, or the store while
+ *       it stages the image, and from the second cold start the HBM tier, where the last instance left its
+ *       weights); before each, the harness waits for the instance to be gone and the server's pool to have its
+ *       idle workers back, ready ({@link #IDLE_WORKERS}, {@link #SETTLE}).
  *       {@code Thaw-Start} must say {@code cold}.
  *   <li>{@code thaw-server-warm}: a long keep-alive; after one cold request and one more, each request finds
  *       the instance warm. {@code Thaw-Start} must say {@code warm}.
@@ -53,7 +55,9 @@ final class ThawServerContender implements Contender {
 
   @Override
   public String label() {
-    return cold ? "Thaw server over HTTP, cold (store)" : "Thaw server over HTTP, warm";
+    // Its default tiers: the first cold start from the host cache (or the store while the image is being staged),
+    // the later ones from the HBM tier (the weights an evicted instance left on the GPU).
+    return cold ? "Thaw server over HTTP, cold (its default tiers)" : "Thaw server over HTTP, warm";
   }
 
   @Override
