@@ -19,6 +19,9 @@ import java.util.Map;
  * @param roundTripMillis from the claim of the worker to reading the BECOME's answer, in the parent
  * @param prepareWaitMillis of that, the wait for the image's PREPARE to be answered before the BECOME was sent (the
  *     worker would run it first anyway); 0 when none was running
+ * @param answerMillis from the end of the worker's {@code total} to this process reading its answer (both clocks
+ *     {@code CLOCK_MONOTONIC}, one host); NaN when the worker did not say
+ * @param answerSendMillis of that, the worker's part: building and writing its answer
  */
 public record BecomeResult(String image, String source, Map<String, Double> phases, long bytes,
-    double roundTripMillis, double prepareWaitMillis) {}
+    double roundTripMillis, double prepareWaitMillis, double answerMillis, double answerSendMillis) {}

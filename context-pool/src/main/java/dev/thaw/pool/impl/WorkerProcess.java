@@ -369,10 +369,15 @@ final class WorkerProcess implements Worker {
   }
 
   private BecomeResult becameFrom(String name, Frame f, long claimedNanos, long sentNanos) {
+    long read = System.nanoTime();
     JsonNode h = f.head();
     invocable = true;
+    long totalEnd = h.path("totalEndNanos").asLong(0);
+    long answered = h.path("sentNanos").asLong(0);
     return new BecomeResult(name, h.path("source").asText("store"), phases(h.path("phases")),
-        h.path("bytes").asLong(), millisSince(claimedNanos), (sentNanos - claimedNanos) / 1e6);
+        h.path("bytes").asLong(), millisSince(claimedNanos), (sentNanos - claimedNanos) / 1e6,
+        totalEnd == 0 ? Double.NaN : (read - totalEnd) / 1e6,
+        totalEnd == 0 || answered == 0 ? Double.NaN : (answered - totalEnd) / 1e6);
   }
 
   private static byte[] concat(byte[] a, byte[] b) {

@@ -637,6 +637,7 @@ public final class WorkerMain {
     if (restoring && reply.type() == FrameType.RESULT) {
       // Its phases begin when it was read (the first one, queued, is the wait to be taken up).
       became = new Became(becomeRead != 0 ? becomeRead : taken, reply.head());
+      reply.head().put("sentNanos", System.nanoTime());
     }
     send(reply);
     if (restoring && state == State.READY) {
@@ -917,10 +918,13 @@ public final class WorkerMain {
     }
     restored = restore;
     state = State.READY;
-    phases.put("total", queued + (System.nanoTime() - start) / 1e6);
+    long totalEnd = System.nanoTime();
+    phases.put("total", queued + (totalEnd - start) / 1e6);
     int id = f.id();
     restore.resident().whenComplete((ok, failure) -> resident(id, restore, start, failure));
     ObjectNode h = FrameCodec.head();
+    // With sentNanos (put as it is written): how long the answer took to reach the parent, and this side's part.
+    h.put("totalEndNanos", totalEnd);
     h.set("phases", json.valueToTree(phases));
     h.put("bytes", manifest.totalBytes());
     h.put("source", from);

@@ -467,8 +467,9 @@ public final class PoolInstances implements InstanceFactory {
     @Override
     public void run() {
       LOG.info("{}: cold start on worker {} (device {}), {}: BECOME {} ms round trip ({} ms of it waiting for its "
-          + "PREPARE); in the worker {}", tag, pid, device, from, String.format("%.2f", b.roundTripMillis()),
-          String.format("%.2f", b.prepareWaitMillis()), phasesLine(b.phases()));
+          + "PREPARE); in the worker {}; its answer read {} ms after its total ({} ms of it in the worker)", tag, pid,
+          device, from, String.format("%.2f", b.roundTripMillis()), String.format("%.2f", b.prepareWaitMillis()),
+          phasesLine(b.phases()), String.format("%.2f", b.answerMillis()), String.format("%.2f", b.answerSendMillis()));
     }
   }
 
