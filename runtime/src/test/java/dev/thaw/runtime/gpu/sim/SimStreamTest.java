@@ -96,11 +96,18 @@ class SimStreamTest {
     GpuEvent untimed = ctx.createEvent(false);
     assertTrue(end.isComplete(), "a never-recorded event is complete");
     start.record(stream);
+    // Held until released: the end is not reached, however late this thread runs (a 40 ms kernel alone was not
+    // enough on a loaded two-core machine).
+    ctx.loadPtx(TestKernels.PTX).kernel("sim_test_hold").launch(Dim3.of(1), Dim3.of(1), stream);
     increment.launch(Dim3.of(1), Dim3.of(1), stream, buf, 1, 40);
     end.record(stream);
     untimed.record(stream);
-    CudaException notReady = assertThrows(CudaException.class, () -> end.elapsedMillisSince(start));
-    assertEquals(CudaError.CUDA_ERROR_NOT_READY, notReady.code());
+    try {
+      CudaException notReady = assertThrows(CudaException.class, () -> end.elapsedMillisSince(start));
+      assertEquals(CudaError.CUDA_ERROR_NOT_READY, notReady.code());
+    } finally {
+      TestKernels.Hold.release();
+    }
     end.synchronize();
     assertTrue(end.isComplete());
     assertTrue(end.elapsedMillisSince(start) >= 39f, "elapsed " + end.elapsedMillisSince(start));

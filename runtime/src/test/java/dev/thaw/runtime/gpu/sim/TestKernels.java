@@ -27,6 +27,10 @@ public final class TestKernels {
       "{",
       "  ret;",
       "}",
+      ".visible .entry sim_test_hold()",
+      "{",
+      "  ret;",
+      "}",
       ".visible .entry sim_test_throws()",
       "{",
       "  ret;",
@@ -124,6 +128,28 @@ public final class TestKernels {
       for (int i = 0; i < n; i++) {
         m.putInt(p + 4L * i, m.getInt(p + 4L * i) * 2 + 1);
       }
+    }
+  }
+
+  /**
+   * Holds its stream until the test calls {@link #release()} once per launch: what is queued behind it is not done
+   * until then, however slowly the test's own thread runs.
+   */
+  public static final class Hold implements SimKernel {
+    private static final java.util.concurrent.Semaphore GATE = new java.util.concurrent.Semaphore(0);
+
+    public static void release() {
+      GATE.release();
+    }
+
+    @Override
+    public String entry() {
+      return "sim_test_hold";
+    }
+
+    @Override
+    public void launch(SimLaunch l) {
+      GATE.acquireUninterruptibly();
     }
   }
 
