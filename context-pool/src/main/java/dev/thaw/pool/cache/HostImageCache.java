@@ -2,12 +2,12 @@ package dev.thaw.pool.cache;
 
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.restore.CorruptChunkException;
+import dev.thaw.image.restore.VerifiedChunks;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.host.ProcessFds;
 import dev.thaw.runtime.host.SharedMemory;
 import java.io.IOException;
-import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -278,7 +278,8 @@ public final class HostImageCache implements AutoCloseable {
     for (Digest d : chunks) {
       long offset = at.get(d);
       int length = lengths.get(d);
-      work.add(CompletableFuture.runAsync(() -> readVerified(store, d, arena.slice(offset, length), image), stagers));
+      work.add(CompletableFuture.runAsync(() -> VerifiedChunks.read(store, d, arena.slice(offset, length),
+          "image '" + image + "', refused by the host cache"), stagers));
     }
     try {
       CompletableFuture.allOf(work.toArray(CompletableFuture[]::new)).join();
@@ -291,25 +292,6 @@ public final class HostImageCache implements AutoCloseable {
         throw err;
       }
       throw e;
-    }
-  }
-
-  private static void readVerified(ChunkStore store, Digest digest, ByteBuffer place, String image) {
-    int expected = place.remaining();
-    int n;
-    try {
-      n = store.readChunkUnchecked(digest, place.duplicate());
-    } catch (IllegalArgumentException e) {
-      throw new CorruptChunkException(digest, "it holds more than the " + expected + " bytes image '" + image
-          + "' says; refused by the host cache");
-    }
-    if (n != expected) {
-      throw new CorruptChunkException(digest, "it holds " + n + " bytes, image '" + image + "' says " + expected
-          + "; refused by the host cache");
-    }
-    Digest actual = Digest.of(place);
-    if (!actual.equals(digest)) {
-      throw new CorruptChunkException(digest, "its bytes hash to " + actual + "; refused by the host cache");
     }
   }
 

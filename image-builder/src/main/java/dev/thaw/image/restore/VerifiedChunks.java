@@ -4,8 +4,11 @@ import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import java.nio.ByteBuffer;
 
-/** Reading a chunk from the store into a buffer and checking it against its digest: the one place restores do it. */
-final class VerifiedChunks {
+/**
+ * Reading a chunk from the store into a buffer and checking it against its digest: the one place restores and the
+ * host cache's staging do it (each chunk hashed once, here, not again by the store).
+ */
+public final class VerifiedChunks {
 
   private VerifiedChunks() {}
 
@@ -16,7 +19,7 @@ final class VerifiedChunks {
    * @throws CorruptChunkException when the stored bytes are too long, too short, or hash to something else
    * @throws dev.thaw.image.store.ChunkNotFoundException when the store lacks the chunk
    */
-  static void read(ChunkStore store, Digest digest, ByteBuffer dst, String where) {
+  public static void read(ChunkStore store, Digest digest, ByteBuffer dst, String where) {
     int expected = dst.remaining();
     ByteBuffer view = dst.duplicate();
     int n;
