@@ -84,14 +84,20 @@ public interface ContextPool extends AutoCloseable {
   boolean awaitIdle(Duration timeout) throws InterruptedException;
 
   /**
-   * Has every idle worker, and every worker that becomes ready from now on, prepare {@code image} (replacing one
-   * of the same name): see {@link PreparedImage}. Returns at once; a worker whose PREPARE fails is still used, and
-   * is sent the image whole when it becomes it. The pool keeps at most
-   * {@link ContextPoolOptions#maxPreparedImages()}, the most recently prepared.
+   * Registers {@code image} (replacing one of the same name) with the pool's prepare-ahead: blank workers hold at
+   * most {@link ContextPoolOptions#maxPreparedImages()} images prepared (see {@link PreparedImage}), the most
+   * recently cold-started ({@link #used}); a registration joins them while there is room, and never pushes one out.
+   * Returns at once; a worker whose PREPARE fails is still used, and is sent the image whole when it becomes it.
    */
   void prepare(PreparedImage image);
 
-  /** Stops preparing the image named {@code name} in new workers (those that prepared it keep it). */
+  /**
+   * A cold start of the image registered as {@code name}: it becomes the most recently used, and enters the set blank
+   * workers hold prepared if it was not in it (the least recently used leaves, and workers drop it).
+   */
+  void used(String name);
+
+  /** The image named {@code name} is no longer registered: no worker prepares it, and blank ones drop it. */
   void forget(String name);
 
   /**

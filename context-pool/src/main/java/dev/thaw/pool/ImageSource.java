@@ -1,10 +1,9 @@
 package dev.thaw.pool;
 
-import com.fasterxml.jackson.databind.node.JsonNodeFactory;
-import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.hbm.ExportedSlab;
+import dev.thaw.pool.protocol.WorkerMessages;
 import java.util.List;
 import java.nio.file.Path;
 
@@ -69,15 +68,8 @@ public record ImageSource(String kind, Path path, CacheLease lease, List<Exporte
   }
 
   /** The form a BECOME frame's head carries (the placement travels in the body). */
-  public ObjectNode toJson() {
-    ObjectNode n = JsonNodeFactory.instance.objectNode();
-    n.put("kind", kind);
-    n.put("path", path.toString());
-    if (resident != null) {
-      ObjectNode h = n.putObject("hbm");
-      h.put("pid", ProcessHandle.current().pid());
-      h.put("slabs", ExportedSlab.encodeAll(resident));
-    }
-    return n;
+  public WorkerMessages.Source toMessage() {
+    return new WorkerMessages.Source(kind, path.toString(), resident == null ? null
+        : new WorkerMessages.Hbm(ProcessHandle.current().pid(), ExportedSlab.encodeAll(resident)));
   }
 }

@@ -35,6 +35,12 @@ public interface Worker extends AutoCloseable {
   boolean isAlive();
 
   /**
+   * Completes, with why, when the worker ends: lost (crashed, killed, hung) or retired. A holder learns here that an
+   * idle worker died, before it sends the next request.
+   */
+  CompletableFuture<WorkerException> ended();
+
+  /**
    * Restores an image: the worker maps its allocations at their recorded addresses, loads its modules, reads the
    * host state and starts copying its bytes from {@code source} (the host cache's, verified when they entered it,
    * or the store's, verified on the way); with {@link ContextPoolOptions#awaitResident()} off (the default) it

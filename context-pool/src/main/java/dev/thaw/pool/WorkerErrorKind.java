@@ -12,6 +12,11 @@ public enum WorkerErrorKind {
   PROTOCOL(true),
   /** The request does not fit the worker's state: INVOKE before BECOME, a second BECOME. */
   STATE(false),
+  /**
+   * A BECOME named a prepared image the worker no longer holds (it dropped it, or its PREPARE failed): the worker is
+   * still blank, and the parent sends the image whole. Never reaches a caller of the pool.
+   */
+  NOT_PREPARED(false),
   /** The image cannot be restored: no such image, an unreadable manifest, a missing chunk, an address taken. */
   IMAGE(false),
   /** A chunk's bytes do not match its digest; nothing of it reached the device. */

@@ -154,6 +154,73 @@ class PreparedImageTest {
   }
 
   /**
+   * The many-functions failure: more images registered than workers hold prepared. Before, every cold start of the
+   * first image failed with "BECOME names prepared image ..., which this worker has not prepared" (the worker had
+   * dropped it, the parent still named it). Registrations now fill free room only, a cold start brings its image
+   * in and the least recently used out, and whatever a worker dropped goes whole.
+   */
+  @Test
+  void moreImagesThanWorkersHoldPreparedColdStartEachOneByRecentUse() throws Exception {
+    Path storePath = dir.resolve("store");
+    List<PreparedImage> images = new ArrayList<>();
+    for (String tag : List.of("m", "b1", "b2", "b3")) {
+      PoolTestImages.Built built = PoolTestImages.probe(storePath, tag);
+      images.add(new PreparedImage(PreparedImage.keyOf(tag, built.manifest()), tag, built.manifest(), null));
+    }
+    List<Long> seen = new ArrayList<>();
+    ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setMaxPreparedImages(2));
+    try {
+      images.forEach(pool::prepare);
+      assertTrue(pool.awaitPrepared(WAIT), "every idle worker answered its PREPAREs: " + pool.stats());
+      // m and b1 filled the room; b2 and b3 wait for their first cold start.
+      assertTrue(becomeAndEcho(pool, images.get(0), storePath, seen).phases().containsKey("prepared"));
+      BecomeResult whole = becomeAndEcho(pool, images.get(3), storePath, seen);
+      assertTrue(whole.phases().containsKey("manifest"), "b3 was not prepared yet: sent whole, " + whole);
+      pool.used("b3");
+      pool.used("b2");
+      assertTrue(pool.awaitPrepared(WAIT), "workers prepared b3 and b2 and dropped m and b1: " + pool.stats());
+      assertTrue(becomeAndEcho(pool, images.get(2), storePath, seen).phases().containsKey("prepared"));
+      BecomeResult dropped = becomeAndEcho(pool, images.get(0), storePath, seen);
+      assertTrue(dropped.phases().containsKey("manifest"), "m was dropped, and went whole: " + dropped);
+    } finally {
+      PoolTesting.closeAndCheck(pool, seen);
+    }
+  }
+
+  /** A worker that dropped images over its cap says so, and a BECOME of one of them goes whole. */
+  @Test
+  void aWorkerThatDropsPreparedImagesSaysSoAndIsSentThemWhole() throws Exception {
+    Path storePath = dir.resolve("store");
+    PoolTestImages.Built a = PoolTestImages.probe(storePath, "a");
+    PoolTestImages.Built b = PoolTestImages.probe(storePath, "b");
+    List<Long> seen = new ArrayList<>();
+    // Two prepared at start, a cap of one: the next PREPARE makes the worker drop both and say which.
+    ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setPrepareAtStart(List.of("a", "b"))
+        .setMaxPreparedImages(1));
+    try {
+      PoolTestImages.Built c = PoolTestImages.probe(storePath, "c");
+      pool.prepare(new PreparedImage(PreparedImage.keyOf("c", c.manifest()), "c", c.manifest(), null));
+      assertTrue(pool.awaitPrepared(WAIT), pool.stats().toString());
+      BecomeResult r = becomeAndEcho(pool, new PreparedImage(PreparedImage.keyOf("a", a.manifest()), "a",
+          a.manifest(), null), storePath, seen);
+      assertTrue(r.phases().containsKey("manifest"), "a was dropped for c: sent whole, not refused: " + r);
+    } finally {
+      PoolTesting.closeAndCheck(pool, seen);
+    }
+  }
+
+  private static BecomeResult becomeAndEcho(ContextPool pool, PreparedImage image, Path storePath, List<Long> seen)
+      throws Exception {
+    Worker w = pool.acquire(0, WAIT);
+    seen.add(w.pid());
+    BecomeResult b = w.becomeBlocking(image, ImageSource.store(storePath));
+    JsonNode echo = w.invokeBlocking(json("{\"op\": \"echo\", \"value\": 3}")).jsonTree();
+    assertEquals(3, echo.get("echo").asInt(), image.name() + ": " + echo);
+    w.release();
+    return b;
+  }
+
+  /**
    * A worker becomes {@code image} from the host cache: it must name the prepared image (no manifest parsed), take
    * every byte from the arena and hold the image's bytes. Returns the cold start's lease.
    */

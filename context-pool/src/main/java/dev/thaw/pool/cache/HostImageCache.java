@@ -145,6 +145,15 @@ public final class HostImageCache implements AutoCloseable {
    * @throws HostCacheFullException if no room can be made without evicting pinned chunks
    */
   public CacheLease stage(String image, ImageManifest manifest, ChunkStore store) {
+    return stage(image, manifest, store, true);
+  }
+
+  /**
+   * {@link #stage}, evicting nothing when {@code mayEvict} is false: an image that does not fit in the free space as
+   * it is gets {@link HostCacheFullException} (and the cache is unchanged). What a registration stages ahead must
+   * not push out what cold starts used.
+   */
+  public CacheLease stage(String image, ImageManifest manifest, ChunkStore store, boolean mayEvict) {
     long t0 = System.nanoTime();
     List<Digest> order = RestoreOrder.chunks(manifest);
     Map<Digest, Integer> lengths = RestoreOrder.lengths(manifest);
@@ -170,7 +179,7 @@ public final class HostImageCache implements AutoCloseable {
       }
       if (!missing.isEmpty()) {
         long need = align(missingBytes);
-        long at = allocate(need);
+        long at = allocate(need, mayEvict);
         if (at < 0) {
           unpinLocked(pinned);
           throw new HostCacheFullException(image, need, arena.size(), pinnedBytesLocked());
@@ -302,8 +311,11 @@ public final class HostImageCache implements AutoCloseable {
     return (bytes + a - 1) / a * a;
   }
 
-  /** A free run of {@code need} bytes, evicting least recently used unpinned extents as needed; -1 if none. */
-  private long allocate(long need) {
+  /**
+   * A free run of {@code need} bytes, evicting least recently used unpinned extents as needed (and allowed); -1 if
+   * none.
+   */
+  private long allocate(long need, boolean mayEvict) {
     for (;;) {
       for (Map.Entry<Long, Long> f : free.entrySet()) {
         if (f.getValue() >= need) {
@@ -315,6 +327,9 @@ public final class HostImageCache implements AutoCloseable {
           freeBytes -= need;
           return at;
         }
+      }
+      if (!mayEvict) {
+        return -1;
       }
       Extent victim = null;
       for (Extent e : extents) {

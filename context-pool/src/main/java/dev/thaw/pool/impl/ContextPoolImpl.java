@@ -57,8 +57,8 @@ public final class ContextPoolImpl implements ContextPool {
   private final Thread refill;
   private final Thread shutdownHook;
   private final WorkerProcess.Listener listener = new Listener();
-  /** What each new worker prepares, by image name, least recently prepared first. Guarded by {@code lock}. */
-  private final LinkedHashMap<String, PreparedImage> prepared = new LinkedHashMap<>();
+  /** What blank workers hold prepared. Guarded by {@code lock}. */
+  private final PrepareAhead ahead;
 
   private static final class DeviceWorkers {
     final int device;
@@ -108,6 +108,7 @@ public final class ContextPoolImpl implements ContextPool {
     for (int d : this.options.devices()) {
       devices.put(d, new DeviceWorkers(d));
     }
+    ahead = new PrepareAhead(this.options.maxPreparedImages());
     timer = new ScheduledThreadPoolExecutor(1, daemon("thaw-pool-timer"));
     timer.setRemoveOnCancelPolicy(true);
     io = Executors.newCachedThreadPool(daemon("thaw-pool-io"));
@@ -238,19 +239,35 @@ public final class ContextPoolImpl implements ContextPool {
 
   @Override
   public void prepare(PreparedImage image) {
-    List<WorkerProcess> idle = new ArrayList<>();
     lock.lock();
     try {
-      prepared.remove(image.name());
-      prepared.put(image.name(), image);
-      while (prepared.size() > options.maxPreparedImages()) {
-        prepared.remove(prepared.keySet().iterator().next());
-      }
-      devices.values().forEach(d -> idle.addAll(d.idle));
+      apply(ahead.register(image));
     } finally {
       lock.unlock();
     }
-    idle.forEach(w -> w.prepare(image));
+  }
+
+  @Override
+  public void used(String name) {
+    lock.lock();
+    try {
+      apply(ahead.used(name));
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Tells every idle worker what to drop and what to prepare (sent in order: a worker reads them before any BECOME). */
+  private void apply(PrepareAhead.Change change) {
+    if (change.isEmpty()) {
+      return;
+    }
+    for (DeviceWorkers d : devices.values()) {
+      for (WorkerProcess w : d.idle) {
+        w.forget(change.drop());
+        change.add().forEach(w::prepare);
+      }
+    }
   }
 
   @Override
@@ -272,7 +289,7 @@ public final class ContextPoolImpl implements ContextPool {
   public void forget(String name) {
     lock.lock();
     try {
-      prepared.remove(name);
+      apply(ahead.forget(name));
     } finally {
       lock.unlock();
     }
@@ -400,7 +417,7 @@ public final class ContextPoolImpl implements ContextPool {
           }
           d.idle.addLast(w);
           // Sent before anyone can acquire it: a BECOME after these finds the image prepared, or waits for it.
-          prepared.values().forEach(w::prepare);
+          ahead.ahead().forEach(w::prepare);
         }
         changed.signalAll();
       } finally {

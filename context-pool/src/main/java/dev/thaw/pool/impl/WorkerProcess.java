@@ -2,13 +2,13 @@ package dev.thaw.pool.impl;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import dev.thaw.pool.BecomeResult;
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
-import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.PoolException;
+import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.RestoreCompletion;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
@@ -22,40 +22,45 @@ import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.pool.protocol.FrameType;
-import dev.thaw.pool.protocol.ProtocolException;
+import dev.thaw.pool.protocol.WorkerMessages.Become;
+import dev.thaw.pool.protocol.WorkerMessages.BecomeAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Export;
+import dev.thaw.pool.protocol.WorkerMessages.ExportAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Failure;
+import dev.thaw.pool.protocol.WorkerMessages.Invoke;
+import dev.thaw.pool.protocol.WorkerMessages.InvokeAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Ready;
+import dev.thaw.pool.protocol.WorkerMessages.Resident;
+import dev.thaw.pool.protocol.WorkerMessages.Status;
+import dev.thaw.pool.protocol.WorkerMessages.StatusAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Trace;
+import dev.thaw.pool.protocol.WorkerMessages.TraceAnswer;
 import dev.thaw.pool.worker.WorkerConfig;
-import dev.thaw.pool.worker.WorkerMain;
-import java.io.BufferedInputStream;
-import java.io.BufferedOutputStream;
-import java.io.DataInputStream;
-import java.io.EOFException;
 import java.io.IOException;
-import java.io.OutputStream;
-import java.io.RandomAccessFile;
 import java.nio.ByteBuffer;
-import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collection;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ScheduledExecutorService;
-import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 
 /**
- * The parent's side of one worker process: its pipes, a reader thread that matches replies to requests by id,
- * and the deadlines. Every way a worker can fail ends in {@link #lose}: the process is killed, every pending
- * operation fails with the same {@link WorkerException}, and the pool is told once.
+ * The parent's side of one worker process: its life (ready, blank, became an image, ended), what it holds prepared
+ * ({@link WorkerPrepares}) and its requests, over its {@link WorkerPipe}. Every way a worker can fail ends in
+ * {@link #lose}: the process is killed, every pending operation fails with the same {@link WorkerException}, and
+ * the pool is told once.
  */
 final class WorkerProcess implements Worker {
 
@@ -77,36 +82,27 @@ final class WorkerProcess implements Worker {
   private static final class Json {
     static final ObjectMapper MAPPER = FrameCodec.json();
   }
+
   private static final Duration STATUS_TIMEOUT = Duration.ofSeconds(10);
-  private static final int LOG_TAIL_BYTES = 2000;
-  /**
-   * An INVOKE frame up to this size is written on the caller's thread: a pipe holds at least one page even when
-   * the user's pipe budget is spent, and it is empty then (the worker's reader drains it, and one request at a
-   * time means everything sent before was read). A worker that stopped reading is still ended by the deadline:
-   * killing it closes the pipe, which fails the write.
-   */
-  static final int INLINE_WRITE_BYTES = 4096;
 
   private final int device;
   private final Process process;
   private final long pid;
   private final long spawnNanos;
   private final Path log;
-  private final OutputStream out;
-  private final DataInputStream in;
   private final ContextPoolOptions options;
   /** {@link ContextPoolOptions#wakeAhead()}, read once: every invoke asks for it. */
   private final long wakeAheadNanos;
   private final ScheduledExecutorService timer;
-  private final Executor io;
   private final Listener listener;
+  private final WorkerPipe pipe;
+  private final WorkerPrepares prepares;
 
   private final CompletableFuture<WorkerStart> ready = new CompletableFuture<>();
   private final CompletableFuture<RestoreCompletion> resident = new CompletableFuture<>();
+  private final CompletableFuture<WorkerException> endedFuture = new CompletableFuture<>();
   /** The host cache lease of the image this worker restores: held until the restore is complete or the worker ends. */
   private final AtomicReference<CacheLease> lease = new AtomicReference<>();
-  private final Map<Integer, CompletableFuture<Frame>> pending = new ConcurrentHashMap<>();
-  private final AtomicInteger ids = new AtomicInteger();
   private final AtomicBoolean busy = new AtomicBoolean();
   private final AtomicReference<WorkerException> ended = new AtomicReference<>();
   private volatile boolean becameAnImage;
@@ -116,17 +112,8 @@ final class WorkerProcess implements Worker {
   private volatile boolean warm;
   /** The start as the second READY (warm) told it, or null. */
   private volatile WorkerStart warmStart;
-  /** The PREPAREs sent to this worker, by image key: completed when the worker answered. */
-  private final Map<String, CompletableFuture<Frame>> prepared = new ConcurrentHashMap<>();
-  /** The host-cache placement each PREPARE carried, by image key: a BECOME with the same one need not send it. */
-  private final Map<String, dev.thaw.pool.cache.ChunkPlacement> preparedPlacements = new ConcurrentHashMap<>();
-  /** Keys READY said the worker prepared at start, without a host-cache placement: a PREPARE may add one. */
-  private final java.util.Set<String> preparedAtStart = ConcurrentHashMap.newKeySet();
   /** The worker's recent invokes (decode, function, encode), smoothed: the wake-ahead's prediction; 0: none yet. */
   private volatile long invokeNanos;
-  /** NEAR frames read, and those whose RESULT came while the reader polled for it: the wake-ahead's hits. */
-  private final java.util.concurrent.atomic.AtomicLong nears = new java.util.concurrent.atomic.AtomicLong();
-  private final java.util.concurrent.atomic.AtomicLong nearsCaught = new java.util.concurrent.atomic.AtomicLong();
 
   private WorkerProcess(int device, Process process, long spawnNanos, Path log, ContextPoolOptions options,
       ScheduledExecutorService timer, Executor io, Listener listener) {
@@ -135,13 +122,12 @@ final class WorkerProcess implements Worker {
     this.pid = process.pid();
     this.spawnNanos = spawnNanos;
     this.log = log;
-    this.out = new BufferedOutputStream(process.getOutputStream(), 1 << 16);
-    this.in = new DataInputStream(new BufferedInputStream(process.getInputStream(), 1 << 16));
     this.options = options;
     this.wakeAheadNanos = options.wakeAhead().toNanos();
     this.timer = timer;
-    this.io = io;
     this.listener = listener;
+    this.pipe = new WorkerPipe(process, options.maxFrameBytes(), options.wakeAhead(), timer, io, new Reports());
+    this.prepares = new WorkerPrepares(pipe, pid, options.maxPreparedImages(), options.becomeTimeout());
   }
 
   /**
@@ -154,8 +140,9 @@ final class WorkerProcess implements Worker {
     long spawnNanos = early != null ? early.spawnNanos() : System.nanoTime();
     WorkerConfig config = new WorkerConfig(o.deviceChoice(), device,
         o.storePath() == null ? null : o.storePath().toString(), o.warmupLaunches(), o.warmupImage(),
-        o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(), ProcessHandle.current().pid(), spawnNanos,
-        o.warmupAfterReady(), o.storePath() == null ? List.of() : o.prepareAtStart(), o.protectAfterIdle().toMillis());
+        o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(),
+        ProcessHandle.current().pid(), spawnNanos, o.warmupAfterReady(),
+        o.storePath() == null ? List.of() : o.prepareAtStart(), o.protectAfterIdle().toMillis());
     Process p;
     if (early != null) {
       p = early.process();
@@ -168,22 +155,18 @@ final class WorkerProcess implements Worker {
     WorkerProcess w = new WorkerProcess(device, p, spawnNanos, log, o, timer, io, listener);
     if (early != null) {
       try {
-        synchronized (w.out) {
-          w.out.write((config.toJson() + "\n").getBytes(StandardCharsets.UTF_8));
-          w.out.flush();
-        }
+        w.pipe.writeConfigLine(config.toJson());
       } catch (IOException e) {
         p.destroyForcibly();
         throw new IOException("the prelaunched worker " + p.pid() + " took no config: " + e.getMessage(), e);
       }
     }
-    Thread reader = new Thread(w::readLoop, "thaw-pool-worker-" + w.pid);
-    reader.setDaemon(true);
-    reader.start();
+    w.pipe.startReading("thaw-pool-worker-" + w.pid);
     long startMs = o.startTimeout().toMillis();
     timer.schedule(() -> {
       if (!w.ready.isDone()) {
-        w.lose(WorkerErrorKind.DEADLINE, null, "not ready " + startMs + " ms after spawn; killed" + w.logTail());
+        w.lose(WorkerErrorKind.DEADLINE, null, "not ready " + startMs + " ms after spawn; killed"
+            + WorkerLogs.tail(w.log));
       }
     }, startMs, TimeUnit.MILLISECONDS);
     return w;
@@ -192,7 +175,7 @@ final class WorkerProcess implements Worker {
   /** Moves the prelaunched worker's log where the pool keeps its workers' logs; where it cannot, it stays. */
   private static Path adoptLog(Path from, Path to) {
     try {
-      return java.nio.file.Files.move(from, to);
+      return Files.move(from, to);
     } catch (IOException | RuntimeException e) {
       return from;
     }
@@ -239,6 +222,11 @@ final class WorkerProcess implements Worker {
     return ended.get() == null && process.isAlive();
   }
 
+  @Override
+  public CompletableFuture<WorkerException> ended() {
+    return endedFuture;
+  }
+
   /** Why the worker ended, or null while it lives. */
   WorkerException endedBy() {
     return ended.get();
@@ -247,6 +235,46 @@ final class WorkerProcess implements Worker {
   Process process() {
     return process;
   }
+
+  Path log() {
+    return log;
+  }
+
+  /** The end of the worker's stderr, for messages. */
+  String logTail() {
+    return WorkerLogs.tail(log);
+  }
+
+  // ---- preparing ----
+
+  /**
+   * Sends PREPARE for {@code image} unless this worker became an image, ended or has it already. Not a claim: the
+   * worker prepares while blank, before whatever is sent after.
+   */
+  void prepare(PreparedImage image) {
+    if (!becameAnImage && ended.get() == null) {
+      prepares.prepare(image);
+    }
+  }
+
+  /** Has the worker drop these prepared images (they fell out of what the pool prepares ahead). */
+  void forget(Collection<String> keys) {
+    if (!becameAnImage && ended.get() == null) {
+      prepares.forget(keys);
+    }
+  }
+
+  /** The keys this worker holds prepared, as far as the parent knows. */
+  java.util.Set<String> preparedKeys() {
+    return prepares.keys();
+  }
+
+  /** Waits up to {@code nanos} for every PREPARE sent so far to be answered; false if one is still running. */
+  boolean awaitPrepares(long nanos) throws InterruptedException {
+    return prepares.awaitAll(nanos);
+  }
+
+  // ---- becoming ----
 
   @Override
   public CompletableFuture<BecomeResult> become(String name, byte[] manifest, ImageSource source) {
@@ -258,68 +286,20 @@ final class WorkerProcess implements Worker {
     return join(become(name, manifest, source));
   }
 
-  /**
-   * Sends PREPARE for {@code image} unless this worker became an image, ended or has it already. Not a claim: the
-   * worker prepares while blank, before whatever is sent after.
-   */
-  void prepare(PreparedImage image) {
-    if (becameAnImage || ended.get() != null) {
-      return;
-    }
-    if (image.placement() != null && preparedAtStart.remove(image.key())) {
-      // Prepared at start, before the image was staged: the PREPARE tells it where the host cache holds the image
-      // (the worker keeps the rest), so its BECOME does not resolve the placement on the cold path.
-      prepared.remove(image.key());
-    }
-    prepared.computeIfAbsent(image.key(), key -> {
-      ObjectNode head = FrameCodec.head();
-      head.put("key", key);
-      head.put("name", image.name());
-      head.put("manifestBytes", image.manifest().length);
-      byte[] body = image.manifest();
-      if (image.placement() != null) {
-        body = concat(image.manifest(), image.placement().toBytes());
-        preparedPlacements.put(key, image.placement());
-      }
-      CompletableFuture<Frame> f = send(FrameType.PREPARE, head, body, options.becomeTimeout());
-      f.exceptionally(e -> {
-        System.err.println("thaw pool: worker " + pid + " did not prepare '" + image.name() + "': " + e.getMessage());
-        return null;
-      });
-      return f;
-    });
-  }
-
-  private static boolean samePlacement(dev.thaw.pool.cache.ChunkPlacement a, dev.thaw.pool.cache.ChunkPlacement b) {
-    return b != null && (a == b || Arrays.equals(a.toBytes(), b.toBytes()));
-  }
-
-  /** Waits up to {@code nanos} for every PREPARE sent so far to be answered; false if one is still running. */
-  boolean awaitPrepares(long nanos) throws InterruptedException {
-    try {
-      CompletableFuture.allOf(prepared.values().toArray(CompletableFuture[]::new))
-          .handle((ok, failed) -> null).get(nanos, TimeUnit.NANOSECONDS);
-      return true;
-    } catch (java.util.concurrent.TimeoutException e) {
-      return false;
-    } catch (ExecutionException e) {
-      return true;
-    }
+  @Override
+  public CompletableFuture<BecomeResult> become(PreparedImage image, ImageSource source) {
+    return become(image.name(), image.key(), image.manifest(), source, prepares.isPrepared(image.key()));
   }
 
   @Override
-  public CompletableFuture<BecomeResult> become(PreparedImage image, ImageSource source) {
-    CompletableFuture<Frame> p = prepared.get(image.key());
-    // A PREPARE still running is waited for (the worker would finish it before any BECOME); one that failed, or
-    // none sent, means the image goes whole.
-    CompletableFuture<Boolean> isPrepared = p == null ? CompletableFuture.completedFuture(false)
-        : p.handle((ok, failed) -> ok != null);
-    return become(image.name(), image.key(), image.manifest(), source, isPrepared);
+  public BecomeResult becomeBlocking(PreparedImage image, ImageSource source) {
+    return join(become(image, source));
   }
 
   /**
    * Claims the worker for {@code name} now, then, once {@code isPrepared} says, sends a BECOME naming the prepared
-   * {@code key} (no manifest) or carrying {@code manifest} whole; the placement follows either.
+   * {@code key} (no manifest) or carrying {@code manifest} whole; the placement follows either. A worker that no
+   * longer holds the key answers NOT_PREPARED, still blank, and gets the image whole.
    */
   private CompletableFuture<BecomeResult> become(String name, String key, byte[] manifest, ImageSource source,
       CompletableFuture<Boolean> isPrepared) {
@@ -334,65 +314,50 @@ final class WorkerProcess implements Worker {
     if (source.lease() != null) {
       lease.set(source.lease());
     }
-    long t = System.nanoTime();
+    long claimed = System.nanoTime();
     long[] sent = new long[1];
     return release(isPrepared.thenCompose(named -> {
       sent[0] = System.nanoTime();
-      ObjectNode head = FrameCodec.head();
-      head.put("name", name);
-      head.set("source", source.toJson());
-      head.put("awaitResident", options.awaitResident());
-      byte[] placement = source.placement() == null ? new byte[0] : source.placement().toBytes();
-      byte[] body;
-      if (named) {
-        head.put("prepared", key);
-        head.put("manifestBytes", 0);
-        if (source.placement() != null && samePlacement(source.placement(), preparedPlacements.get(key))) {
-          // The worker holds this placement resolved since its PREPARE: GPT-2-large's is 255 KB, which would cross
-          // the pipe and be compared on the cold path.
-          head.put("placement", "prepared");
-          body = new byte[0];
-        } else {
-          body = placement;
-        }
-      } else {
-        head.put("manifestBytes", manifest.length);
-        body = concat(manifest, placement);
+      CompletableFuture<Frame> answer = sendBecome(name, named ? key : null, manifest, source);
+      if (!named) {
+        return answer;
       }
-      return send(FrameType.BECOME, head, body, options.becomeTimeout());
-    }).thenApply(f -> becameFrom(name, f, t, sent[0])));
+      return answer.handle((f, e) -> f != null ? CompletableFuture.completedFuture(f)
+          : notPrepared(e) ? sendBecome(name, null, manifest, source) : CompletableFuture.<Frame>failedFuture(e))
+          .thenCompose(f -> f);
+    }).thenApply(f -> became(name, f, claimed, sent[0])));
   }
 
-  @Override
-  public BecomeResult becomeBlocking(PreparedImage image, ImageSource source) {
-    return join(become(image, source));
+  private static boolean notPrepared(Throwable e) {
+    Throwable c = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
+    return c instanceof WorkerException w && w.kind() == WorkerErrorKind.NOT_PREPARED;
   }
 
-  private BecomeResult becameFrom(String name, Frame f, long claimedNanos, long sentNanos) {
+  /** A BECOME naming the prepared {@code key}, or, with a null key, carrying the manifest. */
+  private CompletableFuture<Frame> sendBecome(String name, String key, byte[] manifest, ImageSource source) {
+    byte[] placement = source.placement() == null ? new byte[0] : source.placement().toBytes();
+    boolean placementPrepared = key != null && prepares.placementHolds(key, source.placement());
+    byte[] body = key == null ? WorkerPrepares.concat(manifest, placement) : placementPrepared ? null : placement;
+    Become head = new Become(name, source.toMessage(), key == null ? manifest.length : 0, options.awaitResident(),
+        key, placementPrepared);
+    return pipe.send(head, body, options.becomeTimeout());
+  }
+
+  private BecomeResult became(String name, Frame f, long claimedNanos, long sentNanos) {
     long read = System.nanoTime();
-    JsonNode h = f.head();
+    BecomeAnswer a = BecomeAnswer.from(f.head());
     invocable = true;
-    long totalEnd = h.path("totalEndNanos").asLong(0);
-    long answered = h.path("sentNanos").asLong(0);
-    return new BecomeResult(name, h.path("source").asText("store"), phases(h.path("phases")),
-        h.path("bytes").asLong(), millisSince(claimedNanos), (sentNanos - claimedNanos) / 1e6,
-        totalEnd == 0 ? Double.NaN : (read - totalEnd) / 1e6,
-        totalEnd == 0 || answered == 0 ? Double.NaN : (answered - totalEnd) / 1e6);
-  }
-
-  private static byte[] concat(byte[] a, byte[] b) {
-    if (b.length == 0) {
-      return a;
-    }
-    byte[] out = java.util.Arrays.copyOf(a, a.length + b.length);
-    System.arraycopy(b, 0, out, a.length, b.length);
-    return out;
+    return new BecomeResult(name, a.source(), a.phases(), a.bytes(), millisSince(claimedNanos),
+        (sentNanos - claimedNanos) / 1e6, a.totalEndNanos() == 0 ? Double.NaN : (read - a.totalEndNanos()) / 1e6,
+        a.totalEndNanos() == 0 || a.sentNanos() == 0 ? Double.NaN : (a.sentNanos() - a.totalEndNanos()) / 1e6);
   }
 
   @Override
   public CompletableFuture<RestoreCompletion> resident() {
     return resident;
   }
+
+  // ---- invoking ----
 
   @Override
   public CompletableFuture<InvokeResult> invoke(byte[] json, ByteBuffer binary, Duration deadline) {
@@ -405,26 +370,19 @@ final class WorkerProcess implements Worker {
     byte[] body = json;
     if (binary != null && binary.hasRemaining()) {
       ByteBuffer b = binary.duplicate();
-      body = new byte[json.length + b.remaining()];
-      System.arraycopy(json, 0, body, 0, json.length);
+      body = Arrays.copyOf(json, json.length + b.remaining());
       b.get(body, json.length, b.remaining());
     }
-    ObjectNode head = FrameCodec.head();
-    head.put("jsonBytes", json.length);
-    long near = nearMicros();
-    if (near > 0) {
-      head.put("nearMicros", near);
-    }
     long t = System.nanoTime();
-    return release(send(FrameType.INVOKE, head, body, deadline == null ? options.invokeTimeout() : deadline)
-        .thenApply(f -> {
-          int n = Math.min(Math.max(f.head().path("jsonBytes").asInt(f.body().length), 0), f.body().length);
-          byte[] responseJson = n == f.body().length ? f.body() : java.util.Arrays.copyOf(f.body(), n);
-          ByteBuffer rest = ByteBuffer.wrap(f.body(), n, f.body().length - n).slice().asReadOnlyBuffer();
-          Map<String, Double> phases = phases(f.head().path("phases"));
-          learnInvoke(phases);
-          return new InvokeResult(responseJson, rest, phases, millisSince(t));
-        }));
+    Invoke head = new Invoke(json.length, nearMicros());
+    return release(pipe.send(head, body, deadline == null ? options.invokeTimeout() : deadline).thenApply(f -> {
+      InvokeAnswer a = InvokeAnswer.from(f.head(), f.body().length);
+      int n = a.jsonBytes();
+      byte[] responseJson = n == f.body().length ? f.body() : Arrays.copyOf(f.body(), n);
+      ByteBuffer rest = ByteBuffer.wrap(f.body(), n, f.body().length - n).slice().asReadOnlyBuffer();
+      learnInvoke(a.phases());
+      return new InvokeResult(responseJson, rest, a.phases(), millisSince(t));
+    }));
   }
 
   /**
@@ -453,13 +411,15 @@ final class WorkerProcess implements Worker {
 
   @Override
   public long[] wakeAheads() {
-    return new long[] {nears.get(), nearsCaught.get()};
+    return pipe.wakeAheads();
   }
 
   @Override
   public InvokeResult invokeBlocking(byte[] json, ByteBuffer binary, Duration deadline) {
     return join(invoke(json, binary, deadline));
   }
+
+  // ---- the resident image ----
 
   @Override
   public CompletableFuture<List<ExportedSlab>> exportReadOnly() {
@@ -468,8 +428,8 @@ final class WorkerProcess implements Worker {
       throw new IllegalStateException("worker " + pid + " has no image to export");
     }
     claim();
-    return release(send(FrameType.EXPORT, FrameCodec.head(), null, STATUS_TIMEOUT)
-        .thenApply(f -> ExportedSlab.decodeAll(f.head().path("slabs").asText(""))));
+    return release(pipe.send(new Export(), null, STATUS_TIMEOUT)
+        .thenApply(f -> ExportedSlab.decodeAll(ExportAnswer.from(f.head()).slabs())));
   }
 
   @Override
@@ -478,39 +438,45 @@ final class WorkerProcess implements Worker {
     if (!invocable) {
       throw new IllegalStateException("worker " + pid + " has no restore to trace");
     }
-    ObjectNode head = FrameCodec.head();
-    head.put("maxSpans", maxSpans);
     long sent = System.nanoTime();
     // Not claimed: the worker answers it between requests, so it may wait behind one.
-    return send(FrameType.TRACE, head, null, options.invokeTimeout().plus(STATUS_TIMEOUT)).thenApply(f -> {
-      long received = System.nanoTime();
-      long now = f.head().path("nowNanos").asLong();
-      boolean shared = now >= sent && now <= received;
-      long shift = shared ? 0 : sent + (received - sent) / 2 - now;
-      try {
-        JsonNode trace = Json.MAPPER.readTree(f.body());
-        double error = shared ? 0 : (received - sent) / 2e3;
-        if (!shared && trace.path("traceEvents").isArray()) {
-          ((com.fasterxml.jackson.databind.node.ArrayNode) trace.get("traceEvents")).addObject()
-              .put("name", String.format("the worker's clock is not this process's: placed by the round trip, "
-                  + "within %.0f us", error)).put("ph", "i").put("s", "g").put("pid", 1).put("tid", 0).put("ts", 0);
-        }
-        return new WorkerTimeline(trace, f.head().path("originNanos").asLong() + shift, shared, error);
-      } catch (IOException e) {
-        throw new CompletionException(new WorkerException(WorkerErrorKind.PROTOCOL, pid, null,
-            "its restore timeline is not JSON: " + e.getMessage()));
+    return pipe.send(new Trace(maxSpans), null, options.invokeTimeout().plus(STATUS_TIMEOUT))
+        .thenApply(f -> timeline(f, sent, System.nanoTime()));
+  }
+
+  /**
+   * The worker's trace on this process's clock: one clock per Linux host, unless the worker's {@code nowNanos} falls
+   * outside the round trip; then it is placed by the round trip's middle, and the trace says within how much.
+   */
+  private WorkerTimeline timeline(Frame f, long sent, long received) {
+    TraceAnswer a = TraceAnswer.from(f.head());
+    boolean shared = a.nowNanos() >= sent && a.nowNanos() <= received;
+    long shift = shared ? 0 : sent + (received - sent) / 2 - a.nowNanos();
+    try {
+      JsonNode trace = Json.MAPPER.readTree(f.body());
+      double error = shared ? 0 : (received - sent) / 2e3;
+      if (!shared && trace.path("traceEvents").isArray()) {
+        ((ArrayNode) trace.get("traceEvents")).addObject()
+            .put("name", String.format(Locale.ROOT, "the worker's clock is not this process's: placed by the round "
+                + "trip, within %.0f us", error)).put("ph", "i").put("s", "g").put("pid", 1).put("tid", 0)
+            .put("ts", 0);
       }
-    });
+      return new WorkerTimeline(trace, a.originNanos() + shift, shared, error);
+    } catch (IOException e) {
+      throw new CompletionException(new WorkerException(WorkerErrorKind.PROTOCOL, pid, null,
+          "its restore timeline is not JSON: " + e.getMessage()));
+    }
   }
 
   @Override
   public CompletableFuture<WorkerStatus> status() {
-    return send(FrameType.STATUS, FrameCodec.head(), null, STATUS_TIMEOUT).thenApply(f -> {
-      JsonNode h = f.head();
-      return new WorkerStatus(h.path("pid").asLong(), h.path("state").asText(),
-          h.hasNonNull("image") ? h.get("image").asText() : null, h.path("invocations").asLong());
+    return pipe.send(new Status(), null, STATUS_TIMEOUT).thenApply(f -> {
+      StatusAnswer s = StatusAnswer.from(f.head());
+      return new WorkerStatus(s.pid(), s.state(), s.image(), s.invocations());
     });
   }
+
+  // ---- ending ----
 
   @Override
   public void release() {
@@ -534,23 +500,13 @@ final class WorkerProcess implements Worker {
     release();
   }
 
-  // ---- ending ----
-
   /** Asks the worker to exit and kills it if it has not after the grace period. Not a loss. */
   void retire(String why) {
     WorkerException e = new WorkerException(WorkerErrorKind.STATE, pid, null, "worker ended: " + why);
     if (!ended.compareAndSet(null, e)) {
       return;
     }
-    io.execute(() -> {
-      try {
-        synchronized (out) {
-          FrameCodec.write(out, new Frame(FrameType.EXIT, ids.incrementAndGet(), FrameCodec.head()));
-        }
-      } catch (IOException ignored) {
-        // Already gone.
-      }
-    });
+    pipe.sendExit();
     timer.schedule(process::destroyForcibly, options.exitGrace().toMillis(), TimeUnit.MILLISECONDS);
     failPending(e);
     listener.ended(this, e, false);
@@ -574,12 +530,16 @@ final class WorkerProcess implements Worker {
     ready.completeExceptionally(e);
     resident.completeExceptionally(e);
     closeLease();
-    for (CompletableFuture<Frame> f : pending.values()) {
-      f.completeExceptionally(e);
-    }
+    pipe.failAll(e);
+    endedFuture.complete(e);
   }
 
-  // ---- requests ----
+  private void closeLease() {
+    CacheLease l = lease.getAndSet(null);
+    if (l != null) {
+      l.close();
+    }
+  }
 
   private void checkUsable() {
     WorkerException e = ended.get();
@@ -599,214 +559,61 @@ final class WorkerProcess implements Worker {
     return f.whenComplete((r, e) -> busy.set(false));
   }
 
-  private CompletableFuture<Frame> send(FrameType type, ObjectNode head, byte[] body, Duration timeout) {
-    int id = ids.incrementAndGet();
-    CompletableFuture<Frame> f = new CompletableFuture<>();
-    pending.put(id, f);
-    WorkerException e = ended.get();
-    if (e != null) {
-      f.completeExceptionally(e);
-    }
-    long ms = timeout.toMillis();
-    ScheduledFuture<?> deadline = timer.schedule(() -> lose(WorkerErrorKind.DEADLINE, null,
-        "no answer to " + type + " in " + ms + " ms; killed"), ms, TimeUnit.MILLISECONDS);
-    f.whenComplete((r, x) -> {
-      deadline.cancel(false);
-      pending.remove(id);
-    });
-    Frame frame = new Frame(type, id, head, body);
-    if (type == FrameType.INVOKE && frame.body().length + FrameCodec.HEADER_BYTES + 256 <= INLINE_WRITE_BYTES) {
-      write(frame);
-    } else {
-      // Off the caller's thread: a worker that stops reading fills the pipe, and only its deadline may end that.
-      io.execute(() -> write(frame));
-    }
-    return f;
-  }
+  /** What the pipe's reader hears that answers no request. */
+  private final class Reports implements WorkerPipe.Reports {
 
-  private void write(Frame frame) {
-    try {
-      synchronized (out) {
-        FrameCodec.write(out, frame);
-      }
-    } catch (IOException x) {
-      lose(WorkerErrorKind.CRASHED, null, "its stdin is closed (" + x.getMessage() + ")" + exitDescription());
-    }
-  }
-
-  // ---- the reader thread ----
-
-  private void readLoop() {
-    try {
-      while (true) {
-        Frame f = FrameCodec.read(in, options.maxFrameBytes());
-        switch (f.type()) {
-          case READY -> onReady(f);
-          case RESULT -> complete(f.id(), f);
-          case NEAR -> awaitAwake(f.id());
-          case RESIDENT -> onResident(f);
-          case ERROR -> onError(f);
-          default -> throw new ProtocolException(f.type() + " is not a frame a worker sends");
+    @Override
+    public void ready(Ready r) {
+      WorkerStart start = new WorkerStart(pid, r.device().driver(), r.device().simulated(), r.device().name(),
+          r.phases(), millisSince(spawnNanos), System.nanoTime());
+      if (ready.isDone()) {
+        if (r.warm() && !warm) {
+          warmStart = start;
+          warm = true;
+          listener.warmed(WorkerProcess.this);
         }
-      }
-    } catch (EOFException e) {
-      lose(WorkerErrorKind.CRASHED, null, "the process ended" + exitDescription());
-    } catch (ProtocolException e) {
-      // A process dying mid-frame, or a runtime printing on its way down, looks like garbage: say which it was.
-      boolean exited = exitedSoon();
-      lose(exited ? WorkerErrorKind.CRASHED : WorkerErrorKind.PROTOCOL, null, "it wrote bytes that are not a frame ("
-          + e.getMessage() + ")" + (exited ? exitDescription() : "; killed" + logTail()));
-    } catch (IOException e) {
-      lose(WorkerErrorKind.CRASHED, null, "its stdout failed (" + e.getMessage() + ")" + exitDescription());
-    } catch (RuntimeException e) {
-      lose(WorkerErrorKind.PROTOCOL, null, "its frame did not read: " + e);
-    }
-  }
-
-  /**
-   * NEAR: the invoke {@code id} is due to end within the wake-ahead. Polls for its RESULT instead of sleeping in a
-   * read, for at most three times the wake-ahead: a thread woken by the pipe after a long sleep is slow to run.
-   */
-  private void awaitAwake(int id) throws IOException {
-    if (!pending.containsKey(id)) {
-      return;
-    }
-    nears.incrementAndGet();
-    long until = System.nanoTime() + 3 * wakeAheadNanos;
-    while (in.available() == 0) {
-      if (System.nanoTime() - until > 0) {
         return;
       }
-      Thread.onSpinWait();
-    }
-    nearsCaught.incrementAndGet();
-  }
-
-  private void onReady(Frame f) {
-    JsonNode h = f.head();
-    JsonNode d = h.path("device");
-    WorkerStart start = new WorkerStart(pid, d.path("driver").asText(), d.path("simulated").asBoolean(),
-        d.path("name").asText(), phases(h.path("phases")), millisSince(spawnNanos), System.nanoTime());
-    boolean warmNow = h.path("warm").asBoolean(true);
-    if (ready.isDone()) {
-      if (warmNow && !warm) {
-        warmStart = start;
-        warm = true;
-        listener.warmed(this);
-      }
-      return;
-    }
-    warm = warmNow;
-    // Images it prepared at start (ContextPoolOptions.prepareAtStart): no PREPARE is sent for those keys.
-    for (JsonNode key : h.path("prepared")) {
-      if (prepared.putIfAbsent(key.asText(), CompletableFuture.completedFuture(f)) == null) {
-        preparedAtStart.add(key.asText());
+      warm = r.warm();
+      // Images it prepared at start (ContextPoolOptions.prepareAtStart): no PREPARE is sent for those keys.
+      prepares.preparedAtStart(r.prepared());
+      if (ready.complete(start)) {
+        listener.ready(WorkerProcess.this);
       }
     }
-    if (ready.complete(start)) {
-      listener.ready(this);
-    }
-  }
 
-  private void onResident(Frame f) {
-    JsonNode h = f.head();
-    closeLease();
-    resident.complete(new RestoreCompletion(h.path("sinceBecomeMillis").asDouble(), h.path("bytes").asLong(),
-        h.path("hostBytes").asLong(), h.path("storeBytes").asLong(), h.path("residentBytes").asLong(),
-        h.path("copies").asInt(), h.path("promotions").asInt(), h.path("waits").asLong()));
-  }
+    @Override
+    public void resident(Resident r) {
+      closeLease();
+      resident.complete(new RestoreCompletion(r.sinceBecomeMillis(), r.bytes(), r.hostBytes(), r.storeBytes(),
+          r.residentBytes(), r.copies(), r.promotions(), r.waits()));
+    }
 
-  private void closeLease() {
-    CacheLease l = lease.getAndSet(null);
-    if (l != null) {
-      l.close();
-    }
-  }
-
-  private void onError(Frame f) {
-    JsonNode h = f.head();
-    WorkerErrorKind kind;
-    try {
-      kind = WorkerErrorKind.valueOf(h.path("kind").asText());
-    } catch (IllegalArgumentException e) {
-      kind = WorkerErrorKind.INTERNAL;
-    }
-    String type = h.hasNonNull("type") ? h.get("type").asText() : null;
-    String message = h.path("message").asText();
-    if (h.has("errorName")) {
-      message = message + " [" + h.path("call").asText() + ": " + h.path("errorName").asText() + "]";
-    }
-    if (f.id() == 0 || kind.workerLost()) {
-      lose(kind, type, message + (f.id() == 0 ? logTail() : ""));
-      return;
-    }
-    CompletableFuture<Frame> p = pending.get(f.id());
-    if (p != null) {
-      p.completeExceptionally(WorkerException.of(kind, pid, type, message));
-    }
-  }
-
-  private void complete(int id, Frame f) {
-    CompletableFuture<Frame> p = pending.get(id);
-    if (p != null) {
-      p.complete(f);
-    }
-  }
-
-  // ---- messages ----
-
-  private boolean exitedSoon() {
-    try {
-      return process.waitFor(200, TimeUnit.MILLISECONDS);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      return false;
-    }
-  }
-
-  private String exitDescription() {
-    try {
-      if (process.waitFor(2, TimeUnit.SECONDS)) {
-        int s = process.exitValue();
-        String what = s > 128 ? "killed by signal " + (s - 128)
-            : s == WorkerMain.EXIT_STICKY ? "a sticky CUDA error"
-            : s == WorkerMain.EXIT_PROTOCOL ? "a protocol error"
-            : s == WorkerMain.EXIT_STARTUP ? "a start-up failure"
-            : s == WorkerMain.EXIT_PARENT_GONE ? "its stdin closed"
-            : "exit status " + s;
-        return ": exit status " + s + " (" + what + ")" + logTail();
+    @Override
+    public void failed(int id, Failure f) {
+      if (id == 0 || f.kind().workerLost()) {
+        lose(f.kind(), f.exceptionType(), f.describe() + (id == 0 ? WorkerLogs.tail(log) : ""));
+        return;
       }
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
+      pipe.fail(id, WorkerException.of(f.kind(), pid, f.exceptionType(), f.describe()));
     }
-    return logTail();
-  }
 
-  /** The end of the worker's stderr, for messages. */
-  String logTail() {
-    try (RandomAccessFile f = new RandomAccessFile(log.toFile(), "r")) {
-      long n = f.length();
-      if (n == 0) {
-        return "";
-      }
-      int take = (int) Math.min(n, LOG_TAIL_BYTES);
-      byte[] b = new byte[take];
-      f.seek(n - take);
-      f.readFully(b);
-      return "; its stderr ends:\n" + new String(b, StandardCharsets.UTF_8).strip();
-    } catch (IOException e) {
-      return "";
+    @Override
+    public void deadline(FrameType type, Duration timeout) {
+      lose(WorkerErrorKind.DEADLINE, null, "no answer to " + type + " in " + timeout.toMillis() + " ms; killed");
     }
-  }
 
-  Path log() {
-    return log;
-  }
+    @Override
+    public void broken(String what) {
+      lose(WorkerErrorKind.CRASHED, null, what + WorkerLogs.exitDescription(process, log));
+    }
 
-  private static Map<String, Double> phases(JsonNode n) {
-    Map<String, Double> phases = new java.util.LinkedHashMap<>();
-    n.fields().forEachRemaining(e -> phases.put(e.getKey(), e.getValue().asDouble()));
-    return phases;
+    @Override
+    public void garbled(String why, boolean maybeDying) {
+      boolean exited = maybeDying && WorkerLogs.exitsSoon(process);
+      lose(exited ? WorkerErrorKind.CRASHED : WorkerErrorKind.PROTOCOL, null, why
+          + (exited ? WorkerLogs.exitDescription(process, log) : "; killed" + WorkerLogs.tail(log)));
+    }
   }
 
   private static double millisSince(long nanos) {

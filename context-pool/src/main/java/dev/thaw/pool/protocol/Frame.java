@@ -25,6 +25,16 @@ public record Frame(FrameType type, int id, ObjectNode head, byte[] body) {
     this(type, id, head, NONE);
   }
 
+  /** A frame carrying {@code head}, of the head's type. */
+  public static Frame of(int id, WorkerMessages.Head head) {
+    return new Frame(head.type(), id, head.toJson(), NONE);
+  }
+
+  /** A frame carrying {@code head} and {@code body}, of the head's type. */
+  public static Frame of(int id, WorkerMessages.Head head, byte[] body) {
+    return new Frame(head.type(), id, head.toJson(), body);
+  }
+
   @Override
   public String toString() {
     return type + "#" + id + " " + head + (body.length == 0 ? "" : " + " + body.length + " bytes");

@@ -43,6 +43,11 @@ public enum FrameType {
    * It may arrive after the RESULT (the invoke ended first); it is then ignored.
    */
   NEAR(10),
+  /**
+   * Parent → worker, while it is blank: drop the prepared images the head names (they fell out of what the pool
+   * prepares ahead). The RESULT names those it held.
+   */
+  FORGET(11),
   /** Worker → parent: the answer to the request with the same id. */
   RESULT(16),
   /** Worker → parent: the request with the same id failed (id 0: the worker itself failed and exits). */

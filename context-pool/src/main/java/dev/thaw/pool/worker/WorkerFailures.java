@@ -1,18 +1,18 @@
 package dev.thaw.pool.worker;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
-import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.InvalidManifestException;
 import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.StoreException;
 import dev.thaw.pool.WorkerErrorKind;
-import dev.thaw.pool.protocol.FrameCodec;
+import dev.thaw.pool.protocol.WorkerMessages.Failure;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.AddressUnavailableException;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
+import java.util.concurrent.CompletionException;
 
 /** Turns what a worker caught into the kind the parent acts on, and into an ERROR frame's head. */
 final class WorkerFailures {
@@ -43,25 +43,20 @@ final class WorkerFailures {
     return restoring ? WorkerErrorKind.INTERNAL : WorkerErrorKind.FUNCTION;
   }
 
-  static ObjectNode head(WorkerErrorKind kind, Throwable t) {
-    ObjectNode h = FrameCodec.head();
-    h.put("kind", kind.name());
-    h.put("type", t.getClass().getName());
+  /** The ERROR head for {@code t}: its class, message and, for a CUDA error anywhere in its causes, the call. */
+  static Failure of(WorkerErrorKind kind, Throwable t) {
     String m = t instanceof JsonProcessingException j ? j.getOriginalMessage() : t.getMessage();
-    h.put("message", m == null ? t.getClass().getSimpleName() : m);
+    String message = m == null ? t.getClass().getSimpleName() : m;
     for (Throwable c = t; c != null; c = c.getCause()) {
       if (c instanceof CudaException e) {
-        h.put("call", e.call()).put("code", e.code()).put("errorName", e.errorName());
-        break;
+        return new Failure(kind, t.getClass().getName(), message, e.call(), e.code(), e.errorName());
       }
     }
-    return h;
+    return new Failure(kind, t.getClass().getName(), message, null, 0, null);
   }
 
-  static ObjectNode head(WorkerErrorKind kind, String message) {
-    ObjectNode h = FrameCodec.head();
-    h.put("kind", kind.name());
-    h.put("message", message);
-    return h;
+  /** The cause a {@link java.util.concurrent.CompletableFuture} wrapped, or {@code t}. */
+  static Throwable unwrap(Throwable t) {
+    return t instanceof CompletionException && t.getCause() != null ? t.getCause() : t;
   }
 }

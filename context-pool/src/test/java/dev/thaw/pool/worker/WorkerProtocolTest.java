@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.pool.protocol.FrameType;
+import dev.thaw.pool.protocol.WorkerMessages;
+import dev.thaw.pool.WorkerErrorKind;
 import java.io.DataInputStream;
 import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
@@ -60,6 +62,27 @@ class WorkerProtocolTest {
       assertTrue(error.head().get("message").asText().contains("magic"), error.toString());
       assertTrue(p.waitFor(60, TimeUnit.SECONDS), "the worker exits after garbage");
       assertEquals(WorkerMain.EXIT_PROTOCOL, p.exitValue());
+    } finally {
+      p.destroyForcibly();
+    }
+  }
+
+  @Test
+  void aBecomeOfAnImageTheWorkerDoesNotHoldPreparedIsRefusedAndLeavesItBlank() throws Exception {
+    Process p = start();
+    try {
+      assertEquals(FrameType.READY, read(p).type());
+      OutputStream in = p.getOutputStream();
+      WorkerMessages.Become become = new WorkerMessages.Become("gone", new WorkerMessages.Source("store",
+          dir.toString(), null), 0, false, "gone@sha256:00", false);
+      FrameCodec.write(in, Frame.of(7, become));
+      Frame error = read(p);
+      assertEquals(FrameType.ERROR, error.type(), error.toString());
+      assertEquals(7, error.id());
+      assertEquals(WorkerErrorKind.NOT_PREPARED, WorkerMessages.Failure.from(error.head()).kind(), error.toString());
+      FrameCodec.write(in, Frame.of(8, new WorkerMessages.Status()));
+      Frame status = read(p);
+      assertEquals("BLANK", WorkerMessages.StatusAnswer.from(status.head()).state(), "still blank: " + status);
     } finally {
       p.destroyForcibly();
     }

@@ -133,6 +133,9 @@ public final class Scheduler implements AutoCloseable {
     Deployment d = new Deployment(name, new FunctionOptions(options), image);
     deployments.put(name, d);
     factory.prepare(image.tag(), image.manifest());
+    if (old != null) {
+      unprepareIfUnused(old.image.tag());
+    }
     ensureMinimum(d);
     return old != null;
   }
@@ -144,7 +147,15 @@ public final class Scheduler implements AutoCloseable {
       throw ServeException.notFound(name);
     }
     retire(d);
+    unprepareIfUnused(d.image.tag());
     return d.retired;
+  }
+
+  /** Tells the factory an image no function serves any more (two functions may serve one image). */
+  private void unprepareIfUnused(String tag) {
+    if (deployments.values().stream().noneMatch(x -> x.image.tag().equals(tag))) {
+      factory.unprepare(tag);
+    }
   }
 
   public synchronized Optional<ImageInfo> image(String name) {

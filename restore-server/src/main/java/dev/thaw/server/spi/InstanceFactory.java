@@ -46,6 +46,12 @@ public interface InstanceFactory extends AutoCloseable {
    */
   default void prepare(String tag, ImageManifest manifest) {}
 
+  /**
+   * No function serves image {@code tag} any more: the factory may let what it prepared for it go. Returns at once;
+   * the server calls it under its lock.
+   */
+  default void unprepare(String tag) {}
+
   /** Registers the factory's own gauges (e.g. its worker pool's sizes) with the server's metrics. */
   default void bindMetrics(io.micrometer.core.instrument.MeterRegistry registry) {}
 

@@ -1,0 +1,157 @@
+package dev.thaw.pool.impl;
+
+import dev.thaw.pool.PreparedImage;
+import dev.thaw.pool.cache.ChunkPlacement;
+import dev.thaw.pool.protocol.Frame;
+import dev.thaw.pool.protocol.WorkerMessages.Forget;
+import dev.thaw.pool.protocol.WorkerMessages.ForgetAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Prepare;
+import dev.thaw.pool.protocol.WorkerMessages.PrepareAnswer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * What one blank worker holds prepared, as its parent knows it: the PREPAREs sent (answered or not), the placement
+ * each carried, and the keys READY said it prepared at start. The worker tells every image it drops (PREPARE's and
+ * FORGET's answers), and a key is forgotten here before the FORGET that drops it is sent, so a BECOME names only an
+ * image the worker holds; should they still disagree, the worker answers NOT_PREPARED and the image goes whole.
+ */
+final class WorkerPrepares {
+
+  private static final Logger LOG = LoggerFactory.getLogger(WorkerPrepares.class);
+
+  private final WorkerPipe pipe;
+  private final long pid;
+  private final int keep;
+  private final Duration timeout;
+  /** By key: the PREPARE's answer (a READY's for those prepared at start). */
+  private final Map<String, CompletableFuture<Frame>> sent = new ConcurrentHashMap<>();
+  /** The host-cache placement each PREPARE carried: a BECOME with the same one need not send it. */
+  private final Map<String, ChunkPlacement> placements = new ConcurrentHashMap<>();
+  /** Prepared at start, without a placement: a PREPARE may add one. */
+  private final Set<String> atStart = ConcurrentHashMap.newKeySet();
+
+  WorkerPrepares(WorkerPipe pipe, long pid, int keep, Duration timeout) {
+    this.pipe = pipe;
+    this.pid = pid;
+    this.keep = Math.max(1, keep);
+    this.timeout = timeout;
+  }
+
+  /** READY named these keys as prepared at start. */
+  void preparedAtStart(List<String> keys) {
+    for (String key : keys) {
+      if (sent.putIfAbsent(key, CompletableFuture.completedFuture(null)) == null) {
+        atStart.add(key);
+      }
+    }
+  }
+
+  /** Sends PREPARE for {@code image} unless the worker holds it already (one prepared at start learns its placement). */
+  void prepare(PreparedImage image) {
+    if (image.placement() != null && atStart.remove(image.key())) {
+      sent.remove(image.key());
+    }
+    sent.computeIfAbsent(image.key(), key -> {
+      byte[] body = image.manifest();
+      if (image.placement() != null) {
+        body = concat(image.manifest(), image.placement().toBytes());
+        placements.put(key, image.placement());
+      }
+      CompletableFuture<Frame> f = pipe.send(new Prepare(key, image.name(), image.manifest().length, keep), body,
+          timeout);
+      f.whenComplete((answer, e) -> {
+        if (e != null) {
+          LOG.warn("Worker {} did not prepare '{}': {}", pid, image.name(), e.getMessage());
+          forgotten(List.of(key));
+        } else {
+          forgotten(PrepareAnswer.from(answer.head()).dropped());
+        }
+      });
+      return f;
+    });
+  }
+
+  /** Drops these images on the worker (FORGET), forgetting them here first; keys it does not hold are skipped. */
+  void forget(Collection<String> keys) {
+    List<String> held = new ArrayList<>();
+    for (String key : keys) {
+      if (sent.containsKey(key)) {
+        held.add(key);
+      }
+    }
+    if (held.isEmpty()) {
+      return;
+    }
+    forgotten(held);
+    pipe.send(new Forget(held), null, timeout).whenComplete((answer, e) -> {
+      if (answer != null) {
+        LOG.debug("Worker {} dropped {}", pid, ForgetAnswer.from(answer.head()).dropped());
+      }
+    });
+  }
+
+  private void forgotten(List<String> keys) {
+    for (String key : keys) {
+      sent.remove(key);
+      placements.remove(key);
+      atStart.remove(key);
+    }
+  }
+
+  /** The keys the worker holds prepared (or is preparing) as far as this side knows. */
+  Set<String> keys() {
+    return Set.copyOf(sent.keySet());
+  }
+
+  /**
+   * Whether a BECOME may name {@code key}: a PREPARE still running is waited for (the worker would finish it before
+   * any BECOME); one that failed, or none sent, means the image goes whole.
+   */
+  CompletableFuture<Boolean> isPrepared(String key) {
+    CompletableFuture<Frame> p = sent.get(key);
+    return p == null ? CompletableFuture.completedFuture(false)
+        : p.handle((ok, failed) -> failed == null && sent.get(key) == p);
+  }
+
+  /** True if the worker holds {@code key} resolved with exactly this placement since its PREPARE. */
+  boolean placementHolds(String key, ChunkPlacement placement) {
+    ChunkPlacement prepared = placements.get(key);
+    return placement != null && prepared != null
+        && (placement == prepared || Arrays.equals(placement.toBytes(), prepared.toBytes()));
+  }
+
+  /** Waits up to {@code nanos} for every PREPARE sent so far to be answered; false if one is still running. */
+  boolean awaitAll(long nanos) throws InterruptedException {
+    try {
+      CompletableFuture.allOf(sent.values().toArray(CompletableFuture[]::new))
+          .handle((ok, failed) -> null).get(nanos, TimeUnit.NANOSECONDS);
+      return true;
+    } catch (TimeoutException e) {
+      return false;
+    } catch (ExecutionException e) {
+      return true;
+    }
+  }
+
+  static byte[] concat(byte[] a, byte[] b) {
+    if (b.length == 0) {
+      return a;
+    }
+    byte[] out = Arrays.copyOf(a, a.length + b.length);
+    System.arraycopy(b, 0, out, a.length, b.length);
+    return out;
+  }
+}

@@ -1,0 +1,562 @@
+package dev.thaw.pool.worker;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.restore.ImageRestoreException;
+import dev.thaw.image.restore.OnDemandOptions;
+import dev.thaw.image.restore.OnDemandRestore;
+import dev.thaw.image.restore.OnDemandRestorer;
+import dev.thaw.image.restore.RestoreResources;
+import dev.thaw.image.restore.RestoreSource;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.pool.WorkerErrorKind;
+import dev.thaw.pool.cache.HostCacheView;
+import dev.thaw.pool.cache.PinnedChunks;
+import dev.thaw.pool.hbm.ExportedSlab;
+import dev.thaw.pool.hbm.HbmExport;
+import dev.thaw.pool.hbm.ResidentSlabs;
+import dev.thaw.pool.hbm.TieredRestoreSource;
+import dev.thaw.pool.protocol.Frame;
+import dev.thaw.pool.protocol.FrameCodec;
+import dev.thaw.pool.protocol.FrameType;
+import dev.thaw.pool.protocol.ProtocolException;
+import dev.thaw.pool.protocol.WorkerMessages;
+import dev.thaw.pool.protocol.WorkerMessages.Become;
+import dev.thaw.pool.protocol.WorkerMessages.BecomeAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.ExportAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Failure;
+import dev.thaw.pool.protocol.WorkerMessages.Forget;
+import dev.thaw.pool.protocol.WorkerMessages.Hbm;
+import dev.thaw.pool.protocol.WorkerMessages.Invoke;
+import dev.thaw.pool.protocol.WorkerMessages.InvokeAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Near;
+import dev.thaw.pool.protocol.WorkerMessages.Prepare;
+import dev.thaw.pool.protocol.WorkerMessages.Resident;
+import dev.thaw.pool.protocol.WorkerMessages.StatusAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Trace;
+import dev.thaw.pool.protocol.WorkerMessages.TraceAnswer;
+import dev.thaw.pool.worker.PreparedImages.Prepared;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.gpu.CudaException;
+import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
+import dev.thaw.runtime.gpu.GpuContext;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A worker's image life cycle, on the executing thread: prepare images while blank (or forget them), become one
+ * (an on-demand restore: answered once the function is invocable, RESIDENT sent when the last byte landed), then
+ * serve INVOKEs, EXPORT its read-only slabs for the HBM tier and give its restore's TRACE. A worker becomes one image
+ * in its life.
+ *
+ * <p>Invariants: a BECOME's answer is written before anything else is arranged for it (its RESIDENT report comes
+ * after it, always); the image's read-only slabs are write-protected only while no request runs (a mapping's access
+ * changed under a kernel faulted on the GPU), once the worker has been idle {@code protectAfterIdleMillis}.
+ */
+final class WorkerImage implements WorkerLoop.Work {
+
+  enum State { STARTING, BLANK, BECOMING, READY, INVOKING }
+
+  /** Copy spans in a TRACE answer when the request names no cap. */
+  private static final int TRACE_SPANS = 512;
+
+  /**
+   * Read-only slabs created exportable, for the HBM tier; where the device refuses exportable memory for any reason
+   * but lack of memory, fresh memory (said on stderr): the image restores, and merely cannot join the tier.
+   */
+  private static final FunctionSession.SlabSource EXPORTABLE_OR_FRESH = (context, slab) -> {
+    try {
+      return FunctionSession.SlabSource.EXPORTABLE_READ_ONLY.back(context, slab);
+    } catch (CudaOutOfMemoryException e) {
+      throw e;
+    } catch (CudaException e) {
+      System.err.println("thaw worker: exportable memory refused (" + e.getMessage() + "); slab at 0x"
+          + Long.toHexString(slab.address()) + " is not exportable");
+      return FunctionSession.SlabSource.FRESH.back(context, slab);
+    }
+  };
+
+  private final WorkerConfig config;
+  private final GpuContext context;
+  private final RestoreResources resources;
+  private final HostCacheView cache;
+  private final WorkerStores stores;
+  private final PreparedImages prepared;
+  private final WorkerReplies out;
+  private final WorkerLoop loop;
+  private final ObjectMapper json = FrameCodec.json();
+  private final long pid = ProcessHandle.current().pid();
+
+  private volatile State state = State.STARTING;
+  private volatile String image;
+  private volatile long invocations;
+  private volatile ScheduledThreadPoolExecutor nearTimer;
+  private OnDemandRestore restored;
+  /** The BECOME that made {@link #restored}: when it was read (time zero of its trace), and its answer. */
+  private Became became;
+  /** When the BECOME that made {@link #restored} began, for its RESIDENT report. */
+  private long becomeStart;
+  /** {@link #restored}'s read-only slabs are protected (or protection was tried). */
+  private boolean slabsProtected;
+
+  private record Became(long takenNanos, BecomeAnswer answer) {}
+
+  /** Where a BECOME reads from: the source, the chunks the host cache holds (or null), what to call it. */
+  private record Tiers(RestoreSource source, PinnedChunks chunks, String from) {}
+
+  WorkerImage(WorkerConfig config, GpuContext context, RestoreResources resources, HostCacheView cache,
+      WorkerStores stores, PreparedImages prepared, WorkerReplies out, WorkerLoop loop) {
+    this.config = config;
+    this.context = context;
+    this.resources = resources;
+    this.cache = cache;
+    this.stores = stores;
+    this.prepared = prepared;
+    this.out = out;
+    this.loop = loop;
+  }
+
+  /** Start-up is over: the worker is blank and may become an image. */
+  void blank() {
+    state = State.BLANK;
+  }
+
+  /** The keys of the images held prepared now. */
+  List<String> preparedKeys() {
+    return prepared.keys();
+  }
+
+  @Override
+  public StatusAnswer status(int queued) {
+    return new StatusAnswer(pid, state.name(), image, invocations, queued);
+  }
+
+  @Override
+  public void execute(Frame f) {
+    long taken = System.nanoTime();
+    if (f.type() == FrameType.BECOME) {
+      becomeAndAnswer(f, taken);
+      return;
+    }
+    Frame reply;
+    try {
+      reply = switch (f.type()) {
+        case PREPARE -> prepare(f);
+        case FORGET -> Frame.of(f.id(), prepared.forget(Forget.from(f.head())));
+        case EXPORT -> export(f);
+        case TRACE -> trace(f);
+        default -> invoke(f);
+      };
+    } catch (Throwable e) {
+      failed(f, e, false);
+      return;
+    }
+    out.send(reply);
+    if (f.type() == FrameType.INVOKE && !slabsProtected && restored != null) {
+      // Not after a BECOME (the first request is on its way), and not at once either (a request right behind this
+      // one must not wait): once the worker has been idle a while.
+      if (config.protectAfterIdleMillis() == 0) {
+        idle();
+      } else {
+        loop.idleIn(config.protectAfterIdleMillis());
+      }
+    }
+  }
+
+  /** A BECOME: its answer first, then its RESIDENT report is arranged and the other prepared images go. */
+  private void becomeAndAnswer(Frame f, long taken) {
+    WorkerMessages.Reply reply;
+    try {
+      reply = become(f);
+    } catch (Throwable e) {
+      failed(f, e, true);
+      return;
+    }
+    if (!(reply instanceof BecomeAnswer answer)) {
+      out.send(f.id(), reply);
+      return;
+    }
+    BecomeAnswer sent = answer.sentAt(System.nanoTime());
+    out.send(f.id(), sent);
+    long read = loop.becomeRead();
+    became = new Became(read != 0 ? read : taken, sent);
+    reportResident(f.id());
+    // This worker is that image for life: the others' modules go (after the answer, off the cold path).
+    prepared.closeAll();
+  }
+
+  private void failed(Frame f, Throwable e, boolean restoring) {
+    WorkerErrorKind kind = WorkerFailures.kindOf(e, restoring);
+    if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
+      e.printStackTrace();
+    }
+    out.send(f.id(), WorkerFailures.of(kind, e));
+    if (kind == WorkerErrorKind.CUDA_STICKY) {
+      Runtime.getRuntime().halt(WorkerMain.EXIT_STICKY);
+    }
+    if (restoring && state == State.BECOMING) {
+      state = State.BLANK;
+      image = null;
+    } else if (state == State.INVOKING) {
+      state = State.READY;
+    }
+  }
+
+  private Frame prepare(Frame f) throws Exception {
+    if (state != State.BLANK && state != State.STARTING) {
+      return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "this worker became '" + image
+          + "'; it prepares no other image"));
+    }
+    return Frame.of(f.id(), prepared.prepare(Prepare.from(f.head(), f.body().length), f.body()));
+  }
+
+  // ---- BECOME ----
+
+  /**
+   * Restores the image on demand and answers once its function is invocable. Its phases are disjoint and add up to
+   * {@code total}: {@code queued} (read off stdin to taken up), {@code prepared} or {@code manifest}, {@code
+   * placement} (host cache), {@code hbm take} (HBM tier), {@code store}, {@code load modules}, {@code map
+   * allocations}, {@code rebuild state}, {@code start restore} (the rest of the restore call) and, when the parent
+   * asked to await residency, {@code resident}.
+   */
+  private WorkerMessages.Reply become(Frame f) throws Exception {
+    if (state != State.BLANK) {
+      return new Failure(WorkerErrorKind.STATE, "this worker already became '" + image
+          + "'; a worker becomes one image in its life");
+    }
+    Become b = Become.from(f.head());
+    long start = System.nanoTime();
+    long read = loop.becomeRead();
+    double queued = read == 0 ? 0 : Math.max(0, (start - read) / 1e6);
+    Prepared ready = null;
+    if (b.prepared() != null) {
+      ready = prepared.take(b.prepared());
+      if (ready == null) {
+        // Still blank: the parent sends the image whole.
+        return new Failure(WorkerErrorKind.NOT_PREPARED, "BECOME names prepared image '" + b.prepared()
+            + "', which this worker does not hold");
+      }
+    }
+    image = b.name();
+    state = State.BECOMING;
+    byte[] body = f.body();
+    int manifestBytes = ready != null ? 0 : manifestBytes(b, body);
+    byte[] manifestBody = ready != null ? ready.manifest()
+        : manifestBytes == body.length ? body : Arrays.copyOf(body, manifestBytes);
+    ImageManifest manifest = ready != null ? ready.restore().plan().manifest() : ImageManifest.read(manifestBody);
+    Map<String, Double> phases = new LinkedHashMap<>();
+    phases.put("queued", queued);
+    long t = WorkerMain.phase(phases, ready != null ? "prepared" : "manifest", start);
+    Tiers tiers = tiers(b, ready, Arrays.copyOfRange(body, manifestBytes, body.length));
+    if (tiers.chunks() != null) {
+      t = WorkerMain.phase(phases, "placement", t);
+    }
+    OnDemandOptions onDemand = new OnDemandOptions();
+    ResidentSlabs resident = null;
+    if (b.source().hbm() != null) {
+      if (tiers.chunks() == null) {
+        throw new ImageRestoreException("BECOME names HBM-tier slabs without the host cache", null);
+      }
+      resident = takeHbm(b.source().hbm());
+      onDemand.slabSource(resident != null ? resident : EXPORTABLE_OR_FRESH);
+      tiers = new Tiers(new TieredRestoreSource(tiers.chunks(), resident), tiers.chunks(), tiers.from());
+      t = WorkerMain.phase(phases, "hbm take", t);
+    }
+    // A prepared image was checked against the store then; that store is still the one open unless another PREPARE
+    // reopened it since.
+    RocksChunkStore store = ready != null && ready.store() == stores.current() ? ready.store()
+        : stores.storeFor(b.source(), b.name(), manifestBody);
+    t = WorkerMain.phase(phases, "store", t);
+    OnDemandRestore restore;
+    try {
+      restore = ready != null ? new OnDemandRestorer(store).restore(ready.restore(), tiers.source(), resources,
+          onDemand) : new OnDemandRestorer(store).restore(manifest, context, tiers.source(), resources, onDemand);
+    } finally {
+      if (resident != null) {
+        resident.close();
+      }
+    }
+    boolean fromHbm = resident != null && !resident.residentBuffers().isEmpty();
+    restorePhases(phases, restore, t);
+    if (b.awaitResident()) {
+      awaitResident(restore, phases);
+    }
+    restored = restore;
+    becomeStart = start;
+    state = State.READY;
+    long totalEnd = System.nanoTime();
+    phases.put("total", queued + (totalEnd - start) / 1e6);
+    return new BecomeAnswer(phases, manifest.totalBytes(), fromHbm ? "hbm" : tiers.from(), restore.isResident(),
+        fromHbm ? resident.importMillis() : -1, totalEnd, 0);
+  }
+
+  private static int manifestBytes(Become b, byte[] body) {
+    int n = b.manifestBytes() < 0 ? body.length : b.manifestBytes();
+    if (n > body.length) {
+      throw new ImageRestoreException("BECOME says its manifest has " + n + " of the body's " + body.length
+          + " bytes", null);
+    }
+    return n;
+  }
+
+  /** The host cache's chunks for a {@code cache} source (the placement prepared, or the one sent), else the store. */
+  private Tiers tiers(Become b, Prepared ready, byte[] placement) {
+    if (!b.source().kind().equals("cache")) {
+      return new Tiers(RestoreSource.STORE_ONLY, null, "store");
+    }
+    PinnedChunks chunks;
+    if (b.placementPrepared()) {
+      if (ready == null || ready.chunks() == null) {
+        throw new ImageRestoreException("BECOME says the host cache placement '" + b.name() + "' was prepared "
+            + "with holds, and this worker prepared it with none", null);
+      }
+      chunks = ready.chunks();
+    } else {
+      // The placement it was prepared with holds unless the cache moved the image since (staged it again).
+      chunks = ready != null && ready.chunks() != null && Arrays.equals(placement, ready.placement())
+          ? ready.chunks() : HostPlacements.chunks(cache, placement);
+    }
+    return new Tiers(HostPlacements.hostTier(chunks), chunks, "cache");
+  }
+
+  /** The HBM tier's slabs, taken from the parent; null when there are none or the tier dropped them meanwhile. */
+  private static ResidentSlabs takeHbm(Hbm hbm) {
+    if (hbm.slabs().isBlank()) {
+      return null;
+    }
+    try {
+      return ResidentSlabs.take(hbm.pid(), ExportedSlab.decodeAll(hbm.slabs()));
+    } catch (IOException | IllegalArgumentException e) {
+      System.err.println("thaw worker: HBM-tier slabs not taken, restoring from the host cache: " + e);
+      return null;
+    }
+  }
+
+  /**
+   * The restore call's phases, disjoint: what it spent besides modules, map and state (loading the function class,
+   * planning, starting the stream) is {@code start restore}.
+   */
+  private static void restorePhases(Map<String, Double> phases, OnDemandRestore restore, long since) {
+    OnDemandRestore.Timings rt = restore.timings();
+    double call = (System.nanoTime() - since) / 1e6;
+    phases.put("load modules", rt.modulesMillis());
+    phases.put("map allocations", rt.mapMillis());
+    phases.put("rebuild state", rt.stateMillis());
+    phases.put("start restore", Math.max(0, call - rt.modulesMillis() - rt.mapMillis() - rt.stateMillis()));
+  }
+
+  private static void awaitResident(OnDemandRestore restore, Map<String, Double> phases) {
+    long t = System.nanoTime();
+    try {
+      restore.awaitResident();
+    } catch (RuntimeException e) {
+      restore.close();
+      throw e;
+    }
+    phases.put("resident", (System.nanoTime() - t) / 1e6);
+  }
+
+  /**
+   * Sends RESIDENT once the BECOME's restore completes (at once if it has), or, if the restore fails after the
+   * function became invocable, ERROR with id 0 and exits: the instance cannot serve.
+   */
+  private void reportResident(int becomeId) {
+    OnDemandRestore restore = restored;
+    long start = becomeStart;
+    restore.resident().whenComplete((ok, failure) -> {
+      if (failure != null) {
+        Throwable c = WorkerFailures.unwrap(failure);
+        c.printStackTrace();
+        out.fail(WorkerFailures.kindOf(c, true), c, WorkerMain.EXIT_RESTORE_FAILED);
+        return;
+      }
+      OnDemandRestore.Stats s = restore.stats();
+      out.send(becomeId, new Resident((restore.residentNanos() - start) / 1e6, s.bytes(), s.hostBytes(),
+          s.storeBytes(), s.residentBytes(), s.copies(), s.promotions(), s.waits()));
+    });
+  }
+
+  // ---- INVOKE ----
+
+  private Frame invoke(Frame f) throws Exception {
+    if (state != State.READY) {
+      return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "INVOKE before this worker became an image"));
+    }
+    state = State.INVOKING;
+    long start = System.nanoTime();
+    Invoke request = Invoke.from(f.head(), f.body().length);
+    // The parent's reader sleeps in a read while this runs; NEAR wakes it a little before the RESULT is due.
+    ScheduledFuture<?> near = request.nearMicros() <= 0 ? null : nearTimer().schedule(
+        () -> out.send(f.id(), new Near()), request.nearMicros() * 1000, TimeUnit.NANOSECONDS);
+    try {
+      int jsonBytes = request.jsonBytes();
+      if (jsonBytes < 0 || jsonBytes > f.body().length) {
+        throw new ProtocolException("jsonBytes " + jsonBytes + " outside the body's " + f.body().length);
+      }
+      JsonNode body = json.readTree(f.body(), 0, jsonBytes);
+      if (body == null || !body.isObject()) {
+        throw new InvalidRequestException("the request is not a JSON object");
+      }
+      Optional<ByteBuffer> binary = jsonBytes == f.body().length ? Optional.empty()
+          : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
+      long t = System.nanoTime();
+      double decodeMs = (t - start) / 1e6;
+      FunctionResponse r = restored.function().invoke(new FunctionRequest(body, binary));
+      long t2 = System.nanoTime();
+      byte[] responseJson = json.writeValueAsBytes(r.json());
+      byte[] bytes = withBinary(responseJson, r.binary());
+      invocations++;
+      state = State.READY;
+      Map<String, Double> phases = new LinkedHashMap<>();
+      phases.put("decode", decodeMs);
+      phases.put("invoke", (t2 - t) / 1e6);
+      phases.put("encode", (System.nanoTime() - t2) / 1e6);
+      return Frame.of(f.id(), new InvokeAnswer(responseJson.length, phases), bytes);
+    } finally {
+      if (near != null) {
+        near.cancel(false);
+      }
+    }
+  }
+
+  private static byte[] withBinary(byte[] json, Optional<ByteBuffer> binary) {
+    if (binary.isEmpty()) {
+      return json;
+    }
+    ByteBuffer b = binary.get().duplicate();
+    byte[] out = Arrays.copyOf(json, json.length + b.remaining());
+    b.get(out, json.length, b.remaining());
+    return out;
+  }
+
+  /** The thread that sends NEAR frames; made at the first INVOKE that asks for one. */
+  private ScheduledThreadPoolExecutor nearTimer() {
+    ScheduledThreadPoolExecutor t = nearTimer;
+    if (t == null) {
+      synchronized (this) {
+        if (nearTimer == null) {
+          nearTimer = new ScheduledThreadPoolExecutor(1, r -> WorkerMain.daemon(r, "thaw-worker-near"));
+          nearTimer.setRemoveOnCancelPolicy(true);
+        }
+        t = nearTimer;
+      }
+    }
+    return t;
+  }
+
+  // ---- idle: write protection ----
+
+  /**
+   * Write-protects the image's read-only slabs once its restore is resident, here where no request runs (called by
+   * the thread that holds the executing turn, so a request read meanwhile waits for it); a restore still copying is
+   * tried again after the next idle stretch.
+   */
+  @Override
+  public void idle() {
+    try {
+      protectSlabs("while idle after " + invocations + " request(s)");
+      if (!slabsProtected && restored != null && !restored.isResident()) {
+        // Copies still due: again after the next idle stretch (at least 5 ms: not a spin while they land).
+        loop.idleIn(Math.max(config.protectAfterIdleMillis(), 5));
+      }
+    } catch (RuntimeException e) {
+      // A refusal leaves the slab writable and is reported by the restore; what gets here is the context's error.
+      e.printStackTrace();
+      WorkerErrorKind kind = WorkerFailures.kindOf(e, false);
+      if (kind == WorkerErrorKind.CUDA_STICKY) {
+        out.fail(kind, e, WorkerMain.EXIT_STICKY);
+      }
+    }
+  }
+
+  /** Protects {@link #restored}'s read-only slabs if it is resident and they are not yet; says so once. */
+  private void protectSlabs(String when) {
+    OnDemandRestore r = restored;
+    if (r == null || state != State.READY || slabsProtected) {
+      return;
+    }
+    long t = System.nanoTime();
+    if (r.protectReadOnlySlabs()) {
+      slabsProtected = true;
+      OnDemandRestore.Protection p = r.protection();
+      // Once per worker: what the GPU runs count (scripts/gpu/roslabs-run.sh).
+      System.err.printf(Locale.ROOT, "thaw worker: read-only slabs protected %s: %d of %d slab(s), %.1f MiB, "
+          + "cuMemSetAccess %.3f ms, %.3f ms in all%s%n", when, p.slabs(), p.of(), p.bytes() / 1048576.0,
+          p.millis(), (System.nanoTime() - t) / 1e6, p.refused() == null ? "" : "; refused: " + p.refused());
+    }
+  }
+
+  // ---- EXPORT, TRACE ----
+
+  /** Hands the image's read-only slabs to the parent's HBM tier: descriptors it takes before this worker exits. */
+  private Frame export(Frame f) {
+    if (state != State.READY || restored == null || !restored.isResident()) {
+      return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "only a worker whose image is wholly on the device "
+          + "exports it (state " + state + ")"));
+    }
+    protectSlabs("at EXPORT");
+    List<Long> written = restored.mayHaveBeenWritten();
+    if (!written.isEmpty()) {
+      System.err.println("thaw worker: read-only slabs " + written + " may have been written before they were "
+          + "protected; not handed to the HBM tier");
+    }
+    List<ExportedSlab> slabs = HbmExport.exportReadOnly(restored.function().session(), written);
+    return Frame.of(f.id(), new ExportAnswer(pid, ExportedSlab.encodeAll(slabs)));
+  }
+
+  /**
+   * The restore's timeline, time zero when the BECOME was read off stdin: a row of the BECOME's phases laid end to
+   * end as its answer reported them, with the moment the last byte landed, then the restore's own rows (host phases,
+   * copies on the restore stream, the first launch), copy spans capped.
+   */
+  private Frame trace(Frame f) throws IOException {
+    if (state != State.READY || restored == null || became == null || !restored.isResident()) {
+      return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "only a worker whose image is wholly on the device "
+          + "has a timeline to give (state " + state + ")"));
+    }
+    Trace request = Trace.from(f.head(), TRACE_SPANS);
+    long zero = became.takenNanos();
+    ObjectNode trace = restored.trace().chromeTrace(zero, request.maxSpans());
+    ArrayNode events = (ArrayNode) trace.get("traceEvents");
+    BecomeAnswer a = became.answer();
+    ObjectNode row = events.insertObject(0);
+    row.put("name", "thread_name").put("ph", "M").put("pid", 1).put("tid", 0);
+    row.putObject("args").put("name", "worker " + pid + " on device " + config.ordinal() + ": BECOME");
+    ObjectNode all = span(events, "BECOME " + image, 0, a.phases().getOrDefault("total", 0.0) * 1e3);
+    all.putObject("args").put("image", image).put("source", a.source()).put("bytes", a.bytes()).put("pid", pid)
+        .put("device", config.ordinal());
+    double t = 0;
+    for (Map.Entry<String, Double> p : a.phases().entrySet()) {
+      if (!p.getKey().equals("total")) {
+        double dur = p.getValue() * 1e3;
+        span(events, p.getKey(), t, dur);
+        t += dur;
+      }
+    }
+    ObjectNode landed = events.addObject();
+    landed.put("name", "resident: every byte on the device").put("ph", "i").put("s", "t").put("pid", 1)
+        .put("tid", 0).put("ts", (restored.residentNanos() - zero) / 1e3);
+    return Frame.of(f.id(), new TraceAnswer(zero, System.nanoTime()), json.writeValueAsBytes(trace));
+  }
+
+  private static ObjectNode span(ArrayNode events, String name, double tsMicros, double durMicros) {
+    ObjectNode e = events.addObject();
+    e.put("name", name).put("ph", "X").put("pid", 1).put("tid", 0).put("ts", tsMicros).put("dur", durMicros);
+    return e;
+  }
+}
