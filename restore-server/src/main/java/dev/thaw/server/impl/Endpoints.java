@@ -6,6 +6,7 @@ import dev.thaw.server.ServerOptions;
 import dev.thaw.server.StartupTimeline;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.core.Vertx;
+import io.vertx.core.buffer.Buffer;
 import io.vertx.core.http.HttpMethod;
 import io.vertx.ext.web.Route;
 import io.vertx.ext.web.Router;
@@ -114,12 +115,13 @@ public final class Endpoints implements AutoCloseable {
       if (ar.failed()) {
         Http.sendError(ctx, ar.cause());
       } else {
-        ctx.response().putHeader("Content-Type", "text/plain; version=0.0.4; charset=utf-8").end(ar.result());
+        Http.end(ctx, ctx.response().putHeader("Content-Type", "text/plain; version=0.0.4; charset=utf-8"),
+            Buffer.buffer(ar.result()));
       }
     }));
   }
 
-  /** A route for GET and HEAD on {@code path}: HEAD answers as GET would, headers only (Vert.x sends no body). */
+  /** A route for GET and HEAD on {@code path}: HEAD answers as GET would, headers only ({@link Http#end}). */
   static Route get(Router router, String path) {
     return router.route(path).method(HttpMethod.GET).method(HttpMethod.HEAD);
   }
