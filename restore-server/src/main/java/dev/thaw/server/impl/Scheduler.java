@@ -717,7 +717,7 @@ public final class Scheduler implements AutoCloseable {
         evict(s);
       }
       if (d.slots.isEmpty() && retiring.remove(d)) {
-        if (allDeployments().stream().noneMatch(other -> other.name.equals(d.name))) {
+        if (named(d.name).isEmpty()) {
           metrics.remove(d.name);
         }
         d.retired.complete(null);
@@ -748,17 +748,30 @@ public final class Scheduler implements AutoCloseable {
   /** Instances of every function named {@code name} (one being replaced included) in {@code state}: a gauge. */
   private synchronized int instanceCount(String name, String state) {
     int n = 0;
-    for (Deployment d : allDeployments()) {
-      if (d.name.equals(name)) {
-        n += (int) d.slots.stream().filter(s -> s.state().equals(state)).count();
-      }
+    for (Deployment d : named(name)) {
+      n += (int) d.slots.stream().filter(s -> s.state().equals(state)).count();
     }
     return n;
   }
 
   /** Requests waiting for an instance of {@code name} (one being replaced included): a gauge. */
   private synchronized int queueDepth(String name) {
-    return allDeployments().stream().filter(d -> d.name.equals(name)).mapToInt(d -> d.queue.size()).sum();
+    return named(name).stream().mapToInt(d -> d.queue.size()).sum();
+  }
+
+  /** The deployments named {@code name}: the current one and those retiring; one lookup, not a walk of all. */
+  private List<Deployment> named(String name) {
+    List<Deployment> named = new ArrayList<>(1);
+    Deployment current = deployments.get(name);
+    if (current != null) {
+      named.add(current);
+    }
+    for (Deployment d : retiring) {
+      if (d.name.equals(name)) {
+        named.add(d);
+      }
+    }
+    return named;
   }
 
   // ---- what GET shows ----
