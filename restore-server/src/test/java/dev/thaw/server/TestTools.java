@@ -22,7 +22,8 @@ public final class TestTools {
     }
     Path installer = Stream.of(Path.of("scripts", "install-test-tools.sh"), Path.of("..", "scripts",
         "install-test-tools.sh")).filter(Files::isExecutable).findFirst().orElse(null);
-    Assumptions.assumeTrue(installer != null, tool + " is not installed and scripts/install-test-tools.sh is not found");
+    Assumptions.assumeTrue(installer != null,
+        tool + " is not installed and scripts/install-test-tools.sh is not found");
     Process p = new ProcessBuilder(installer.toString(), tool).redirectErrorStream(true).start();
     String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
     boolean done = p.waitFor(5, TimeUnit.MINUTES);
