@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# Installs the Debian packages some tests use, when they are missing: wrk (the server's load trial).
+# Installs the Debian packages some tests use, when their command is missing: wrk (the server's load trial) and
+# promtool from the prometheus package (the /metrics exposition checked as Prometheus checks it).
 # Tests call it themselves and skip with its reason when it fails (no root, no package index reachable).
-# Usage: scripts/install-test-tools.sh [PACKAGE...]   (default: wrk)
+# Usage: scripts/install-test-tools.sh [COMMAND...]   (default: wrk)
 set -euo pipefail
-packages=("${@:-wrk}")
+commands=("${@:-wrk}")
+package_of() {
+  case "$1" in
+    promtool) echo prometheus ;;
+    *) echo "$1" ;;
+  esac
+}
 missing=()
-for p in "${packages[@]}"; do
-  command -v "$p" > /dev/null 2>&1 || missing+=("$p")
+packages=()
+for c in "${commands[@]}"; do
+  if ! command -v "$c" > /dev/null 2>&1; then
+    missing+=("$c")
+    packages+=("$(package_of "$c")")
+  fi
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 if [[ $(id -u) -ne 0 ]]; then
-  echo "cannot install ${missing[*]}: not root (apt-get install -y ${missing[*]} as root)" >&2
+  echo "cannot install ${missing[*]}: not root (apt-get install -y ${packages[*]} as root)" >&2
   exit 1
 fi
 if ! command -v apt-get > /dev/null 2>&1; then
@@ -19,7 +30,15 @@ if ! command -v apt-get > /dev/null 2>&1; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq > /dev/null 2>&1 || true
-apt-get install -y -qq "${missing[@]}" > /dev/null
-for p in "${missing[@]}"; do
-  command -v "$p" > /dev/null 2>&1 || { echo "$p did not install" >&2; exit 1; }
+# The prometheus package would start its server where a service manager runs: a policy-rc.d of our own, for the
+# install only, keeps every service the install brings stopped.
+policy=/usr/sbin/policy-rc.d
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy"
+  chmod 755 "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
+apt-get install -y -qq --no-install-recommends "${packages[@]}" > /dev/null
+for c in "${missing[@]}"; do
+  command -v "$c" > /dev/null 2>&1 || { echo "$c did not install" >&2; exit 1; }
 done

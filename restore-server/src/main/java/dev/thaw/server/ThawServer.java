@@ -4,10 +4,9 @@ import dev.thaw.image.store.ChunkStore;
 import dev.thaw.server.impl.ColdPathWarmup;
 import dev.thaw.server.impl.Endpoints;
 import dev.thaw.server.impl.ImageInfo;
+import dev.thaw.server.impl.ProcessMetrics;
 import dev.thaw.server.impl.Scheduler;
 import dev.thaw.server.spi.InstanceFactory;
-import io.micrometer.core.instrument.Tag;
-import io.micrometer.prometheusmetrics.PrometheusConfig;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.core.Future;
 import io.vertx.core.Vertx;
@@ -67,11 +66,8 @@ public final class ThawServer implements AutoCloseable {
     this.factory = factory;
     this.adminToken = adminToken;
     this.adminTokenFile = adminTokenFile;
-    this.metrics = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
     // The labels (Knative's K_* among them) before any meter: a filter added later misses the meters made before it.
-    List<Tag> common = new ArrayList<>();
-    options.labels().forEach((k, v) -> common.add(Tag.of(k, v)));
-    metrics.config().commonTags(common);
+    this.metrics = ProcessMetrics.registry(options.labels());
     factory.bindMetrics(metrics);
     this.scheduler = new Scheduler(factory, metrics, options.gpuMemoryBytes(), options.retryAfter(),
         options.tracesKept(), options.wakeAhead());

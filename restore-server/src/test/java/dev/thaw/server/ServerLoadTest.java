@@ -19,7 +19,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -40,7 +39,7 @@ class ServerLoadTest {
 
   @Test
   void sixtyFourConnectionsGetOnly200sAndLeaveNothingBehind() throws Exception {
-    String wrk = wrk();
+    String wrk = TestTools.require("wrk");
     Path script = dir.resolve("invoke.lua");
     Files.writeString(script, String.join("\n",
         "wrk.method = \"POST\"",
@@ -121,35 +120,5 @@ class ServerLoadTest {
       Thread.sleep(100);
     }
     return last;
-  }
-
-  /** wrk on the PATH, installed by the project's script if need be; else the test is skipped with the reason. */
-  private static String wrk() throws Exception {
-    if (onPath("wrk")) {
-      return "wrk";
-    }
-    Path installer = Stream.of(Path.of("scripts", "install-test-tools.sh"), Path.of("..", "scripts",
-        "install-test-tools.sh")).filter(Files::isExecutable).findFirst().orElse(null);
-    Assumptions.assumeTrue(installer != null, "wrk is not installed and scripts/install-test-tools.sh is not found");
-    List<String> cmd = new ArrayList<>(List.of(installer.toString(), "wrk"));
-    Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-    String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-    boolean done = p.waitFor(5, TimeUnit.MINUTES);
-    Assumptions.assumeTrue(done && p.exitValue() == 0 && onPath("wrk"),
-        "wrk is not installed and could not be: " + out.strip());
-    return "wrk";
-  }
-
-  private static boolean onPath(String tool) {
-    String path = System.getenv("PATH");
-    if (path == null) {
-      return false;
-    }
-    for (String d : path.split(":")) {
-      if (Files.isExecutable(Path.of(d, tool))) {
-        return true;
-      }
-    }
-    return false;
   }
 }

@@ -47,24 +47,24 @@ class WakeAheadTest {
 
   @Test
   void inProcessTheEventLoopIsAwakeForALongInvokesAnswer() throws Exception {
-    String metrics = serve(false, Duration.ofMillis(50));
-    assertTrue(count(metrics, "wait", "caught") >= 1, metrics);
-    assertTrue(count(metrics, "wait", "caught") + count(metrics, "wait", "missed") <= 4,
-        "the cold invoke and the first warm one (which teaches the prediction) are not woken ahead: " + metrics);
-    assertEquals(0, count(metrics, "mlp", "caught") + count(metrics, "mlp", "missed"), "short invokes are not");
+    Served s = serve(false, Duration.ofMillis(50));
+    assertEquals(0, count(s.shortOnes(), "caught") + count(s.shortOnes(), "missed"), "short invokes are not");
+    assertTrue(count(s.all(), "caught") >= 1, s.all());
+    assertTrue(count(s.all(), "caught") + count(s.all(), "missed") <= 4,
+        "the cold invoke and the first warm one (which teaches the prediction) are not woken ahead: " + s.all());
   }
 
   @Test
   void pooledTheEventLoopIsAwakeForALongInvokesAnswer() throws Exception {
-    String metrics = serve(true, Duration.ofMillis(50));
-    assertTrue(count(metrics, "wait", "caught") >= 1, metrics);
-    assertEquals(0, count(metrics, "mlp", "caught") + count(metrics, "mlp", "missed"), "short invokes are not");
+    Served s = serve(true, Duration.ofMillis(50));
+    assertEquals(0, count(s.shortOnes(), "caught") + count(s.shortOnes(), "missed"), "short invokes are not");
+    assertTrue(count(s.all(), "caught") >= 1, s.all());
   }
 
   @Test
   void withoutWakeAheadNothingPolls() throws Exception {
-    String metrics = serve(false, Duration.ZERO);
-    assertEquals(0, count(metrics, "wait", "caught") + count(metrics, "wait", "missed"), metrics);
+    String metrics = serve(false, Duration.ZERO).all();
+    assertEquals(0, count(metrics, "caught") + count(metrics, "missed"), metrics);
   }
 
   @Test
@@ -79,8 +79,11 @@ class WakeAheadTest {
         () -> ServerOptions.fromJson(ServerFixture.JSON.createObjectNode().put("wakeAhead", "1s")));
   }
 
-  /** Five long invokes and five short ones on a fresh server; its metrics after. */
-  private static String serve(boolean pooled, Duration wakeAhead) throws Exception {
+  /** The metrics after the short invokes, and after the long ones too. */
+  private record Served(String shortOnes, String all) {}
+
+  /** Five short invokes, then five long ones, on a fresh server. */
+  private static Served serve(boolean pooled, Duration wakeAhead) throws Exception {
     Path storePath = dir.resolve("store");
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         SimDriver driver = SimDriver.open(new SimOptions())) {
@@ -95,22 +98,26 @@ class WakeAheadTest {
           store, instances)) {
         int port = server.port();
         for (int i = 0; i < 5; i++) {
+          assertEquals(200, postJson(port, "/v1/functions/mlp/invoke", ServerFixture.MLP_REQUEST).statusCode());
+        }
+        String shortOnes = get(port, "/metrics").body();
+        for (int i = 0; i < 5; i++) {
           HttpResponse<String> r = postJson(port, "/v1/functions/wait/invoke", LONG);
           assertEquals(200, r.statusCode(), r.body());
           assertEquals(150000, ServerFixture.json(r).path("micros").asLong(), r.body());
-          assertEquals(200, postJson(port, "/v1/functions/mlp/invoke", ServerFixture.MLP_REQUEST).statusCode());
         }
         String metrics = get(port, "/metrics").body();
         assertTrue(metrics.contains("thaw_invocations_total{function=\"wait\",outcome=\"ok\",start=\"warm\"} 4.0"),
             "one cold invoke, then warm ones: " + metrics);
-        return metrics;
+        return new Served(shortOnes, metrics);
       }
     }
   }
 
-  private static double count(String metrics, String function, String outcome) {
-    return metrics.lines().filter(l -> l.startsWith("thaw_wake_ahead_total{") && l.contains("function=\"" + function
-            + "\"") && l.contains("outcome=\"" + outcome + "\""))
+  /** {@code thaw_wake_ahead_total}: not per function (docs/design/server.md, "Metrics"). */
+  private static double count(String metrics, String outcome) {
+    return metrics.lines().filter(l -> l.startsWith("thaw_wake_ahead_total{") && l.contains("outcome=\"" + outcome
+            + "\""))
         .mapToDouble(l -> Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1))).sum();
   }
 }

@@ -26,7 +26,7 @@ import java.util.concurrent.TimeoutException;
  * the first to run around its start and after its invoke (the scheduler's queue and slot, a start's metrics, the
  * dispatch, the cold start's trace, the request's phases and Server-Timing). On an H200 the first request's
  * {@code queue} was ~21 ms longer than later ones', most of it the first registration of its phase timers (which the
- * scheduler now makes at registration). Nothing of the real server is touched: its own scheduler, metrics,
+ * scheduler now makes when it is made). Nothing of the real server is touched: its own scheduler, metrics,
  * instances, pool and GPU state stay as they are.
  */
 public final class ColdPathWarmup {

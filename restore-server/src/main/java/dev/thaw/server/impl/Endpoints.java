@@ -6,6 +6,9 @@ import dev.thaw.server.ServerOptions;
 import dev.thaw.server.StartupTimeline;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.core.Vertx;
+import io.vertx.core.buffer.Buffer;
+import io.vertx.core.http.HttpMethod;
+import io.vertx.ext.web.Route;
 import io.vertx.ext.web.Router;
 import io.vertx.ext.web.RoutingContext;
 import io.vertx.ext.web.handler.BodyHandler;
@@ -28,6 +31,7 @@ public final class Endpoints implements AutoCloseable {
 
   private final ServerOptions options;
   private final PrometheusMeterRegistry metrics;
+  private final ProcessMetrics processMetrics;
   private final NativeApi nativeApi;
   private final KServeApi kserve;
   private final CompletionsApi completions;
@@ -47,6 +51,7 @@ public final class Endpoints implements AutoCloseable {
     this.timeline = timeline;
     this.options = options;
     this.metrics = metrics;
+    this.processMetrics = new ProcessMetrics(metrics);
     Http http = new Http(options.maxJsonDepth());
     this.nativeApi = new NativeApi(scheduler, store, http, adminToken);
     this.kserve = new KServeApi(scheduler, http);
@@ -84,6 +89,7 @@ public final class Endpoints implements AutoCloseable {
       long start = System.nanoTime();
       ctx.put(Http.RECEIVED, start);
       ctx.addEndHandler(v -> {
+        count(ctx);
         log(ctx, start);
         startupDone(ctx);
       });
@@ -101,8 +107,23 @@ public final class Endpoints implements AutoCloseable {
 
   private void adminRoutes(Router r) {
     nativeApi.admin(r);
-    r.get("/metrics").handler(ctx -> ctx.response().putHeader("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        .end(metrics.scrape()));
+    // Scraped off the event loop: the JVM binders' gauges and hundreds of functions' series take milliseconds.
+    get(r, "/metrics").handler(ctx -> ctx.vertx().executeBlocking(() -> {
+      processMetrics.bindProcess();
+      return metrics.scrape();
+    }, false).onComplete(ar -> {
+      if (ar.failed()) {
+        Http.sendError(ctx, ar.cause());
+      } else {
+        Http.end(ctx, ctx.response().putHeader("Content-Type", "text/plain; version=0.0.4; charset=utf-8"),
+            Buffer.buffer(ar.result()));
+      }
+    }));
+  }
+
+  /** A route for GET and HEAD on {@code path}: HEAD answers as GET would, headers only ({@link Http#end}). */
+  static Route get(Router router, String path) {
+    return router.route(path).method(HttpMethod.GET).method(HttpMethod.HEAD);
   }
 
   private Router finish(Router r) {
@@ -127,6 +148,7 @@ public final class Endpoints implements AutoCloseable {
   @Override
   public void close() {
     requestLog.close();
+    processMetrics.close();
   }
 
   /** The first response a function gave ends the startup timeline: its line goes to the log. */
@@ -136,6 +158,17 @@ public final class Endpoints implements AutoCloseable {
       return;
     }
     timeline.firstResponse(inv.function(), inv.phases()).ifPresent(line -> LOG.info(line + labels));
+  }
+
+  private void count(RoutingContext ctx) {
+    if (warmup.isOwn(ctx.request().getHeader(HttpWarmup.HEADER))) {
+      return;
+    }
+    if (ctx.response().closed() && !ctx.response().ended()) {
+      processMetrics.abandoned();
+    } else {
+      processMetrics.responded(ctx.response().getStatusCode());
+    }
   }
 
   private void log(RoutingContext ctx, long startNanos) {

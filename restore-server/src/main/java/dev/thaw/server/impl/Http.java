@@ -13,6 +13,7 @@ import dev.thaw.server.ServeException;
 import io.vertx.core.Context;
 import io.vertx.core.Vertx;
 import io.vertx.core.buffer.Buffer;
+import io.vertx.core.http.HttpMethod;
 import io.vertx.core.http.HttpServerResponse;
 import io.vertx.ext.web.RoutingContext;
 import java.io.IOException;
@@ -95,9 +96,21 @@ final class Http {
       return;
     }
     try {
-      r.setStatusCode(status).putHeader("Content-Type", JSON).end(Buffer.buffer(WRITER.writeValueAsBytes(body)));
+      end(ctx, r.setStatusCode(status).putHeader("Content-Type", JSON), Buffer.buffer(WRITER.writeValueAsBytes(body)));
     } catch (JsonProcessingException e) {
       r.setStatusCode(500).end();
+    }
+  }
+
+  /**
+   * Ends the response with {@code body}; a HEAD request's with its length alone (over HTTP/2, which a client reaches by
+   * an h2c upgrade, Vert.x would send a HEAD response's body).
+   */
+  static void end(RoutingContext ctx, HttpServerResponse r, Buffer body) {
+    if (ctx.request().method() == HttpMethod.HEAD) {
+      r.putHeader("Content-Length", Integer.toString(body.length())).end();
+    } else {
+      r.end(body);
     }
   }
 

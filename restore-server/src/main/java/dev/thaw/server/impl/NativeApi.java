@@ -38,8 +38,8 @@ final class NativeApi {
   }
 
   void admin(Router router) {
-    router.get("/v1/functions").handler(this::list);
-    router.get("/v1/functions/:name").handler(this::get);
+    Endpoints.get(router, "/v1/functions").handler(this::list);
+    Endpoints.get(router, "/v1/functions/:name").handler(this::get);
     router.put("/v1/functions/:name").handler(ctx -> Http.guard(ctx, () -> {
       checkAdmin(ctx);
       put(ctx);
@@ -48,7 +48,7 @@ final class NativeApi {
       checkAdmin(ctx);
       delete(ctx);
     }));
-    router.get("/v1/functions/:name/trace").handler(ctx -> Http.guard(ctx,
+    Endpoints.get(router, "/v1/functions/:name/trace").handler(ctx -> Http.guard(ctx,
         () -> Http.sendJson(ctx, 200, scheduler.trace(name(ctx)))));
   }
 

@@ -171,7 +171,9 @@ public final class PoolInstances implements InstanceFactory {
       int ordinal = d.ordinal();
       for (String state : List.of("idle", "starting", "in_use")) {
         Gauge.builder("thaw.pool.workers", pool, p -> workers(p, ordinal, state))
-            .tag("device", Integer.toString(ordinal)).tag("state", state).register(registry);
+            .tag("device", Integer.toString(ordinal)).tag("state", state)
+            .description("the context pool's worker processes per device: idle (warm, ready for a cold start), "
+                + "starting, in use by an instance").register(registry);
       }
     }
   }

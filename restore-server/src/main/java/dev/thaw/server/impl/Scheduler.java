@@ -12,11 +12,7 @@ import dev.thaw.server.ServeException;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
 import dev.thaw.server.spi.StartPhases;
-import io.micrometer.core.instrument.Counter;
-import io.micrometer.core.instrument.Gauge;
-import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.Timer;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -55,7 +51,7 @@ public final class Scheduler implements AutoCloseable {
   static final int WAKE_AHEAD_MAX_INVOKING = Math.max(1, Runtime.getRuntime().availableProcessors() / 4);
 
   private final InstanceFactory factory;
-  private final MeterRegistry metrics;
+  private final ServerMetrics metrics;
   private final long retryAfterSeconds;
   private final int tracesKept;
   private final long epochNanos = System.nanoTime();
@@ -85,7 +81,7 @@ public final class Scheduler implements AutoCloseable {
       int tracesKept, Duration wakeAhead) {
     this.factory = factory;
     this.wakeAheadNanos = wakeAhead.toNanos();
-    this.metrics = metrics;
+    this.metrics = new ServerMetrics(metrics, this::instanceCount, this::queueDepth);
     this.retryAfterSeconds = Math.max(1, (retryAfter.toMillis() + 999) / 1000);
     this.tracesKept = tracesKept;
     this.devices = List.copyOf(factory.devices());
@@ -95,11 +91,7 @@ public final class Scheduler implements AutoCloseable {
       long total = devices.get(i).totalMemoryBytes();
       budget[i] = gpuMemoryBytes > 0 ? Math.min(gpuMemoryBytes, total) : total;
       int d = i;
-      Gauge.builder("thaw.gpu.memory.budget", () -> budget[d]).tag("device", Integer.toString(d)).baseUnit("bytes")
-          .description("device memory instances may use").register(metrics);
-      Gauge.builder("thaw.gpu.memory.reserved", this, s -> s.reserved(d)).tag("device", Integer.toString(d))
-          .baseUnit("bytes").description("device memory held by instances (starting ones included)")
-          .register(metrics);
+      this.metrics.device(d, () -> budget[d], () -> reserved(d));
     }
     this.reaper = Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "thaw-server-reaper"));
     reaper.scheduleWithFixedDelay(this::reap, REAP_PERIOD_MILLIS, REAP_PERIOD_MILLIS, TimeUnit.MILLISECONDS);
@@ -126,12 +118,12 @@ public final class Scheduler implements AutoCloseable {
     if (draining) {
       throw new ServeException(503, "draining", "the server is shutting down", retryAfterSeconds);
     }
-    Deployment old = deployments.remove(name);
+    Deployment d = new Deployment(name, new FunctionOptions(options), image);
+    Deployment old = deployments.put(name, d);
     if (old != null) {
+      // After the new one is in: the name's meters stay (counters go on counting) while the old one retires.
       retire(old);
     }
-    Deployment d = new Deployment(name, new FunctionOptions(options), image);
-    deployments.put(name, d);
     factory.prepare(image.tag(), image.manifest());
     if (old != null) {
       unprepareIfUnused(old.image.tag());
@@ -212,7 +204,7 @@ public final class Scheduler implements AutoCloseable {
       return p;
     }
     if (d.queue.size() >= d.options.queueCapacity() + d.startingCount() + d.startable()) {
-      d.rejected.increment();
+      d.meters.queueFull.increment();
       throw new ServeException(429, "queue_full", "function '" + name + "' has " + d.queue.size()
           + " requests waiting (queueCapacity " + d.options.queueCapacity() + ")", retryAfterSeconds);
     }
@@ -269,12 +261,12 @@ public final class Scheduler implements AutoCloseable {
       long until = System.nanoTime() + 3 * wakeAheadNanos;
       while (!result.isDone()) {
         if (System.nanoTime() - until > 0) {
-          deployment.wakeMissed.increment();
+          metrics.wakeMissed.increment();
           return;
         }
         Thread.onSpinWait();
       }
-      deployment.wakeCaught.increment();
+      metrics.wakeCaught.increment();
     }
 
     private void fireNearlyDone() {
@@ -342,12 +334,7 @@ public final class Scheduler implements AutoCloseable {
     final List<Slot> slots = new ArrayList<>();
     final CompletableFuture<Void> retired = new CompletableFuture<>();
     final ColdStartTraces traces;
-    final List<Meter> meters = new ArrayList<>();
-    final Counter rejected;
-    final Counter refused;
-    /** Wake-aheads whose answer came while the event loop polled, and those that gave up first. */
-    final Counter wakeCaught;
-    final Counter wakeMissed;
+    final ServerMetrics.Function meters;
     boolean retire;
     String lastStartFailure;
     /** Its warm invokes' length, smoothed: the wake-ahead's prediction; 0: none yet. */
@@ -358,45 +345,7 @@ public final class Scheduler implements AutoCloseable {
       this.options = options;
       this.image = image;
       this.traces = new ColdStartTraces(tracesKept, epochNanos);
-      for (String state : List.of("starting", "idle", "busy")) {
-        meters.add(Gauge.builder("thaw.instances", this, d -> d.count(state)).tag("function", name)
-            .tag("state", state).description("instances of a function by state").register(metrics));
-      }
-      meters.add(Gauge.builder("thaw.queue.depth", this, d -> d.queueDepth()).tag("function", name)
-          .description("requests waiting for an instance").register(metrics));
-      rejected = Counter.builder("thaw.rejected").tag("function", name).tag("reason", "queue_full")
-          .description("requests refused before they reached an instance").register(metrics);
-      refused = Counter.builder("thaw.rejected").tag("function", name).tag("reason", "no_memory")
-          .register(metrics);
-      meters.add(rejected);
-      meters.add(refused);
-      wakeCaught = Counter.builder("thaw.wake.ahead").tag("function", name).tag("outcome", "caught")
-          .description("long invokes whose answer found its event loop awake (polling since shortly before)")
-          .register(metrics);
-      wakeMissed = Counter.builder("thaw.wake.ahead").tag("function", name).tag("outcome", "missed")
-          .register(metrics);
-      meters.add(wakeCaught);
-      meters.add(wakeMissed);
-      // Made now rather than by the first request: a timer's first registration (its histogram, and on the server's
-      // first function Micrometer's timer classes) cost the server's first cold start ~20 ms between its worker's
-      // answer and its invoke (docs/design/server.md, "The first cold request").
-      for (String phase : List.of("queue", "acquire", "map", "restore-wait", "invoke")) {
-        timer(name, phase, "cold");
-      }
-      timer(name, "queue", "warm");
-      timer(name, "invoke", "warm");
-    }
-
-    int count(String state) {
-      synchronized (Scheduler.this) {
-        return (int) slots.stream().filter(s -> s.state().equals(state)).count();
-      }
-    }
-
-    int queueDepth() {
-      synchronized (Scheduler.this) {
-        return queue.size();
-      }
+      this.meters = metrics.function(name);
     }
 
     Slot idleSlot() {
@@ -458,7 +407,7 @@ public final class Scheduler implements AutoCloseable {
     while (d.queue.size() > d.startingCount() && d.slots.size() < d.options.maxInstances()) {
       if (place(d).isEmpty()) {
         if (d.slots.isEmpty()) {
-          d.refused.increment();
+          d.meters.noMemory.increment();
           failQueue(d, new ServeException(503, "no_capacity", "function '" + d.name + "' needs "
               + mib(d.image.deviceBytes()) + " of device memory" + (factory.sharedAddressSpace()
               ? " at its recorded addresses" : "") + "; none is free now (busy instances hold it)",
@@ -475,6 +424,7 @@ public final class Scheduler implements AutoCloseable {
     if (device < 0) {
       for (Slot victim : evictionCandidates(d)) {
         evict(victim);
+        victim.deployment.meters.evicted("memory");
         device = fittingDevice(d.image);
         if (device >= 0) {
           break;
@@ -561,10 +511,10 @@ public final class Scheduler implements AutoCloseable {
       slot.idleSince = System.nanoTime();
       d.lastStartFailure = null;
       StartPhases p = instance.startPhases();
-      record(d.name, "acquire", "cold", p.acquireMillis());
-      record(d.name, "map", "cold", p.mapMillis());
-      record(d.name, "restore-wait", "cold", p.restoreMillis());
-      metrics.counter("thaw.restore.bytes", "function", d.name, "tier", p.tier()).increment(p.restoredBytes());
+      metrics.recordPhase("acquire", "cold", p.acquireMillis());
+      metrics.recordPhase("map", "cold", p.mapMillis());
+      metrics.recordPhase("restore-wait", "cold", p.restoreMillis());
+      d.meters.restored(p.tier(), p.restoredBytes());
       first = next(slot);
     }
     if (first != null) {
@@ -577,7 +527,7 @@ public final class Scheduler implements AutoCloseable {
     removeSlot(slot);
     slot.thread.shutdown();
     d.lastStartFailure = String.valueOf(e.getMessage());
-    metrics.counter("thaw.start.failures", "function", d.name).increment();
+    d.meters.startFailures.increment();
     if (d.slots.isEmpty()) {
       failQueue(d, e instanceof ServeException refused ? refused : e instanceof CudaOutOfMemoryException
           ? new ServeException(503, "no_capacity", "function '" + d.name + "' does not fit on the device now: "
@@ -671,10 +621,9 @@ public final class Scheduler implements AutoCloseable {
       phases.put("queue", waited);
     }
     phases.put("invoke", (done - invokeStart) / 1e6);
-    record(p.deployment.name, "queue", start, phases.get("queue"));
-    record(p.deployment.name, "invoke", start, phases.get("invoke"));
-    metrics.counter("thaw.invocations", "function", p.deployment.name, "start", start, "outcome",
-        failure == null ? "ok" : "error").increment();
+    metrics.recordPhase("queue", start, phases.get("queue"));
+    metrics.recordPhase("invoke", start, phases.get("invoke"));
+    p.deployment.meters.invoked(cold, failure == null, (done - p.enqueued) / 1e6);
     if (cold) {
       Map<String, Double> startPhases = new LinkedHashMap<>(phases);
       startPhases.remove("queue");
@@ -709,6 +658,7 @@ public final class Scheduler implements AutoCloseable {
       }
       if (!slot.instance.healthy()) {
         evict(slot);
+        slot.deployment.meters.evicted("unhealthy");
         scaleOut(slot.deployment);
       } else {
         following = next(slot);
@@ -755,7 +705,7 @@ public final class Scheduler implements AutoCloseable {
       try {
         instance.close();
       } catch (RuntimeException e) {
-        metrics.counter("thaw.close.failures", "function", slot.deployment.name).increment();
+        metrics.closeFailures.increment();
       }
     });
     slot.thread.shutdown();
@@ -778,7 +728,9 @@ public final class Scheduler implements AutoCloseable {
         evict(s);
       }
       if (d.slots.isEmpty() && retiring.remove(d)) {
-        d.meters.forEach(metrics::remove);
+        if (named(d.name).isEmpty()) {
+          metrics.remove(d.name);
+        }
         d.retired.complete(null);
       }
     }
@@ -797,20 +749,40 @@ public final class Scheduler implements AutoCloseable {
         }
         if (s.instance != null && !s.busy && now - s.idleSince >= d.options.keepAlive().toNanos()) {
           evict(s);
-          metrics.counter("thaw.evictions", "function", d.name, "reason", "keep_alive").increment();
+          d.meters.evicted("keep_alive");
         }
       }
       ensureMinimum(d);
     }
   }
 
-  private void record(String function, String phase, String start, double millis) {
-    timer(function, phase, start).record(Duration.ofNanos(Math.round(millis * 1e6)));
+  /** Instances of every function named {@code name} (one being replaced included) in {@code state}: a gauge. */
+  private synchronized int instanceCount(String name, String state) {
+    int n = 0;
+    for (Deployment d : named(name)) {
+      n += (int) d.slots.stream().filter(s -> s.state().equals(state)).count();
+    }
+    return n;
   }
 
-  private Timer timer(String function, String phase, String start) {
-    return Timer.builder("thaw.phase").tag("function", function).tag("phase", phase).tag("start", start)
-        .publishPercentileHistogram().description("time per request phase").register(metrics);
+  /** Requests waiting for an instance of {@code name} (one being replaced included): a gauge. */
+  private synchronized int queueDepth(String name) {
+    return named(name).stream().mapToInt(d -> d.queue.size()).sum();
+  }
+
+  /** The deployments named {@code name}: the current one and those retiring; one lookup, not a walk of all. */
+  private List<Deployment> named(String name) {
+    List<Deployment> named = new ArrayList<>(1);
+    Deployment current = deployments.get(name);
+    if (current != null) {
+      named.add(current);
+    }
+    for (Deployment d : retiring) {
+      if (d.name.equals(name)) {
+        named.add(d);
+      }
+    }
+    return named;
   }
 
   // ---- what GET shows ----
@@ -888,8 +860,8 @@ public final class Scheduler implements AutoCloseable {
           evict(s);
           s.thread.shutdown();
         }
-        d.meters.forEach(metrics::remove);
       }
+      metrics.removeAll();
       deployments.clear();
       retiring.clear();
     }
