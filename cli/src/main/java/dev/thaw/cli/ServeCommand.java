@@ -14,6 +14,7 @@ import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
+import dev.thaw.pool.tiers.ImageTiers;
 import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.server.StartupTimeline;
@@ -111,6 +112,16 @@ final class ServeCommand implements Callable<Integer> {
   @Option(names = "--idle-workers", paramLabel = "N", defaultValue = "1",
       description = "Warm idle workers the pool keeps per device (default: ${DEFAULT-VALUE}).")
   int idleWorkers;
+
+  @Option(names = "--max-workers", paramLabel = "N",
+      description = {"Worker processes the pool keeps per device, idle and in use (default: maxWorkers of the",
+          "config, else 8); instances at once per device are this less the idle workers."})
+  Integer maxWorkers;
+
+  @Option(names = "--tier-policy", paramLabel = "recency|registration",
+      description = {"What the host cache, HBM tier and prepared workers keep: by cold-start recency (the default)",
+          "or everything at registration, evicting the least recently used (the baseline)."})
+  String tierPolicy;
 
   @Option(names = "--host-cache", paramLabel = "SIZE",
       description = {"The pinned host image cache pool workers restore from, e.g. 8g, 512m, 0 for none",
@@ -330,10 +341,13 @@ final class ServeCommand implements Callable<Integer> {
     private final ContextPool pool;
     private final long hbmTierBytes;
     private final Duration retryAfter;
+    private final String tierPolicy;
 
-    private EarlyPool(HostImageCache cache, ContextPool pool, long hbmTierBytes, Duration retryAfter) {
+    private EarlyPool(HostImageCache cache, ContextPool pool, long hbmTierBytes, Duration retryAfter,
+        String tierPolicy) {
       this.cache = cache;
       this.pool = pool;
+      this.tierPolicy = tierPolicy;
       this.hbmTierBytes = hbmTierBytes;
       this.retryAfter = retryAfter;
     }
@@ -350,6 +364,7 @@ final class ServeCommand implements Callable<Integer> {
       List<String> atStart = options.functions().values().stream().map(FunctionOptions::image).distinct()
           .limit(ContextPoolOptions.DEFAULT_MAX_PREPARED_IMAGES).toList();
       ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(c.idleWorkers)
+          .setMaxWorkers(Math.max(options.maxWorkers(), c.idleWorkers + 1))
           .setDeviceChoice(choice).setStorePath(storePath).setWarmupAfterReady(true).setPrepareAtStart(atStart)
           .setWakeAhead(options.wakeAhead());
       HostImageCache cache = null;
@@ -365,7 +380,7 @@ final class ServeCommand implements Callable<Integer> {
       try {
         ContextPool pool = ContextPool.create(poolOptions);
         timeline.mark("pool started");
-        return new EarlyPool(cache, pool, options.hbmTierBytes(), options.retryAfter());
+        return new EarlyPool(cache, pool, options.hbmTierBytes(), options.retryAfter(), options.tierPolicy());
       } catch (RuntimeException | Error e) {
         if (cache != null) {
           cache.close();
@@ -378,7 +393,8 @@ final class ServeCommand implements Callable<Integer> {
     PoolInstances instances(GpuDriver driver, List<Integer> devices, ChunkStore s, Path storePath) {
       pool.addDevices(devices);
       return new PoolInstances(pool, cache, cache == null ? 0 : hbmTierBytes, s, storePath, driver.devices(),
-          Duration.ofSeconds(120), retryAfter);
+          Duration.ofSeconds(120), retryAfter, tierPolicy.equals("registration") ? ImageTiers.Staging.ALWAYS
+              : ImageTiers.Staging.IF_FREE);
     }
 
     @Override
@@ -462,6 +478,12 @@ final class ServeCommand implements Callable<Integer> {
       }
       if (wakeAhead != null) {
         o.setWakeAhead(ServerOptions.parseDuration(wakeAhead, "--wake-ahead"));
+      }
+      if (maxWorkers != null) {
+        o.setMaxWorkers(maxWorkers);
+      }
+      if (tierPolicy != null) {
+        o.setTierPolicy(tierPolicy);
       }
       String token = cli.env("THAW_ADMIN_TOKEN");
       if (token != null && !token.isBlank()) {

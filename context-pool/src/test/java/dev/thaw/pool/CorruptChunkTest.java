@@ -8,15 +8,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.store.Digest;
-import dev.thaw.image.store.RocksChunkStore;
-import dev.thaw.image.store.StoreOptions;
-import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -34,7 +27,7 @@ class CorruptChunkTest {
     Path store = dir.resolve("store");
     PoolTestImages.Built probe = PoolTestImages.probe(store, "probe");
     Digest victim = ImageManifest.read(probe.manifest()).allocations().get(0).chunks().get(0).digest();
-    corrupt(store, victim);
+    PoolTestImages.corrupt(store, victim);
     List<Long> seen = new ArrayList<>();
 
     // A full restore: BECOME itself fails, naming the chunk; the worker lives and exits when released.
@@ -80,28 +73,5 @@ class CorruptChunkTest {
   }
 
   /** Flips one byte in the middle of the chunk's bytes wherever they lie in the store's files, as a disk would. */
-  private static void corrupt(Path store, Digest chunk) throws Exception {
-    byte[] bytes;
-    try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
-      ByteBuffer b = ByteBuffer.allocate(s.chunkSize(chunk).orElseThrow());
-      s.readChunk(chunk, b);
-      bytes = b.array();
-    }
-    List<Path> files;
-    try (var walk = Files.walk(store)) {
-      files = walk.filter(Files::isRegularFile).toList();
-    }
-    for (Path f : files) {
-      byte[] all = Files.readAllBytes(f);
-      for (int i = 0; i + bytes.length <= all.length; i++) {
-        if (all[i] == bytes[0] && Arrays.equals(all, i, i + bytes.length, bytes, 0, bytes.length)) {
-          try (FileChannel ch = FileChannel.open(f, StandardOpenOption.WRITE)) {
-            ch.write(ByteBuffer.wrap(new byte[] {(byte) (all[i + bytes.length / 2] ^ 0x40)}), i + bytes.length / 2);
-          }
-          return;
-        }
-      }
-    }
-    throw new AssertionError("chunk " + chunk + " is in no file of " + store);
-  }
+
 }

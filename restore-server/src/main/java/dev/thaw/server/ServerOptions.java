@@ -19,6 +19,7 @@ import java.util.regex.Pattern;
  * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
  *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184, "wakeAhead": "500us",
+ *  "maxWorkers": 8, "tierPolicy": "recency",
  *  "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
  * }</pre>
@@ -48,10 +49,14 @@ public final class ServerOptions {
   public static final int DEFAULT_TRACES_KEPT = 16;
   /** {@link #wakeAhead()}: 0.5 ms. */
   public static final Duration DEFAULT_WAKE_AHEAD = Duration.ofNanos(500_000);
+  /** {@link #maxWorkers()}: the pool's worker processes per device, idle and in use. */
+  public static final int DEFAULT_MAX_WORKERS = 8;
+  /** {@link #tierPolicy()}: what the node keeps in its tiers, by cold-start recency. */
+  public static final String DEFAULT_TIER_POLICY = "recency";
 
   private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
       "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
-      "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead");
+      "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead", "maxWorkers", "tierPolicy");
   private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|us|s|m)?");
 
   private String host = DEFAULT_HOST;
@@ -68,6 +73,8 @@ public final class ServerOptions {
   private long hbmTierBytes = DEFAULT_HBM_TIER_BYTES;
   private int tracesKept = DEFAULT_TRACES_KEPT;
   private Duration wakeAhead = DEFAULT_WAKE_AHEAD;
+  private int maxWorkers = DEFAULT_MAX_WORKERS;
+  private String tierPolicy = DEFAULT_TIER_POLICY;
   private final Map<String, String> labels = new LinkedHashMap<>();
   private final Map<String, FunctionOptions> functions = new LinkedHashMap<>();
 
@@ -88,6 +95,8 @@ public final class ServerOptions {
     hbmTierBytes = o.hbmTierBytes;
     tracesKept = o.tracesKept;
     wakeAhead = o.wakeAhead;
+    maxWorkers = o.maxWorkers;
+    tierPolicy = o.tierPolicy;
     labels.putAll(o.labels);
     o.functions.forEach((k, v) -> functions.put(k, new FunctionOptions(v)));
   }
@@ -250,6 +259,37 @@ public final class ServerOptions {
     return this;
   }
 
+  public int maxWorkers() {
+    return maxWorkers;
+  }
+
+  /**
+   * Worker processes the pool keeps per device, idle and in use ({@link #DEFAULT_MAX_WORKERS}): with pool-backed
+   * instances, at most this many less the idle ones are instances at once on a device, and a cold start evicts the
+   * least recently used idle instance of another function beyond that.
+   */
+  public ServerOptions setMaxWorkers(int maxWorkers) {
+    this.maxWorkers = FunctionOptions.checkRange("maxWorkers", maxWorkers, 1, 1024);
+    return this;
+  }
+
+  public String tierPolicy() {
+    return tierPolicy;
+  }
+
+  /**
+   * What the node's tiers keep between cold starts ({@code docs/design/memory-tiers.md}): {@code recency} (the
+   * default: a registration stages its image only into free host-cache space; cold starts decide what stays) or
+   * {@code registration} (every registration stages, evicting the least recently used: the policy-free baseline).
+   */
+  public ServerOptions setTierPolicy(String policy) {
+    if (!"recency".equals(policy) && !"registration".equals(policy)) {
+      throw new IllegalArgumentException("tierPolicy is recency or registration, not '" + policy + "'");
+    }
+    this.tierPolicy = policy;
+    return this;
+  }
+
   private static long physicalMemory() {
     java.lang.management.OperatingSystemMXBean os = java.lang.management.ManagementFactory.getOperatingSystemMXBean();
     if (os instanceof com.sun.management.OperatingSystemMXBean sun) {
@@ -326,6 +366,8 @@ public final class ServerOptions {
     json.put("hbmTierBytes", hbmTierBytes);
     json.put("tracesKept", tracesKept);
     json.put("wakeAhead", wakeAhead.toNanos() / 1000 + "us");
+    json.put("maxWorkers", maxWorkers);
+    json.put("tierPolicy", tierPolicy);
     ObjectNode l = json.putObject("labels");
     labels.forEach(l::put);
     ObjectNode f = json.putObject("functions");
@@ -406,6 +448,12 @@ public final class ServerOptions {
     }
     if (json.has("wakeAhead")) {
       o.setWakeAhead(duration(json.get("wakeAhead"), "wakeAhead"));
+    }
+    if (json.has("maxWorkers")) {
+      o.setMaxWorkers(FunctionOptions.intField(json, "maxWorkers"));
+    }
+    if (json.hasNonNull("tierPolicy")) {
+      o.setTierPolicy(json.get("tierPolicy").asText());
     }
     if (json.has("labels")) {
       JsonNode l = json.get("labels");

@@ -27,8 +27,8 @@ final class WorkerLogs {
     }
   }
 
-  /** How the process ended (waiting up to 2 s for it), then the end of its stderr. */
-  static String exitDescription(Process process, Path log) {
+  /** How the process ended (waiting up to 2 s for it); empty when it has not. */
+  static String exitDescription(Process process) {
     try {
       if (process.waitFor(2, TimeUnit.SECONDS)) {
         int s = process.exitValue();
@@ -39,12 +39,12 @@ final class WorkerLogs {
             : s == WorkerMain.EXIT_PARENT_GONE ? "its stdin closed"
             : s == WorkerMain.EXIT_RESTORE_FAILED ? "its restore failed"
             : "exit status " + s;
-        return ": exit status " + s + " (" + what + ")" + tail(log);
+        return ": exit status " + s + " (" + what + ")";
       }
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
-    return tail(log);
+    return "";
   }
 
   /** The end of the worker's stderr, for messages; empty when there is none. */

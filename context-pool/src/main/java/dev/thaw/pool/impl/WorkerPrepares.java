@@ -1,6 +1,8 @@
 package dev.thaw.pool.impl;
 
 import dev.thaw.pool.PreparedImage;
+import dev.thaw.pool.WorkerErrorKind;
+import dev.thaw.pool.WorkerException;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.WorkerMessages.Forget;
@@ -15,6 +17,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -74,7 +77,11 @@ final class WorkerPrepares {
           timeout);
       f.whenComplete((answer, e) -> {
         if (e != null) {
-          LOG.warn("Worker {} did not prepare '{}': {}", pid, image.name(), e.getMessage());
+          if (becameMeanwhile(e)) {
+            LOG.debug("Worker {} became an image before it prepared '{}'", pid, image.name());
+          } else {
+            LOG.warn("Worker {} did not prepare '{}': {}", pid, image.name(), e.getMessage());
+          }
           forgotten(List.of(key));
         } else {
           forgotten(PrepareAnswer.from(answer.head()).dropped());
@@ -101,6 +108,12 @@ final class WorkerPrepares {
         LOG.debug("Worker {} dropped {}", pid, ForgetAnswer.from(answer.head()).dropped());
       }
     });
+  }
+
+  /** A PREPARE that reached the worker after its BECOME: it was acquired meanwhile, which is no failure. */
+  private static boolean becameMeanwhile(Throwable e) {
+    Throwable c = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
+    return c instanceof WorkerException w && w.kind() == WorkerErrorKind.STATE;
   }
 
   private void forgotten(List<String> keys) {

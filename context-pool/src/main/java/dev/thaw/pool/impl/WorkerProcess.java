@@ -55,6 +55,8 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The parent's side of one worker process: its life (ready, blank, became an image, ended), what it holds prepared
@@ -84,6 +86,7 @@ final class WorkerProcess implements Worker {
   }
 
   private static final Duration STATUS_TIMEOUT = Duration.ofSeconds(10);
+  private static final Logger LOG = LoggerFactory.getLogger(WorkerProcess.class);
 
   private final int device;
   private final Process process;
@@ -165,8 +168,7 @@ final class WorkerProcess implements Worker {
     long startMs = o.startTimeout().toMillis();
     timer.schedule(() -> {
       if (!w.ready.isDone()) {
-        w.lose(WorkerErrorKind.DEADLINE, null, "not ready " + startMs + " ms after spawn; killed"
-            + WorkerLogs.tail(w.log));
+        w.lose(WorkerErrorKind.DEADLINE, null, "not ready " + startMs + " ms after spawn; killed");
       }
     }, startMs, TimeUnit.MILLISECONDS);
     return w;
@@ -514,13 +516,17 @@ final class WorkerProcess implements Worker {
 
   /** Kills the worker now and fails everything pending with one exception of {@code kind}. Idempotent. */
   void lose(WorkerErrorKind kind, String remoteType, String message) {
-    lose(new WorkerLostException(kind, pid, remoteType, message));
+    // A worker that never started ran no function: its stderr is the JVM's and the driver's, what the operator
+    // needs in the pool's start failure. After READY it is the function's, and goes to the log only.
+    lose(new WorkerLostException(kind, pid, remoteType, ready.isDone() ? message : message + WorkerLogs.tail(log)));
   }
 
   private void lose(WorkerException e) {
     if (!ended.compareAndSet(null, e)) {
       return;
     }
+    // The worker's own output is the function's: it goes to this process's log, never into a message a client sees.
+    LOG.warn("Worker {} on device {} lost: {}{}", pid, device, e.getMessage(), WorkerLogs.tail(log));
     process.destroyForcibly();
     failPending(e);
     listener.ended(this, e, true);
@@ -592,7 +598,7 @@ final class WorkerProcess implements Worker {
     @Override
     public void failed(int id, Failure f) {
       if (id == 0 || f.kind().workerLost()) {
-        lose(f.kind(), f.exceptionType(), f.describe() + (id == 0 ? WorkerLogs.tail(log) : ""));
+        lose(f.kind(), f.exceptionType(), f.describe());
         return;
       }
       pipe.fail(id, WorkerException.of(f.kind(), pid, f.exceptionType(), f.describe()));
@@ -605,14 +611,14 @@ final class WorkerProcess implements Worker {
 
     @Override
     public void broken(String what) {
-      lose(WorkerErrorKind.CRASHED, null, what + WorkerLogs.exitDescription(process, log));
+      lose(WorkerErrorKind.CRASHED, null, what + WorkerLogs.exitDescription(process));
     }
 
     @Override
     public void garbled(String why, boolean maybeDying) {
       boolean exited = maybeDying && WorkerLogs.exitsSoon(process);
       lose(exited ? WorkerErrorKind.CRASHED : WorkerErrorKind.PROTOCOL, null, why
-          + (exited ? WorkerLogs.exitDescription(process, log) : "; killed" + WorkerLogs.tail(log)));
+          + (exited ? WorkerLogs.exitDescription(process) : "; killed"));
     }
   }
 

@@ -28,9 +28,12 @@ final class WorkerFailures {
         return e.isSticky() ? WorkerErrorKind.CUDA_STICKY : WorkerErrorKind.CUDA;
       }
     }
-    if (t instanceof dev.thaw.image.restore.CorruptChunkException
-        || t instanceof dev.thaw.image.store.CorruptChunkException) {
-      return WorkerErrorKind.CORRUPT_CHUNK;
+    for (Throwable c = t; c != null; c = c.getCause()) {
+      // A restore that stops on a damaged chunk wraps it: the kind is still the chunk's.
+      if (c instanceof dev.thaw.image.restore.CorruptChunkException
+          || c instanceof dev.thaw.image.store.CorruptChunkException) {
+        return WorkerErrorKind.CORRUPT_CHUNK;
+      }
     }
     if (t instanceof ImageNotFoundException || t instanceof InvalidManifestException
         || t instanceof ImageRestoreException || t instanceof ChunkNotFoundException || t instanceof StoreException

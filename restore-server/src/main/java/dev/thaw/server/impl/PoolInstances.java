@@ -17,6 +17,7 @@ import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.WorkerException;
+import dev.thaw.pool.WorkerLostException;
 import dev.thaw.pool.WorkerOutOfMemoryException;
 import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.pool.tiers.ImageTiers;
@@ -29,7 +30,9 @@ import dev.thaw.server.ServeException;
 import dev.thaw.server.StartupTimeline;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
+import dev.thaw.server.spi.InstanceLostException;
 import dev.thaw.server.spi.StartPhases;
+import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
 import java.nio.ByteBuffer;
@@ -150,6 +153,12 @@ public final class PoolInstances implements InstanceFactory {
   }
 
   @Override
+  public int maxInstances(int device) {
+    ContextPoolOptions o = pool.options();
+    return Math.max(1, o.maxWorkers() - o.idleTarget());
+  }
+
+  @Override
   public boolean canStart() {
     return pool.stats().stream().anyMatch(s -> s.idle() > 0);
   }
@@ -176,6 +185,57 @@ public final class PoolInstances implements InstanceFactory {
                 + "starting, in use by an instance").register(registry);
       }
     }
+    bindTierMetrics(registry);
+  }
+
+  /**
+   * The node's tiers ({@link ImageTiers}): cold starts by the tier they began from, the host cache's bytes (used,
+   * pinned, staged, evicted), the HBM tiers' bytes, and what the policy staged at cold starts or skipped at
+   * registration. No per-image series: a node has hundreds of images.
+   */
+  private void bindTierMetrics(MeterRegistry registry) {
+    for (String tier : List.of("hbm", "host-cache", "store")) {
+      FunctionCounter.builder("thaw.cold.starts", tiers, t -> coldStarts(t.stats(), tier)).tag("tier", tier)
+          .description("cold starts of pool-backed instances by the tier their image began from").register(registry);
+    }
+    FunctionCounter.builder("thaw.tier.stages", tiers, t -> t.stats().stagedOnUse()).tag("when", "cold_start")
+        .description("images staged into the host cache at a cold start that missed it, and registrations "
+            + "not staged for want of free room").register(registry);
+    FunctionCounter.builder("thaw.tier.stages", tiers, t -> t.stats().registrationStagesSkipped())
+        .tag("when", "registration_skipped").register(registry);
+    FunctionCounter.builder("thaw.hbm.kept", tiers, t -> t.stats().hbmKept())
+        .description("scaled-in instances whose read-only weights stayed on the device").register(registry);
+    Gauge.builder("thaw.hbm.tier", tiers, ImageTiers::hbmBytes).baseUnit("bytes")
+        .description("device bytes the HBM tiers hold, all devices").register(registry);
+    HostImageCache cache = tiers.cache();
+    if (cache == null) {
+      return;
+    }
+    for (String state : List.of("capacity", "used", "pinned")) {
+      Gauge.builder("thaw.host.cache", cache, c -> hostCache(c.stats(), state)).tag("state", state)
+          .baseUnit("bytes").description("the host image cache's bytes: its capacity, what it holds, what running "
+              + "restores pin").register(registry);
+    }
+    FunctionCounter.builder("thaw.host.cache.staged", cache, c -> c.stats().stagedBytes()).baseUnit("bytes")
+        .description("bytes read from the store into the host cache").register(registry);
+    FunctionCounter.builder("thaw.host.cache.evicted", cache, c -> c.stats().evictedBytes()).baseUnit("bytes")
+        .description("bytes evicted from the host cache, least recently used first").register(registry);
+  }
+
+  private static double coldStarts(ImageTiers.Stats s, String tier) {
+    return switch (tier) {
+      case "hbm" -> s.hbmStarts();
+      case "host-cache" -> s.hostCacheStarts();
+      default -> s.storeStarts();
+    };
+  }
+
+  private static double hostCache(HostImageCache.Stats s, String state) {
+    return switch (state) {
+      case "capacity" -> s.capacity();
+      case "used" -> s.usedBytes();
+      default -> s.pinnedBytes();
+    };
   }
 
   private static double workers(ContextPool pool, int device, String state) {
@@ -393,6 +453,11 @@ public final class PoolInstances implements InstanceFactory {
       CompletableFuture<InvokeResult> sent;
       try {
         sent = worker.invoke(json, request.binary().orElse(null), null);
+      } catch (WorkerLostException e) {
+        // Ended before the request was written: nothing of it reached the worker.
+        healthy = false;
+        return CompletableFuture.failedFuture(new InstanceLostException("worker " + worker.pid()
+            + " ended before the request was sent (" + e.kind() + ")", e));
       } catch (RuntimeException e) {
         return CompletableFuture.failedFuture(failure(e));
       }
@@ -437,6 +502,12 @@ public final class PoolInstances implements InstanceFactory {
       return worker.resident().thenComposeAsync(r -> worker.restoreTimeline(ColdStartTraces.MAX_SPANS), background)
           .thenApply(t -> new RestoreTimeline(t.chromeTrace(), t.originNanos()))
           .exceptionally(e -> null);
+    }
+
+    @Override
+    public CompletableFuture<String> lost() {
+      return worker.ended().thenApply(e -> e instanceof WorkerLostException ? e.kind() + ": " + e.detail() : null)
+          .thenCompose(why -> why == null ? new CompletableFuture<>() : CompletableFuture.completedFuture(why));
     }
 
     @Override

@@ -11,6 +11,7 @@ import dev.thaw.server.FunctionOptions;
 import dev.thaw.server.ServeException;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
+import dev.thaw.server.spi.InstanceLostException;
 import dev.thaw.server.spi.StartPhases;
 import io.micrometer.core.instrument.MeterRegistry;
 import java.time.Duration;
@@ -28,6 +29,8 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Who serves which request: per function, a fair FIFO queue in front of its instances; instances started on
@@ -47,6 +50,9 @@ public final class Scheduler implements AutoCloseable {
 
   private static final JsonNodeFactory NODES = JsonNodeFactory.instance;
   static final long REAP_PERIOD_MILLIS = 100;
+  /** How often a request whose instance was gone before it was sent goes to another one. */
+  static final int RESENDS = 2;
+  private static final Logger LOG = LoggerFactory.getLogger(Scheduler.class);
   /** Wake-ahead spins only while at most this many instances invoke: a quarter of the cores. */
   static final int WAKE_AHEAD_MAX_INVOKING = Math.max(1, Runtime.getRuntime().availableProcessors() / 4);
 
@@ -58,6 +64,8 @@ public final class Scheduler implements AutoCloseable {
   private final List<DeviceInfo> devices;
   private final long[] budget;
   private final long[] reserved;
+  /** Instances placed on each device, starting ones included. */
+  private final int[] placed;
   private final Map<String, Deployment> deployments = new LinkedHashMap<>();
   private final List<Deployment> retiring = new ArrayList<>();
   private final ScheduledExecutorService reaper;
@@ -87,6 +95,7 @@ public final class Scheduler implements AutoCloseable {
     this.devices = List.copyOf(factory.devices());
     this.budget = new long[devices.size()];
     this.reserved = new long[devices.size()];
+    this.placed = new int[devices.size()];
     for (int i = 0; i < budget.length; i++) {
       long total = devices.get(i).totalMemoryBytes();
       budget[i] = gpuMemoryBytes > 0 ? Math.min(gpuMemoryBytes, total) : total;
@@ -197,6 +206,10 @@ public final class Scheduler implements AutoCloseable {
     if (draining) {
       throw new ServeException(503, "draining", "the server is shutting down", retryAfterSeconds);
     }
+    ImageDamage damage = d.damage;
+    if (damage != null && d.liveCount() == 0 && !damage.retryDue()) {
+      throw damage.error();
+    }
     Pending p = new Pending(d, request);
     Slot idle = d.idleSlot();
     if (idle != null && d.queue.isEmpty()) {
@@ -220,6 +233,8 @@ public final class Scheduler implements AutoCloseable {
     final long enqueued = System.nanoTime();
     final CompletableFuture<Invocation> result = new CompletableFuture<>();
     boolean dispatched;
+    /** Times it went back to its queue because its instance was gone before it was sent. */
+    int resends;
     /** Set when it was dispatched to an instance that invokes asynchronously: run by the dispatching thread. */
     private Runnable direct;
     private volatile Runnable nearlyDone;
@@ -337,6 +352,8 @@ public final class Scheduler implements AutoCloseable {
     final ServerMetrics.Function meters;
     boolean retire;
     String lastStartFailure;
+    /** Its image failed an integrity check: requests are refused with this until it is registered again. */
+    ImageDamage damage;
     /** Its warm invokes' length, smoothed: the wake-ahead's prediction; 0: none yet. */
     long invokeNanos;
 
@@ -410,8 +427,8 @@ public final class Scheduler implements AutoCloseable {
           d.meters.noMemory.increment();
           failQueue(d, new ServeException(503, "no_capacity", "function '" + d.name + "' needs "
               + mib(d.image.deviceBytes()) + " of device memory" + (factory.sharedAddressSpace()
-              ? " at its recorded addresses" : "") + "; none is free now (busy instances hold it)",
-              retryAfterSeconds));
+              ? " at its recorded addresses" : "") + " and an instance slot; busy instances hold "
+              + (memoryFree(d.image) ? "every slot" : "the memory") + " now", retryAfterSeconds));
         }
         return;
       }
@@ -437,8 +454,19 @@ public final class Scheduler implements AutoCloseable {
     Slot slot = new Slot(d, device);
     d.slots.add(slot);
     reserved[device] += d.image.deviceBytes();
+    placed[device]++;
     slot.thread.execute(() -> start(slot));
     return Optional.of(slot);
+  }
+
+  /** True if some device has the memory for {@code image} now, slots aside. */
+  private boolean memoryFree(ImageInfo image) {
+    for (int i = 0; i < budget.length; i++) {
+      if (budget[i] - reserved[i] >= image.deviceBytes()) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private boolean fits(ImageInfo image) {
@@ -466,7 +494,7 @@ public final class Scheduler implements AutoCloseable {
     long bestHeld = 0;
     for (int i = 0; i < budget.length; i++) {
       long free = budget[i] - reserved[i];
-      if (free < image.deviceBytes()) {
+      if (free < image.deviceBytes() || placed[i] >= factory.maxInstances(i)) {
         continue;
       }
       long held = factory.residentBytes(image.tag(), i);
@@ -510,6 +538,8 @@ public final class Scheduler implements AutoCloseable {
       slot.instance = instance;
       slot.idleSince = System.nanoTime();
       d.lastStartFailure = null;
+      d.damage = null;
+      instance.lost().thenAccept(why -> lost(slot, why));
       StartPhases p = instance.startPhases();
       metrics.recordPhase("acquire", "cold", p.acquireMillis());
       metrics.recordPhase("map", "cold", p.mapMillis());
@@ -522,13 +552,32 @@ public final class Scheduler implements AutoCloseable {
     }
   }
 
+  /**
+   * An instance that ended on its own (its worker died while idle) leaves at once, so the next request starts a
+   * fresh one instead of failing on it; one serving a request is left to that request's end.
+   */
+  private synchronized void lost(Slot slot, String why) {
+    if (slot.evicted || slot.busy || closed) {
+      return;
+    }
+    Deployment d = slot.deployment;
+    LOG.warn("{}: instance on device {} lost while idle: {}", d.name, slot.device, why);
+    evict(slot);
+    d.meters.evicted("lost");
+    ensureMinimum(d);
+    scaleOut(d);
+  }
+
   private void startFailed(Slot slot, Throwable e) {
     Deployment d = slot.deployment;
     removeSlot(slot);
     slot.thread.shutdown();
     d.lastStartFailure = String.valueOf(e.getMessage());
     d.meters.startFailures.increment();
-    if (d.slots.isEmpty()) {
+    ImageDamage damage = ImageDamage.of(d.image.tag(), e);
+    if (damage != null) {
+      damaged(d, damage);
+    } else if (d.slots.isEmpty()) {
       failQueue(d, e instanceof ServeException refused ? refused : e instanceof CudaOutOfMemoryException
           ? new ServeException(503, "no_capacity", "function '" + d.name + "' does not fit on the device now: "
               + e.getMessage(), retryAfterSeconds)
@@ -538,6 +587,20 @@ public final class Scheduler implements AutoCloseable {
     }
     finishRetire(d);
     checkDrained();
+  }
+
+  /**
+   * The function's image failed its integrity check (a chunk whose bytes do not match its digest): every waiting
+   * request gets the same 500 naming the image and the chunk, and so does every new one until the function is
+   * registered again or {@link ImageDamage#RETRY_AFTER} has passed (then one start is tried again) — never a new
+   * worker per request.
+   */
+  private void damaged(Deployment d, ImageDamage damage) {
+    if (d.damage == null) {
+      LOG.error("{}: {}", d.name, damage.message());
+    }
+    d.damage = damage;
+    failQueue(d, damage.error());
   }
 
   private void failQueue(Deployment d, ServeException e) {
@@ -606,6 +669,9 @@ public final class Scheduler implements AutoCloseable {
     long done = System.nanoTime();
     Throwable failure = failed instanceof CompletionException && failed.getCause() != null ? failed.getCause()
         : failed;
+    if (failure instanceof InstanceLostException && retryElsewhere(slot, p)) {
+      return;
+    }
     String start = cold ? "cold" : "warm";
     Map<String, Double> phases = new LinkedHashMap<>();
     StartPhases sp = slot.instance.startPhases();
@@ -650,11 +716,15 @@ public final class Scheduler implements AutoCloseable {
         long took = done - invokeStart;
         p.deployment.invokeNanos = before == 0 ? took : before + (took - before) / 4;
       }
+      ImageDamage damage = failure == null ? null : ImageDamage.of(p.deployment.image.tag(), failure);
       if (failure == null) {
         p.result.complete(new Invocation(p.deployment.name, invoked.response(), cold, phases,
             slot.instance.describe(), cold ? sp.tier() : null, invoked.functionMillis()));
       } else {
-        p.result.completeExceptionally(failure);
+        p.result.completeExceptionally(damage != null ? damage.error() : failure);
+      }
+      if (damage != null) {
+        damaged(p.deployment, damage);
       }
       if (!slot.instance.healthy()) {
         evict(slot);
@@ -668,6 +738,30 @@ public final class Scheduler implements AutoCloseable {
     if (following != null) {
       following.sendDirect();
     }
+  }
+
+  /**
+   * A request whose instance was gone before anything of it was sent goes back to the head of its queue and another
+   * instance serves it (at most {@link #RESENDS} times); false when it has been resent enough, and fails.
+   */
+  private boolean retryElsewhere(Slot slot, Pending p) {
+    synchronized (this) {
+      if (p.resends >= RESENDS) {
+        return false;
+      }
+      p.resends++;
+      slot.busy = false;
+      invoking--;
+      evict(slot);
+      slot.deployment.meters.evicted("lost");
+      p.dispatched = false;
+      slot.deployment.queue.addFirst(p);
+      scaleOut(slot.deployment);
+    }
+    if (p.wake != null) {
+      p.wake.cancel(false);
+    }
+    return true;
   }
 
   /** The slot is free: it takes the head of its function's queue (returned: the caller sends it), or idles. */
@@ -697,6 +791,7 @@ public final class Scheduler implements AutoCloseable {
       slot.evicted = true;
       slot.deployment.slots.remove(slot);
       reserved[slot.device] -= slot.deployment.image.deviceBytes();
+      placed[slot.device]--;
     }
   }
 

@@ -38,8 +38,11 @@ public final class ServerMetrics {
   static final List<String> STATES = List.of("starting", "idle", "busy");
   static final List<String> TIERS = List.of("store", "host-cache", "hbm");
   static final List<String> REJECTIONS = List.of("queue_full", "no_memory");
-  /** Why an instance was evicted: idle past keepAlive, to make room for another function, or after it failed. */
-  static final List<String> EVICTIONS = List.of("keep_alive", "memory", "unhealthy");
+  /**
+   * Why an instance was evicted: idle past keepAlive, to make room for another function, after it failed, or because
+   * its process ended on its own (while idle, or before a request reached it).
+   */
+  static final List<String> EVICTIONS = List.of("keep_alive", "memory", "unhealthy", "lost");
   /** The series one function adds; {@code ServerMetricsTest} holds the exposition to it. */
   public static final int SERIES_PER_FUNCTION = 4 + 2 + STATES.size() + 1 + REJECTIONS.size() + TIERS.size() + 1
       + EVICTIONS.size();

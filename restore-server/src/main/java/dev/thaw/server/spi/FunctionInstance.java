@@ -91,4 +91,12 @@ public interface FunctionInstance extends AutoCloseable {
   /** Frees the instance's device memory and whatever else it holds. Idempotent. */
   @Override
   void close();
+
+  /**
+   * Completes, with why, if the instance ends on its own (its worker process died while idle); never for a close.
+   * The server then drops it at once instead of sending it the next request.
+   */
+  default CompletableFuture<String> lost() {
+    return new CompletableFuture<>();
+  }
 }

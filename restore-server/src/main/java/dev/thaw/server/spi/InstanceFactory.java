@@ -33,6 +33,15 @@ public interface InstanceFactory extends AutoCloseable {
   FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) throws Exception;
 
   /**
+   * How many instances {@code device} can hold at once, starting ones included: the server evicts idle instances of
+   * other functions beyond it, as it does for memory. A pool of worker processes holds as many as it keeps workers,
+   * less those it keeps idle so that a cold start never waits for a process to start.
+   */
+  default int maxInstances(int device) {
+    return Integer.MAX_VALUE;
+  }
+
+  /**
    * True when a start could begin now without waiting for the factory itself (a warm worker is idle). Readiness
    * ({@code /v2/health/ready}) asks it for functions without a live instance.
    */
