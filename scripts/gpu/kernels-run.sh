@@ -8,11 +8,11 @@
 #      split-KV decode at 16/2000/8000/32000 positions and 4 rows at 2000 (fp64, every head). Times, TFLOP/s.
 #   2. scripts/llama/torch_kernels.py: torch.matmul (cuBLAS) and scaled_dot_product_attention (flash) on the same
 #      shapes, in the same run: the anchors.
-#   3. With the time left, the GPU JUnit tests: every kernel against its Java twin at real shapes
-#      (LlamaKernelsGpuTest), every kernel instrumented with its buffers allowed -> no violation, same bits, and the
-#      instrumentation overhead (LlamaInstrumentedGpuTest), the function profiled on the GPU -> every kernel
-#      `exact` (LlamaFunctionGpuProfileTest), the instrumenter's own GPU cases, zero-fill cp.async included
-#      (InstrumentedKernelsGpuTest).
+#   3. With the time left, the GPU JUnit tests: first the instrumenter's own GPU cases, zero-fill cp.async included
+#      (InstrumentedKernelsGpuTest), every kernel instrumented with its buffers allowed -> no violation, same bits,
+#      and the instrumentation overhead (LlamaInstrumentedGpuTest), the function profiled on the GPU -> every
+#      kernel `exact` (LlamaFunctionGpuProfileTest); then every kernel against its Java twin at real shapes
+#      (LlamaKernelsGpuTest).
 #   4. The summary table (scripts/llama/kernels_summary.py), also in $OUT/summary.txt.
 # The tarball must be built from this branch (mvn -B -Pdist package -DskipTests): it carries LlamaKernelBench and
 # the test jars.
@@ -74,24 +74,32 @@ else
   status=1
 fi
 
-# 3. GPU JUnit tests in what is left.
-t=$(( $(left) - 8 ))
-if [ "$t" -gt 30 ]; then
-  log "GPU tests (timeout $t s)"
-  timeout -k 5 "$t" "$thaw_home/bin/thaw-test" --details=tree \
-      --select-class=dev.thaw.examples.llama.kernels.LlamaKernelsGpuTest \
-      --select-class=dev.thaw.examples.llama.kernels.LlamaInstrumentedGpuTest \
-      --select-class=dev.thaw.examples.llama.LlamaFunctionGpuProfileTest \
-      --select-class=dev.thaw.runtime.ptx.instrument.InstrumentedKernelsGpuTest > "$OUT/tests.log" 2>&1
-  rc=$?
-  sed 's/\x1b\[[0-9;]*m//g' "$OUT/tests.log" > "$OUT/tests.txt" && rm -f "$OUT/tests.log"
-  log "GPU tests exit $rc ($( [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo 'timed out: see tests.txt for how far they got' || echo 'finished'))"
+# 3. GPU JUnit tests in what is left: the instrumentation verdicts first, then the kernels against their twins.
+: > "$OUT/tests.txt"
+junit() {  # junit NAME SECONDS CLASS...
+  local name=$1 t=$2
+  shift 2
+  if [ "$t" -le 20 ]; then
+    echo "== $name: not run, $(left) s of the $budget s budget left" >> "$OUT/tests.txt"
+    log "$name not run: $(left) s left"
+    status=1
+    return
+  fi
+  local selectors=()
+  for c in "$@"; do selectors+=("--select-class=$c"); done
+  log "$name (timeout $t s)"
+  echo "== $name" >> "$OUT/tests.txt"
+  timeout -k 5 "$t" "$thaw_home/bin/thaw-test" --details=tree "${selectors[@]}" 2>&1 \
+      | sed 's/\x1b\[[0-9;]*m//g' >> "$OUT/tests.txt"
+  local rc=${PIPESTATUS[0]}
+  log "$name exit $rc ($( [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo 'timed out: see tests.txt for how far it got' || echo 'finished'))"
   [ "$rc" -ne 0 ] && status=1
-else
-  echo "not run: $(left) s of the $budget s budget left" > "$OUT/tests.txt"
-  log "GPU tests not run: $(left) s left"
-  status=1
-fi
+}
+junit "instrumented kernels and profiling" $(( ($(left) - 8) * 3 / 5 )) \
+    dev.thaw.runtime.ptx.instrument.InstrumentedKernelsGpuTest \
+    dev.thaw.examples.llama.kernels.LlamaInstrumentedGpuTest \
+    dev.thaw.examples.llama.LlamaFunctionGpuProfileTest
+junit "kernels against their twins" $(( $(left) - 8 )) dev.thaw.examples.llama.kernels.LlamaKernelsGpuTest
 
 # 4. Summary.
 python3 "$repo/scripts/llama/kernels_summary.py" "$OUT/thaw-kernels.json" "$OUT/torch-kernels.json" \

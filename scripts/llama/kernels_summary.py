@@ -76,11 +76,11 @@ def main():
                                                                   f", {thaw['failures']} FAILED (see bench.txt)"))
     if tests and os.path.exists(tests):
         text = open(tests, errors="replace").read()
-        m = re.search(r"\[\s*(\d+) tests successful\s*\].*?\[\s*(\d+) tests failed\s*\]", text, re.S)
-        skipped = re.search(r"\[\s*(\d+) tests skipped\s*\]", text)
-        if m:
-            print(f"JUnit (kernels vs twins, instrumented kernels, function profiling): {m.group(1)} successful, "
-                  f"{m.group(2)} failed" + (f", {skipped.group(1)} skipped" if skipped else ""))
+        count = lambda what: sum(int(x) for x in re.findall(r"\[\s*(\d+) tests " + what + r"\s*\]", text))
+        not_run = [l.strip("= \n") for l in text.splitlines() if l.startswith("== ") and "not run" in l]
+        print(f"JUnit (kernels vs twins, instrumented kernels, function profiling): {count('successful')} "
+              f"successful, {count('failed')} failed, {count('skipped')} skipped"
+              + (f"; NOT RUN: {'; '.join(not_run)}" if not_run else ""))
         for line in text.splitlines():
             if "instrumentation overhead" in line or "gpu profiling overhead" in line:
                 print("  " + line.strip())

@@ -123,8 +123,7 @@ public final class LlamaKernelBench {
         bench.prefill(prefill);
         bench.decode(decode);
       } finally {
-        bench.free();
-        bench.stream.close();
+        // The results so far first: after a device error (a faulting kernel) freeing fails too.
         if (out != null) {
           ObjectNode doc = JsonNodeFactory.instance.objectNode();
           doc.put("device", context.device().name());
@@ -133,6 +132,8 @@ public final class LlamaKernelBench {
           doc.set("results", bench.results);
           new ObjectMapper().writerWithDefaultPrettyPrinter().writeValue(new File(out), doc);
         }
+        bench.free();
+        bench.stream.close();
       }
       System.out.println(bench.failures == 0 ? "RESULT: PASS (every check)" : "RESULT: FAIL (" + bench.failures
           + " checks failed)");
