@@ -79,7 +79,7 @@ def main():
         count = lambda what: sum(int(x) for x in re.findall(r"\[\s*(\d+) tests " + what + r"\s*\]", text))
         not_run = [l.strip("= \n") for l in text.splitlines() if l.startswith("== ") and "not run" in l]
         print(f"JUnit (kernels vs twins, instrumented kernels, function profiling): {count('successful')} "
-              f"successful, {count('failed')} failed, {count('skipped')} skipped"
+              f"successful, {count('failed')} failed, {count('aborted')} aborted (no GPU?), {count('skipped')} skipped"
               + (f"; NOT RUN: {'; '.join(not_run)}" if not_run else ""))
         for line in text.splitlines():
             if "instrumentation overhead" in line or "gpu profiling overhead" in line:
