@@ -33,6 +33,22 @@
 // - llama_attention: one block per (query head, row), scores for the causal window in shared memory (<= 4096),
 //   softmax with max subtraction, then P.V with 16-byte loads of value rows, keys split among thread groups.
 // - Elementwise kernels are grid-stride: any grid covers the whole range.
+// - llama_gemm_{128x128,64x64,32x32} are the prefill products: mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate)
+//   fed by ldmatrix from XOR-swizzled shared memory (64-byte rows, no padding, no bank conflicts), K in steps
+//   of 32 through a multi-stage cp.async pipeline (3, 4 and 8 stages). Rows past M or N are zero-filled by a
+//   cp.async of 0 source bytes from a clamped, valid address: nothing outside the operands is read.
+//   Epilogues straight from the accumulator registers, two columns per thread: the three above, and SwiGLU
+//   (the block's B tile takes matching gate and up rows, so each thread holds gate and up of the same output
+//   column: y = T(silu(T(g)) * T(u)), the rounding points of the unfused llama_swiglu).
+// - llama_flash_attention (prefill): FlashAttention-2 on mma.sync. A block is 64 query rows of one head, 16 per
+//   warp, Q in registers, K and V tiles of 64 keys in swizzled shared memory (V's load overlaps S = QK^T, the
+//   next K's overlaps P.V), online softmax in fp32 in the exp2 domain, P rounded to the 16-bit type for P.V.
+//   Rows of several sequences in one tile are served in one pass per cache row, masked by cache row and
+//   position; the latest (longest) tiles start first. Any context up to maxT: nothing is kept per key.
+// - llama_flash_decode + llama_flash_combine (decode, long context): split-KV. A block takes one row, up to 4
+//   query heads of one KV group and 1/gridDim.z of the row's keys (so the split adapts to each row's length),
+//   scores 256 keys at a time in shared memory with a running max, and writes its unnormalised fp32 partial
+//   (o, max, sum); the combine rescales the splits in split order.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -69,6 +85,19 @@ constexpr int kMatmulSmem = 2 * kTm * kLds * 2 + kTm * kLdc * 4;
 constexpr int kEpilogueStore = 0;     // Y = T(acc [+ bias])
 constexpr int kEpilogueResidual = 1;  // R = R + acc, fp32
 constexpr int kEpilogueFloat = 2;     // L = acc, fp32
+constexpr int kEpilogueSwiglu = 3;    // y = T(silu(T(g)) * T(u)) from gate | up rows (tensor-core gemm only)
+
+constexpr int kGemmBk = 32;           // llama_gemm K step: 64 bytes, four 16-byte chunks per tile row
+
+constexpr int kFlashRows = 64;        // llama_flash_attention: query rows per block, 16 per warp
+constexpr int kFlashKeys = 64;        //                        keys per K/V tile
+constexpr int kFlashThreads = 128;
+constexpr int kFlashMaxD = 128;
+
+constexpr int kDecodeThreads = 128;   // llama_flash_decode
+constexpr int kDecodeHeads = 4;       // query heads per block (a slice of one KV group)
+constexpr int kDecodePiece = 256;     // keys scored per round
+constexpr int kMaxSplits = 64;        // gridDim.z of llama_flash_decode, at most
 
 template <typename T>
 __device__ __forceinline__ float to_f(T v);
@@ -451,6 +480,680 @@ __device__ __forceinline__ void swiglu(const T* __restrict__ gu, T* __restrict__
   }
 }
 
+
+// ---- tensor-core building blocks (sm_80+: cp.async, ldmatrix, mma.sync m16n8k16) ----
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; when !valid nothing is read and the 16 bytes are zeroed. The
+// caller passes a valid address either way (the source of a skipped row is clamped into the operand).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(smem)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(smem)));
+}
+
+// d += a * b for one 16x8x16 tile: a row-major 16x16, b "col" (stored [n][k]), d fp32 16x8.
+template <typename T>
+__device__ __forceinline__ void mma16816(float* d, const unsigned* a, unsigned b0, unsigned b1);
+template <>
+__device__ __forceinline__ void mma16816<bf16>(float* d, const unsigned* a, unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<half>(float* d, const unsigned* a, unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as the 16-bit pair of an mma operand register (lower column in the low half).
+template <typename T>
+__device__ __forceinline__ unsigned pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ unsigned pack2<bf16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<unsigned*>(&v);
+}
+template <>
+__device__ __forceinline__ unsigned pack2<half>(float lo, float hi) {
+  half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<unsigned*>(&v);
+}
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a tile of 64-byte rows (the gemm's K step): chunks
+// are XOR-swizzled so that the 8 rows an ldmatrix phase reads fall in 8 different bank groups.
+__device__ __forceinline__ int swz64(int row, int chunk) {
+  return row * kGemmBk + ((chunk ^ ((row >> 1) & 3)) << 3);
+}
+
+// The same for rows of D 16-bit elements (D = 64 or 128: 8 or 16 chunks).
+template <int D>
+__device__ __forceinline__ int swzd(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+// Outputs (m, n..n+3) of a product from fp32 sums v (n a multiple of 4), those below N. With N a multiple of 4
+// the four are one aligned vector access; otherwise one element at a time.
+template <typename T>
+__device__ __forceinline__ void epilogue4(float4 v, const T* __restrict__ bias, void* __restrict__ out, int m,
+                                          int n, int N, int mode, int has_bias) {
+  const size_t i = (size_t)m * N + n;
+  float a[4] = {v.x, v.y, v.z, v.w};
+  if ((N & 3) == 0) {
+    if (mode == kEpilogueStore) {
+      if (has_bias) {
+        const uint2 b = *reinterpret_cast<const uint2*>(bias + n);
+        const T* bh = reinterpret_cast<const T*>(&b);
+#pragma unroll
+        for (int k = 0; k < 4; k++) a[k] += to_f<T>(bh[k]);
+      }
+      uint2 y;
+      y.x = pack2<T>(a[0], a[1]);
+      y.y = pack2<T>(a[2], a[3]);
+      *reinterpret_cast<uint2*>(reinterpret_cast<T*>(out) + i) = y;
+    } else if (mode == kEpilogueResidual) {
+      float4* r = reinterpret_cast<float4*>(reinterpret_cast<float*>(out) + i);
+      float4 o = *r;
+      o.x = o.x + a[0];
+      o.y = o.y + a[1];
+      o.z = o.z + a[2];
+      o.w = o.w + a[3];
+      *r = o;
+    } else if (mode == kEpilogueFloat) {
+      *reinterpret_cast<float4*>(reinterpret_cast<float*>(out) + i) = v;
+    }
+    return;
+  }
+  for (int k = 0; k < 4 && n + k < N; k++) epilogue<T>(a[k], bias, out, m, n + k, N, mode, has_bias);
+}
+
+// out = epilogue(X W^T): X [M, K], W [N, K]; for kEpilogueSwiglu W is gate | up ([N = 2I, K]) and out [M, I].
+// A block computes a BM x BN tile (BN/2 output columns for SwiGLU) with WARPS_M x WARPS_N warps, each a
+// (BM/WARPS_M) x (BN/WARPS_N) tile of 16x8 mma tiles. Grid (ceil(N/BN) or ceil(I/(BN/2)), ceil(M/BM)).
+template <typename T, int BM, int BN, int WARPS_M, int WARPS_N, int STAGES>
+__device__ __forceinline__ void gemm_tc(const T* __restrict__ X, const T* __restrict__ W,
+                                        const T* __restrict__ bias, void* __restrict__ out, int M, int N, int K,
+                                        int mode, int has_bias, T* smem) {
+  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  constexpr int kWm = BM / WARPS_M;
+  constexpr int kWn = BN / WARPS_N;
+  constexpr int kMi = kWm / 16;
+  constexpr int kNi = kWn / 8;
+  constexpr int kStageA = BM * kGemmBk;
+  constexpr int kStageB = BN * kGemmBk;
+  constexpr int kLoadsA = BM * 4 / kThreads;
+  constexpr int kLoadsB = BN * 4 / kThreads;
+  static_assert(kMi >= 1 && kNi >= 2 && kNi % 2 == 0, "warp tile: at least 16 rows, an even number of n8 tiles");
+  static_assert(kLoadsA * kThreads == BM * 4 && kLoadsB * kThreads == BN * 4, "loads must divide evenly");
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int wm = warp / WARPS_N;
+  const int wn = warp - wm * WARPS_N;
+  const int m0 = blockIdx.y * BM;
+  const bool swiglu = mode == kEpilogueSwiglu;
+  const int I = N >> 1;
+
+  // The rows this thread copies each step: the source row (clamped when outside) and where it goes.
+  const T* a_src[kLoadsA];
+  int a_dst[kLoadsA];
+  bool a_ok[kLoadsA];
+#pragma unroll
+  for (int i = 0; i < kLoadsA; i++) {
+    const int e = tid + i * kThreads;
+    const int r = e >> 2;
+    const int c = e & 3;
+    const int m = m0 + r;
+    a_ok[i] = m < M;
+    a_src[i] = X + (size_t)(a_ok[i] ? m : 0) * K + c * 8;
+    a_dst[i] = swz64(r, c);
+  }
+  const T* b_src[kLoadsB];
+  int b_dst[kLoadsB];
+  bool b_ok[kLoadsB];
+#pragma unroll
+  for (int i = 0; i < kLoadsB; i++) {
+    const int e = tid + i * kThreads;
+    const int r = e >> 2;
+    const int c = e & 3;
+    int n;
+    if (swiglu) {
+      // Tile row r feeds warp column r / kWn; its first half are gate rows, its second the matching up rows.
+      const int w = r / kWn;
+      const int cc = r - w * kWn;
+      const int j = blockIdx.x * (BN / 2) + w * (kWn / 2) + (cc % (kWn / 2));
+      n = j < I ? (cc < kWn / 2 ? j : I + j) : -1;
+    } else {
+      n = blockIdx.x * BN + r;
+      n = n < N ? n : -1;
+    }
+    b_ok[i] = n >= 0;
+    b_src[i] = W + (size_t)(b_ok[i] ? n : 0) * K + c * 8;
+    b_dst[i] = swz64(r, c);
+  }
+
+  float acc[kMi][kNi][4];
+#pragma unroll
+  for (int i = 0; i < kMi; i++) {
+#pragma unroll
+    for (int j = 0; j < kNi; j++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+    }
+  }
+
+  const int steps = K / kGemmBk;
+  auto load = [&](int step) {
+    T* as = smem + (step % STAGES) * (kStageA + kStageB);
+    T* bs = as + kStageA;
+    const int k0 = step * kGemmBk;
+#pragma unroll
+    for (int i = 0; i < kLoadsA; i++) cp_async16(as + a_dst[i], a_src[i] + k0, a_ok[i]);
+#pragma unroll
+    for (int i = 0; i < kLoadsB; i++) cp_async16(bs + b_dst[i], b_src[i] + k0, b_ok[i]);
+  };
+
+#pragma unroll 1
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < steps) load(s);
+    cp_async_commit();
+  }
+  for (int step = 0; step < steps; step++) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // step's stage is in for every thread; every warp is done with the stage refilled next
+    if (step + STAGES - 1 < steps) load(step + STAGES - 1);
+    cp_async_commit();
+    const T* as = smem + (step % STAGES) * (kStageA + kStageB);
+    const T* bs = as + kStageA;
+#pragma unroll
+    for (int kk = 0; kk < kGemmBk / 16; kk++) {
+      unsigned af[kMi][4];
+      unsigned bf[kNi][2];
+#pragma unroll
+      for (int i = 0; i < kMi; i++) {
+        ldmatrix_x4(af[i], as + swz64(wm * kWm + i * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+      }
+#pragma unroll
+      for (int j = 0; j < kNi; j += 2) {
+        unsigned r[4];
+        ldmatrix_x4(r, bs + swz64(wn * kWn + j * 8 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+        bf[j][0] = r[0];
+        bf[j][1] = r[1];
+        bf[j + 1][0] = r[2];
+        bf[j + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < kMi; i++) {
+#pragma unroll
+        for (int j = 0; j < kNi; j++) mma16816<T>(acc[i][j], af[i], bf[j][0], bf[j][1]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // The tile goes out through shared memory (the pipeline's, free now), kRows rows at a time, so that stores are
+  // whole rows of 4-column vectors and the epilogue is written once. The row stride of BN + 8 floats keeps each
+  // half-warp's 8-byte writes (4 rows x 8 columns) on distinct banks.
+  constexpr int kLdc = BN + 8;
+  constexpr int kRows = BM * kLdc * 4 <= STAGES * (kStageA + kStageB) * 2 ? BM : BM / 2;
+  static_assert(kRows * kLdc * 4 <= STAGES * (kStageA + kStageB) * 2 && kRows % kWm == 0, "epilogue staging");
+  float* cs = reinterpret_cast<float*>(smem);
+  const int width = swiglu ? BN / 2 : BN;
+  const int n0 = blockIdx.x * width;
+#pragma unroll 1
+  for (int r0 = 0; r0 < BM; r0 += kRows) {
+    __syncthreads();  // the pipeline (or the previous rows) is done with the shared memory
+    if (wm * kWm >= r0 && wm * kWm < r0 + kRows) {
+      // Accumulator (i, j, e): row wm*kWm + i*16 + lane/4 (+8 for e >= 2), column wn*kWn + j*8 + 2*(lane%4) + e%2.
+#pragma unroll
+      for (int i = 0; i < kMi; i++) {
+#pragma unroll
+        for (int j = 0; j < kNi; j++) {
+          const int r = wm * kWm - r0 + i * 16 + (lane >> 2);
+          const int c = wn * kWn + j * 8 + 2 * (lane & 3);
+          *reinterpret_cast<float2*>(cs + r * kLdc + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+          *reinterpret_cast<float2*>(cs + (r + 8) * kLdc + c) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int e = tid; e < kRows * width / 4; e += kThreads) {
+      const int r = e / (width / 4);
+      const int c = (e - r * (width / 4)) * 4;
+      const int m = m0 + r0 + r;
+      const int n = n0 + c;
+      if (m >= M) break;  // rows only grow with e
+      if (swiglu) {
+        if (n >= I) continue;
+        // Output column c of the tile: warp column c / (kWn/2); gate in its first half, up in its second.
+        const int w = c / (kWn / 2);
+        const int g = w * kWn + (c - w * (kWn / 2));
+        float y[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+          const float gv = to_f<T>(from_f<T>(cs[r * kLdc + g + k]));
+          const float uv = to_f<T>(from_f<T>(cs[r * kLdc + g + kWn / 2 + k]));
+          y[k] = silu_mul(gv, uv);
+        }
+        epilogue4<T>(make_float4(y[0], y[1], y[2], y[3]), bias, out, m, n, I, kEpilogueStore, 0);
+      } else {
+        if (n >= N) continue;
+        epilogue4<T>(*reinterpret_cast<const float4*>(cs + r * kLdc + c), bias, out, m, n, N, mode, has_bias);
+      }
+    }
+  }
+}
+
+// One 64-row tile of keys or values, [t0, t0 + 64) of a head's cache rows, into swizzled shared memory; keys at
+// or past kend are zero-filled without being read.
+template <typename T, int D>
+__device__ __forceinline__ void load_kv_tile(T* dst, const T* __restrict__ head, int t0, int kend) {
+  constexpr int kChunks = D / 8;
+  static_assert(kFlashKeys * kChunks % kFlashThreads == 0, "whole rounds of 16-byte copies");
+#pragma unroll
+  for (int k = 0; k < kFlashKeys * kChunks / kFlashThreads; k++) {
+    const int e = threadIdx.x + k * kFlashThreads;
+    const int r = e / kChunks;
+    const int c = e - r * kChunks;
+    const int t = t0 + r;
+    const bool ok = t < kend;
+    cp_async16(dst + swzd<D>(r, c), head + (size_t)(ok ? t : 0) * D + c * 8, ok);
+  }
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void flash_attention(const T* __restrict__ qkv, const T* __restrict__ kcache,
+                                                const T* __restrict__ vcache, T* __restrict__ out,
+                                                const int* __restrict__ positions,
+                                                const int* __restrict__ cache_rows, int M, int Hq, int Hkv,
+                                                int maxT, float scale, T* ks, T* vs, int* meta) {
+  constexpr int kChunks = D / 8;
+  int* crow = meta;                   // [64] cache row of each tile row, -1 past M
+  int* cpos = crow + kFlashRows;      // [64] its position
+  int* pass_row = cpos + kFlashRows;  // [64] the distinct cache rows of the tile
+  int* pass_end = pass_row + kFlashRows;  // [64] 1 + the largest position among the tile's rows of that cache row
+  int* passes = pass_end + kFlashRows;
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * kFlashRows;  // the longest rows (latest tiles) first
+  const int h = blockIdx.y;
+  const int kv = h / (Hq / Hkv);
+  const size_t width = (size_t)(Hq + 2 * Hkv) * D;
+
+  if (tid < kFlashRows) {
+    const int m = m0 + tid;
+    crow[tid] = m < M ? cache_rows[m] : -1;
+    cpos[tid] = m < M ? positions[m] : -1;
+  }
+  // Q through the K buffer, then into registers.
+#pragma unroll 1
+  for (int k = 0; k < kFlashRows * kChunks / kFlashThreads; k++) {
+    const int e = tid + k * kFlashThreads;
+    const int r = e / kChunks;
+    const int c = e - r * kChunks;
+    const int m = m0 + r;
+    const bool ok = m < M;
+    cp_async16(ks + swzd<D>(r, c), qkv + (ok ? m : m0) * width + (size_t)h * D + c * 8, ok);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  if (tid == 0) {
+    int n = 0;
+    for (int r = 0; r < kFlashRows; r++) {
+      const int c = crow[r];
+      if (c < 0) continue;
+      int p = 0;
+      while (p < n && pass_row[p] != c) p++;
+      if (p == n) {
+        pass_row[n] = c;
+        pass_end[n++] = cpos[r] + 1;
+      } else {
+        pass_end[p] = max(pass_end[p], cpos[r] + 1);
+      }
+    }
+    *passes = n;
+  }
+  unsigned qf[D / 16][4];
+#pragma unroll
+  for (int kd = 0; kd < D / 16; kd++) {
+    ldmatrix_x4(qf[kd], ks + swzd<D>(warp * 16 + (lane & 15), kd * 2 + (lane >> 4)));
+  }
+  __syncthreads();  // Q is out of ks; the pass list is written
+
+  const float scale_log2 = scale * 1.4426950408889634f;
+  const int r0 = warp * 16 + (lane >> 2);  // this thread's rows: r0 and r0 + 8
+  float o[D / 8][4];
+#pragma unroll
+  for (int j = 0; j < D / 8; j++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
+  }
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+
+  const int npass = *passes;
+  for (int pass = 0; pass < npass; pass++) {
+    const int c = pass_row[pass];
+    const int kend = pass_end[pass];
+    const size_t head = ((size_t)c * Hkv + kv) * maxT * D;
+    const T* kh = kcache + head;
+    const T* vh = vcache + head;
+    const int pos[2] = {crow[r0] == c ? cpos[r0] : -1, crow[r0 + 8] == c ? cpos[r0 + 8] : -1};
+    int warp_last = max(pos[0], pos[1]);
+    for (int off = 16; off > 0; off >>= 1) warp_last = max(warp_last, __shfl_xor_sync(0xffffffffu, warp_last, off));
+    const int tiles = (kend + kFlashKeys - 1) / kFlashKeys;
+
+    load_kv_tile<T, D>(ks, kh, 0, kend);
+    cp_async_commit();
+    for (int tile = 0; tile < tiles; tile++) {
+      const int t0 = tile * kFlashKeys;
+      load_kv_tile<T, D>(vs, vh, t0, kend);
+      cp_async_commit();
+      cp_async_wait<1>();  // K of this tile
+      __syncthreads();
+      const bool active = t0 <= warp_last;  // warp-uniform: some row of this warp sees a key of the tile
+      float s[kFlashKeys / 8][4];
+      if (active) {
+#pragma unroll
+        for (int j = 0; j < kFlashKeys / 8; j++) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) s[j][e] = 0.0f;
+        }
+#pragma unroll
+        for (int kd = 0; kd < D / 16; kd++) {
+#pragma unroll
+          for (int j = 0; j < kFlashKeys / 8; j += 2) {
+            unsigned b[4];
+            ldmatrix_x4(b, ks + swzd<D>(j * 8 + (lane & 7) + ((lane >> 4) << 3), kd * 2 + ((lane >> 3) & 1)));
+            mma16816<T>(s[j], qf[kd], b[0], b[1]);
+            mma16816<T>(s[j + 1], qf[kd], b[2], b[3]);
+          }
+        }
+        // Mask (key after the row's position, or another sequence's row) and scale into the exp2 domain.
+#pragma unroll
+        for (int j = 0; j < kFlashKeys / 8; j++) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int t = t0 + j * 8 + 2 * (lane & 3) + (e & 1);
+            s[j][e] = t <= pos[e >> 1] ? s[j][e] * scale_log2 : -INFINITY;
+          }
+        }
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int j = 0; j < kFlashKeys / 8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(row_max[hr], mx);
+          const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing yet stays at zero
+          const float alpha = exp2f(row_max[hr] - m_use);
+          row_max[hr] = m_new;
+          float sum = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kFlashKeys / 8; j++) {
+            s[j][2 * hr] = exp2f(s[j][2 * hr] - m_use);
+            s[j][2 * hr + 1] = exp2f(s[j][2 * hr + 1] - m_use);
+            sum += s[j][2 * hr] + s[j][2 * hr + 1];
+          }
+          row_sum[hr] = row_sum[hr] * alpha + sum;
+#pragma unroll
+          for (int j = 0; j < D / 8; j++) {
+            o[j][2 * hr] *= alpha;
+            o[j][2 * hr + 1] *= alpha;
+          }
+        }
+      }
+      __syncthreads();  // every warp is done with K
+      if (tile + 1 < tiles) load_kv_tile<T, D>(ks, kh, t0 + kFlashKeys, kend);
+      cp_async_commit();
+      cp_async_wait<1>();  // V of this tile
+      __syncthreads();
+      if (active) {
+#pragma unroll
+        for (int kk = 0; kk < kFlashKeys / 16; kk++) {
+          const unsigned a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                 pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                 pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+          for (int j = 0; j < D / 8; j += 2) {
+            unsigned b[4];
+            ldmatrix_x4_trans(b, vs + swzd<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), j + (lane >> 4)));
+            mma16816<T>(o[j], a, b[0], b[1]);
+            mma16816<T>(o[j + 1], a, b[2], b[3]);
+          }
+        }
+      }
+      __syncthreads();  // every warp is done with V
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    float l = row_sum[hr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int r = r0 + 8 * hr;
+    const int m = m0 + r;
+    if (m >= M || crow[r] < 0) continue;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T* orow = out + (size_t)m * Hq * D + (size_t)h * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+      *reinterpret_cast<unsigned*>(orow + j * 8 + 2 * (lane & 3)) =
+          pack2<T>(o[j][2 * hr] * inv, o[j][2 * hr + 1] * inv);
+    }
+  }
+}
+
+// Split-KV decode, one block per (KV head x query-head slice, row, split); see llama_flash_decode.
+template <typename T>
+__device__ __forceinline__ void flash_decode(const T* __restrict__ qkv, const T* __restrict__ kcache,
+                                             const T* __restrict__ vcache, float* __restrict__ partial,
+                                             const int* __restrict__ positions,
+                                             const int* __restrict__ cache_rows, int M, int Hq, int Hkv, int D,
+                                             int maxT, float scale, float* qs, float* ps, float* part,
+                                             float* stat) {
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int G = Hq / Hkv;
+  const int slices = (G + kDecodeHeads - 1) / kDecodeHeads;
+  const int kv = blockIdx.x / slices;
+  const int slice = blockIdx.x - kv * slices;
+  const int nh = min(kDecodeHeads, G - slice * kDecodeHeads);
+  const int h0 = kv * G + slice * kDecodeHeads;
+  const int m = blockIdx.y;
+  const int split = blockIdx.z;
+  const int splits = gridDim.z;
+  const int len = positions[m] + 1;
+  const int per = (len + splits - 1) / splits;
+  const int begin = min(len, split * per);
+  const int end = min(len, begin + per);
+  const size_t head = ((size_t)cache_rows[m] * Hkv + kv) * maxT * D;
+  const T* kh = kcache + head;
+  const T* vh = vcache + head;
+  float* stat_max = stat;
+  float* stat_sum = stat + kDecodeHeads;
+  float* stat_scale = stat + 2 * kDecodeHeads;
+
+  const T* q = qkv + (size_t)m * (Hq + 2 * Hkv) * D + (size_t)h0 * D;
+  for (int i = tid; i < nh * D; i += kDecodeThreads) qs[i] = to_f<T>(q[i]);
+  if (tid < kDecodeHeads) {
+    stat_max[tid] = -INFINITY;
+    stat_sum[tid] = 0.0f;
+  }
+  // P.V layout: D/8 lanes cover a value row (8 dims each), `groups` of them take keys g, g + groups, ...
+  const int lanes = D / 8;
+  const int groups = kDecodeThreads / lanes;
+  const int g = tid / lanes;
+  const int jd = tid - g * lanes;
+  float acc[kDecodeHeads][8];
+#pragma unroll
+  for (int a = 0; a < kDecodeHeads; a++) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[a][i] = 0.0f;
+  }
+  __syncthreads();
+
+  for (int p0 = begin; p0 < end; p0 += kDecodePiece) {
+    const int n = min(kDecodePiece, end - p0);
+    for (int t = tid; t < n; t += kDecodeThreads) {
+      const T* kr = kh + (size_t)(p0 + t) * D;
+      float dot[kDecodeHeads] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+      for (int d = 0; d < D; d += 8) {
+        float f[8];
+        unpack8<T>(*reinterpret_cast<const uint4*>(kr + d), f);
+#pragma unroll
+        for (int a = 0; a < kDecodeHeads; a++) {
+          if (a < nh) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) dot[a] += qs[a * D + d + i] * f[i];
+          }
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < kDecodeHeads; a++) {
+        if (a < nh) ps[a * kDecodePiece + t] = scale * dot[a];
+      }
+    }
+    __syncthreads();
+    if (warp < nh) {  // warp a: head a's running max and sum over this piece
+      float* pr = ps + warp * kDecodePiece;
+      float mx = -INFINITY;
+      for (int t = lane; t < n; t += 32) mx = fmaxf(mx, pr[t]);
+      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float m_old = stat_max[warp];
+      const float m_new = fmaxf(m_old, mx);
+      float sum = 0.0f;
+      for (int t = lane; t < n; t += 32) {
+        const float e = expf(pr[t] - m_new);
+        pr[t] = e;
+        sum += e;
+      }
+      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      if (lane == 0) {
+        const float alpha = expf(m_old - m_new);
+        stat_scale[warp] = alpha;
+        stat_sum[warp] = stat_sum[warp] * alpha + sum;
+        stat_max[warp] = m_new;
+      }
+    }
+    __syncthreads();
+    if (g < groups) {
+#pragma unroll
+      for (int a = 0; a < kDecodeHeads; a++) {
+        if (a < nh) {
+          const float alpha = stat_scale[a];
+#pragma unroll
+          for (int i = 0; i < 8; i++) acc[a][i] *= alpha;
+        }
+      }
+#pragma unroll 2
+      for (int t = g; t < n; t += groups) {
+        float f[8];
+        unpack8<T>(*reinterpret_cast<const uint4*>(vh + (size_t)(p0 + t) * D + 8 * jd), f);
+#pragma unroll
+        for (int a = 0; a < kDecodeHeads; a++) {
+          if (a < nh) {
+            const float pt = ps[a * kDecodePiece + t];
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc[a][i] += pt * f[i];
+          }
+        }
+      }
+    }
+    __syncthreads();  // ps is rewritten by the next piece
+  }
+
+  if (g < groups) {
+#pragma unroll
+    for (int a = 0; a < kDecodeHeads; a++) {
+      if (a < nh) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) part[(g * kDecodeHeads + a) * D + 8 * jd + i] = acc[a][i];
+      }
+    }
+  }
+  __syncthreads();
+  const size_t rows = (size_t)M * Hq * splits;
+  for (int i = tid; i < nh * D; i += kDecodeThreads) {
+    const int a = i / D;
+    const int d = i - a * D;
+    float o = 0.0f;
+    for (int k = 0; k < groups; k++) o += part[(k * kDecodeHeads + a) * D + d];
+    partial[(((size_t)m * Hq + h0 + a) * splits + split) * D + d] = o;
+  }
+  if (tid < nh) {
+    float* ml = partial + rows * D + (((size_t)m * Hq + h0 + tid) * splits + split) * 2;
+    ml[0] = stat_max[tid];
+    ml[1] = stat_sum[tid];
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void flash_combine(const float* __restrict__ partial, T* __restrict__ out, int M,
+                                              int Hq, int D, int splits, float* w) {
+  const int h = blockIdx.x;
+  const int m = blockIdx.y;
+  const size_t mh = (size_t)m * Hq + h;
+  const float* ml = partial + (size_t)M * Hq * splits * D + mh * splits * 2;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; s++) mx = fmaxf(mx, ml[2 * s]);
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) w[s] = mx == -INFINITY ? 0.0f : expf(ml[2 * s] - mx);
+  __syncthreads();
+  float sum = 0.0f;
+  for (int s = 0; s < splits; s++) sum += ml[2 * s + 1] * w[s];
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  const float* po = partial + mh * splits * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < splits; s++) o += po[(size_t)s * D + d] * w[s];
+    out[mh * D + d] = from_f<T>(o * inv);
+  }
+}
+
 }  // namespace thaw_llama
 
 using namespace thaw_llama;
@@ -624,5 +1327,115 @@ extern "C" __global__ void llama_argmax(const float* __restrict__ logits, int* _
       }
       out[row] = bi == INT_MAX ? -1 : bi;
     }
+  }
+}
+
+// ---- prefill and long-context kernels on the tensor cores ----
+
+// out = epilogue(X W^T) on the tensor cores, any M (llama_gemm_<BM>x<BN>): X [M, K], W [N, K], out [M, N]; with
+// mode 3 (SwiGLU) W is gate | up rows ([N, K], N = 2I even) and out [M, I] = T(silu(T(g)) * T(u)). Grid
+// (ceil(N/BN), ceil(M/BM)), for SwiGLU (ceil(I/(BN/2)), ceil(M/BM)); threads as each entry says. K a multiple
+// of 32; X and W 16-byte aligned; out 16-byte aligned.
+#define THAW_GEMM_ENTRY(NAME, BM, BN, WM, WN, STAGES, MIN_BLOCKS)                                              \
+  extern "C" __global__ void __launch_bounds__((WM) * (WN) * 32, MIN_BLOCKS)                                   \
+      NAME(const void* __restrict__ X, const void* __restrict__ W, const void* __restrict__ bias,               \
+           void* __restrict__ out, int M, int N, int K, int mode, int has_bias, int bf16) {                    \
+    __shared__ __align__(128) unsigned char smem[(STAGES) * ((BM) + (BN)) * kGemmBk * 2];                      \
+    if (bf16) {                                                                                                \
+      gemm_tc<thaw_llama::bf16, BM, BN, WM, WN, STAGES>(                                                       \
+          reinterpret_cast<const thaw_llama::bf16*>(X), reinterpret_cast<const thaw_llama::bf16*>(W),          \
+          reinterpret_cast<const thaw_llama::bf16*>(bias), out, M, N, K, mode, has_bias,                       \
+          reinterpret_cast<thaw_llama::bf16*>(smem));                                                          \
+    } else {                                                                                                   \
+      gemm_tc<half, BM, BN, WM, WN, STAGES>(reinterpret_cast<const half*>(X), reinterpret_cast<const half*>(W), \
+                                            reinterpret_cast<const half*>(bias), out, M, N, K, mode, has_bias, \
+                                            reinterpret_cast<half*>(smem));                                    \
+    }                                                                                                          \
+  }
+
+// 256 threads, 8 warps of 64x32, 3 stages (48 KiB): long prompts.
+THAW_GEMM_ENTRY(llama_gemm_128x128, 128, 128, 2, 4, 3, 2)
+// 128 threads, 4 warps of 32x32, 4 stages (32 KiB): a few hundred rows.
+THAW_GEMM_ENTRY(llama_gemm_64x64, 64, 64, 2, 2, 4, 4)
+// 64 threads, 2 warps of 32x16, 8 stages (32 KiB): tens of rows, where the product streams W.
+THAW_GEMM_ENTRY(llama_gemm_32x32, 32, 32, 1, 2, 8, 6)
+
+#undef THAW_GEMM_ENTRY
+
+// Causal grouped-query attention for a prompt pass, FlashAttention-2 style: out[m, h*D + d] as llama_attention
+// computes it (softmax(scale q.k_t) over cache positions 0..positions[m] of cache row cache_rows[m], KV head
+// h / (Hq/Hkv)), for any positions[m] < maxT. Grid (ceil(M/64), Hq), 128 threads. D 64 or 128; qkv, the
+// caches and out 16-byte aligned. Run llama_rope_kv first. Rows of one sequence should be consecutive (a tile
+// with rows of k cache rows makes k passes).
+extern "C" __global__ void __launch_bounds__(kFlashThreads)
+    llama_flash_attention(const void* __restrict__ qkv, const void* __restrict__ kcache,
+                          const void* __restrict__ vcache, void* __restrict__ out,
+                          const int* __restrict__ positions, const int* __restrict__ cache_rows, int M, int Hq,
+                          int Hkv, int D, int maxT, float scale, int bf16) {
+  __shared__ __align__(128) unsigned char smem[2 * kFlashKeys * kFlashMaxD * 2];
+  __shared__ int meta[4 * kFlashRows + 1];
+  if (bf16) {
+    typedef thaw_llama::bf16 T;
+    T* ks = reinterpret_cast<T*>(smem);
+    if (D == 128) {
+      flash_attention<T, 128>(reinterpret_cast<const T*>(qkv), reinterpret_cast<const T*>(kcache),
+                              reinterpret_cast<const T*>(vcache), reinterpret_cast<T*>(out), positions,
+                              cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 128, meta);
+    } else {
+      flash_attention<T, 64>(reinterpret_cast<const T*>(qkv), reinterpret_cast<const T*>(kcache),
+                             reinterpret_cast<const T*>(vcache), reinterpret_cast<T*>(out), positions, cache_rows,
+                             M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 64, meta);
+    }
+  } else {
+    half* ks = reinterpret_cast<half*>(smem);
+    if (D == 128) {
+      flash_attention<half, 128>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
+                                 reinterpret_cast<const half*>(vcache), reinterpret_cast<half*>(out), positions,
+                                 cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 128, meta);
+    } else {
+      flash_attention<half, 64>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
+                                reinterpret_cast<const half*>(vcache), reinterpret_cast<half*>(out), positions,
+                                cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 64, meta);
+    }
+  }
+}
+
+// Split-KV attention for decode, first half: row m's keys 0..positions[m] are cut into gridDim.z near-equal
+// ranges; the block (x = KV head * ceil(G/4) + slice of up to 4 of its G = Hq/Hkv query heads, y = row, z =
+// range) writes for each of its heads h the unnormalised fp32 partial: o[d] = sum_t exp(s_t - mx) v_t[d],
+// mx = max_t s_t, l = sum_t exp(s_t - mx), s_t = scale q.k_t (an empty range: o = 0, mx = -inf, l = 0).
+// partial is fp32 [M, Hq, splits, D] of o, then [M, Hq, splits, 2] of (mx, l). Grid (Hkv ceil(G/4), M,
+// splits <= 64), 128 threads. D a multiple of 8, <= 256; qkv and the caches 16-byte aligned.
+extern "C" __global__ void __launch_bounds__(kDecodeThreads)
+    llama_flash_decode(const void* __restrict__ qkv, const void* __restrict__ kcache,
+                       const void* __restrict__ vcache, float* __restrict__ partial,
+                       const int* __restrict__ positions, const int* __restrict__ cache_rows, int M, int Hq,
+                       int Hkv, int D, int maxT, float scale, int bf16) {
+  __shared__ float qs[kDecodeHeads * kMaxD];
+  __shared__ float ps[kDecodeHeads * kDecodePiece];
+  __shared__ float part[kDecodeHeads * 8 * kDecodeThreads];  // groups x heads x D <= heads x 8 x threads
+  __shared__ float stat[3 * kDecodeHeads];
+  if (bf16) {
+    flash_decode<thaw_llama::bf16>(reinterpret_cast<const thaw_llama::bf16*>(qkv),
+                                   reinterpret_cast<const thaw_llama::bf16*>(kcache),
+                                   reinterpret_cast<const thaw_llama::bf16*>(vcache), partial, positions,
+                                   cache_rows, M, Hq, Hkv, D, maxT, scale, qs, ps, part, stat);
+  } else {
+    flash_decode<half>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
+                       reinterpret_cast<const half*>(vcache), partial, positions, cache_rows, M, Hq, Hkv, D, maxT,
+                       scale, qs, ps, part, stat);
+  }
+}
+
+// Second half: out[m, h*D + d] = T(sum_s o_s[d] w_s / sum_s l_s w_s), w_s = exp(mx_s - max_s mx_s), splits
+// in order. Grid (Hq, M), 128 threads; splits <= 64, as llama_flash_decode wrote them.
+extern "C" __global__ void __launch_bounds__(kDecodeThreads)
+    llama_flash_combine(const float* __restrict__ partial, void* __restrict__ out, int M, int Hq, int D,
+                        int splits, int bf16) {
+  __shared__ float w[kMaxSplits];
+  if (bf16) {
+    flash_combine<thaw_llama::bf16>(partial, reinterpret_cast<thaw_llama::bf16*>(out), M, Hq, D, splits, w);
+  } else {
+    flash_combine<half>(partial, reinterpret_cast<half*>(out), M, Hq, D, splits, w);
   }
 }

@@ -107,3 +107,17 @@ extern "C" __global__ void thaw_instr_cp_async(const float4* src, float4* dst, i
     dst[i] = stage[threadIdx.x];
   }
 }
+
+// (h) cp.async with a register source size, as tensor-core tiles stage operands: threads below n copy 16 bytes,
+// the others zero-fill their slot with a source size of 0 from an address past the buffer, reading nothing.
+extern "C" __global__ void thaw_instr_cp_async_zfill(const float4* src, float4* dst, int n) {
+  __shared__ float4 stage[128];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(&stage[threadIdx.x]));
+  int bytes = i < n ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src + i), "r"(bytes));
+  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.wait_group 0;\n" ::);
+  __syncthreads();
+  dst[i] = stage[threadIdx.x];
+}

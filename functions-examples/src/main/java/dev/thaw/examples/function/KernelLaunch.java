@@ -28,8 +28,16 @@ public final class KernelLaunch {
   }
 
   public void launch(GpuStream stream, int gridX, int gridY) {
-    if (grid.x() != gridX || grid.y() != gridY) {
+    if (grid.x() != gridX || grid.y() != gridY || grid.z() != 1) {
       grid = Dim3.of(gridX, gridY);
+    }
+    kernel.launch(grid, block, 0, stream, args);
+  }
+
+  /** A launch on a three-dimensional grid (kept while unchanged, as the two-dimensional one). */
+  public void launch(GpuStream stream, int gridX, int gridY, int gridZ) {
+    if (grid.x() != gridX || grid.y() != gridY || grid.z() != gridZ) {
+      grid = new Dim3(gridX, gridY, gridZ);
     }
     kernel.launch(grid, block, 0, stream, args);
   }

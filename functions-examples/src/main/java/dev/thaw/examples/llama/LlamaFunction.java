@@ -103,8 +103,8 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
    * it and the host waits only once, at the end. {@code invFreq} is the model's rotary inverse frequencies.
    */
   public record Scratch(BufferRef tokens, BufferRef positions, BufferRef cacheRows, BufferRef invFreq, BufferRef x,
-      BufferRef h, BufferRef qkv, BufferRef attn, BufferRef gateUp, BufferRef act, BufferRef last,
-      BufferRef logits) {}
+      BufferRef h, BufferRef qkv, BufferRef attn, BufferRef attnPartial, BufferRef gateUp, BufferRef act,
+      BufferRef last, BufferRef logits) {}
 
   /** One device weight buffer and the checkpoint tensors laid end to end in it. */
   record DeviceWeight(String name, List<LlamaTensor> parts) {
@@ -186,7 +186,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     }
     try (LlamaWeights weights = openWeights(config)) {
       LlamaConfig c = weights.config();
-      int contextLimit = Math.min(c.maxPositions(), LlamaKernels.MAX_CONTEXT);
+      int contextLimit = flashPrefill(c) ? c.maxPositions() : Math.min(c.maxPositions(), LlamaKernels.MAX_CONTEXT);
       int maxBatch = intSetting(config, "maxBatch", DEFAULT_MAX_BATCH, 1, MAX_BATCH_LIMIT);
       int maxTokens = intSetting(config, "maxTokens", Math.min(DEFAULT_MAX_TOKENS, contextLimit), 1, contextLimit);
       c.checkContext(maxTokens);
@@ -222,7 +222,11 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
           session.allocate("act.h", 2 * rows * cc),
           session.allocate("act.qkv", 2 * rows * c.qkvWidth()),
           session.allocate("act.attn", 2 * rows * c.attentionWidth()),
-          session.allocate("act.gate_up", 2 * rows * 2 * c.intermediateSize()),
+          session.allocate("act.attn_partial", 4 * LlamaKernels.decodePartialFloats(maxBatch, c.heads(),
+              c.headDim(), LlamaKernels.MAX_SPLITS)),
+          // Only passes of at most GEMV_MAX_ROWS rows write gate | up: larger ones fuse SwiGLU into the product.
+          session.allocate("act.gate_up", 2L * Math.min(rows, LlamaKernels.GEMV_MAX_ROWS) * 2
+              * c.intermediateSize()),
           session.allocate("act.mlp", 2 * rows * c.intermediateSize()),
           session.allocate("act.last", 2L * maxBatch * cc),
           session.allocate("act.logits", 4L * maxBatch * c.vocabSize()));
@@ -250,6 +254,14 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       warmUp(session, state);
       return state;
     }
+  }
+
+  /**
+   * Whether prompt passes run {@link LlamaKernels#flashAttention} (any context) rather than
+   * {@link LlamaKernels#attention} (at most {@link LlamaKernels#MAX_CONTEXT} positions): the head size decides.
+   */
+  static boolean flashPrefill(LlamaConfig c) {
+    return LlamaKernels.FLASH_HEAD_SIZES.contains(c.headDim());
   }
 
   private static LlamaWeights openWeights(JsonNode config) throws IOException {
@@ -422,6 +434,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     private final long h;
     private final long qkv;
     private final long attn;
+    private final long attnPartial;
     private final long gateUp;
     private final long act;
     private final long last;
@@ -462,6 +475,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       this.h = session.address(sc.h());
       this.qkv = session.address(sc.qkv());
       this.attn = session.address(sc.attn());
+      this.attnPartial = session.address(sc.attnPartial());
       this.gateUp = session.address(sc.gateUp());
       this.act = session.address(sc.act());
       this.last = session.address(sc.last());
@@ -477,16 +491,20 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       gen.upload(session, s.scratch().tokens(), s.scratch().positions(), s.scratch().cacheRows());
 
       // Prompt: one pass over all rows; the head runs on each sequence's last row only.
-      forward(promptRows, tokens, positions, cacheRows);
+      forward(promptRows, tokens, positions, cacheRows, 0);
       int c = cfg.hiddenSize();
       for (int b = 0; b < batch; b++) {
         k.rmsnorm(stream, x + 4L * c * gen.lastRow(b), finalNorm, last + 2L * c * b, 1, c, cfg.rmsNormEps());
       }
       head(0);
       // Each step feeds the ids the previous one chose, one row per sequence.
+      int longestPrompt = 0;
+      for (int[] p : req.prompts()) {
+        longestPrompt = Math.max(longestPrompt, p.length);
+      }
       for (int step = 1; step < steps; step++) {
         forward(batch, tokens + gen.stepRows(step), positions + gen.stepRows(step),
-            cacheRows + gen.decodeCacheRows());
+            cacheRows + gen.decodeCacheRows(), longestPrompt + step);
         k.rmsnorm(stream, x, finalNorm, last, batch, c, cfg.rmsNormEps());
         head(step);
       }
@@ -498,7 +516,11 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       k.argmax(stream, logits, tokens + gen.stepOutput(step), batch, cfg.vocabSize());
     }
 
-    private void forward(int rows, long tok, long pos, long cacheRow) {
+    /**
+     * One pass over {@code rows} rows: a prompt pass when {@code decodeKeys} is 0, else a decode step (one row per
+     * sequence) in which no row attends to more than {@code decodeKeys} positions.
+     */
+    private void forward(int rows, long tok, long pos, long cacheRow, int decodeKeys) {
       int c = cfg.hiddenSize();
       int hq = cfg.heads();
       int hkv = cfg.kvHeads();
@@ -506,16 +528,29 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       int inter = cfg.intermediateSize();
       int maxT = s.maxTokens();
       float eps = cfg.rmsNormEps();
+      boolean flash = flashPrefill(cfg);
+      int splits = decodeKeys > 0 ? LlamaKernels.decodeSplits(decodeKeys, rows, hq, hkv) : 0;
       k.embed(stream, embed, tok, x, rows, c, cfg.vocabSize());
       for (Layer l : layers) {
         k.rmsnorm(stream, x, l.inNorm(), h, rows, c, eps);
         k.linear(stream, h, l.qkv(), l.qkvBias(), qkv, rows, cfg.qkvWidth(), c, Epilogue.STORE);
         k.ropeKv(stream, qkv, l.kCache(), l.vCache(), invFreq, pos, cacheRow, rows, hq, hkv, d, maxT);
-        k.attention(stream, qkv, l.kCache(), l.vCache(), attn, pos, cacheRow, rows, hq, hkv, d, maxT, scale);
+        if (decodeKeys > 0) {
+          k.flashDecode(stream, qkv, l.kCache(), l.vCache(), attnPartial, attn, pos, cacheRow, rows, hq, hkv, d,
+              maxT, scale, splits);
+        } else if (flash) {
+          k.flashAttention(stream, qkv, l.kCache(), l.vCache(), attn, pos, cacheRow, rows, hq, hkv, d, maxT, scale);
+        } else {
+          k.attention(stream, qkv, l.kCache(), l.vCache(), attn, pos, cacheRow, rows, hq, hkv, d, maxT, scale);
+        }
         k.linear(stream, attn, l.o(), 0, x, rows, c, cfg.attentionWidth(), Epilogue.RESIDUAL);
         k.rmsnorm(stream, x, l.postNorm(), h, rows, c, eps);
-        k.linear(stream, h, l.gateUp(), 0, gateUp, rows, 2 * inter, c, Epilogue.STORE);
-        k.swiglu(stream, gateUp, act, rows, inter);
+        if (rows > LlamaKernels.GEMV_MAX_ROWS) {
+          k.linear(stream, h, l.gateUp(), 0, act, rows, 2 * inter, c, Epilogue.SWIGLU);
+        } else {
+          k.linear(stream, h, l.gateUp(), 0, gateUp, rows, 2 * inter, c, Epilogue.STORE);
+          k.swiglu(stream, gateUp, act, rows, inter);
+        }
         k.linear(stream, act, l.down(), 0, x, rows, c, inter, Epilogue.RESIDUAL);
       }
     }

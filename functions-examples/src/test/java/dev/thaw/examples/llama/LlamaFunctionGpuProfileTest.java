@@ -42,27 +42,41 @@ class LlamaFunctionGpuProfileTest {
 
   static Stream<String> configs() {
     return Stream.of("{\"model\": \"tiny-qwen2\", \"seed\": 3, \"maxBatch\": 2, \"maxTokens\": 32}",
-        "{\"model\": \"qwen2.5-0.5b\", \"seed\": 1, \"layers\": 2, \"maxBatch\": 2, \"maxTokens\": 64}",
+        "{\"model\": \"qwen2.5-0.5b\", \"seed\": 1, \"layers\": 2, \"maxBatch\": 2, \"maxTokens\": 768}",
         "{\"model\": \"llama-3.2-1b\", \"seed\": 1, \"layers\": 2, \"dtype\": \"fp16\", \"maxBatch\": 2, "
-            + "\"maxTokens\": 64}");
+            + "\"maxTokens\": 768}");
   }
 
-  /** Two prompts of different lengths with logits, and one prompt with no new token (the prompt pass only). */
-  private static List<FunctionRequest> samples() {
-    return List.of(
+  /**
+   * Two prompts of different lengths with logits, one prompt with no new token (the prompt pass only), and where
+   * the context allows, prompts of 100 and 700 rows (the 64x64 and 128x128 products).
+   */
+  private static List<FunctionRequest> samples(int maxTokens) {
+    int[][] long1 = new int[1][700];
+    int[][] mid = new int[2][50];
+    for (int i = 0; i < 700; i++) {
+      long1[0][i] = (i * 37 + 11) % 90;
+      mid[i % 2][(i / 2) % 50] = (i * 13 + 5) % 90;
+    }
+    List<FunctionRequest> out = new ArrayList<>(List.of(
         FunctionRequest.of(TokenRequest.body(new int[][] {{5, 17, 42, 8, 90, 6, 7, 8, 9, 10}, {1, 2, 3}}, 4, true)),
         FunctionRequest.of(TokenRequest.body(new int[][] {{60, 61, 62, 63, 64, 65, 66}}, 0, true)),
-        FunctionRequest.of(TokenRequest.body(new int[][] {{7}}, 6, false)));
+        FunctionRequest.of(TokenRequest.body(new int[][] {{7}}, 6, false))));
+    if (maxTokens >= 702) {
+      out.add(FunctionRequest.of(TokenRequest.body(mid, 3, true)));
+      out.add(FunctionRequest.of(TokenRequest.body(long1, 2, false)));
+    }
+    return out;
   }
 
   @ParameterizedTest
   @MethodSource("configs")
   void everyKernelIsExactAndResponsesAreThoseOfAnUnprofiledRun(String config) throws Exception {
     LlamaFunction f = new LlamaFunction();
-    List<FunctionRequest> samples = samples();
     try (CudaDriver driver = CudaDriver.open(); GpuContext ctx = driver.createContext(0);
         FunctionSession session = FunctionSession.record(ctx)) {
       LlamaFunction.State s = f.init(session, JSON.readTree(config));
+      List<FunctionRequest> samples = samples(s.maxTokens());
       List<JsonNode> plain = new ArrayList<>();
       for (FunctionRequest r : samples) {
         f.invoke(session, s, r); // warm: the timed pass below is steady state
@@ -92,10 +106,18 @@ class LlamaFunctionGpuProfileTest {
         assertEquals(plain.get(i), profiled.get(i), config + ": request " + i + " answered differently when profiled");
       }
       assertEquals(AccessProfile.OrderSource.SPECULATED, profile.orderSource());
+      // Every kernel but the WMMA matmul (kept for comparisons) and one of the two prompt attentions, by head size.
       Set<String> expected = new TreeSet<>();
       for (String k : LlamaKernels.ENTRIES) {
         expected.add(LlamaFunction.MODULE + "/" + k);
       }
+      expected.remove(LlamaFunction.MODULE + "/" + LlamaKernels.MATMUL);
+      if (s.maxTokens() < 702) {
+        expected.remove(LlamaFunction.MODULE + "/" + LlamaKernels.GemmTile.MEDIUM.entry());
+        expected.remove(LlamaFunction.MODULE + "/" + LlamaKernels.GemmTile.LARGE.entry());
+      }
+      expected.remove(LlamaFunction.MODULE + "/" + (LlamaKernels.FLASH_HEAD_SIZES.contains(s.config().headDim())
+          ? LlamaKernels.ATTENTION : LlamaKernels.FLASH_ATTENTION));
       assertEquals(expected, profile.kernels().keySet(), config);
       profile.kernels().forEach((name, k) -> assertEquals(AccessProfile.Verdict.EXACT, k.verdict(),
           config + ": " + name + ": " + k.reasons()));

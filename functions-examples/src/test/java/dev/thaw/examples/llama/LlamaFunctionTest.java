@@ -10,6 +10,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.examples.function.TokenRequest;
 import dev.thaw.examples.llama.kernels.HalfType;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
+import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
 import dev.thaw.runtime.function.AllocationRecord;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
@@ -110,6 +111,41 @@ class LlamaFunctionTest {
     }
   }
 
+  /** A checkpoint of {@code config} (seed 7) saved into {@code dir}, served from there, against the reference. */
+  private static void checkCheckpointAgainstReference(LlamaConfig config, Path dir, int[][] prompts, int maxNew,
+      int maxBatch, int maxTokens) throws Exception {
+    SeededLlamaWeights weights = new SeededLlamaWeights(config, 7);
+    LlamaCheckpoint.save(weights, dir, 1);
+    LlamaReference.Result expected = LlamaReference.load(weights).generate(prompts, maxNew);
+    LlamaFunction f = new LlamaFunction();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State s = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": " + maxBatch
+          + ", \"maxTokens\": " + maxTokens + "}"));
+      JsonNode got = f.invoke(session, s, FunctionRequest.of(TokenRequest.body(prompts, maxNew, true))).json();
+      int[][] ids = tokens(got);
+      for (int b = 0; b < prompts.length; b++) {
+        assertArrayEquals(expected.tokens()[b], ids[b], config.name() + " sequence " + b + ": greedy tokens");
+        assertLogitsClose(expected.logits()[b], got.get("logits").get(b), config.name() + " sequence " + b);
+      }
+    }
+  }
+
+  /** tiny's shape with 64-wide heads (flash attention's) and a longer context. */
+  static LlamaConfig headSize64(HalfType type, int layers) {
+    LlamaConfig t = LlamaConfig.named("tiny");
+    return new LlamaConfig("tiny-d64", t.architecture(), 128, layers, 4, 2, 64, 256, 97, 1024, t.rmsNormEps(),
+        t.ropeTheta(), t.ropeScaling(), false, false, t.slidingWindow(), type).validate();
+  }
+
+  @Test
+  void headSize64PromptsRunFlashAttentionAndMatchTheReference(@TempDir Path dir) throws Exception {
+    // 70 + 5 + 40 = 115 prompt rows: the 64x64 product, fused SwiGLU, flash attention tiles that span two
+    // sequences; then split-KV decode.
+    int[][] prompts = {prompts(1, 70, 97, 4)[0], {1, 2, 3, 4, 5}, prompts(1, 40, 97, 5)[0]};
+    checkCheckpointAgainstReference(headSize64(HalfType.BF16, 2), dir, prompts, 5, 3, 128);
+  }
+
   @Test
   void llamaWithLlama3RopeScalingMatchesTheCpuReference() throws Exception {
     // 2 x 3 prompt rows: the prompt pass streams weights too (M <= 8).
@@ -143,9 +179,10 @@ class LlamaFunctionTest {
       session.setLaunchInterceptor((kernel, grid, block, shared, stream, args) -> launches.incrementAndGet());
       JsonNode good = json("{\"tokens\": [[1, 2, 3], [4, 5, 6]], \"maxNewTokens\": 4}");
       JsonNode first = f.invoke(session, s, FunctionRequest.of(good)).json();
-      int forward = 1 + 9 * s.config().layers();
+      int prompt = 1 + 9 * s.config().layers();
+      int step = 1 + 10 * s.config().layers(); // split-KV attention is two launches
       // prompt pass + one final norm per sequence + head (2); then 3 steps of forward + norm + head
-      assertEquals(forward + 2 + 2 + 3 * (forward + 1 + 2), launches.get());
+      assertEquals(prompt + 2 + 2 + 3 * (step + 1 + 2), launches.get());
 
       String[] bad = {
           "{\"tokens\": [[1, 97]]}",
@@ -250,16 +287,46 @@ class LlamaFunctionTest {
           FunctionRequest.of(TokenRequest.body(new int[][] {prompts(1, 12, 101, 5)[0], {1, 2, 3}}, 4, true)),
           FunctionRequest.of(TokenRequest.body(new int[][] {{7}}, 3, false)));
       AccessProfile profile = Profiler.profile("llama-test", f, session, s, samples);
-      Set<String> expected = new TreeSet<>();
-      for (String k : LlamaKernels.ENTRIES) {
-        expected.add(LlamaFunction.MODULE + "/" + k);
-      }
-      assertEquals(expected, profile.kernels().keySet());
+      // 16-wide heads: the prompt's attention is llama_attention; 15 prompt rows take the smallest tile.
+      assertEquals(kernels(LlamaKernels.EMBED, LlamaKernels.RMSNORM, LlamaKernels.GEMV, LlamaKernels.GEMV1,
+          GemmTile.SMALL.entry(), LlamaKernels.ROPE_KV, LlamaKernels.ATTENTION, LlamaKernels.FLASH_DECODE,
+          LlamaKernels.FLASH_COMBINE, LlamaKernels.SWIGLU, LlamaKernels.ARGMAX), profile.kernels().keySet());
       profile.kernels().forEach((name, k) -> assertEquals(AccessProfile.Verdict.EXACT, k.verdict(),
           name + ": " + k.reasons()));
       assertEquals(session.table().allocations().size(), profile.firstTouch().size(),
           "every buffer is an argument of some launch: " + profile.firstTouch());
     }
+  }
+
+  /** The prefill kernels of 64-wide heads, at the prompt sizes that pick each product tile: all exact. */
+  @Test
+  void profilingFindsTheTensorCoreKernelsExact(@TempDir Path dir) throws Exception {
+    LlamaCheckpoint.save(new SeededLlamaWeights(headSize64(HalfType.FP16, 1), 3), dir, 1);
+    LlamaFunction f = new LlamaFunction();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      LlamaFunction.State s = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, "
+          + "\"maxTokens\": 720}"));
+      List<FunctionRequest> samples = List.of(
+          FunctionRequest.of(TokenRequest.body(prompts(1, 700, 97, 6), 1, false)),                  // 128x128
+          FunctionRequest.of(TokenRequest.body(new int[][] {prompts(1, 70, 97, 7)[0], {4, 5, 6}}, 3, true))); // 64x64
+      AccessProfile profile = Profiler.profile("llama-test-d64", f, session, s, samples);
+      Set<String> got = profile.kernels().keySet();
+      for (String k : List.of(GemmTile.LARGE.entry(), GemmTile.MEDIUM.entry(), LlamaKernels.FLASH_ATTENTION,
+          LlamaKernels.FLASH_DECODE, LlamaKernels.FLASH_COMBINE)) {
+        assertTrue(got.contains(LlamaFunction.MODULE + "/" + k), k + " not launched: " + got);
+      }
+      profile.kernels().forEach((name, k) -> assertEquals(AccessProfile.Verdict.EXACT, k.verdict(),
+          name + ": " + k.reasons()));
+    }
+  }
+
+  private static Set<String> kernels(String... entries) {
+    Set<String> out = new TreeSet<>();
+    for (String k : entries) {
+      out.add(LlamaFunction.MODULE + "/" + k);
+    }
+    return out;
   }
 
   /** Text in and out through the checkpoint's tokenizer.json: the same ids as the token request, decoded. */

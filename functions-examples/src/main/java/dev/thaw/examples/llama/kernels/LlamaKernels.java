@@ -43,12 +43,20 @@ public final class LlamaKernels implements AutoCloseable {
   public static final String ATTENTION = "llama_attention";
   public static final String SWIGLU = "llama_swiglu";
   public static final String ARGMAX = "llama_argmax";
+  public static final String FLASH_ATTENTION = "llama_flash_attention";
+  public static final String FLASH_DECODE = "llama_flash_decode";
+  public static final String FLASH_COMBINE = "llama_flash_combine";
   /** Every entry of the module. */
   public static final List<String> ENTRIES = List.of(EMBED, RMSNORM, GEMV, GEMV1, MATMUL, ROPE_KV, ATTENTION,
-      SWIGLU, ARGMAX);
+      SWIGLU, ARGMAX, GemmTile.LARGE.entry, GemmTile.MEDIUM.entry, GemmTile.SMALL.entry, FLASH_ATTENTION,
+      FLASH_DECODE, FLASH_COMBINE);
 
   /** The longest context {@link #attention} supports (its scores live in shared memory). */
   public static final int MAX_CONTEXT = 4096;
+  /** The head sizes {@link #flashAttention} is built for. */
+  public static final List<Integer> FLASH_HEAD_SIZES = List.of(64, 128);
+  /** The most key ranges {@link #flashDecode} splits a row into. */
+  public static final int MAX_SPLITS = 64;
   /** The largest head size {@link #attention} supports. */
   public static final int MAX_HEAD_SIZE = 256;
   /** The most rows {@link #gemv} takes; {@link #linear} uses the tensor-core {@link #matmul} above it. */
@@ -63,6 +71,15 @@ public final class LlamaKernels implements AutoCloseable {
   static final int MATMUL_TILE = 64;
   static final int MATMUL_THREADS = 128;
   static final int ATTENTION_THREADS = 128;
+  static final int FLASH_ROWS = 64;
+  static final int FLASH_THREADS = 128;
+  /** Query heads per llama_flash_decode block. */
+  static final int DECODE_HEADS = 4;
+  static final int DECODE_THREADS = 128;
+  /** llama_flash_decode blocks a decode step aims for: two per SM of a 132-SM H100/H200. */
+  static final int DECODE_TARGET_BLOCKS = 264;
+  /** Fewest keys per llama_flash_decode range when splitting further would only add blocks. */
+  static final int DECODE_MIN_KEYS = 32;
   static final int ROW_THREADS = 256;
   /** argmax scans a whole vocabulary per row: the most threads a block has. */
   static final int ARGMAX_THREADS = 1024;
@@ -79,7 +96,12 @@ public final class LlamaKernels implements AutoCloseable {
     /** {@code R = R + acc}: the fp32 residual stream. */
     RESIDUAL(1),
     /** {@code L = acc} in fp32: logits. */
-    FLOAT(2);
+    FLOAT(2),
+    /**
+     * {@code y = T(silu(T(g)) * T(u))}: W is gate | up ([N = 2I, K]), out [M, I]; the tensor-core {@link #gemm}
+     * only.
+     */
+    SWIGLU(3);
 
     final int code;
 
@@ -97,6 +119,51 @@ public final class LlamaKernels implements AutoCloseable {
     }
   }
 
+  /**
+   * The tensor-core products of {@code llama.cu} ({@code llama_gemm_<rows>x<columns>}): the output tile of one
+   * block, its threads, and the M from which {@link #linear} picks it.
+   */
+  public enum GemmTile {
+    /** 32 x 32, 64 threads, 8 stages: tens of rows, where a product streams W and needs many blocks. */
+    SMALL("llama_gemm_32x32", 32, 32, 64, GEMV_MAX_ROWS + 1),
+    /** 64 x 64, 128 threads, 4 stages. */
+    MEDIUM("llama_gemm_64x64", 64, 64, 128, 65),
+    /** 128 x 128, 256 threads, 3 stages: long prompts. */
+    LARGE("llama_gemm_128x128", 128, 128, 256, 640);
+
+    final String entry;
+    final int rows;
+    final int columns;
+    final int threads;
+    final int fromRows;
+
+    GemmTile(String entry, int rows, int columns, int threads, int fromRows) {
+      this.entry = entry;
+      this.rows = rows;
+      this.columns = columns;
+      this.threads = threads;
+      this.fromRows = fromRows;
+    }
+
+    public String entry() {
+      return entry;
+    }
+
+    /** The tile {@link #linear} uses for an M above {@link #GEMV_MAX_ROWS}. */
+    public static GemmTile forRows(int M) {
+      return M >= LARGE.fromRows ? LARGE : M >= MEDIUM.fromRows ? MEDIUM : SMALL;
+    }
+
+    /** The grid of a product: (column tiles, row tiles); SwiGLU tiles cover columns/2 outputs. */
+    int columnTiles(int N, Epilogue e) {
+      return e == Epilogue.SWIGLU ? (N / 2 + columns / 2 - 1) / (columns / 2) : (N + columns - 1) / columns;
+    }
+
+    int rowTiles(int M) {
+      return (M + rows - 1) / rows;
+    }
+  }
+
   private final GpuModule module;
   private final HalfType type;
   private final boolean ownsModule;
@@ -110,6 +177,10 @@ public final class LlamaKernels implements AutoCloseable {
   private final KernelLaunch attention;
   private final KernelLaunch swiglu;
   private final KernelLaunch argmax;
+  private final KernelLaunch[] gemms = new KernelLaunch[GemmTile.values().length];
+  private final KernelLaunch flashAttention;
+  private final KernelLaunch flashDecode;
+  private final KernelLaunch flashCombine;
 
   /** Uses kernels of a module loaded from {@link #ptx()} (or its cubin); the caller keeps and closes it. */
   public LlamaKernels(GpuModule module, HalfType type) {
@@ -129,6 +200,12 @@ public final class LlamaKernels implements AutoCloseable {
     this.attention = new KernelLaunch(module.kernel(ATTENTION), ATTENTION_THREADS);
     this.swiglu = new KernelLaunch(module.kernel(SWIGLU), ELEMENTWISE_THREADS);
     this.argmax = new KernelLaunch(module.kernel(ARGMAX), ARGMAX_THREADS);
+    for (GemmTile t : GemmTile.values()) {
+      gemms[t.ordinal()] = new KernelLaunch(module.kernel(t.entry), t.threads);
+    }
+    this.flashAttention = new KernelLaunch(module.kernel(FLASH_ATTENTION), FLASH_THREADS);
+    this.flashDecode = new KernelLaunch(module.kernel(FLASH_DECODE), DECODE_THREADS);
+    this.flashCombine = new KernelLaunch(module.kernel(FLASH_COMBINE), DECODE_THREADS);
   }
 
   /** Loads {@link #ptx()} into {@code context}; {@link #close()} unloads it. */
@@ -188,13 +265,46 @@ public final class LlamaKernels implements AutoCloseable {
     rmsnorm.launch(stream, M, 1);
   }
 
-  /** {@code out = epilogue(X W^T)}: {@link #gemv} for M up to {@link #GEMV_MAX_ROWS}, else {@link #matmul}. */
+  /**
+   * {@code out = epilogue(X W^T)}: {@link #gemv} for M up to {@link #GEMV_MAX_ROWS}, else the tensor-core
+   * {@link #gemm} with the tile {@link GemmTile#forRows} picks. {@link Epilogue#SWIGLU} needs M above
+   * {@link #GEMV_MAX_ROWS} (the gemv has no fused SwiGLU: use {@link #swiglu} after it).
+   */
   public void linear(GpuStream stream, long X, long W, long bias, long out, int M, int N, int K, Epilogue e) {
     if (M <= GEMV_MAX_ROWS) {
       gemv(stream, X, W, bias, out, M, N, K, e);
     } else {
-      matmul(stream, X, W, bias, out, M, N, K, e);
+      gemm(stream, GemmTile.forRows(M), X, W, bias, out, M, N, K, e);
     }
+  }
+
+  /**
+   * {@code out = epilogue(X W^T)} on the tensor cores with one {@link GemmTile}: X [M, K], W [N, K], out [M, N]
+   * (for {@link Epilogue#SWIGLU}: W gate | up [N = 2I, K], out [M, I]); {@code bias} [N] (0 for none) only with
+   * {@link Epilogue#STORE}.
+   *
+   * @throws IllegalArgumentException unless M and N are positive (N even for SwiGLU), K a positive multiple of 32,
+   *     and X, W and out 16-byte aligned
+   */
+  public void gemm(GpuStream stream, GemmTile tile, long X, long W, long bias, long out, int M, int N, int K,
+      Epilogue e) {
+    positive("M", M);
+    checkProduct(X, W, bias, out, N, K, K_MULTIPLE, e);
+    aligned("out", out, ALIGNMENT);
+    if (bias != 0) {
+      aligned("bias", bias, ALIGNMENT);
+    }
+    if (e == Epilogue.SWIGLU && N % 2 != 0) {
+      throw new IllegalArgumentException("N must be even (gate | up rows) for SWIGLU: " + N);
+    }
+    int rowTiles = tile.rowTiles(M);
+    if (rowTiles > MAX_GRID_Y) {
+      throw new IllegalArgumentException("M must be at most " + (long) MAX_GRID_Y * tile.rows + ": " + M);
+    }
+    KernelLaunch gemm = gemms[tile.ordinal()];
+    gemm.args().set(0, X).set(1, W).set(2, bias).set(3, out).set(4, M).set(5, N).set(6, K).set(7, e.code)
+        .set(8, bias != 0 ? 1 : 0).set(9, type.flag());
+    gemm.launch(stream, tile.columnTiles(N, e), rowTiles);
   }
 
   /**
@@ -209,6 +319,7 @@ public final class LlamaKernels implements AutoCloseable {
     if (M <= 0 || M > GEMV_MAX_ROWS) {
       throw new IllegalArgumentException("M must be 1.." + GEMV_MAX_ROWS + " for gemv: " + M);
     }
+    noSwiglu("gemv", e);
     checkProduct(X, W, bias, out, N, K, 8, e);
     KernelLaunch gemv = M == 1 ? gemv1 : this.gemv;
     gemv.args().set(0, X).set(1, W).set(2, bias).set(3, out).set(4, M).set(5, N).set(6, K).set(7, e.code)
@@ -221,6 +332,7 @@ public final class LlamaKernels implements AutoCloseable {
    */
   public void matmul(GpuStream stream, long X, long W, long bias, long out, int M, int N, int K, Epilogue e) {
     positive("M", M);
+    noSwiglu("matmul", e);
     checkProduct(X, W, bias, out, N, K, K_MULTIPLE, e);
     int rowTiles = (M + MATMUL_TILE - 1) / MATMUL_TILE;
     if (rowTiles > MAX_GRID_Y) {
@@ -259,22 +371,80 @@ public final class LlamaKernels implements AutoCloseable {
    */
   public void attention(GpuStream stream, long qkv, long kcache, long vcache, long out, long positions,
       long cacheRows, int M, int Hq, int Hkv, int D, int maxT, float scale) {
-    checkHeads(M, Hq, Hkv, D, maxT);
+    checkAttention(qkv, kcache, vcache, out, positions, cacheRows, M, Hq, Hkv, D, maxT, scale, true);
     if (M > MAX_GRID_Y) {
       throw new IllegalArgumentException("M must be at most " + MAX_GRID_Y + ": " + M);
     }
-    if (!Float.isFinite(scale)) {
-      throw new IllegalArgumentException("scale must be finite: " + scale);
-    }
-    aligned("qkv", qkv, ALIGNMENT);
-    aligned("kcache", kcache, ALIGNMENT);
-    aligned("vcache", vcache, ALIGNMENT);
-    address("out", out);
-    address("positions", positions);
-    address("cacheRows", cacheRows);
     attention.args().set(0, qkv).set(1, kcache).set(2, vcache).set(3, out).set(4, positions).set(5, cacheRows)
         .set(6, M).set(7, Hq).set(8, Hkv).set(9, D).set(10, maxT).set(11, scale).set(12, type.flag());
     attention.launch(stream, Hq, M);
+  }
+
+  /**
+   * {@link #attention}'s function for a prompt pass on the tensor cores (FlashAttention-2: K/V tiles in shared
+   * memory, online softmax), for any {@code positions[m] < maxT}: no {@link #MAX_CONTEXT} limit. D must be one of
+   * {@link #FLASH_HEAD_SIZES}; qkv, the caches and out 16-byte aligned. Rows of one sequence should be
+   * consecutive (the usual prompt layout): a tile of 64 rows that spans k sequences makes k passes over keys.
+   */
+  public void flashAttention(GpuStream stream, long qkv, long kcache, long vcache, long out, long positions,
+      long cacheRows, int M, int Hq, int Hkv, int D, int maxT, float scale) {
+    checkAttention(qkv, kcache, vcache, out, positions, cacheRows, M, Hq, Hkv, D, maxT, scale, false);
+    if (!FLASH_HEAD_SIZES.contains(D)) {
+      throw new IllegalArgumentException("D must be one of " + FLASH_HEAD_SIZES + " for flash attention: " + D);
+    }
+    if (Hq > MAX_GRID_Y) {
+      throw new IllegalArgumentException("Hq must be at most " + MAX_GRID_Y + ": " + Hq);
+    }
+    aligned("out", out, ALIGNMENT);
+    flashAttention.args().set(0, qkv).set(1, kcache).set(2, vcache).set(3, out).set(4, positions)
+        .set(5, cacheRows).set(6, M).set(7, Hq).set(8, Hkv).set(9, D).set(10, maxT).set(11, scale)
+        .set(12, type.flag());
+    flashAttention.launch(stream, (M + FLASH_ROWS - 1) / FLASH_ROWS, Hq);
+  }
+
+  /**
+   * {@link #attention}'s function by split-KV (flash-decoding), for decode at any context: each row's keys are cut
+   * into {@code splits} ranges, one block per (KV head, up to 4 of its query heads, row, range) writes an fp32
+   * partial into {@code partial}, and a combine kernel rescales them into out [M, Hq D] in range order.
+   *
+   * @param partial fp32 scratch of at least {@link #decodePartialFloats} floats
+   * @param splits 1..{@link #MAX_SPLITS}; any value gives the same function ({@link #decodeSplits} picks one that
+   *     fills the GPU)
+   */
+  public void flashDecode(GpuStream stream, long qkv, long kcache, long vcache, long partial, long out,
+      long positions, long cacheRows, int M, int Hq, int Hkv, int D, int maxT, float scale, int splits) {
+    checkAttention(qkv, kcache, vcache, out, positions, cacheRows, M, Hq, Hkv, D, maxT, scale, false);
+    aligned("partial", partial, ALIGNMENT);
+    if (splits < 1 || splits > MAX_SPLITS) {
+      throw new IllegalArgumentException("splits must be 1.." + MAX_SPLITS + ": " + splits);
+    }
+    if (M > MAX_GRID_Y || Hq > MAX_GRID_Y) {
+      throw new IllegalArgumentException("M and Hq must be at most " + MAX_GRID_Y + ": " + M + ", " + Hq);
+    }
+    int group = Hq / Hkv;
+    flashDecode.args().set(0, qkv).set(1, kcache).set(2, vcache).set(3, partial).set(4, positions)
+        .set(5, cacheRows).set(6, M).set(7, Hq).set(8, Hkv).set(9, D).set(10, maxT).set(11, scale)
+        .set(12, type.flag());
+    flashDecode.launch(stream, Hkv * ((group + DECODE_HEADS - 1) / DECODE_HEADS), M, splits);
+    flashCombine.args().set(0, partial).set(1, out).set(2, M).set(3, Hq).set(4, D).set(5, splits)
+        .set(6, type.flag());
+    flashCombine.launch(stream, Hq, M);
+  }
+
+  /** Floats of {@link #flashDecode}'s {@code partial} for M rows: [M, Hq, splits, D] of o, then (max, sum). */
+  public static long decodePartialFloats(int M, int Hq, int D, int splits) {
+    return (long) M * Hq * splits * (D + 2);
+  }
+
+  /**
+   * The split count for {@link #flashDecode} when the longest row has {@code maxLen} keys: enough ranges for
+   * about two blocks per SM, none shorter than 32 keys, at most {@link #MAX_SPLITS}.
+   */
+  public static int decodeSplits(int maxLen, int M, int Hq, int Hkv) {
+    long blocks = (long) Hkv * ((Hq / Hkv + DECODE_HEADS - 1) / DECODE_HEADS) * M;
+    long want = (DECODE_TARGET_BLOCKS + blocks - 1) / blocks;
+    long most = Math.max(1, (maxLen + DECODE_MIN_KEYS - 1) / DECODE_MIN_KEYS);
+    return (int) Math.max(1, Math.min(MAX_SPLITS, Math.min(want, most)));
   }
 
   /** {@code y[m,i] = T(silu(gu[m,i]) * gu[m,I+i])}: gu [M, 2I] is gate | up, y [M, I]. */
@@ -323,7 +493,31 @@ public final class LlamaKernels implements AutoCloseable {
     }
   }
 
+  private static void noSwiglu(String kernel, Epilogue e) {
+    if (e == Epilogue.SWIGLU) {
+      throw new IllegalArgumentException(kernel + " has no SWIGLU epilogue: use gemm, or swiglu after STORE");
+    }
+  }
+
+  private static void checkAttention(long qkv, long kcache, long vcache, long out, long positions,
+      long cacheRows, int M, int Hq, int Hkv, int D, int maxT, float scale, boolean scoresInSharedMemory) {
+    checkHeads(M, Hq, Hkv, D, maxT, scoresInSharedMemory);
+    if (!Float.isFinite(scale)) {
+      throw new IllegalArgumentException("scale must be finite: " + scale);
+    }
+    aligned("qkv", qkv, ALIGNMENT);
+    aligned("kcache", kcache, ALIGNMENT);
+    aligned("vcache", vcache, ALIGNMENT);
+    address("out", out);
+    address("positions", positions);
+    address("cacheRows", cacheRows);
+  }
+
   private static void checkHeads(int M, int Hq, int Hkv, int D, int maxT) {
+    checkHeads(M, Hq, Hkv, D, maxT, true);
+  }
+
+  private static void checkHeads(int M, int Hq, int Hkv, int D, int maxT, boolean limitContext) {
     positive("M", M);
     positive("Hq", Hq);
     positive("Hkv", Hkv);
@@ -334,7 +528,7 @@ public final class LlamaKernels implements AutoCloseable {
     if (D <= 0 || D % 8 != 0 || D > MAX_HEAD_SIZE) {
       throw new IllegalArgumentException("D must be a multiple of 8 and at most " + MAX_HEAD_SIZE + ": " + D);
     }
-    if (maxT > MAX_CONTEXT) {
+    if (limitContext && maxT > MAX_CONTEXT) {
       throw new IllegalArgumentException("maxT must be at most " + MAX_CONTEXT + ": " + maxT);
     }
     if ((long) (Hq + 2 * Hkv) * D > Integer.MAX_VALUE / 2) {

@@ -146,12 +146,60 @@ public final class LlamaSimKernels {
     }
   }
 
+  /** The tensor-core products, one twin per {@link LlamaKernels.GemmTile}: {@link #product} on its grid. */
+  abstract static class Gemm implements SimKernel {
+    private final LlamaKernels.GemmTile tile;
+
+    Gemm(LlamaKernels.GemmTile tile) {
+      this.tile = tile;
+    }
+
+    @Override
+    public String entry() {
+      return tile.entry();
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      int M = launch.intArg(4);
+      int N = launch.intArg(5);
+      LlamaKernels.Epilogue e = LlamaKernels.Epilogue.of(launch.intArg(7));
+      if (M <= 0 || N <= 0 || (e == LlamaKernels.Epilogue.SWIGLU && N % 2 != 0)) {
+        throw new IllegalArgumentException(tile.entry() + ": bad shape M=" + M + " N=" + N + " " + e);
+      }
+      expectShape(launch, tile.columnTiles(N, e), tile.rowTiles(M), tile.threads);
+      product(launch);
+    }
+  }
+
+  /** {@code llama_gemm_128x128(X, W, bias, out, M, N, K, mode, has_bias, bf16)}. */
+  public static final class GemmLarge extends Gemm {
+    public GemmLarge() {
+      super(LlamaKernels.GemmTile.LARGE);
+    }
+  }
+
+  /** {@code llama_gemm_64x64(...)}. */
+  public static final class GemmMedium extends Gemm {
+    public GemmMedium() {
+      super(LlamaKernels.GemmTile.MEDIUM);
+    }
+  }
+
+  /** {@code llama_gemm_32x32(...)}. */
+  public static final class GemmSmall extends Gemm {
+    public GemmSmall() {
+      super(LlamaKernels.GemmTile.SMALL);
+    }
+  }
+
   /** Rows computed per sweep over W in {@link #product}: bounds the heap at ROW_BLOCK * (N + K) floats. */
   private static final int ROW_BLOCK = 64;
 
   /**
-   * Both products: {@code out = epilogue(X W^T)}, fp32 sums in k order. Reads X [0, M K), W [0, N K), bias [0, N)
-   * when has_bias, and R [0, M N) for the residual epilogue; writes out [0, M N).
+   * Every product: {@code out = epilogue(X W^T)}, fp32 sums in k order. Reads X [0, M K), W [0, N K), bias [0, N)
+   * when has_bias, and R [0, M N) for the residual epilogue; writes out [0, M N), or [0, M N/2) for SwiGLU
+   * ({@code y = T(silu(T(g)) * T(u))}, g the sum of gate column j, u of up column N/2 + j).
    */
   static void product(SimLaunch launch) {
     long X = launch.pointer(0);
@@ -211,7 +259,17 @@ public final class LlamaSimKernels {
           memory.putFloats(out + 4L * first, res, 0, count);
         }
         case FLOAT -> memory.putFloats(out + 4L * first, acc, 0, count);
-        default -> throw new IllegalStateException(epilogue.toString());
+        case SWIGLU -> {
+          int I = N / 2;
+          for (int r = 0; r < rows; r++) {
+            for (int j = 0; j < I; j++) {
+              float g = type.toFloat(type.fromFloat(acc[r * N + j]));
+              float u = type.toFloat(type.fromFloat(acc[r * N + I + j]));
+              h[r * I + j] = type.fromFloat(silu(g) * u);
+            }
+          }
+          memory.putShorts(out + 2L * m0 * I, h, 0, rows * I);
+        }
       }
     }
   }
@@ -286,10 +344,154 @@ public final class LlamaSimKernels {
 
     @Override
     public void launch(SimLaunch launch) {
+      int M = launch.intArg(6);
+      int Hq = launch.intArg(7);
+      expectShape(launch, Hq, M, LlamaKernels.ATTENTION_THREADS);
+      attend(launch, LlamaKernels.MAX_CONTEXT);
+    }
+  }
+
+  /**
+   * {@code llama_flash_attention(...)}, the arguments of {@link Attention}: the same function for any position
+   * below maxT, grid (ceil(M/64), Hq). The GPU rounds the softmax weights to the 16-bit type before P.V and
+   * takes the exponentials tile by tile; the twin keeps them fp32 and exact, a difference inside the 16-bit
+   * tolerance.
+   */
+  public static final class FlashAttention implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.FLASH_ATTENTION;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      int M = launch.intArg(6);
+      int Hq = launch.intArg(7);
+      int D = launch.intArg(9);
+      if (M <= 0 || !LlamaKernels.FLASH_HEAD_SIZES.contains(D)) {
+        throw new IllegalArgumentException("llama_flash_attention: bad shape M=" + M + " D=" + D);
+      }
+      expectShape(launch, ceilDiv(M, LlamaKernels.FLASH_ROWS), Hq, LlamaKernels.FLASH_THREADS);
+      attend(launch, Integer.MAX_VALUE);
+    }
+  }
+
+  /**
+   * Causal GQA attention of every row over its cache positions 0..positions[m]: reads q of each row and head,
+   * keys and values [0, positions[m]] of its cache row and KV head; writes out [M, Hq D].
+   */
+  private static void attend(SimLaunch launch, int contextLimit) {
+    long qkv = launch.pointer(0);
+    long kcache = launch.pointer(1);
+    long vcache = launch.pointer(2);
+    long out = launch.pointer(3);
+    long positions = launch.pointer(4);
+    long cacheRows = launch.pointer(5);
+    int M = launch.intArg(6);
+    int Hq = launch.intArg(7);
+    int Hkv = launch.intArg(8);
+    int D = launch.intArg(9);
+    int maxT = launch.intArg(10);
+    float scale = launch.floatArg(11);
+    HalfType type = HalfType.ofFlag(launch.intArg(12));
+    checkHeads(launch, Hq, Hkv, D);
+    DeviceMemory memory = launch.memory();
+    int[] pos = ints(memory, positions, M);
+    int[] rows = ints(memory, cacheRows, M);
+    int limit = Math.min(maxT, contextLimit);
+    int maxLen = 0;
+    for (int m = 0; m < M; m++) {
+      if (pos[m] < 0 || pos[m] >= limit) {
+        throw new IllegalArgumentException(launch.kernelName() + ": positions[" + m + "] = " + pos[m]
+            + " outside [0, " + limit + ")");
+      }
+      maxLen = Math.max(maxLen, pos[m] + 1);
+    }
+    int width = (Hq + 2 * Hkv) * D;
+    int group = Hq / Hkv;
+    float[] q = new float[D];
+    float[] o = new float[D];
+    short[] h = new short[Math.max(maxLen * D, D)];
+    float[] k = new float[maxLen * D];
+    float[] v = new float[maxLen * D];
+    float[] p = new float[maxLen];
+    for (int m = 0; m < M; m++) {
+      int len = pos[m] + 1;
+      for (int hq = 0; hq < Hq; hq++) {
+        memory.getShorts(qkv + 2L * ((long) m * width + (long) hq * D), h, 0, D);
+        type.toFloats(h, 0, q, 0, D);
+        long head = 2L * cacheAt(rows[m], hq / group, 0, Hkv, maxT, D);
+        memory.getShorts(kcache + head, h, 0, len * D);
+        type.toFloats(h, 0, k, 0, len * D);
+        memory.getShorts(vcache + head, h, 0, len * D);
+        type.toFloats(h, 0, v, 0, len * D);
+        float mx = scores(q, k, 0, len, D, scale, p);
+        float sum = 0f;
+        for (int t = 0; t < len; t++) {
+          p[t] = (float) Math.exp(p[t] - mx);
+          sum += p[t];
+        }
+        Arrays.fill(o, 0f);
+        weightedValues(p, v, 0, len, D, o);
+        for (int d = 0; d < D; d++) {
+          o[d] = o[d] / sum;
+        }
+        type.fromFloats(o, 0, h, 0, D);
+        memory.putShorts(out + 2L * ((long) m * Hq * D + (long) hq * D), h, 0, D);
+      }
+    }
+  }
+
+  /** {@code p[t] = scale * q.k_t} for t in [from, to) (k rows relative to from); returns their maximum. */
+  private static float scores(float[] q, float[] k, int from, int to, int D, float scale, float[] p) {
+    float mx = Float.NEGATIVE_INFINITY;
+    for (int t = from; t < to; t++) {
+      float dot = 0f;
+      int kb = (t - from) * D;
+      for (int d = 0; d < D; d++) {
+        dot += q[d] * k[kb + d];
+      }
+      p[t - from] = scale * dot;
+      mx = Math.max(mx, p[t - from]);
+    }
+    return mx;
+  }
+
+  /** {@code o[d] += sum_t p[t] v_t[d]} for t in [from, to), in t order (p and v relative to from). */
+  private static void weightedValues(float[] p, float[] v, int from, int to, int D, float[] o) {
+    for (int t = from; t < to; t++) {
+      int vb = (t - from) * D;
+      float pt = p[t - from];
+      for (int d = 0; d < D; d++) {
+        o[d] += pt * v[vb + d];
+      }
+    }
+  }
+
+  private static void checkHeads(SimLaunch launch, int Hq, int Hkv, int D) {
+    if (D <= 0 || D > LlamaKernels.MAX_HEAD_SIZE || D % 8 != 0 || Hkv <= 0 || Hq % Hkv != 0) {
+      throw new IllegalArgumentException(launch.kernelName() + ": bad heads Hq=" + Hq + " Hkv=" + Hkv + " D=" + D);
+    }
+  }
+
+  /**
+   * {@code llama_flash_decode(qkv, kcache, vcache, partial, positions, cache_rows, M, Hq, Hkv, D, maxT, scale,
+   * bf16)}, grid (Hkv ceil(G/4), M, splits): for each row, head and range s of the row's keys (len =
+   * positions[m] + 1 cut into ranges of ceil(len / splits)), the unnormalised partial o, max and sum, fp32 in key
+   * order. The GPU takes the range 256 keys at a time with a running max; the sums agree to fp32 rounding.
+   */
+  public static final class FlashDecode implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.FLASH_DECODE;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
       long qkv = launch.pointer(0);
       long kcache = launch.pointer(1);
       long vcache = launch.pointer(2);
-      long out = launch.pointer(3);
+      long partial = launch.pointer(3);
       long positions = launch.pointer(4);
       long cacheRows = launch.pointer(5);
       int M = launch.intArg(6);
@@ -299,66 +501,124 @@ public final class LlamaSimKernels {
       int maxT = launch.intArg(10);
       float scale = launch.floatArg(11);
       HalfType type = HalfType.ofFlag(launch.intArg(12));
-      expectShape(launch, Hq, M, LlamaKernels.ATTENTION_THREADS);
-      if (D <= 0 || D > LlamaKernels.MAX_HEAD_SIZE || D % 8 != 0 || Hkv <= 0 || Hq % Hkv != 0) {
-        throw new IllegalArgumentException("llama_attention: bad heads Hq=" + Hq + " Hkv=" + Hkv + " D=" + D);
+      checkHeads(launch, Hq, Hkv, D);
+      int group = Hq / Hkv;
+      int splits = launch.grid().z();
+      if (M <= 0 || splits > LlamaKernels.MAX_SPLITS) {
+        throw new IllegalArgumentException("llama_flash_decode: bad shape M=" + M + " splits=" + splits);
+      }
+      Dim3 g = launch.grid();
+      int slices = ceilDiv(group, LlamaKernels.DECODE_HEADS);
+      if (g.x() != Hkv * slices || g.y() != M || launch.block().x() != LlamaKernels.DECODE_THREADS
+          || launch.block().y() != 1 || launch.block().z() != 1) {
+        throw new IllegalArgumentException(String.format("llama_flash_decode is written for grid (%d, %d, splits) x "
+            + "block (%d, 1, 1); launched as grid %s x block %s", Hkv * slices, M, LlamaKernels.DECODE_THREADS, g,
+            launch.block()));
       }
       DeviceMemory memory = launch.memory();
       int[] pos = ints(memory, positions, M);
       int[] rows = ints(memory, cacheRows, M);
-      int limit = Math.min(maxT, LlamaKernels.MAX_CONTEXT);
-      int maxLen = 0;
-      for (int m = 0; m < M; m++) {
-        if (pos[m] < 0 || pos[m] >= limit) {
-          throw new IllegalArgumentException("llama_attention: positions[" + m + "] = " + pos[m] + " outside [0, "
-              + limit + ")");
-        }
-        maxLen = Math.max(maxLen, pos[m] + 1);
-      }
       int width = (Hq + 2 * Hkv) * D;
-      int group = Hq / Hkv;
+      long stats = partial + 4L * M * Hq * splits * D;
       float[] q = new float[D];
+      short[] h = new short[D];
       float[] o = new float[D];
-      short[] h = new short[Math.max(maxLen * D, D)];
-      float[] k = new float[maxLen * D];
-      float[] v = new float[maxLen * D];
-      float[] p = new float[maxLen];
       for (int m = 0; m < M; m++) {
+        if (pos[m] < 0 || pos[m] >= maxT) {
+          throw new IllegalArgumentException("llama_flash_decode: positions[" + m + "] = " + pos[m]
+              + " outside [0, " + maxT + ")");
+        }
         int len = pos[m] + 1;
+        int per = ceilDiv(len, splits);
+        float[] k = new float[per * D];
+        float[] v = new float[per * D];
+        float[] p = new float[per];
+        short[] kv = new short[per * D];
         for (int hq = 0; hq < Hq; hq++) {
           memory.getShorts(qkv + 2L * ((long) m * width + (long) hq * D), h, 0, D);
           type.toFloats(h, 0, q, 0, D);
           long head = 2L * cacheAt(rows[m], hq / group, 0, Hkv, maxT, D);
-          memory.getShorts(kcache + head, h, 0, len * D);
-          type.toFloats(h, 0, k, 0, len * D);
-          memory.getShorts(vcache + head, h, 0, len * D);
-          type.toFloats(h, 0, v, 0, len * D);
-          float mx = Float.NEGATIVE_INFINITY;
-          for (int t = 0; t < len; t++) {
-            float dot = 0f;
-            for (int d = 0; d < D; d++) {
-              dot += q[d] * k[t * D + d];
+          for (int s = 0; s < splits; s++) {
+            int begin = Math.min(len, s * per);
+            int end = Math.min(len, begin + per);
+            int n = end - begin;
+            Arrays.fill(o, 0f);
+            float mx = Float.NEGATIVE_INFINITY;
+            float sum = 0f;
+            if (n > 0) {
+              memory.getShorts(kcache + head + 2L * begin * D, kv, 0, n * D);
+              type.toFloats(kv, 0, k, 0, n * D);
+              memory.getShorts(vcache + head + 2L * begin * D, kv, 0, n * D);
+              type.toFloats(kv, 0, v, 0, n * D);
+              mx = scores(q, k, begin, end, D, scale, p);
+              for (int t = 0; t < n; t++) {
+                p[t] = (float) Math.exp(p[t] - mx);
+                sum += p[t];
+              }
+              weightedValues(p, v, begin, end, D, o);
             }
-            p[t] = scale * dot;
-            mx = Math.max(mx, p[t]);
+            long slot = ((long) m * Hq + hq) * splits + s;
+            memory.putFloats(partial + 4L * slot * D, o, 0, D);
+            memory.putFloats(stats + 8L * slot, new float[] {mx, sum}, 0, 2);
           }
-          float sum = 0f;
-          for (int t = 0; t < len; t++) {
-            p[t] = (float) Math.exp(p[t] - mx);
-            sum += p[t];
-          }
-          Arrays.fill(o, 0f);
-          for (int t = 0; t < len; t++) {
-            for (int d = 0; d < D; d++) {
-              o[d] += p[t] * v[t * D + d];
-            }
-          }
-          for (int d = 0; d < D; d++) {
-            o[d] = o[d] / sum;
-          }
-          type.fromFloats(o, 0, h, 0, D);
-          memory.putShorts(out + 2L * ((long) m * Hq * D + (long) hq * D), h, 0, D);
         }
+      }
+    }
+  }
+
+  /**
+   * {@code llama_flash_combine(partial, out, M, Hq, D, splits, bf16)}, grid (Hq, M): {@code out = T(sum_s o_s w_s /
+   * sum_s l_s w_s)}, {@code w_s = exp(max_s - max)}, in split order.
+   */
+  public static final class FlashCombine implements SimKernel {
+    @Override
+    public String entry() {
+      return LlamaKernels.FLASH_COMBINE;
+    }
+
+    @Override
+    public void launch(SimLaunch launch) {
+      long partial = launch.pointer(0);
+      long out = launch.pointer(1);
+      int M = launch.intArg(2);
+      int Hq = launch.intArg(3);
+      int D = launch.intArg(4);
+      int splits = launch.intArg(5);
+      HalfType type = HalfType.ofFlag(launch.intArg(6));
+      if (M <= 0 || Hq <= 0 || D <= 0 || splits < 1 || splits > LlamaKernels.MAX_SPLITS) {
+        throw new IllegalArgumentException("llama_flash_combine: bad shape M=" + M + " Hq=" + Hq + " D=" + D
+            + " splits=" + splits);
+      }
+      expectShape(launch, Hq, M, LlamaKernels.DECODE_THREADS);
+      DeviceMemory memory = launch.memory();
+      long rows = (long) M * Hq;
+      float[] stats = new float[2 * splits];
+      float[] parts = new float[splits * D];
+      float[] w = new float[splits];
+      float[] o = new float[D];
+      short[] h = new short[D];
+      for (long mh = 0; mh < rows; mh++) {
+        memory.getFloats(partial + 4L * (rows * splits * D + mh * splits * 2), stats, 0, 2 * splits);
+        memory.getFloats(partial + 4L * mh * splits * D, parts, 0, splits * D);
+        float mx = Float.NEGATIVE_INFINITY;
+        for (int s = 0; s < splits; s++) {
+          mx = Math.max(mx, stats[2 * s]);
+        }
+        float sum = 0f;
+        for (int s = 0; s < splits; s++) {
+          w[s] = mx == Float.NEGATIVE_INFINITY ? 0f : (float) Math.exp(stats[2 * s] - mx);
+          sum += stats[2 * s + 1] * w[s];
+        }
+        float inv = sum > 0f ? 1f / sum : 0f;
+        for (int d = 0; d < D; d++) {
+          float acc = 0f;
+          for (int s = 0; s < splits; s++) {
+            acc += parts[s * D + d] * w[s];
+          }
+          o[d] = acc * inv;
+        }
+        type.fromFloats(o, 0, h, 0, D);
+        memory.putShorts(out + 2L * mh * D, h, 0, D);
       }
     }
   }

@@ -198,6 +198,7 @@ final class LlamaCases {
               case STORE -> bias ? s + type.toFloat(b[n]) : s;
               case RESIDUAL -> r0[m * N + n] + s;
               case FLOAT -> s;
+              case SWIGLU -> throw new IllegalArgumentException("SWIGLU cases are gemm cases");
             };
           }
         }
@@ -268,8 +269,103 @@ final class LlamaCases {
     };
   }
 
+  /**
+   * {@code out = epilogue(X W^T)} through the tensor-core {@link LlamaKernels#gemm} with one tile; SWIGLU takes W
+   * as gate | up rows ([N, K]) and writes [M, N/2].
+   */
+  static Case gemm(long seed, HalfType type, LlamaKernels.GemmTile tile, int M, int N, int K, Epilogue epilogue,
+      boolean bias) {
+    Random rnd = new Random(seed);
+    double xs = 1.0 / Math.sqrt(K);
+    short[] X = random(type, rnd, M * K, 1);
+    short[] W = random(type, rnd, N * K, 2 * xs);
+    short[] b = bias ? random(type, rnd, N, 0.5) : null;
+    int width = epilogue == Epilogue.SWIGLU ? N / 2 : N;
+    float[] r0 = randomFloats(rnd, M * width, 1);
+    return new Case(String.format("%s %s M=%d N=%d K=%d %s%s", tile.entry(), type, M, N, K, epilogue,
+        bias ? "+bias" : "")) {
+      @Override
+      List<Output> run(LlamaDevice dev) {
+        boolean half = epilogue == Epilogue.STORE || epilogue == Epilogue.SWIGLU;
+        long out = half ? dev.upload(new short[M * width]) : dev.upload(r0);
+        dev.kernels(type).gemm(dev.stream, tile, dev.upload(X), dev.upload(W), bias ? dev.upload(b) : 0, out, M, N,
+            K, epilogue);
+        if (half) {
+          return List.of(half(type, "Y", dev.halves(out, M * width), width));
+        }
+        return List.of(fp32(epilogue == Epilogue.RESIDUAL ? "R" : "L", dev.floats(out, M * width), width));
+      }
+
+      @Override
+      List<Output> reference() {
+        double[] x = values(type, X);
+        double[] w = values(type, W);
+        double[] s = new double[M * N];
+        for (int m = 0; m < M; m++) {
+          for (int n = 0; n < N; n++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) {
+              acc += x[m * K + k] * w[n * K + k];
+            }
+            s[m * N + n] = acc;
+          }
+        }
+        double[] y = new double[M * width];
+        for (int m = 0; m < M; m++) {
+          for (int n = 0; n < width; n++) {
+            double v = s[m * N + n];
+            y[m * width + n] = switch (epilogue) {
+              case STORE -> bias ? v + type.toFloat(b[n]) : v;
+              case RESIDUAL -> r0[m * width + n] + v;
+              case FLOAT -> v;
+              case SWIGLU -> v / (1 + Math.exp(-v)) * s[m * N + width + n];
+            };
+          }
+        }
+        if (epilogue == Epilogue.STORE || epilogue == Epilogue.SWIGLU) {
+          return List.of(tolerant(type, "Y", floats(y), width));
+        }
+        return List.of(fp32(epilogue == Epilogue.RESIDUAL ? "R" : "L", floats(y), width));
+      }
+    };
+  }
+
+  /** Rows of consecutive positions per sequence: sequence i has {@code lengths[i]} rows from {@code starts[i]}. */
+  static int[][] prompts(int[] lengths, int[] starts) {
+    int M = 0;
+    for (int l : lengths) {
+      M += l;
+    }
+    int[] positions = new int[M];
+    int[] rows = new int[M];
+    int m = 0;
+    for (int i = 0; i < lengths.length; i++) {
+      for (int j = 0; j < lengths[i]; j++) {
+        positions[m] = starts[i] + j;
+        rows[m++] = i;
+      }
+    }
+    return new int[][] {rows, positions};
+  }
+
+  /** How an attention case launches: the kernel under test and its arguments. */
+  enum AttentionKernel {
+    /** llama_attention. */
+    PLAIN,
+    /** llama_flash_attention. */
+    FLASH,
+    /** llama_flash_decode + llama_flash_combine, splits from {@link LlamaKernels#decodeSplits}. */
+    DECODE
+  }
+
   static Case attention(long seed, HalfType type, int B, int Hq, int Hkv, int D, int maxT, int[] cacheRows,
       int[] positions) {
+    return attention(seed, type, B, Hq, Hkv, D, maxT, cacheRows, positions, AttentionKernel.PLAIN, 0);
+  }
+
+  /** {@code splits} is for {@link AttentionKernel#DECODE}; 0 takes {@link LlamaKernels#decodeSplits}. */
+  static Case attention(long seed, HalfType type, int B, int Hq, int Hkv, int D, int maxT, int[] cacheRows,
+      int[] positions, AttentionKernel kernel, int splits) {
     Random rnd = new Random(seed);
     int M = positions.length;
     int width = (Hq + 2 * Hkv) * D;
@@ -278,12 +374,35 @@ final class LlamaCases {
     short[] kc = random(type, rnd, cacheLen, 1);
     short[] vc = random(type, rnd, cacheLen, 1);
     float scale = (float) (1 / Math.sqrt(D));
-    return new Case(String.format("llama_attention %s M=%d Hq=%d Hkv=%d D=%d maxT=%d", type, M, Hq, Hkv, D, maxT)) {
+    int maxLen = 0;
+    for (int p : positions) {
+      maxLen = Math.max(maxLen, p + 1);
+    }
+    int split = splits > 0 ? splits : LlamaKernels.decodeSplits(maxLen, M, Hq, Hkv);
+    String name = switch (kernel) {
+      case PLAIN -> "llama_attention";
+      case FLASH -> "llama_flash_attention";
+      case DECODE -> "llama_flash_decode+combine splits=" + split;
+    };
+    return new Case(String.format("%s %s M=%d Hq=%d Hkv=%d D=%d maxT=%d", name, type, M, Hq, Hkv, D, maxT)) {
       @Override
       List<Output> run(LlamaDevice dev) {
         long out = dev.upload(new short[M * Hq * D]);
-        dev.kernels(type).attention(dev.stream, dev.upload(qkv), dev.upload(kc), dev.upload(vc), out,
-            dev.upload(positions), dev.upload(cacheRows), M, Hq, Hkv, D, maxT, scale);
+        LlamaKernels k = dev.kernels(type);
+        long q = dev.upload(qkv);
+        long kk = dev.upload(kc);
+        long vv = dev.upload(vc);
+        long pos = dev.upload(positions);
+        long rows = dev.upload(cacheRows);
+        switch (kernel) {
+          case PLAIN -> k.attention(dev.stream, q, kk, vv, out, pos, rows, M, Hq, Hkv, D, maxT, scale);
+          case FLASH -> k.flashAttention(dev.stream, q, kk, vv, out, pos, rows, M, Hq, Hkv, D, maxT, scale);
+          case DECODE -> {
+            long partial = dev.upload(new float[(int) LlamaKernels.decodePartialFloats(M, Hq, D, split)]);
+            k.flashDecode(dev.stream, q, kk, vv, partial, out, pos, rows, M, Hq, Hkv, D, maxT, scale, split);
+          }
+          default -> throw new IllegalStateException(kernel.toString());
+        }
         return List.of(half(type, "out", dev.halves(out, M * Hq * D), Hq * D));
       }
 

@@ -4,7 +4,9 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 
 import dev.thaw.examples.gpt2.kernels.Gpt2Cases;
 import dev.thaw.examples.llama.LlamaConfig;
+import dev.thaw.examples.llama.kernels.LlamaCases.AttentionKernel;
 import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
+import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
 import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
 import dev.thaw.runtime.gpu.sim.SimDriver;
@@ -23,8 +25,9 @@ import org.junit.jupiter.params.provider.MethodSource;
  * The CUDA kernels against their Java twins: every case runs on the CUDA driver and on the sim driver with
  * identical inputs, and the outputs must agree (exactly for embed, the v copy and argmax; 16-bit / fp32
  * tolerances otherwise). Real Llama-3.1-8B, Qwen2.5-0.5B and Mistral shapes included: the 8B's qkv, o, gate|up
- * and down products at decode, a 4096-wide matmul at prompt size, 128-wide heads at 8:1 and 7:1 GQA. Skipped,
- * with the reason, where no GPU is usable.
+ * and down products at decode, a 4096-wide matmul at prompt size, 128-wide heads at 8:1 and 7:1 GQA; the three
+ * mma.sync product tiles with every epilogue (fused SwiGLU included), flash prefill over ragged prompts and a
+ * cached prefix, split-KV decode up to 16k positions. Skipped, with the reason, where no GPU is usable.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class LlamaKernelsGpuTest {
@@ -115,7 +118,33 @@ class LlamaKernelsGpuTest {
         LlamaCases.swiglu(222, bf, 3, 14336),
         LlamaCases.swiglu(223, fp, 2, 4864),
         LlamaCases.argmax(224, 2, 128256),
-        LlamaCases.argmax(225, 1, 17));
+        LlamaCases.argmax(225, 1, 17),
+        // The mma.sync tiles: partial row and column tiles, every epilogue, 8B widths (K = 4096, 14336).
+        LlamaCases.gemm(226, bf, GemmTile.LARGE, 700, 1024, 4096, Epilogue.STORE, false),
+        LlamaCases.gemm(227, bf, GemmTile.LARGE, 129, 1024, 14336, Epilogue.RESIDUAL, false),
+        LlamaCases.gemm(228, bf, GemmTile.LARGE, 300, 2048, 4096, Epilogue.SWIGLU, false),
+        LlamaCases.gemm(229, fp, GemmTile.MEDIUM, 100, 1280, 1280, Epilogue.STORE, true),  // GPT-2-large width
+        LlamaCases.gemm(230, bf, GemmTile.MEDIUM, 65, 1000, 2048, Epilogue.FLOAT, false),
+        LlamaCases.gemm(231, bf, GemmTile.SMALL, 16, 6144, 4096, Epilogue.STORE, false),    // 8B qkv, 16 rows
+        LlamaCases.gemm(232, bf, GemmTile.SMALL, 12, 4096, 4096, Epilogue.SWIGLU, false),
+        LlamaCases.gemm(233, fp, GemmTile.SMALL, 9, 1152, 896, Epilogue.STORE, true),       // Qwen 0.5B qkv
+        // Flash prefill: 8B heads (8:1 GQA, D 128), a tile spanning two prompts, a cached prefix; Qwen's D 64.
+        attention(234, bf, 32, 8, 128, 1024, new int[] {300, 200}, new int[] {0, 0}, AttentionKernel.FLASH),
+        attention(235, bf, 32, 8, 128, 4096, new int[] {64, 1}, new int[] {2000, 4095}, AttentionKernel.FLASH),
+        attention(236, fp, 14, 2, 64, 256, new int[] {130}, new int[] {0}, AttentionKernel.FLASH),
+        // Split-KV decode: 8B heads at 4k and 16k context, Qwen-7B's 7:1 groups (two head slices).
+        LlamaCases.attention(237, bf, 2, 32, 8, 128, 4096, new int[] {0, 1, 1}, new int[] {4095, 0, 2999},
+            AttentionKernel.DECODE, 0),
+        LlamaCases.attention(238, bf, 1, 32, 8, 128, 16384, new int[] {0}, new int[] {16383},
+            AttentionKernel.DECODE, 0),
+        LlamaCases.attention(239, fp, 1, 28, 4, 128, 2048, new int[] {0}, new int[] {1999},
+            AttentionKernel.DECODE, 0));
+  }
+
+  private static LlamaCases.Case attention(long seed, HalfType type, int Hq, int Hkv, int D, int maxT,
+      int[] lengths, int[] starts, AttentionKernel kernel) {
+    int[][] rp = LlamaCases.prompts(lengths, starts);
+    return LlamaCases.attention(seed, type, lengths.length, Hq, Hkv, D, maxT, rp[0], rp[1], kernel, 0);
   }
 
   @ParameterizedTest(name = "{0}")

@@ -4,7 +4,9 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 
 import dev.thaw.examples.gpt2.kernels.Gpt2Cases;
 import dev.thaw.examples.llama.LlamaConfig;
+import dev.thaw.examples.llama.kernels.LlamaCases.AttentionKernel;
 import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
+import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.util.stream.Stream;
@@ -16,8 +18,10 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
- * Every Java twin on the sim device against a plain fp64 reference: both 16-bit types, the gemv and the
- * tensor-core matmul with every epilogue, GQA, llama3 rotary frequencies, ids outside the vocabulary.
+ * Every Java twin on the sim device against a plain fp64 reference: both 16-bit types, the gemv, the WMMA matmul
+ * and the three mma.sync tiles with every epilogue (fused SwiGLU included), partial tiles, GQA, flash attention
+ * over ragged prompts (a tile spanning two sequences, a cached prefix), split-KV decode with empty and uneven
+ * ranges, llama3 rotary frequencies, ids outside the vocabulary.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class LlamaKernelsSimTest {
@@ -64,7 +68,25 @@ class LlamaKernelsSimTest {
         LlamaCases.attention(14, bf, 2, 4, 2, 16, 8, new int[] {0, 1, 1}, new int[] {7, 0, 3}),
         LlamaCases.attention(15, fp, 1, 8, 1, 32, 6, new int[] {0, 0}, new int[] {5, 2}),
         LlamaCases.swiglu(16, bf, 3, 100),
-        LlamaCases.argmax(17, 3, 1000));
+        LlamaCases.argmax(17, 3, 1000),
+        LlamaCases.gemm(18, bf, GemmTile.LARGE, 130, 136, 64, Epilogue.STORE, true),
+        LlamaCases.gemm(19, fp, GemmTile.MEDIUM, 70, 130, 96, Epilogue.RESIDUAL, false),
+        LlamaCases.gemm(20, bf, GemmTile.SMALL, 9, 101, 32, Epilogue.FLOAT, false),
+        LlamaCases.gemm(21, bf, GemmTile.LARGE, 65, 200, 64, Epilogue.SWIGLU, false),
+        LlamaCases.gemm(22, fp, GemmTile.SMALL, 33, 84, 64, Epilogue.SWIGLU, false),
+        attention(23, bf, 4, 2, 64, 192, new int[] {70, 30}, new int[] {0, 100}, AttentionKernel.FLASH, 0),
+        attention(24, fp, 8, 8, 128, 80, new int[] {1, 17}, new int[] {40, 0}, AttentionKernel.FLASH, 0),
+        LlamaCases.attention(25, bf, 3, 8, 2, 16, 300, new int[] {0, 1, 2}, new int[] {299, 0, 40},
+            AttentionKernel.DECODE, 5),
+        LlamaCases.attention(26, fp, 2, 12, 1, 32, 600, new int[] {1, 0}, new int[] {599, 260},
+            AttentionKernel.DECODE, 2));
+  }
+
+  /** Sequences of {@code lengths[i]} consecutive rows from {@code starts[i]}, sequence i in cache row i. */
+  private static LlamaCases.Case attention(long seed, HalfType type, int Hq, int Hkv, int D, int maxT, int[] lengths,
+      int[] starts, AttentionKernel kernel, int splits) {
+    int[][] rp = LlamaCases.prompts(lengths, starts);
+    return LlamaCases.attention(seed, type, lengths.length, Hq, Hkv, D, maxT, rp[0], rp[1], kernel, splits);
   }
 
   @ParameterizedTest(name = "{0}")

@@ -19,8 +19,10 @@ import java.util.regex.Pattern;
  * {@code ld}, {@code ldu}, {@code st}, {@code atom}, {@code red} on the {@code .global} state space or on a
  * generic address (then only when {@code isspacep.global} holds), vector forms included, and the global
  * source of {@code cp.async.ca/cg}. The range is {@code [addr, addr + size)}, with size the vector count
- * times the type's width (for {@code cp.async}, the source size). A predicated-off instruction is not
- * checked. Shared, local, param and const accesses are left alone, and so are accesses addressed by a
+ * times the type's width (for {@code cp.async}, the source size; a source size of 0, a copy that only zero-fills
+ * its shared destination, reads nothing and is not checked). A predicated-off instruction is not
+ * checked. {@code ldmatrix}, {@code stmatrix}, {@code mma} and {@code wgmma} touch shared memory and registers
+ * only and are left as they are. Shared, local, param and const accesses are left alone, and so are accesses addressed by a
  * module variable's name ({@code [sym+8]}): they hit that variable, which is part of the module image,
  * never of an allocation. Addresses are compared as generic addresses, the form {@code CUdeviceptr}s take.
  *
@@ -420,6 +422,9 @@ public final class PtxInstrumenter {
       if (IMMEDIATE.matcher(a.size()).matches()) {
         out.add(ins("add.s64", E, A, Long.toString(parseLong(a.size()))));
       } else {
+        // A register size of 0 (a cp.async that zero-fills its destination) reads nothing: no check.
+        out.add(ins("setp.eq.u32", P, a.size(), "0"));
+        out.add(guarded(P, "bra", done));
         out.add(ins("cvt.u64.u32", E, a.size()));
         out.add(ins("add.s64", E, A, E));
       }

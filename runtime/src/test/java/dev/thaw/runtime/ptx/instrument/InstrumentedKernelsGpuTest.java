@@ -264,6 +264,28 @@ class InstrumentedKernelsGpuTest {
         "thaw_instr_cp_async");
   }
 
+  @Test
+  void aZeroByteCpAsyncReadsNothingAndIsNotReported() {
+    int n = 200;
+    int threads = 256;
+    DeviceBuffer src = alloc(16L * n);
+    DeviceBuffer dst = alloc(16L * threads);
+    // Threads n..255 zero-fill from src + 16 i, past src's 16 n bytes (inside its mapping): allowed is exactly src.
+    GuardTable allowed = GuardTable.builder().allow(src.address(), 16L * n, GuardTable.READ)
+        .allow(dst.address(), 16L * threads, GuardTable.WRITE).build();
+    ViolationReport r = runBoth("thaw_instr_cp_async_zfill", Dim3.of(2), Dim3.of(128),
+        () -> {
+          fillFloats(src, 4 * n, i -> i + 0.5f);
+          fillFloats(dst, 4 * threads, i -> -1f);
+        }, new Object[] {src, dst, n}, allowed, dst);
+    expect("thaw_instr_cp_async_zfill", r, List.of(), "thaw_instr_cp_async_zfill");
+    ByteBuffer out = read(dst).get(0);
+    for (int i = 0; i < 4 * threads; i++) {
+      float want = i < 4 * n ? i + 0.5f : 0f;
+      assertEquals(want, out.getFloat(4 * i), "dst float " + i);
+    }
+  }
+
   // ---- running ----
 
   /**

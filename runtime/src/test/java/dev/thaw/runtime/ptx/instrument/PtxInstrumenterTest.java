@@ -301,6 +301,58 @@ class PtxInstrumenterTest {
     assemblesWhereptxasIs(ptx);
   }
 
+  /**
+   * What tensor-core kernels issue (llama.cu's products and flash attention): cp.async sources are checked, a
+   * register source size of 0 skips the check (the copy only zero-fills), and ldmatrix, mma and the cp.async
+   * group instructions touch no global memory and are left as they are.
+   */
+  @Test
+  void tensorCoreStagingChecksOnlyTheCpAsyncSources() {
+    String body = "\tmov.u32 %r1, 0;\n\tmov.u32 %r2, 16;\n"
+        + "\tcp.async.cg.shared.global [%r1], [%rd2], 16, %r2;\n"
+        + "\tcp.async.cg.shared.global.L2::128B [%r1+16], [%rd2+16], 16;\n"
+        + "\tcp.async.ca.shared.global [%r1+32], [%rd2+32], 8;\n"
+        + "\tcp.async.commit_group;\n\tcp.async.wait_group 1;\n\tcp.async.wait_all;\n"
+        + "\tldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r3, %r4, %r5, %r6}, [%r1];\n"
+        + "\tldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r3, %r4, %r5, %r6}, [%r1+64];\n"
+        + "\tmma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1, %f2, %f3, %f4}, {%r3, %r4, %r5, %r6}, "
+        + "{%r3, %r4}, {%f1, %f2, %f3, %f4};\n"
+        + "\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1, %f2, %f3, %f4}, {%r3, %r4, %r5, %r6}, "
+        + "{%r3, %r4}, {%f1, %f2, %f3, %f4};";
+    InstrumentedModule m = PtxInstrumenter.instrument(TestPtx.kernel("sm_80", body));
+    List<AccessSite> sites = m.sitesOf("k");
+    assertEquals(3, sites.size(), sites.toString());
+    for (AccessSite s : sites) {
+      assertEquals(AccessKind.READ, s.kind(), s.toString());
+      assertTrue(s.instruction().startsWith("cp.async.c"), s.toString());
+      assertFalse(s.generic(), s.toString());
+    }
+    String ptx = m.ptx();
+    assertTrue(ptx.contains("setp.eq.u32 \t%thaw_p0, %r2, 0;"), ptx); // the register size: 0 skips the check
+    assertTrue(ptx.contains("cvt.u64.u32 \t%thaw_rd2, %r2;"), ptx);
+    assertEquals(List.of(16L, 8L), sizes(ptx));
+    assertTrue(ptx.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 \t{%r3, %r4, %r5, %r6}, [%r1+64];"), ptx);
+    Path ptxas = TestPtx.ptxas();
+    if (ptxas != null) {
+      TestPtx.assemble(ptxas, ptx, "sm_90");
+      TestPtx.assemble(ptxas, ptx, "sm_80");
+    }
+  }
+
+  /** wgmma (sm_90a) reads shared memory through descriptors only: its instructions pass through, unchecked. */
+  @Test
+  void wgmmaFencesAndGroupsPassThrough() {
+    String body = "\twgmma.fence.sync.aligned;\n\twgmma.commit_group.sync.aligned;\n"
+        + "\twgmma.wait_group.sync.aligned 0;\n\tst.global.u32 [%rd2], %r1;";
+    InstrumentedModule m = PtxInstrumenter.instrument(TestPtx.kernel("sm_90a", body));
+    assertEquals(1, m.sitesOf("k").size(), "only the store is checked");
+    assertTrue(m.ptx().contains("wgmma.wait_group.sync.aligned \t0;"), m.ptx());
+    Path ptxas = TestPtx.ptxas();
+    if (ptxas != null) {
+      TestPtx.assemble(ptxas, m.ptx(), "sm_90a");
+    }
+  }
+
   @Test
   void aKernelWithoutAccessesStillTakesTheGuard() {
     String ptx = PtxInstrumenter.instrument(TestPtx.kernel("")).ptx();

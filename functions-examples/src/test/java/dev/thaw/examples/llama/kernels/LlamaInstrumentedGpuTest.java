@@ -1,0 +1,215 @@
+package dev.thaw.examples.llama.kernels;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import dev.thaw.examples.gpt2.kernels.Gpt2Cases;
+import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
+import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
+import dev.thaw.runtime.gpu.DeviceBuffer;
+import dev.thaw.runtime.gpu.DriverAvailability;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuModule;
+import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.Kernel;
+import dev.thaw.runtime.gpu.KernelArgs;
+import dev.thaw.runtime.gpu.cuda.CudaDriver;
+import dev.thaw.runtime.ptx.instrument.DeviceGuard;
+import dev.thaw.runtime.ptx.instrument.GuardTable;
+import dev.thaw.runtime.ptx.instrument.GuardedModule;
+import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
+import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
+import dev.thaw.runtime.ptx.instrument.ValidatingLauncher;
+import dev.thaw.runtime.ptx.instrument.ViolationReport;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Random;
+import java.util.function.Consumer;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * The Llama kernels instrumented, on a GPU: every {@link LlamaKernelsGpuTest} case, with each buffer of the case
+ * allowed (its real arguments), must report no violation and compute the plain kernels' bits — cp.async sources
+ * checked, zero-filling copies of rows past M or N not. Also prints the instrumentation overhead on the 8B's
+ * shapes. Skipped, with the reason, where no GPU is usable.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class LlamaInstrumentedGpuTest {
+
+  private CudaDriver driver;
+  private LlamaDevice plain;
+  private LlamaDevice guarded;
+  private GpuModule instrumentedModule;
+  private GuardedModule perLaunch;
+  private ValidatingLauncher launcher;
+  private InstrumentedModule instrumented;
+  private final List<String> violations = new ArrayList<>();
+  private int launches;
+
+  @BeforeAll
+  void open() {
+    if (!CudaDriver.availability().available()) {
+      return;
+    }
+    driver = CudaDriver.open();
+    plain = new LlamaDevice(driver);
+    instrumented = PtxInstrumenter.instrument(LlamaKernels.ptx());
+    guarded = new LlamaDevice(driver, (context, type) -> {
+      launcher = new ValidatingLauncher(context);
+      instrumentedModule = context.loadPtx(instrumented.ptx());
+      perLaunch = GuardedModule.perLaunch(instrumentedModule, launcher, new GuardedModule.Policy() {
+        @Override
+        public GuardTable allowed(Kernel kernel, KernelArgs args) {
+          return allBuffers();
+        }
+
+        @Override
+        public void report(Kernel kernel, KernelArgs args, ViolationReport report) {
+          launches++;
+          if (!report.clean()) {
+            violations.add(kernel.name() + ": " + report.total() + " violations, first "
+                + report.recorded().subList(0, Math.min(5, report.recorded().size())) + " at sites "
+                + report.recorded().stream().limit(5).map(v -> instrumented.site(v.site()).toString()).toList());
+          }
+        }
+      });
+      return new LlamaKernels(perLaunch, type);
+    });
+  }
+
+  /** Every buffer the case uploaded, read-write: the launch's real arguments. */
+  private GuardTable allBuffers() {
+    GuardTable.Builder b = GuardTable.builder();
+    for (DeviceBuffer buffer : guarded.buffers()) {
+      b.allow(buffer.address(), buffer.size(), GuardTable.READ_WRITE);
+    }
+    return b.build();
+  }
+
+  @BeforeEach
+  void needsAGpu() {
+    DriverAvailability a = CudaDriver.availability();
+    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+  }
+
+  @AfterEach
+  void free() {
+    if (plain != null) {
+      plain.freeBuffers();
+      guarded.freeBuffers();
+    }
+  }
+
+  @AfterAll
+  void close() {
+    if (driver == null) {
+      return;
+    }
+    plain.close();
+    launcher.close();
+    perLaunch.close();
+    guarded.close();
+    driver.close();
+  }
+
+  static Stream<LlamaCases.Case> cases() {
+    return LlamaKernelsGpuTest.cases();
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @MethodSource("cases")
+  void instrumentedKernelsReportNothingAndComputeTheSameBits(LlamaCases.Case c) {
+    violations.clear();
+    int before = launches;
+    List<Gpt2Cases.Output> expected = c.run(plain);
+    List<Gpt2Cases.Output> got = c.run(guarded);
+    assertTrue(launches > before, c.name + ": no launch went through the instrumented module");
+    assertEquals(List.of(), violations, c.name + ": violations with every argument allowed");
+    for (int o = 0; o < expected.size(); o++) {
+      float[] e = expected.get(o).values();
+      float[] g = got.get(o).values();
+      for (int i = 0; i < e.length; i++) {
+        if (Float.floatToRawIntBits(e[i]) != Float.floatToRawIntBits(g[i])) {
+          fail(String.format("%s, output %s [%d]: plain %s, instrumented %s", c.name, expected.get(o).name(), i, e[i],
+              g[i]));
+        }
+      }
+    }
+  }
+
+  /** Plain vs instrumented (one guard for all launches) on the 8B's gate|up product and a 2000-token prefill. */
+  @Test
+  void instrumentationOverheadOnLlama8bShapes() {
+    int m = 2000;
+    int k = 4096;
+    int n = 2 * 14336;
+    int hq = 32;
+    int hkv = 8;
+    int d = 128;
+    Random rnd = new Random(11);
+    HalfType bf = HalfType.BF16;
+    short[] x = LlamaCases.random(bf, rnd, m * k, 1);
+    short[] w = LlamaCases.random(bf, rnd, n * k, 0.02);
+    short[] qkv = LlamaCases.random(bf, rnd, m * (hq + 2 * hkv) * d, 1);
+    short[] cache = LlamaCases.random(bf, rnd, hkv * m * d, 1);
+    int[][] rp = LlamaCases.prompts(new int[] {m}, new int[] {0});
+    float scale = (float) (1 / Math.sqrt(d));
+    long[] p = uploads(plain, x, w, qkv, cache, rp, m, n, hq, d);
+    long[] q = uploads(guarded, x, w, qkv, cache, rp, m, n, hq, d);
+    try (DeviceGuard guard = DeviceGuard.upload(guarded.context, allBuffers());
+        GuardedModule fixed = GuardedModule.withGuard(instrumentedModule, guard)) {
+      LlamaKernels ik = new LlamaKernels(fixed, bf);
+      LlamaKernels pk = plain.kernels(bf);
+      double pg = median(plain, s -> pk.gemm(s, GemmTile.LARGE, p[0], p[1], 0, p[2], m, n, k, Epilogue.SWIGLU));
+      double ig = median(guarded, s -> ik.gemm(s, GemmTile.LARGE, q[0], q[1], 0, q[2], m, n, k, Epilogue.SWIGLU));
+      double pa = median(plain, s -> pk.flashAttention(s, p[3], p[4], p[5], p[6], p[7], p[8], m, hq, hkv, d, m,
+          scale));
+      double ia = median(guarded, s -> ik.flashAttention(s, q[3], q[4], q[5], q[6], q[7], q[8], m, hq, hkv, d, m,
+          scale));
+      guarded.stream.synchronize();
+      ViolationReport r = guard.read();
+      System.out.printf("instrumentation overhead [%s]: llama_gemm_128x128 SwiGLU M=%d N=%d K=%d plain %.3f ms, "
+          + "instrumented %.3f ms (%.2fx); llama_flash_attention %d tokens 32/8 heads D=128 plain %.3f ms, "
+          + "instrumented %.3f ms (%.2fx); median of 20, CUDA events%n", plain.context.device().name(), m, n, k, pg,
+          ig, ig / pg, m, pa, ia, ia / pa);
+      assertTrue(r.clean(), "timing launches reported violations: " + r.recorded());
+    }
+  }
+
+  /** X, W, gate|up out, qkv, k cache, v cache, attention out, positions, cache rows. */
+  private static long[] uploads(LlamaDevice dev, short[] x, short[] w, short[] qkv, short[] cache, int[][] rp, int m,
+      int n, int hq, int d) {
+    return new long[] {dev.upload(x), dev.upload(w), dev.upload(new short[m * n / 2]), dev.upload(qkv),
+        dev.upload(cache), dev.upload(cache), dev.upload(new short[m * hq * d]), dev.upload(rp[1]),
+        dev.upload(rp[0])};
+  }
+
+  private static double median(LlamaDevice dev, Consumer<GpuStream> launch) {
+    try (GpuEvent start = dev.context.createEvent(); GpuEvent end = dev.context.createEvent()) {
+      for (int i = 0; i < 3; i++) {
+        launch.accept(dev.stream);
+      }
+      double[] t = new double[20];
+      for (int i = 0; i < t.length; i++) {
+        start.record(dev.stream);
+        launch.accept(dev.stream);
+        end.record(dev.stream);
+        end.synchronize();
+        t[i] = end.elapsedMillisSince(start);
+      }
+      Arrays.sort(t);
+      return (t[9] + t[10]) / 2;
+    }
+  }
+}
