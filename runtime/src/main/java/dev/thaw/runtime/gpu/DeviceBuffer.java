@@ -71,6 +71,12 @@ public final class DeviceBuffer implements AutoCloseable {
     mapping.setAccess(access);
   }
 
+  /** Grants another device {@code access} to this buffer: see {@link Mapping#setAccessFor}. */
+  public void setAccessFor(int deviceOrdinal, MemoryAccess access) {
+    checkOpen();
+    mapping.setAccessFor(deviceOrdinal, access);
+  }
+
   /** Copies {@code src.remaining()} bytes to the start of this buffer. */
   public void copyFromHost(ByteBuffer src) {
     checkFits(src.remaining());

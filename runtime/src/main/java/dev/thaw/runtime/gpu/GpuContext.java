@@ -50,6 +50,12 @@ public interface GpuContext extends AutoCloseable {
 
   // ---- virtual memory management ----
 
+  /**
+   * Free and total memory of this context's device now ({@code cuMemGetInfo_v2}): what every process on the device
+   * has left, not this context's share.
+   */
+  DeviceMemoryInfo memoryInfo();
+
   /** The allocation granularity, in bytes (2 MiB on an H100/H200 and on the sim device). */
   long granularity();
 

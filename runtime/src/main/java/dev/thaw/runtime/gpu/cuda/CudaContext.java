@@ -7,6 +7,7 @@ import com.sun.jna.Native;
 import com.sun.jna.Pointer;
 import dev.thaw.runtime.gpu.AddressUnavailableException;
 import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.runtime.gpu.DeviceMemoryInfo;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuEvent;
@@ -214,6 +215,15 @@ final class CudaContext extends CudaResource implements GpuContext {
   }
 
   @Override
+  public DeviceMemoryInfo memoryInfo() {
+    checkOpen();
+    ensureCurrent();
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(16);
+    check(CudaNative.cuMemGetInfo_v2(s.address, s.address + 8), "cuMemGetInfo_v2");
+    return new DeviceMemoryInfo(s.memory.getLong(0), s.memory.getLong(8));
+  }
+
+  @Override
   public long granularity() {
     checkOpen();
     return granularity;
@@ -278,7 +288,7 @@ final class CudaContext extends CudaResource implements GpuContext {
       CudaNative.Scratch s = CudaNative.Scratch.get().clear(64 + 8);
       writeAllocationProp(s.memory, 0);
       check(CudaNative.cuMemCreate(s.address + 64, rounded, s.address, 0L), "cuMemCreate");
-      return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded);
+      return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded, false, device.ordinal());
     });
   }
 
@@ -289,7 +299,7 @@ final class CudaContext extends CudaResource implements GpuContext {
       CudaNative.Scratch s = CudaNative.Scratch.get().clear(64 + 8);
       writeAllocationProp(s.memory, 0, CudaNative.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
       check(CudaNative.cuMemCreate(s.address + 64, rounded, s.address, 0L), "cuMemCreate");
-      return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded, true);
+      return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded, true, device.ordinal());
     });
   }
 
@@ -306,8 +316,23 @@ final class CudaContext extends CudaResource implements GpuContext {
       CudaNative.Scratch s = CudaNative.Scratch.get().clear(8);
       check(CudaNative.cuMemImportFromShareableHandle(s.address, fd, CudaNative.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
           "cuMemImportFromShareableHandle");
-      return new CudaPhysicalMemory(this, s.memory.getLong(0), size, true);
+      long handle = s.memory.getLong(0);
+      int owner;
+      try {
+        owner = importedDevice(handle);
+      } catch (RuntimeException e) {
+        CudaNative.cuMemRelease(handle);
+        throw e;
+      }
+      return new CudaPhysicalMemory(this, handle, size, true, owner);
     });
+  }
+
+  /** The device imported memory lives on: its {@code CUmemAllocationProp.location.id}. */
+  private static int importedDevice(long handle) {
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(CudaNative.MEM_ALLOCATION_PROP_SIZE);
+    check(CudaNative.cuMemGetAllocationPropertiesFromHandle(s.address, handle), "cuMemGetAllocationPropertiesFromHandle");
+    return s.memory.getInt(CudaNative.MEM_ALLOCATION_PROP_LOCATION_ID);
   }
 
   @Override
