@@ -73,6 +73,13 @@ public interface GpuContext extends AutoCloseable {
    */
   VirtualRange reserveExact(long address, long size);
 
+  /**
+   * Reserves a range for memory a process keeps beside the images it restores (staging rings, another device's memory
+   * mapped here): from the top of the device address space, far from the bottom, where images' recorded addresses
+   * lie (a build hands them out first fit from the bottom), so that no image later finds its range taken.
+   */
+  VirtualRange reserveScratch(long size);
+
   /** Creates physical device memory of {@code size} bytes (rounded up to the granularity), not yet mapped. */
   PhysicalMemory createMemory(long size);
 
@@ -98,6 +105,11 @@ public interface GpuContext extends AutoCloseable {
   /** Reserves, creates, maps and grants read-write access: a buffer anywhere in the address space. */
   default DeviceBuffer allocate(long size) {
     return DeviceBuffer.allocate(this, size, 0L, false);
+  }
+
+  /** Like {@link #allocate}, in a {@linkplain #reserveScratch scratch} range. */
+  default DeviceBuffer allocateScratch(long size) {
+    return DeviceBuffer.allocateScratch(this, size);
   }
 
   /**

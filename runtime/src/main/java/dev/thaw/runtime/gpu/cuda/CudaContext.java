@@ -251,6 +251,19 @@ final class CudaContext extends CudaResource implements GpuContext {
     });
   }
 
+  /** The highest free place of the arena; the driver's choice when the arena is full. */
+  @Override
+  public VirtualRange reserveScratch(long size) {
+    long rounded = roundUp(size);
+    return create(() -> {
+      long at = arena.allocateTop(rounded, granularity);
+      if (at != 0) {
+        return new CudaVirtualRange(this, at, rounded, arena);
+      }
+      return new CudaVirtualRange(this, reserveRaw(rounded, 0L), rounded, null);
+    });
+  }
+
   @Override
   public VirtualRange reserveExact(long address, long size) {
     if (address == 0) {

@@ -124,6 +124,32 @@ final class SimAddressSpace {
     }
   }
 
+  /** A range at the highest free place of the space: what {@code GpuContext.reserveScratch} takes. */
+  SimVirtualRange reserveTop(SimContext context, long size) {
+    if (size <= 0) {
+      throw new IllegalArgumentException("size must be positive: " + size);
+    }
+    if (size > LIMIT - BASE) {
+      throw CudaError.exception("cuMemAddressReserve", CudaError.CUDA_ERROR_OUT_OF_MEMORY,
+          size + " bytes exceed the device's address space");
+    }
+    long rounded = roundUp(size);
+    synchronized (vmLock) {
+      long candidate = LIMIT - rounded;
+      while (candidate >= BASE) {
+        SimVirtualRange r = overlapping(candidate, rounded);
+        if (r == null) {
+          SimVirtualRange range = new SimVirtualRange(context, this, candidate, rounded);
+          reservations.put(candidate, range);
+          return range;
+        }
+        candidate = r.address() - rounded;
+      }
+      throw CudaError.exception("cuMemAddressReserve", CudaError.CUDA_ERROR_OUT_OF_MEMORY,
+          "no free range of " + rounded + " bytes");
+    }
+  }
+
   /** The lowest free, granularity-aligned start at or after {@code from}, or -1. */
   private long firstFit(long from, long size) {
     long candidate = Math.max(from, BASE);

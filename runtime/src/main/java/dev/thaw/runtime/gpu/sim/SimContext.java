@@ -165,6 +165,12 @@ public final class SimContext implements GpuContext {
   }
 
   @Override
+  public VirtualRange reserveScratch(long size) {
+    checkOpen();
+    return own(space.reserveTop(this, size));
+  }
+
+  @Override
   public VirtualRange reserveExact(long address, long size) {
     checkOpen();
     return own(space.reserve(this, size, address, true));

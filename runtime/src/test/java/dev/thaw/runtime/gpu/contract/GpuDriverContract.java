@@ -202,6 +202,20 @@ public abstract class GpuDriverContract {
   }
 
   @Test
+  void scratchRangesComeFromTheTopFarFromWhereImagesLie() {
+    try (VirtualRange plain = ctx.reserve(4 * MIB, 0); VirtualRange scratch = ctx.reserveScratch(4 * MIB);
+        DeviceBuffer b = ctx.allocateScratch(MIB); VirtualRange after = ctx.reserve(4 * MIB, 0)) {
+      assertTrue(scratch.address() - plain.address() >= 1L << 30, String.format("0x%x, 0x%x", plain.address(),
+          scratch.address()));
+      assertTrue(b.address() > plain.address() && b.address() + b.mappedSize() <= scratch.address()
+          || b.address() >= scratch.address() + scratch.size(), "disjoint");
+      assertTrue(after.address() < scratch.address(), "ordinary ranges keep coming from the bottom");
+      ctx.memsetD32(b.address(), 0x5c, 4);
+      assertEquals(0x5c, readInts(ctx, b.address(), 4)[3]);
+    }
+  }
+
+  @Test
   void refusesMappingsThatDoNotFit() {
     long g = ctx.granularity();
     try (VirtualRange range = ctx.reserve(2 * g, 0); PhysicalMemory mem = ctx.createMemory(2 * g)) {
