@@ -148,7 +148,7 @@ public final class MultiLinkHarness {
       devices.add(driver.devices().get(d).describe());
     }
     if (n < 2) {
-      System.out.println("SUMMARY one device only: nothing to restore through another link");
+      summary("one device only: nothing to restore through another link");
       return 2;
     }
     try {
@@ -164,6 +164,7 @@ public final class MultiLinkHarness {
       Impact impact = skip.contains("impact") ? null : section("impact setup", this::impactFunction);
       List<SyntheticImage> images = new ArrayList<>();
       try {
+        // The figures that matter most first: a part cut short by the script's timeout leaves those before it.
         for (String shape : shapes) {
           long t = System.nanoTime();
           SyntheticImage image = SyntheticImage.create(target, shape, shape.hashCode());
@@ -172,16 +173,21 @@ public final class MultiLinkHarness {
               image.bytes() / 1e9, image.manifest().allocations().size(), image.readOnlyBytes() / 1e9,
               (System.nanoTime() - t) / 1e9);
           section(shape + " restore", () -> restoreSection(image));
-          if (!skip.contains("hbm")) {
-            section(shape + " hbm", () -> hbmSection(image));
+          write(out);
+        }
+        if (!skip.contains("hbm")) {
+          for (SyntheticImage image : images) {
+            section(image.shape() + " hbm", () -> hbmSection(image));
+            write(out);
           }
+        }
+        if (!skip.contains("sweep") && !images.isEmpty()) {
+          section("sweep", () -> sweepSection(images.get(0)));
+          write(out);
         }
         if (impact != null && !images.isEmpty()) {
           SyntheticImage largest = images.get(images.size() - 1);
           section("impact", () -> impactSection(impact, largest));
-        }
-        if (!skip.contains("sweep") && !images.isEmpty()) {
-          section("sweep", () -> sweepSection(images.get(0)));
         }
       } finally {
         images.forEach(SyntheticImage::close);
@@ -192,13 +198,22 @@ public final class MultiLinkHarness {
     } finally {
       close();
     }
+    write(out);
+    failures.forEach(f -> System.out.println("SUMMARY FAILED " + f));
+    return failures.isEmpty() ? 0 : 1;
+  }
+
+  private void write(Path out) throws IOException {
+    results.putPOJO("summary", summary);
     results.putPOJO("failures", failures);
     Files.writeString(out.resolve("multilink-results.json"), JSON.writerWithDefaultPrettyPrinter()
         .writeValueAsString(results));
-    System.out.println();
-    summary.forEach(s -> System.out.println("SUMMARY " + s));
-    failures.forEach(f -> System.out.println("SUMMARY FAILED " + f));
-    return failures.isEmpty() ? 0 : 1;
+  }
+
+  /** A figure: printed at once (a run cut short keeps it) and kept for the results. */
+  private void summary(String line) {
+    summary.add(line);
+    System.out.println("SUMMARY " + line);
   }
 
   private interface Section<T> {
@@ -245,7 +260,7 @@ public final class MultiLinkHarness {
     j.put("directGBps", link.directGBps()).put("hostToHelperGBps", link.hostGBps()).put("peerGBps", link.peerGBps());
     double[] peer = peerCalls(target, helper);
     j.put("peerUnifiedGBps", peer[0]).put("peerMemcpyPeerGBps", peer[1]);
-    summary.add(String.format(Locale.ROOT, "links: host -> GPU 0 %.1f GB/s; host -> GPU 1 %.1f GB/s; GPU 1 -> GPU 0 "
+    summary(String.format(Locale.ROOT, "links: host -> GPU 0 %.1f GB/s; host -> GPU 1 %.1f GB/s; GPU 1 -> GPU 0 "
         + "%.1f GB/s (unified addressing %.1f, cuMemcpyPeerAsync %.1f, 256 MiB)", link.directGBps(), link.hostGBps(),
         link.peerGBps(), peer[0], peer[1]));
     return null;
@@ -347,7 +362,7 @@ public final class MultiLinkHarness {
         .helpers(List.of(link)), image, null, null));
     double all = variant(shape, image, "2 links, all queued", () -> restore(0, m, image.source(),
         new OnDemandOptions().helpers(List.of(link)).windowBytes(Long.MAX_VALUE), image, null, null));
-    summary.add(String.format(Locale.ROOT, "%s %.2f GB from the host: 1 link %.2f ms (%.1f GB/s), 2 links %.2f ms"
+    summary(String.format(Locale.ROOT, "%s %.2f GB from the host: 1 link %.2f ms (%.1f GB/s), 2 links %.2f ms"
         + " (%.1f GB/s, x%.2f), 2 links all queued %.2f ms", image.shape(), image.bytes() / 1e9, one,
         image.bytes() / (one * 1e6), two, image.bytes() / (two * 1e6), one / two, all));
     return null;
@@ -478,7 +493,7 @@ public final class MultiLinkHarness {
     if (readGBps[0] > 0) {
       shape.put("readKernelLocalGBps", readGBps[0]).put("readKernelPeerMappedGBps", readGBps[1]);
     }
-    summary.add(String.format(Locale.ROOT, "%s HBM tier: GPU 0's own %.2f ms; GPU 1's by peer copy %.2f ms (%.1f GB/s"
+    summary(String.format(Locale.ROOT, "%s HBM tier: GPU 0's own %.2f ms; GPU 1's by peer copy %.2f ms (%.1f GB/s"
         + " of weights; goal <= 1.1 x %.2f + %.2f GB at 300 GB/s = %.2f ms: %s); GPU 1's peer-mapped %.2f ms%s",
         image.shape(), same, peer, image.readOnlyBytes() / (peer * 1e6), same, image.readOnlyBytes() / 1e9, goal,
         peer <= goal ? "met" : "NOT met", mapped, readGBps[0] > 0 ? String.format(Locale.ROOT,
@@ -615,7 +630,7 @@ public final class MultiLinkHarness {
           + "(each %.1f ms)", p(loaded, 50), 100 * (p(loaded, 50) / p(alone, 50) - 1), rt.length, image.shape(), share,
           rt.length == 0 ? Double.NaN : rt[rt.length / 2]));
     }
-    summary.add(String.join("; ", parts));
+    summary(String.join("; ", parts));
     return null;
   }
 
@@ -700,7 +715,7 @@ public final class MultiLinkHarness {
       System.out.printf(Locale.ROOT, "sweep: %d at once, one per GPU, each through its own link: %s ms%n", k, times);
       parts.add(k + " at once on " + k + " GPUs: " + times + " ms each");
     }
-    summary.add(String.format(Locale.ROOT, "sweep, %s from the host, one link each: alone %.2f ms; %s", image.shape(),
+    summary(String.format(Locale.ROOT, "sweep, %s from the host, one link each: alone %.2f ms; %s", image.shape(),
         alone, String.join("; ", parts)));
     return null;
   }
