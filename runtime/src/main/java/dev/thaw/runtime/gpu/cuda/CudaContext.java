@@ -46,6 +46,8 @@ final class CudaContext extends CudaResource implements GpuContext {
 
   private final CudaDriver driver;
   private final DeviceInfo device;
+  /** How many devices the driver saw when this context was made: what another device's ordinal is checked against. */
+  private final int deviceCount;
   private final int deviceHandle;
   final long handle;
   private final long id = IDS.incrementAndGet();
@@ -66,6 +68,7 @@ final class CudaContext extends CudaResource implements GpuContext {
     super(null, String.format("CUDA context 0x%x on device %d", handle, device.ordinal()));
     this.driver = driver;
     this.device = device;
+    this.deviceCount = driver.devices().size();
     this.deviceHandle = deviceHandle;
     this.handle = handle;
   }
@@ -122,6 +125,10 @@ final class CudaContext extends CudaResource implements GpuContext {
     m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_LOCATION_ID, device.ordinal());
     m.setLong(offset + CudaNative.MEM_ALLOCATION_PROP_WIN32_META, 0L);
     m.setLong(offset + CudaNative.MEM_ALLOCATION_PROP_ALLOC_FLAGS, 0L);
+  }
+
+  int deviceCount() {
+    return deviceCount;
   }
 
   /** The {@code CUmemLocation.id} of this device: its ordinal, as {@code cuda.h} says. */

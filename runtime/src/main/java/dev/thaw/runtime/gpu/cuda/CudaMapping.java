@@ -54,7 +54,7 @@ final class CudaMapping extends CudaResource implements Mapping {
   public void setAccessFor(int deviceOrdinal, MemoryAccess access) {
     Objects.requireNonNull(access, "access");
     checkOpen();
-    int devices = context.driver().devices().size();
+    int devices = context.deviceCount();
     if (deviceOrdinal < 0 || deviceOrdinal >= devices) {
       throw new IllegalArgumentException("no device " + deviceOrdinal + "; " + devices + " visible");
     }
