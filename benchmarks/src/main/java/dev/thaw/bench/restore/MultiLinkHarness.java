@@ -64,7 +64,8 @@ import java.util.function.Supplier;
  *
  * <ol>
  *   <li><b>links</b>: the devices, whether they are peers, and the three rates {@link HelperLink} measures (host → GPU
- *       0, host → GPU 1's ring, GPU 1 → GPU 0), with the peer copy by unified addressing and by {@code cuMemcpyPeerAsync};
+ *       0, host → GPU 1's ring, GPU 1 → GPU 0), with the peer copy by unified addressing and by
+ *       {@code cuMemcpyPeerAsync};
  *   <li><b>restore</b>, per shape: one link, two links, two links with everything queued at once: ready, resident (by
  *       the events), GB/s, the helper's part;
  *   <li><b>hbm</b>, per shape: from GPU 0's own HBM tier; from GPU 1's tier by a peer copy ({@link PeerSlabs}); from
@@ -379,7 +380,7 @@ public final class MultiLinkHarness {
 
   // ---- the node-wide HBM tier ----
 
-  /** Restores the image on {@code device} with exportable weights, protects them and exports them, as an eviction does. */
+  /** Restores the image on {@code device} with exportable weights, protects and exports them, as an eviction does. */
   private List<ExportedSlab> leaveInTier(int device, SyntheticImage image) {
     OnDemandOptions exportable = new OnDemandOptions().slabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY);
     RestorePlan plan = plans.computeIfAbsent(image.manifest(), RestorePlan::of);
@@ -516,7 +517,8 @@ public final class MultiLinkHarness {
         .max(java.util.Comparator.comparingLong(ImageManifest.Allocation::size)).orElseThrow();
     GpuContext c = contexts.get(0);
     try (GpuModule module = c.loadPtx(readPtx()); GpuStream s = c.createStream();
-        DeviceBuffer out = c.allocateScratch(4096); GpuEvent a = c.createEvent(true); GpuEvent b = c.createEvent(true)) {
+        DeviceBuffer out = c.allocateScratch(4096); GpuEvent a = c.createEvent(true);
+        GpuEvent b = c.createEvent(true)) {
       Kernel k = module.kernel("thaw_read_xor");
       long words = largest.size() / 16;
       Dim3 grid = Dim3.of(c.device().multiprocessorCount() * 8);
@@ -731,7 +733,7 @@ public final class MultiLinkHarness {
     return null;
   }
 
-  /** Restores {@code manifests.get(d)} on each device {@code d} at once, each through its own link; resident ms each. */
+  /** Restores {@code manifests.get(d)} on each device {@code d} at once, each through its own link: resident ms. */
   private List<Double> timeAll(List<Integer> devices, List<ImageManifest> manifests, RestoreSource source) {
     ExecutorService threads = Executors.newFixedThreadPool(devices.size());
     try {

@@ -568,9 +568,9 @@ final class Residency {
    * Under the lock: queues host-tier unit {@code first} and the pending host-tier units that follow it in plan order
    * while each lies right after the previous one both on the device and in host memory (a packed image from a host
    * cache laid out in restore order), up to {@link #MERGE_BYTES} (or the window, when smaller): one copy instead of one
-   * per allocation, one event for all of them. The run goes to the lane that would land it first among those with room in their window (with
-   * {@code force}, among all: what a launch that waits for everything asks); false, and nothing queued, when none has
-   * room.
+   * per allocation, one event for all of them. The run goes to the lane that would land it first among those with room
+   * in their window (with {@code force}, among all: what a launch that waits for everything asks); false, and nothing
+   * queued, when none has room.
    */
   private boolean queueRun(int first, boolean force) {
     boolean fromPeer = copies[first].length > 0 && copies[first][0].buffer == null;
@@ -686,7 +686,7 @@ final class Residency {
     copyCount += link.send(slot);
   }
 
-  /** Under the lock: queues one copy on {@code on}, from host memory or (buffer null) from device address {@code offset}. */
+  /** Under the lock: queues one copy on {@code on}, from host memory or (buffer null) from device address offset. */
   private void copy(GpuStream on, long dst, PinnedBuffer buffer, long offset, long bytes) {
     if (firstCopyNanos == 0) {
       firstCopyNanos = System.nanoTime();

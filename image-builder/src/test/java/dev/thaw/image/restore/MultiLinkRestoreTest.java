@@ -119,7 +119,8 @@ class MultiLinkRestoreTest {
         OnDemandRestore.Stats stats = restore.stats();
         assertEquals(manifest.totalBytes(), stats.hostBytes());
         Map<String, Long> byLink = restore.linkBytes();
-        assertEquals(manifest.totalBytes(), byLink.values().stream().mapToLong(Long::longValue).sum(), byLink.toString());
+        assertEquals(manifest.totalBytes(), byLink.values().stream().mapToLong(Long::longValue).sum(),
+            byLink.toString());
         assertEquals(stats.helperBytes(), byLink.get("device 1") + byLink.get("device 2"), byLink.toString());
         if (background) {
           assertTrue(stats.helperBytes() > 0, "the helpers carried part of it: " + byLink);
@@ -175,8 +176,8 @@ class MultiLinkRestoreTest {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
     try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(0.05));
         Spaced host = new Spaced(manifest, node.target);
-        DeviceBuffer elsewhere = node.contexts.get(1).allocateScratch(manifest.totalBytes() + manifest.allocations().size()
-            * 256L)) {
+        DeviceBuffer elsewhere = node.contexts.get(1).allocateScratch(manifest.totalBytes()
+            + manifest.allocations().size() * 256L)) {
       // The image's allocations laid out in device 1's memory, which device 0 may read: the node-wide HBM tier.
       Map<String, Long> at = new LinkedHashMap<>();
       long offset = 0;

@@ -351,7 +351,8 @@ final class CudaContext extends CudaResource implements GpuContext {
   /** The device imported memory lives on: its {@code CUmemAllocationProp.location.id}. */
   private static int importedDevice(long handle) {
     CudaNative.Scratch s = CudaNative.Scratch.get().clear(CudaNative.MEM_ALLOCATION_PROP_SIZE);
-    check(CudaNative.cuMemGetAllocationPropertiesFromHandle(s.address, handle), "cuMemGetAllocationPropertiesFromHandle");
+    check(CudaNative.cuMemGetAllocationPropertiesFromHandle(s.address, handle),
+        "cuMemGetAllocationPropertiesFromHandle");
     return s.memory.getInt(CudaNative.MEM_ALLOCATION_PROP_LOCATION_ID);
   }
 
