@@ -8,6 +8,8 @@ public final class OnDemandOptions {
   /** Bytes queued on the restore stream ahead of the copy engine: about 1.2 ms at 53 GB/s. */
   public static final long DEFAULT_WINDOW_BYTES = 64L << 20;
   public static final long DEFAULT_POLL_NANOS = 20_000;
+  /** A helper lent for a restore gives it its whole link: an idle helper's function waits for nothing of it. */
+  public static final double DEFAULT_HELPER_SHARE = 1.0;
 
   private long windowBytes = DEFAULT_WINDOW_BYTES;
   private boolean streamInBackground = true;
@@ -15,6 +17,8 @@ public final class OnDemandOptions {
   private boolean validate;
   private long pollNanos = DEFAULT_POLL_NANOS;
   private Promotion promotion = Promotion.REORDER;
+  private java.util.List<HelperLink> helpers = java.util.List.of();
+  private double helperShare = DEFAULT_HELPER_SHARE;
 
   /** Where an allocation a launch needs goes when it is not queued yet. */
   public enum Promotion {
@@ -101,6 +105,44 @@ public final class OnDemandOptions {
       throw new IllegalArgumentException("poll interval must be 1 µs to 10 ms, not " + nanos + " ns");
     }
     this.pollNanos = nanos;
+    return this;
+  }
+
+  public java.util.List<HelperLink> helpers() {
+    return helpers;
+  }
+
+  /**
+   * Other GPUs' links this restore may use beside the target's own ({@link HelperLink}, made for the restore's
+   * context): host-tier copies are split between them, each run of allocations to the link that would land it first.
+   * Pass only helpers that are idle: the owner knows what runs on them. None by default.
+   *
+   * @throws IllegalArgumentException if a link is given twice
+   */
+  public OnDemandOptions helpers(java.util.List<HelperLink> links) {
+    java.util.List<HelperLink> copy = java.util.List.copyOf(links);
+    if (new java.util.HashSet<>(copy).size() != copy.size()) {
+      throw new IllegalArgumentException("a helper link is given twice: " + copy);
+    }
+    this.helpers = copy;
+    return this;
+  }
+
+  public double helperShare() {
+    return helperShare;
+  }
+
+  /**
+   * The part of each helper's measured link a restore may use, over (0, 1]: below 1 the restore thread paces what it
+   * queues through a helper to that share of its rate, so that work on the helper's device (its own copies, its
+   * memory's bandwidth) keeps the rest. The cost to a function running on the helper is measured by the multi-link
+   * harness; {@link #DEFAULT_HELPER_SHARE} by default.
+   */
+  public OnDemandOptions helperShare(double share) {
+    if (!(share > 0 && share <= 1)) {
+      throw new IllegalArgumentException("a helper's share of its link is over (0, 1], not " + share);
+    }
+    this.helperShare = share;
     return this;
   }
 

@@ -2,6 +2,7 @@ package dev.thaw.image.restore;
 
 import dev.thaw.runtime.gpu.GpuEvent;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 
@@ -27,17 +28,19 @@ public final class OnDemandRestore implements AutoCloseable {
    * What the restore did.
    *
    * @param bytes device bytes of the image
-   * @param hostBytes bytes copied from a host tier
+   * @param hostBytes bytes copied from a host tier, over any link
    * @param storeBytes bytes read from the store, verified and copied
    * @param residentBytes bytes of allocations that were resident already (the HBM tier): not copied
-   * @param copies host → device copies queued
+   * @param copies copies queued (through a helper's link, its host copies and its pulls)
    * @param promotions allocations a launch moved to the head of the restore
    * @param waits waits the gate queued for an allocation not yet resident
    * @param fullWaits waits for full residency (kernels not gated on their arguments)
    * @param stagedUploads uploads of the function's that were queued behind a wait
+   * @param peerBytes bytes copied from another GPU's memory (the node-wide HBM tier)
+   * @param helperBytes of {@code hostBytes}, those that came through other GPUs' links ({@link HelperLink})
    */
   public record Stats(long bytes, long hostBytes, long storeBytes, long residentBytes, int copies, int promotions,
-      long waits, long fullWaits, long stagedUploads) {}
+      long waits, long fullWaits, long stagedUploads, long peerBytes, long helperBytes) {}
 
   /**
    * The write protection of the image's read-only slabs ({@code cuMemSetAccess} to read-only), which {@link
@@ -185,8 +188,17 @@ public final class OnDemandRestore implements AutoCloseable {
     Residency.Stats r = residency.stats();
     long[] g = gate.counts();
     long bytes = residency.plan().totalBytes();
-    return new Stats(bytes, r.hostBytes(), r.storeBytes(), bytes - r.hostBytes() - r.storeBytes(), r.copies(),
-        r.promotions(), g[0], g[1], g[2]);
+    return new Stats(bytes, r.hostBytes(), r.storeBytes(), bytes - r.hostBytes() - r.storeBytes() - r.peerBytes(),
+        r.copies(), r.promotions(), g[0], g[1], g[2], r.peerBytes(), r.helperBytes());
+  }
+
+  /**
+   * Bytes copied through each way in, in order: {@code direct} (the device's own link, store reads included),
+   * {@code urgent} (promotions on a second stream), {@code peer} (from another GPU's memory), {@code device N} (through
+   * helper device N's link).
+   */
+  public Map<String, Long> linkBytes() {
+    return residency.laneBytes();
   }
 
   /**

@@ -54,6 +54,7 @@ public final class OnDemandRestorer {
     if (resources.context() != context) {
       throw new IllegalArgumentException("the restore resources belong to another context");
     }
+    checkHelpers(options, context);
     long start = System.nanoTime();
     return restore(plan, context, source, resources, options, load(plan.manifest()), null, Map.of(), start);
   }
@@ -101,6 +102,7 @@ public final class OnDemandRestorer {
     if (resources.context() != prepared.context()) {
       throw new IllegalArgumentException("the restore resources belong to another context than the prepared image");
     }
+    checkHelpers(options, prepared.context());
     long start = System.nanoTime();
     prepared.take();
     try {
@@ -110,6 +112,14 @@ public final class OnDemandRestorer {
       // Unloaded with the session where the rebuild got that far; closing a module twice is harmless.
       prepared.modules().values().forEach(GpuModule::close);
       throw e;
+    }
+  }
+
+  private static void checkHelpers(OnDemandOptions options, GpuContext context) {
+    for (HelperLink link : options.helpers()) {
+      if (link.target() != context) {
+        throw new IllegalArgumentException(link + " helps restores onto another context than this one");
+      }
     }
   }
 

@@ -28,6 +28,13 @@ import java.util.concurrent.locks.ReentrantLock;
  * in the window). One restore stream keeps every unit's copies in queue order, so the last event recorded covers all
  * units queued before it.
  *
+ * <p><b>Lanes.</b> Runs of host-tier units go through one of several lanes: the target's own link (the restore
+ * stream) or a {@link HelperLink} (another GPU's link and a peer copy), each a stream on the target where the units'
+ * events are recorded, in queue order per lane; units a lease can copy from another GPU's memory (the node-wide HBM
+ * tier) go through a lane of their own. The restore thread gives the next run in plan order to the lane that would
+ * land it first, among lanes with less than the window queued: each link pulls work as fast as it drains it, so the
+ * split follows what the links actually carry. A launch's promotion always takes the target's own link.
+ *
  * <p>Bytes in the lease's {@linkplain RestoreSource.Lease#residentRanges() resident ranges} are never copied: a unit
  * lying partly in one (a packed weight that runs from an HBM-tier slab into a fresh one) is an ordinary unit whose
  * copies leave that part out, and one lying wholly inside them is resident from the start.
@@ -52,7 +59,10 @@ final class Residency {
    */
   static final long MERGE_BYTES = 8L << 20;
 
-  /** One host → device copy of a unit: mutable while chunks are coalesced into it. */
+  /**
+   * One copy of a unit, from host memory ({@code buffer} at {@code offset}) or, with {@code buffer} null, from the
+   * device address {@code offset} (another GPU's memory this device may read): mutable while chunks are coalesced.
+   */
   private static final class HostCopy {
     final long dst;
     final PinnedBuffer buffer;
@@ -83,6 +93,35 @@ final class Residency {
   /** Chunks of one unit read into a staging slot at {@code at}: the unit's bytes {@code [from, from + bytes)}. */
   private record Part(int unit, long at, long from, long bytes, boolean last, List<Future<?>> reads) {}
 
+  /**
+   * Where runs of units are copied, and their events recorded: a stream on the target, with the units queued on it
+   * in queue order. Guarded by the residency's lock.
+   */
+  private static final class Lane {
+    final String name;
+    final GpuStream stream;
+    /** Null: copies go straight to the device on {@link #stream}. */
+    final HelperLink link;
+    /** What it carries relative to the other lanes, for the split when windows do not bound it. */
+    final double rate;
+    final ArrayDeque<Integer> inFlight = new ArrayDeque<>();
+    GpuEvent last;
+    long queued;
+    long landed;
+    long bytes;
+
+    Lane(String name, GpuStream stream, HelperLink link, double rate) {
+      this.name = name;
+      this.stream = stream;
+      this.link = link;
+      this.rate = rate;
+    }
+
+    long outstanding() {
+      return queued - landed;
+    }
+  }
+
   /** Store chunks being read into one staging slot, parts in the order their copies are queued. */
   private static final class StoreBatch {
     final int slot;
@@ -105,6 +144,16 @@ final class Residency {
   private final GpuStream stream;
   /** Where promoted units go with {@link OnDemandOptions.Promotion#SECOND_STREAM}; else {@link #stream}. */
   private final GpuStream urgentStream;
+  /** The target's own link: the restore stream. */
+  private final Lane direct;
+  /** Promotions: {@link #direct} unless they have a second stream. */
+  private final Lane urgentLane;
+  /** Copies from another GPU's memory (the lease's peer copies). */
+  private final Lane peerLane;
+  /** The helpers' links, in the options' order. */
+  private final Lane[] helperLanes;
+  /** Every lane, each once. */
+  private final List<Lane> lanes = new ArrayList<>();
   private final int units;
   private final AtomicIntegerArray state;
   private final GpuEvent[] events;
@@ -117,8 +166,6 @@ final class Residency {
   private final long[] residentEnds;
   private final ReentrantLock lock = new ReentrantLock();
   private final Condition queued = lock.newCondition();
-  private final ArrayDeque<Integer> inFlight = new ArrayDeque<>();
-  private final ArrayDeque<Integer> inFlightUrgent = new ArrayDeque<>();
   private final ArrayDeque<Integer> urgent = new ArrayDeque<>();
   private final List<GpuEvent> used = new ArrayList<>();
   private final CompletableFuture<Void> done = new CompletableFuture<>();
@@ -128,15 +175,17 @@ final class Residency {
   private long residentBytes;
   private long hostBytes;
   private long storeBytes;
+  private long peerBytes;
   private int copyCount;
   private int promotions;
-  private GpuEvent last;
-  private GpuEvent lastUrgent;
+  /** When the restore thread began, on the {@link System#nanoTime()} clock: what a helper's share paces against. */
+  private long pacedFromNanos;
   private volatile boolean complete;
   private volatile Throwable failure;
   private volatile boolean background;
   private volatile boolean stopping;
   private Future<?> pump;
+  private boolean linksBorrowed;
   /** The restore thread's own: batches being read, oldest first (each holds a slot, in ring order). */
   private final ArrayDeque<StoreBatch> reading = new ArrayDeque<>();
   /** The restore thread's own: how many of each unit's chunks are being read or were read. */
@@ -161,6 +210,24 @@ final class Residency {
     this.stream = resources.stream();
     this.urgentStream = options.promotion() == OnDemandOptions.Promotion.SECOND_STREAM ? resources.secondStream()
         : stream;
+    List<HelperLink> links = options.helpers();
+    double directRate = directRate(links);
+    this.direct = new Lane("direct", stream, null, directRate);
+    lanes.add(direct);
+    this.urgentLane = urgentStream == stream ? direct : new Lane("urgent", urgentStream, null, directRate);
+    if (urgentLane != direct) {
+      lanes.add(urgentLane);
+    }
+    this.peerLane = new Lane("peer", resources.peerStream(), null, directRate);
+    lanes.add(peerLane);
+    this.helperLanes = new Lane[links.size()];
+    for (int i = 0; i < helperLanes.length; i++) {
+      HelperLink link = links.get(i);
+      double rate = Double.isNaN(link.gbps()) ? directRate : link.gbps();
+      helperLanes[i] = new Lane("device " + link.helper().device().ordinal(), link.peerStream(), link,
+          rate * options.helperShare());
+      lanes.add(helperLanes[i]);
+    }
     this.units = plan.unitCount();
     this.state = new AtomicIntegerArray(units);
     this.events = new GpuEvent[units];
@@ -185,6 +252,19 @@ final class Residency {
         residentUnits++;
       }
     }
+  }
+
+  /** The target's own link in GB/s as the helpers measured it (their mean), or 1 when none did: only ratios count. */
+  private static double directRate(List<HelperLink> links) {
+    double sum = 0;
+    int n = 0;
+    for (HelperLink l : links) {
+      if (!Double.isNaN(l.directGBps())) {
+        sum += l.directGBps();
+        n++;
+      }
+    }
+    return n == 0 ? 1 : sum / n;
   }
 
   /** Bytes of {@code [start, end)} that lie in a resident range. */
@@ -229,8 +309,19 @@ final class Residency {
     }
   }
 
-  /** Starts the restore thread. */
+  /** Borrows the helpers' links and starts the restore thread. */
   void start() {
+    List<HelperLink> borrowed = new ArrayList<>();
+    try {
+      for (Lane lane : helperLanes) {
+        lane.link.borrow();
+        borrowed.add(lane.link);
+      }
+    } catch (RuntimeException e) {
+      borrowed.forEach(HelperLink::giveBack);
+      throw e;
+    }
+    linksBorrowed = true;
     pump = resources.pump().submit(this::pump);
   }
 
@@ -280,7 +371,7 @@ final class Residency {
       }
       promotions++;
       if (hostCopies(unit) != FROM_STORE) {
-        queueHost(unit, urgentStream);
+        queueHost(unit, urgentLane);
         return;
       }
       urgent.addFirst(unit);
@@ -308,7 +399,7 @@ final class Residency {
         }
         promotions++;
         if (hostCopies(u) != FROM_STORE) {
-          queueRun(u);
+          queueRun(u, true);
         } else {
           urgent.addLast(u);
           fromStore = true;
@@ -325,12 +416,11 @@ final class Residency {
       if (complete) {
         return new GpuEvent[0];
       }
-      List<GpuEvent> all = new ArrayList<>(2);
-      if (last != null) {
-        all.add(last);
-      }
-      if (lastUrgent != null) {
-        all.add(lastUrgent);
+      List<GpuEvent> all = new ArrayList<>(lanes.size());
+      for (Lane lane : lanes) {
+        if (lane.last != null) {
+          all.add(lane.last);
+        }
       }
       return all.toArray(new GpuEvent[0]);
     } finally {
@@ -347,6 +437,7 @@ final class Residency {
 
   private void pump() {
     pumpStartNanos = System.nanoTime();
+    pacedFromNanos = pumpStartNanos;
     try {
       while (!stopping) {
         int fromStore = -1;
@@ -365,14 +456,16 @@ final class Residency {
             } else {
               continue;
             }
-          } else if (background && queuedBytes - residentBytes < options.windowBytes()) {
+          } else if (background) {
             int next = nextPending();
             if (next >= 0) {
               if (hostCopies(next) != FROM_STORE) {
-                queueRun(next);
-                continue;
+                if (queueRun(next, false)) {
+                  continue;
+                }
+              } else if (direct.outstanding() < options.windowBytes()) {
+                fromStore = next;
               }
-              fromStore = next;
             }
           }
         } finally {
@@ -391,19 +484,17 @@ final class Residency {
     }
   }
 
-  /** Under the lock: marks resident the queued units whose events have completed, in each stream's queue order. */
+  /** Under the lock: marks resident the queued units whose events have completed, in each lane's queue order. */
   private void retire() {
-    retire(inFlight);
-    retire(inFlightUrgent);
-  }
-
-  private void retire(ArrayDeque<Integer> queue) {
-    Integer head;
-    while ((head = queue.peek()) != null && events[head].isComplete()) {
-      queue.poll();
-      state.set(head, RESIDENT);
-      residentUnits++;
-      residentBytes += plan.unit(head).size();
+    for (Lane lane : lanes) {
+      Integer head;
+      while ((head = lane.inFlight.peek()) != null && events[head].isComplete()) {
+        lane.inFlight.poll();
+        state.set(head, RESIDENT);
+        residentUnits++;
+        residentBytes += plan.unit(head).size();
+        lane.landed += plan.unit(head).size();
+      }
     }
   }
 
@@ -423,8 +514,12 @@ final class Residency {
     }
     ImageManifest.Allocation a = plan.unit(unit);
     List<HostCopy> out = new ArrayList<>(4);
+    long peer = lease.peerCopy(a);
+    if (peer != 0) {
+      out.add(new HostCopy(a.address(), null, peer, a.size()));
+    }
     HostCopy cur = null;
-    for (ImageManifest.Chunk chunk : a.chunks()) {
+    for (ImageManifest.Chunk chunk : peer != 0 ? List.<ImageManifest.Chunk>of() : a.chunks()) {
       RestoreSource.HostChunk h = lease.find(chunk.digest());
       if (h == null) {
         copies[unit] = FROM_STORE;
@@ -450,22 +545,38 @@ final class Residency {
     return c;
   }
 
-  /** Under the lock: queues a host-tier unit's copies and its event on {@code on}. */
-  private void queueHost(int unit, GpuStream on) {
+  /** Under the lock: queues a host-tier (or peer) unit's copies and its event straight onto {@code lane}. */
+  private void queueHost(int unit, Lane lane) {
     for (HostCopy c : copies[unit]) {
-      copy(on, c.dst, c.buffer, c.offset, c.bytes);
+      copy(lane.stream, c.dst, c.buffer, c.offset, c.bytes);
     }
-    hostBytes += copyBytes[unit];
-    recordQueued(on, unit);
+    count(copies[unit], copyBytes[unit]);
+    lane.bytes += copyBytes[unit];
+    recordQueued(lane, unit);
+  }
+
+  /** Under the lock: adds a unit's copied bytes to the host tier's or the peer's count. */
+  private void count(HostCopy[] unitCopies, long bytes) {
+    if (unitCopies.length > 0 && unitCopies[0].buffer == null) {
+      peerBytes += bytes;
+    } else {
+      hostBytes += bytes;
+    }
   }
 
   /**
-   * Under the lock, from the restore thread: queues host-tier unit {@code first} and the pending host-tier units that
-   * follow it in plan order while each lies right after the previous one both on the device and in host memory (a
-   * packed image from a host cache laid out in restore order), up to {@link #MERGE_BYTES}: one copy instead of one
-   * per allocation, one event for all of them.
+   * Under the lock: queues host-tier unit {@code first} and the pending host-tier units that follow it in plan order
+   * while each lies right after the previous one both on the device and in host memory (a packed image from a host
+   * cache laid out in restore order), up to {@link #MERGE_BYTES} (or the window, when smaller): one copy instead of one
+   * per allocation, one event for all of them. The run goes to the lane that would land it first among those with room
+   * in their window (with {@code force}, among all: what a launch that waits for everything asks); false, and nothing
+   * queued, when none has room.
    */
-  private void queueRun(int first) {
+  private boolean queueRun(int first, boolean force) {
+    boolean fromPeer = copies[first].length > 0 && copies[first][0].buffer == null;
+    if (!force && (fromPeer ? !hasRoom(peerLane, System.nanoTime()) : pickLane(0, false) == null)) {
+      return false;
+    }
     List<HostCopy> run = new ArrayList<>();
     for (HostCopy c : copies[first]) {
       run.add(new HostCopy(c.dst, c.buffer, c.offset, c.bytes));
@@ -473,7 +584,8 @@ final class Residency {
     int last = first;
     long bytes = plan.unit(first).size();
     long copied = copyBytes[first];
-    while (last + 1 < units && bytes < MERGE_BYTES && state.get(last + 1) == PENDING) {
+    long mergeBytes = Math.min(MERGE_BYTES, options.windowBytes());
+    while (last + 1 < units && bytes < mergeBytes && state.get(last + 1) == PENDING && !run.isEmpty()) {
       HostCopy[] next = hostCopies(last + 1);
       HostCopy tail = run.get(run.size() - 1);
       if (next == FROM_STORE || next.length == 0 || next[0].buffer != tail.buffer
@@ -488,51 +600,124 @@ final class Residency {
       bytes += plan.unit(last).size();
       copied += copyBytes[last];
     }
-    for (HostCopy c : run) {
-      copy(stream, c.dst, c.buffer, c.offset, c.bytes);
+    Lane lane = fromPeer ? peerLane : pickLane(copied, force);
+    if (lane.link != null) {
+      throughHelper(lane.link, run);
+    } else {
+      for (HostCopy c : run) {
+        copy(lane.stream, c.dst, c.buffer, c.offset, c.bytes);
+      }
     }
-    hostBytes += copied;
+    if (fromPeer) {
+      peerBytes += copied;
+    } else {
+      hostBytes += copied;
+    }
+    lane.bytes += copied;
     int[] queued = new int[last - first + 1];
     for (int u = first; u <= last; u++) {
       queued[u - first] = u;
     }
-    recordQueued(stream, queued);
+    recordQueued(lane, queued);
+    return true;
   }
 
-  /** Under the lock: queues one host → device copy on {@code on}. */
+  /**
+   * Under the lock: of the target's link and the helpers', the lane that would land {@code bytes} more first (what it
+   * has outstanding plus them, over its rate), among those with room unless {@code force}; null when none has room.
+   */
+  private Lane pickLane(long bytes, boolean force) {
+    long now = System.nanoTime();
+    Lane best = null;
+    double bestFinish = Double.MAX_VALUE;
+    for (int i = -1; i < helperLanes.length; i++) {
+      Lane lane = i < 0 ? direct : helperLanes[i];
+      if (!force && !hasRoom(lane, now)) {
+        continue;
+      }
+      double finish = (lane.outstanding() + bytes) / lane.rate;
+      if (finish < bestFinish) {
+        bestFinish = finish;
+        best = lane;
+      }
+    }
+    return best;
+  }
+
+  /**
+   * Under the lock: whether {@code lane} may take more now: less than the window outstanding, and for a helper lent
+   * at less than its whole link ({@link OnDemandOptions#helperShare()} below 1), no more queued than its share of the
+   * link's measured rate since the restore began allows (plus a slot, or the window when smaller).
+   */
+  private boolean hasRoom(Lane lane, long now) {
+    if (lane.outstanding() >= options.windowBytes()) {
+      return false;
+    }
+    if (lane.link == null || options.helperShare() >= 1 || Double.isNaN(lane.link.gbps())) {
+      return true;
+    }
+    double allowed = lane.link.gbps() * options.helperShare() * (now - pacedFromNanos)
+        + Math.min(lane.link.options().slotBytes(), options.windowBytes());
+    return lane.queued < allowed;
+  }
+
+  /**
+   * Under the lock: queues {@code run}'s host copies into the helper's ring on its stream, slot by slot, and each
+   * slot's pulls to the target behind them on the link's target stream, where the run's event is then recorded.
+   */
+  private void throughHelper(HelperLink link, List<HostCopy> run) {
+    HelperLink.Slot slot = link.begin();
+    for (HostCopy c : run) {
+      long done = 0;
+      while (done < c.bytes) {
+        if (slot.room() == 0) {
+          copyCount += link.send(slot);
+          slot = link.begin();
+        }
+        long n = Math.min(slot.room(), c.bytes - done);
+        if (firstCopyNanos == 0) {
+          firstCopyNanos = System.nanoTime();
+        }
+        link.fill(slot, c.dst + done, c.buffer, c.offset + done, n);
+        copyCount++;
+        done += n;
+      }
+    }
+    copyCount += link.send(slot);
+  }
+
+  /** Under the lock: queues one copy on {@code on}, from host memory or (buffer null) from device address offset. */
   private void copy(GpuStream on, long dst, PinnedBuffer buffer, long offset, long bytes) {
     if (firstCopyNanos == 0) {
       firstCopyNanos = System.nanoTime();
     }
-    on.copyHostToDeviceAsync(dst, buffer, offset, bytes);
+    if (buffer == null) {
+      on.copyDeviceToDeviceAsync(dst, offset, bytes);
+    } else {
+      on.copyHostToDeviceAsync(dst, buffer, offset, bytes);
+    }
     copyCount++;
   }
 
-  /** Under the lock: the units' copies are on {@code on}; one event follows them. */
-  private void recordQueued(GpuStream on, int... queuedUnits) {
+  /** Under the lock: the units' copies are on {@code lane}; one event, on the target, follows them. */
+  private void recordQueued(Lane lane, int... queuedUnits) {
     if (firstQueuedNanos == 0) {
       firstQueuedNanos = System.nanoTime();
     }
     GpuEvent e = resources.takeEvent();
     used.add(e);
-    on.record(e);
+    lane.stream.record(e);
     long now = System.nanoTime();
     for (int unit : queuedUnits) {
       events[unit] = e;
       queuedNanos[unit] = now;
-      if (on == stream) {
-        inFlight.add(unit);
-      } else {
-        inFlightUrgent.add(unit);
-      }
-      queuedBytes += plan.unit(unit).size();
+      lane.inFlight.add(unit);
+      long size = plan.unit(unit).size();
+      queuedBytes += size;
+      lane.queued += size;
       state.set(unit, QUEUED);
     }
-    if (on == stream) {
-      last = e;
-    } else {
-      lastUrgent = e;
-    }
+    lane.last = e;
     queued.signalAll();
   }
 
@@ -698,7 +883,8 @@ final class Residency {
       batch.queuedParts++;
       if (part.last()) {
         storeBytes += copyBytes[part.unit()];
-        recordQueued(stream, part.unit());
+        direct.bytes += copyBytes[part.unit()];
+        recordQueued(direct, part.unit());
       }
       if (batch.queuedParts == batch.parts.size()) {
         resources.staging().queued(batch.slot, stream);
@@ -781,10 +967,29 @@ final class Residency {
         // Its failure, if any, was recorded.
       }
     }
-    stream.synchronize();
-    urgentStream.synchronize();
+    RuntimeException failed = null;
+    for (Lane lane : lanes) {
+      try {
+        if (lane.link != null) {
+          lane.link.synchronize();
+        } else {
+          lane.stream.synchronize();
+        }
+      } catch (RuntimeException e) {
+        failed = failed == null ? e : failed;
+      }
+    }
+    if (linksBorrowed) {
+      for (Lane lane : helperLanes) {
+        lane.link.giveBack();
+      }
+      linksBorrowed = false;
+    }
     lease.close();
     resources.giveBack(used);
+    if (failed != null) {
+      throw failed;
+    }
   }
 
   // ---- what reports read ----
@@ -819,17 +1024,37 @@ final class Residency {
   Stats stats() {
     lock.lock();
     try {
-      return new Stats(hostBytes, storeBytes, copyCount, promotions);
+      long helped = 0;
+      for (Lane lane : helperLanes) {
+        helped += lane.bytes;
+      }
+      return new Stats(hostBytes, storeBytes, peerBytes, helped, copyCount, promotions);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Bytes each lane copied, by name ({@code direct}, {@code urgent}, {@code peer}, {@code device N}), in order. */
+  java.util.Map<String, Long> laneBytes() {
+    lock.lock();
+    try {
+      java.util.Map<String, Long> out = new java.util.LinkedHashMap<>();
+      for (Lane lane : lanes) {
+        out.merge(lane.name, lane.bytes, Long::sum);
+      }
+      return out;
     } finally {
       lock.unlock();
     }
   }
 
   /**
-   * @param hostBytes device bytes copied from a host tier
+   * @param hostBytes device bytes copied from a host tier (over any link)
    * @param storeBytes device bytes read from the store, verified and copied
-   * @param copies host → device copies queued
+   * @param peerBytes device bytes copied from another GPU's memory (the node-wide HBM tier)
+   * @param helperBytes of {@code hostBytes}, those that came through a helper's link
+   * @param copies copies queued (through a helper: its host copies and its pulls)
    * @param promotions units a launch moved to the head
    */
-  record Stats(long hostBytes, long storeBytes, int copies, int promotions) {}
+  record Stats(long hostBytes, long storeBytes, long peerBytes, long helperBytes, int copies, int promotions) {}
 }

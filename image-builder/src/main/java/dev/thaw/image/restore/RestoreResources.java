@@ -18,7 +18,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * What on-demand restores on one context need and should not make per restore: the restore stream (and a second
- * one for {@link OnDemandOptions.Promotion#SECOND_STREAM}), a pool of
+ * one for {@link OnDemandOptions.Promotion#SECOND_STREAM}, and a third for copies from another GPU's memory), a pool of
  * timing events, pinned staging for chunks read from the store, a pinned arena for uploads that must wait for
  * residency, the restore thread and the store readers. Made once by the long-lived owner (a pooled worker, a
  * benchmark), off the cold path, and lent to one restore at a time.
@@ -42,6 +42,7 @@ public final class RestoreResources implements AutoCloseable {
   private final GpuContext context;
   private final GpuStream stream;
   private final GpuStream secondStream;
+  private final GpuStream peerStream;
   private final ArrayDeque<GpuEvent> events = new ArrayDeque<>();
   private final List<GpuEvent> allEvents = new ArrayList<>();
   private final StagingRing staging;
@@ -67,6 +68,8 @@ public final class RestoreResources implements AutoCloseable {
       made.add(stream);
       this.secondStream = context.createStream();
       made.add(secondStream);
+      this.peerStream = context.createStream();
+      made.add(peerStream);
       t = part("streams", t);
       this.uploadArena = context.allocatePinned(uploadArenaBytes);
       made.add(uploadArena);
@@ -191,6 +194,11 @@ public final class RestoreResources implements AutoCloseable {
     return secondStream;
   }
 
+  /** Where copies from another GPU's memory go (the node-wide HBM tier), beside the host copies. */
+  GpuStream peerStream() {
+    return peerStream;
+  }
+
   /** The pinned staging that chunks read from the store go through; the restore's own, while it is lent. */
   public StagingRing staging() {
     return staging;
@@ -262,6 +270,7 @@ public final class RestoreResources implements AutoCloseable {
     }
     all.add(staging);
     all.add(uploadArena);
+    all.add(peerStream);
     all.add(secondStream);
     all.add(stream);
     RuntimeException failure = null;

@@ -55,6 +55,16 @@ public interface RestoreSource {
       return java.util.List.of();
     }
 
+    /**
+     * A device address this restore's device may read {@code allocation}'s bytes from, all of them, in another GPU's
+     * memory (the node-wide HBM tier: another device's slab mapped here with access for this one), or 0. The restore
+     * then copies the allocation over the peer link instead of from the host, on a stream of its own, gated like any
+     * other. 0 by default.
+     */
+    default long peerCopy(ImageManifest.Allocation allocation) {
+      return 0;
+    }
+
     /** Releases what the lease held on to. Idempotent. */
     @Override
     default void close() {}

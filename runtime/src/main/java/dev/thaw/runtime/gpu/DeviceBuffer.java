@@ -25,12 +25,24 @@ public final class DeviceBuffer implements AutoCloseable {
   }
 
   static DeviceBuffer allocate(GpuContext context, long size, long address, boolean exact) {
+    long rounded = rounded(context, size);
+    return map(context, size, exact ? context.reserveExact(address, rounded) : context.reserve(rounded, address));
+  }
+
+  static DeviceBuffer allocateScratch(GpuContext context, long size) {
+    return map(context, size, context.reserveScratch(rounded(context, size)));
+  }
+
+  private static long rounded(GpuContext context, long size) {
     if (size <= 0) {
       throw new IllegalArgumentException("size must be positive: " + size);
     }
     long g = context.granularity();
-    long rounded = (size + g - 1) / g * g;
-    VirtualRange range = exact ? context.reserveExact(address, rounded) : context.reserve(rounded, address);
+    return (size + g - 1) / g * g;
+  }
+
+  private static DeviceBuffer map(GpuContext context, long size, VirtualRange range) {
+    long rounded = range.size();
     PhysicalMemory memory = null;
     try {
       memory = context.createMemory(rounded);
@@ -69,6 +81,12 @@ public final class DeviceBuffer implements AutoCloseable {
   public void setAccess(MemoryAccess access) {
     checkOpen();
     mapping.setAccess(access);
+  }
+
+  /** Grants another device {@code access} to this buffer: see {@link Mapping#setAccessFor}. */
+  public void setAccessFor(int deviceOrdinal, MemoryAccess access) {
+    checkOpen();
+    mapping.setAccessFor(deviceOrdinal, access);
   }
 
   /** Copies {@code src.remaining()} bytes to the start of this buffer. */

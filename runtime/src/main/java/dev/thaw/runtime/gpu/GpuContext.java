@@ -50,6 +50,12 @@ public interface GpuContext extends AutoCloseable {
 
   // ---- virtual memory management ----
 
+  /**
+   * Free and total memory of this context's device now ({@code cuMemGetInfo_v2}): what every process on the device
+   * has left, not this context's share.
+   */
+  DeviceMemoryInfo memoryInfo();
+
   /** The allocation granularity, in bytes (2 MiB on an H100/H200 and on the sim device). */
   long granularity();
 
@@ -66,6 +72,13 @@ public interface GpuContext extends AutoCloseable {
    * @throws IllegalArgumentException if {@code address} is not a multiple of the granularity
    */
   VirtualRange reserveExact(long address, long size);
+
+  /**
+   * Reserves a range for memory a process keeps beside the images it restores (staging rings, another device's memory
+   * mapped here): from the top of the device address space, far from the bottom, where images' recorded addresses
+   * lie (a build hands them out first fit from the bottom), so that no image later finds its range taken.
+   */
+  VirtualRange reserveScratch(long size);
 
   /** Creates physical device memory of {@code size} bytes (rounded up to the granularity), not yet mapped. */
   PhysicalMemory createMemory(long size);
@@ -92,6 +105,11 @@ public interface GpuContext extends AutoCloseable {
   /** Reserves, creates, maps and grants read-write access: a buffer anywhere in the address space. */
   default DeviceBuffer allocate(long size) {
     return DeviceBuffer.allocate(this, size, 0L, false);
+  }
+
+  /** Like {@link #allocate}, in a {@linkplain #reserveScratch scratch} range. */
+  default DeviceBuffer allocateScratch(long size) {
+    return DeviceBuffer.allocateScratch(this, size);
   }
 
   /**

@@ -47,6 +47,29 @@ public interface GpuDriver extends AutoCloseable {
     }
   }
 
+  /**
+   * True when the copy engines and kernels of {@code device} can reach memory that lives on {@code peerDevice} once
+   * it is mapped with access for {@code device} ({@link Mapping#setAccessFor}): the two are joined by NVLink or a
+   * PCIe switch that carries peer traffic ({@code cuDeviceCanAccessPeer}). False on a single-device host.
+   *
+   * @throws IllegalArgumentException if an ordinal names no device, or both name the same one
+   */
+  default boolean canAccessPeer(int device, int peerDevice) {
+    checkPeerOrdinals(this, device, peerDevice);
+    return false;
+  }
+
+  /** The check {@link #canAccessPeer} makes of its arguments, for implementations. */
+  static void checkPeerOrdinals(GpuDriver driver, int device, int peerDevice) {
+    int n = driver.devices().size();
+    if (device < 0 || device >= n || peerDevice < 0 || peerDevice >= n) {
+      throw new IllegalArgumentException("no device pair " + device + ", " + peerDevice + "; " + n + " visible");
+    }
+    if (device == peerDevice) {
+      throw new IllegalArgumentException("device " + device + " is not its own peer");
+    }
+  }
+
   /** Releases what the driver holds. Contexts still open are not closed for the caller. */
   @Override
   void close();

@@ -17,6 +17,14 @@ public interface GpuStream extends AutoCloseable {
 
   void copyDeviceToDeviceAsync(long dstDevice, long srcDevice, long bytes);
 
+  /**
+   * Copies {@code bytes} from {@code srcDevice}, memory of {@code srcContext}'s device, to {@code dstDevice}, memory
+   * of {@code dstContext}'s device ({@code cuMemcpyPeerAsync}). Over NVLink when the devices are peers; the driver
+   * stages through the host otherwise. {@link #copyDeviceToDeviceAsync} does the same through unified addressing
+   * when this stream's device has {@linkplain Mapping#setAccessFor access} to both ranges.
+   */
+  void copyPeerAsync(long dstDevice, GpuContext dstContext, long srcDevice, GpuContext srcContext, long bytes);
+
   void memsetD8Async(long dstDevice, byte value, long bytes);
 
   void memsetD32Async(long dstDevice, int value, long count);

@@ -8,6 +8,12 @@ public interface PhysicalMemory extends AutoCloseable {
   /** The size in bytes, a multiple of the granularity. */
   long size();
 
+  /**
+   * The ordinal of the device whose memory this is: the creating context's device, or for imported memory the
+   * exporter's ({@code cuMemGetAllocationPropertiesFromHandle}), which may be another device than the importer's.
+   */
+  int deviceOrdinal();
+
   /** True when it was made by {@link GpuContext#createExportableMemory} or imported, so it can be exported. */
   default boolean isExportable() {
     return false;

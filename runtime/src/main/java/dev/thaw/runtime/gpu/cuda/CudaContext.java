@@ -7,6 +7,7 @@ import com.sun.jna.Native;
 import com.sun.jna.Pointer;
 import dev.thaw.runtime.gpu.AddressUnavailableException;
 import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.runtime.gpu.DeviceMemoryInfo;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuEvent;
@@ -45,6 +46,8 @@ final class CudaContext extends CudaResource implements GpuContext {
 
   private final CudaDriver driver;
   private final DeviceInfo device;
+  /** How many devices the driver saw when this context was made: what another device's ordinal is checked against. */
+  private final int deviceCount;
   private final int deviceHandle;
   final long handle;
   private final long id = IDS.incrementAndGet();
@@ -65,6 +68,7 @@ final class CudaContext extends CudaResource implements GpuContext {
     super(null, String.format("CUDA context 0x%x on device %d", handle, device.ordinal()));
     this.driver = driver;
     this.device = device;
+    this.deviceCount = driver.devices().size();
     this.deviceHandle = deviceHandle;
     this.handle = handle;
   }
@@ -121,6 +125,10 @@ final class CudaContext extends CudaResource implements GpuContext {
     m.setInt(offset + CudaNative.MEM_ALLOCATION_PROP_LOCATION_ID, device.ordinal());
     m.setLong(offset + CudaNative.MEM_ALLOCATION_PROP_WIN32_META, 0L);
     m.setLong(offset + CudaNative.MEM_ALLOCATION_PROP_ALLOC_FLAGS, 0L);
+  }
+
+  int deviceCount() {
+    return deviceCount;
   }
 
   /** The {@code CUmemLocation.id} of this device: its ordinal, as {@code cuda.h} says. */
@@ -214,6 +222,15 @@ final class CudaContext extends CudaResource implements GpuContext {
   }
 
   @Override
+  public DeviceMemoryInfo memoryInfo() {
+    checkOpen();
+    ensureCurrent();
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(16);
+    check(CudaNative.cuMemGetInfo_v2(s.address, s.address + 8), "cuMemGetInfo_v2");
+    return new DeviceMemoryInfo(s.memory.getLong(0), s.memory.getLong(8));
+  }
+
+  @Override
   public long granularity() {
     checkOpen();
     return granularity;
@@ -238,6 +255,19 @@ final class CudaContext extends CudaResource implements GpuContext {
         }
       }
       return new CudaVirtualRange(this, reserveRaw(rounded, addressHint), rounded, null);
+    });
+  }
+
+  /** The highest free place of the arena; the driver's choice when the arena is full. */
+  @Override
+  public VirtualRange reserveScratch(long size) {
+    long rounded = roundUp(size);
+    return create(() -> {
+      long at = arena.allocateTop(rounded, granularity);
+      if (at != 0) {
+        return new CudaVirtualRange(this, at, rounded, arena);
+      }
+      return new CudaVirtualRange(this, reserveRaw(rounded, 0L), rounded, null);
     });
   }
 
@@ -278,7 +308,7 @@ final class CudaContext extends CudaResource implements GpuContext {
       CudaNative.Scratch s = CudaNative.Scratch.get().clear(64 + 8);
       writeAllocationProp(s.memory, 0);
       check(CudaNative.cuMemCreate(s.address + 64, rounded, s.address, 0L), "cuMemCreate");
-      return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded);
+      return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded, false, device.ordinal());
     });
   }
 
@@ -289,7 +319,7 @@ final class CudaContext extends CudaResource implements GpuContext {
       CudaNative.Scratch s = CudaNative.Scratch.get().clear(64 + 8);
       writeAllocationProp(s.memory, 0, CudaNative.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
       check(CudaNative.cuMemCreate(s.address + 64, rounded, s.address, 0L), "cuMemCreate");
-      return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded, true);
+      return new CudaPhysicalMemory(this, s.memory.getLong(64), rounded, true, device.ordinal());
     });
   }
 
@@ -306,8 +336,24 @@ final class CudaContext extends CudaResource implements GpuContext {
       CudaNative.Scratch s = CudaNative.Scratch.get().clear(8);
       check(CudaNative.cuMemImportFromShareableHandle(s.address, fd, CudaNative.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
           "cuMemImportFromShareableHandle");
-      return new CudaPhysicalMemory(this, s.memory.getLong(0), size, true);
+      long handle = s.memory.getLong(0);
+      int owner;
+      try {
+        owner = importedDevice(handle);
+      } catch (RuntimeException e) {
+        CudaNative.cuMemRelease(handle);
+        throw e;
+      }
+      return new CudaPhysicalMemory(this, handle, size, true, owner);
     });
+  }
+
+  /** The device imported memory lives on: its {@code CUmemAllocationProp.location.id}. */
+  private static int importedDevice(long handle) {
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(CudaNative.MEM_ALLOCATION_PROP_SIZE);
+    check(CudaNative.cuMemGetAllocationPropertiesFromHandle(s.address, handle),
+        "cuMemGetAllocationPropertiesFromHandle");
+    return s.memory.getInt(CudaNative.MEM_ALLOCATION_PROP_LOCATION_ID);
   }
 
   @Override

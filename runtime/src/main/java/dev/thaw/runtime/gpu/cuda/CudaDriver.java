@@ -255,6 +255,17 @@ public final class CudaDriver implements GpuDriver {
     return CudaContext.create(this, devices.get(deviceOrdinal), deviceHandles[deviceOrdinal]);
   }
 
+  /** {@code cuDeviceCanAccessPeer}. */
+  @Override
+  public boolean canAccessPeer(int device, int peerDevice) {
+    checkOpen();
+    GpuDriver.checkPeerOrdinals(this, device, peerDevice);
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(8);
+    check(CudaNative.cuDeviceCanAccessPeer(s.address, deviceHandles[device], deviceHandles[peerDevice]),
+        "cuDeviceCanAccessPeer");
+    return s.memory.getInt(0) != 0;
+  }
+
   @Override
   public void prepareDevice(int deviceOrdinal) {
     checkOpen();

@@ -4,7 +4,9 @@ import static dev.thaw.runtime.gpu.cuda.CudaNative.check;
 
 import dev.thaw.runtime.gpu.Mapping;
 import dev.thaw.runtime.gpu.MemoryAccess;
+import java.util.Map;
 import java.util.Objects;
+import java.util.concurrent.ConcurrentHashMap;
 
 /** Physical memory mapped into a {@link CudaVirtualRange} by {@code cuMemMap}; owned by that range. */
 final class CudaMapping extends CudaResource implements Mapping {
@@ -13,6 +15,8 @@ final class CudaMapping extends CudaResource implements Mapping {
   private final long address;
   private final long size;
   private volatile MemoryAccess access;
+  /** Access granted to devices by ordinal, the mapping's own included. */
+  private final Map<Integer, MemoryAccess> granted = new ConcurrentHashMap<>();
 
   CudaMapping(CudaVirtualRange range, long address, long size) {
     super(range.context, String.format("CUDA mapping [0x%x, 0x%x)", address, address + size));
@@ -36,18 +40,43 @@ final class CudaMapping extends CudaResource implements Mapping {
   public void setAccess(MemoryAccess access) {
     Objects.requireNonNull(access, "access");
     checkOpen();
-    context.ensureCurrent();
-    CudaNative.Scratch s = CudaNative.Scratch.get().clear(CudaNative.MEM_ACCESS_DESC_SIZE);
-    s.memory.setInt(CudaNative.MEM_ACCESS_DESC_LOCATION_TYPE, CudaNative.CU_MEM_LOCATION_TYPE_DEVICE);
-    s.memory.setInt(CudaNative.MEM_ACCESS_DESC_LOCATION_ID, context.locationId());
-    s.memory.setInt(CudaNative.MEM_ACCESS_DESC_FLAGS, access.cudaFlags());
-    check(CudaNative.cuMemSetAccess(address, size, s.address, 1L), "cuMemSetAccess");
+    grant(context.locationId(), access);
     this.access = access;
   }
 
   @Override
   public MemoryAccess access() {
     return access;
+  }
+
+  /** {@code cuMemSetAccess} with one {@code CUmemAccessDesc}: the device {@code deviceOrdinal}, {@code access}. */
+  @Override
+  public void setAccessFor(int deviceOrdinal, MemoryAccess access) {
+    Objects.requireNonNull(access, "access");
+    checkOpen();
+    int devices = context.deviceCount();
+    if (deviceOrdinal < 0 || deviceOrdinal >= devices) {
+      throw new IllegalArgumentException("no device " + deviceOrdinal + "; " + devices + " visible");
+    }
+    grant(deviceOrdinal, access);
+    if (deviceOrdinal == context.locationId()) {
+      this.access = access;
+    }
+  }
+
+  @Override
+  public MemoryAccess accessFor(int deviceOrdinal) {
+    return granted.get(deviceOrdinal);
+  }
+
+  private void grant(int location, MemoryAccess access) {
+    context.ensureCurrent();
+    CudaNative.Scratch s = CudaNative.Scratch.get().clear(CudaNative.MEM_ACCESS_DESC_SIZE);
+    s.memory.setInt(CudaNative.MEM_ACCESS_DESC_LOCATION_TYPE, CudaNative.CU_MEM_LOCATION_TYPE_DEVICE);
+    s.memory.setInt(CudaNative.MEM_ACCESS_DESC_LOCATION_ID, location);
+    s.memory.setInt(CudaNative.MEM_ACCESS_DESC_FLAGS, access.cudaFlags());
+    check(CudaNative.cuMemSetAccess(address, size, s.address, 1L), "cuMemSetAccess");
+    granted.put(location, access);
   }
 
   @Override

@@ -109,6 +109,9 @@ final class CudaNative {
 
   static native int cuDeviceGetUuid_v2(long uuidOut, int dev);
 
+  /** {@code cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)}. */
+  static native int cuDeviceCanAccessPeer(long canAccessPeerOut, int dev, int peerDev);
+
   static native int cuGetErrorName(int error, long strOut);
 
   static native int cuGetErrorString(int error, long strOut);
@@ -128,6 +131,9 @@ final class CudaNative {
   static native int cuDevicePrimaryCtxRetain(long ctxOut, int dev);
 
   static native int cuCtxSynchronize();
+
+  /** {@code cuMemGetInfo_v2(size_t *free, size_t *total)} of the current context's device. */
+  static native int cuMemGetInfo_v2(long freeOut, long totalOut);
 
   // ---- virtual memory management ----
   static native int cuMemGetAllocationGranularity(long granularityOut, long prop, int option);
@@ -152,6 +158,9 @@ final class CudaNative {
   /** {@code cuMemImportFromShareableHandle(handle *out, void *osHandle, handleType)}: the fd itself as {@code osHandle}. */
   static native int cuMemImportFromShareableHandle(long handleOut, long osHandle, int handleType);
 
+  /** {@code cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, handle)}: where imported memory lives. */
+  static native int cuMemGetAllocationPropertiesFromHandle(long propOut, long handle);
+
   // ---- page-locked host memory ----
   static native int cuMemHostAlloc(long ppOut, long bytesize, int flags);
 
@@ -163,17 +172,20 @@ final class CudaNative {
 
   // ---- copies and memset ----
 
-
-
   static native int cuMemcpyHtoDAsync_v2(long dstDevice, long srcHost, long byteCount, long stream);
 
   static native int cuMemcpyDtoHAsync_v2(long dstHost, long srcDevice, long byteCount, long stream);
 
   static native int cuMemcpyDtoDAsync_v2(long dstDevice, long srcDevice, long byteCount, long stream);
 
+  /**
+   * {@code cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
+   * size_t ByteCount, CUstream hStream)}: not {@code #define}d to a versioned symbol in CUDA 13.0's {@code cuda.h}.
+   */
+  static native int cuMemcpyPeerAsync(long dstDevice, long dstContext, long srcDevice, long srcContext,
+      long byteCount, long stream);
+
   /** {@code uc} is an {@code unsigned char}; only its low 8 bits are read. */
-
-
   static native int cuMemsetD8Async(long dstDevice, int uc, long n, long stream);
 
   static native int cuMemsetD32Async(long dstDevice, int ui, long n, long stream);

@@ -10,16 +10,19 @@ final class CudaPhysicalMemory extends CudaResource implements PhysicalMemory {
   final long handle;
   private final long size;
   private final boolean exportable;
+  private final int deviceOrdinal;
 
-  CudaPhysicalMemory(CudaContext context, long handle, long size) {
-    this(context, handle, size, false);
-  }
-
-  CudaPhysicalMemory(CudaContext context, long handle, long size, boolean exportable) {
+  CudaPhysicalMemory(CudaContext context, long handle, long size, boolean exportable, int deviceOrdinal) {
     super(context, String.format("CUDA physical memory 0x%x (%d bytes)", handle, size));
     this.handle = handle;
     this.size = size;
     this.exportable = exportable;
+    this.deviceOrdinal = deviceOrdinal;
+  }
+
+  @Override
+  public int deviceOrdinal() {
+    return deviceOrdinal;
   }
 
   @Override

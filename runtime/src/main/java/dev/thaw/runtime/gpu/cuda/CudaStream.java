@@ -76,6 +76,31 @@ final class CudaStream extends CudaResource implements GpuStream {
     check(CudaNative.cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, bytes, handle), "cuMemcpyDtoDAsync_v2");
   }
 
+  /** {@code cuMemcpyPeerAsync}; both contexts must be CUDA contexts of this driver, open. */
+  @Override
+  public void copyPeerAsync(long dstDevice, GpuContext dstContext, long srcDevice, GpuContext srcContext,
+      long bytes) {
+    checkOpen();
+    CudaContext dst = cudaContext(dstContext, "destination context");
+    CudaContext src = cudaContext(srcContext, "source context");
+    CudaContext.checkCount(bytes, "bytes");
+    if (bytes == 0) {
+      return;
+    }
+    context.ensureCurrent();
+    check(CudaNative.cuMemcpyPeerAsync(dstDevice, dst.handle, srcDevice, src.handle, bytes, handle),
+        "cuMemcpyPeerAsync");
+  }
+
+  private static CudaContext cudaContext(GpuContext given, String what) {
+    Objects.requireNonNull(given, what);
+    if (!(given instanceof CudaContext c)) {
+      throw new IllegalArgumentException(what + " " + given + " does not belong to the CUDA driver");
+    }
+    c.checkOpen();
+    return c;
+  }
+
   @Override
   public void memsetD8Async(long dstDevice, byte value, long bytes) {
     checkOpen();

@@ -60,6 +60,18 @@ final class DeviceAddressArena {
     return 0;
   }
 
+  /** The highest free, {@code alignment}-aligned address with {@code length} free bytes after it; 0 if none. */
+  synchronized long allocateTop(long length, long alignment) {
+    for (Map.Entry<Long, Long> f : free.descendingMap().entrySet()) {
+      long start = (f.getValue() - length) / alignment * alignment;
+      if (f.getValue() - f.getKey() >= length && start >= f.getKey()) {
+        take(f.getKey(), f.getValue(), start, start + length);
+        return start;
+      }
+    }
+    return 0;
+  }
+
   /** Takes exactly {@code [address, address + length)} if all of it is free; true if it did. */
   synchronized boolean allocateAt(long address, long length) {
     Map.Entry<Long, Long> f = free.floorEntry(address);

@@ -19,7 +19,11 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * <p>Addresses are handed out deterministically from {@link #BASE}, first fit, so a second driver (a second
  * process) that asks for the same hint gets the same address.
  *
- * <p>Invariants: the published {@link #segments()} array is sorted, disjoint and immutable; it changes only
+ * <p>Each device sees the space through its own published {@link #segments(int)} array: the same mappings, with the
+ * access that device was granted (a mapping of another device's memory is unreadable to a device that was not
+ * granted access, as on a GPU).
+ *
+ * <p>Invariants: the published arrays are sorted, disjoint and immutable; they change only
  * under {@link #vmLock}. Host memory behind a segment is freed only under the write half of
  * {@link #memoryLock}; anything that dereferences device memory (kernels, copies) holds the read half and
  * resolves addresses against a snapshot taken under it, so the JVM never touches freed memory.
@@ -30,18 +34,23 @@ final class SimAddressSpace {
   static final long BASE = 0x7f00_0000_0000L;
   static final long LIMIT = 0x7fff_ffe0_0000L;
 
-  /** Mapped memory: device {@code [start, end)} lives at host {@code address + delta}. */
+  /**
+   * Mapped memory as one device sees it: device {@code [start, end)} lives at host {@code address + delta}, is
+   * physically on device {@code location}, and is readable / writable by the device whose view this is.
+   */
   static final class Segment {
     final long start;
     final long end;
     final long delta;
+    final int location;
     final boolean readable;
     final boolean writable;
 
-    Segment(long start, long end, long hostBase, MemoryAccess access) {
+    Segment(long start, long end, long hostBase, int location, MemoryAccess access) {
       this.start = start;
       this.end = end;
       this.delta = hostBase - start;
+      this.location = location;
       this.readable = access != null;
       this.writable = access == MemoryAccess.READ_WRITE;
     }
@@ -51,11 +60,19 @@ final class SimAddressSpace {
 
   private final Object vmLock = new Object();
   private final TreeMap<Long, SimVirtualRange> reservations = new TreeMap<>();
-  private volatile Segment[] segments = NONE;
+  /** By device ordinal. */
+  private volatile Segment[][] segments;
   private final ReentrantReadWriteLock memoryLock = new ReentrantReadWriteLock();
 
-  Segment[] segments() {
-    return segments;
+  SimAddressSpace(int devices) {
+    Segment[][] none = new Segment[devices][];
+    java.util.Arrays.fill(none, NONE);
+    this.segments = none;
+  }
+
+  /** The space as device {@code device} sees it. */
+  Segment[] segments(int device) {
+    return segments[device];
   }
 
   Lock readLock() {
@@ -107,6 +124,32 @@ final class SimAddressSpace {
     }
   }
 
+  /** A range at the highest free place of the space: what {@code GpuContext.reserveScratch} takes. */
+  SimVirtualRange reserveTop(SimContext context, long size) {
+    if (size <= 0) {
+      throw new IllegalArgumentException("size must be positive: " + size);
+    }
+    if (size > LIMIT - BASE) {
+      throw CudaError.exception("cuMemAddressReserve", CudaError.CUDA_ERROR_OUT_OF_MEMORY,
+          size + " bytes exceed the device's address space");
+    }
+    long rounded = roundUp(size);
+    synchronized (vmLock) {
+      long candidate = LIMIT - rounded;
+      while (candidate >= BASE) {
+        SimVirtualRange r = overlapping(candidate, rounded);
+        if (r == null) {
+          SimVirtualRange range = new SimVirtualRange(context, this, candidate, rounded);
+          reservations.put(candidate, range);
+          return range;
+        }
+        candidate = r.address() - rounded;
+      }
+      throw CudaError.exception("cuMemAddressReserve", CudaError.CUDA_ERROR_OUT_OF_MEMORY,
+          "no free range of " + rounded + " bytes");
+    }
+  }
+
   /** The lowest free, granularity-aligned start at or after {@code from}, or -1. */
   private long firstFit(long from, long size) {
     long candidate = Math.max(from, BASE);
@@ -139,11 +182,15 @@ final class SimAddressSpace {
   /** Republishes the segments after a mapping or an access change. Callers that free memory hold the write lock. */
   void republish() {
     synchronized (vmLock) {
-      List<Segment> out = new ArrayList<>();
-      for (SimVirtualRange r : reservations.values()) {
-        r.addSegments(out);
+      Segment[][] next = new Segment[segments.length][];
+      for (int d = 0; d < next.length; d++) {
+        List<Segment> out = new ArrayList<>();
+        for (SimVirtualRange r : reservations.values()) {
+          r.addSegments(out, d);
+        }
+        next[d] = out.toArray(NONE);
       }
-      segments = out.toArray(NONE);
+      segments = next;
     }
   }
 
@@ -230,6 +277,19 @@ final class SimAddressSpace {
     while (bytes > 0) {
       Segment d = find(segs, dst);
       Segment s = find(segs, src);
+      long n = Math.min(bytes, Math.min(d.end - dst, s.end - src));
+      U.copyMemory(null, src + s.delta, null, dst + d.delta, n);
+      dst += n;
+      src += n;
+      bytes -= n;
+    }
+  }
+
+  /** Copies between two views' ranges (views of one space differ only in access, not in where bytes live). */
+  static void copyBetween(Segment[] from, long src, Segment[] to, long dst, long bytes) {
+    while (bytes > 0) {
+      Segment d = find(to, dst);
+      Segment s = find(from, src);
       long n = Math.min(bytes, Math.min(d.end - dst, s.end - src));
       U.copyMemory(null, src + s.delta, null, dst + d.delta, n);
       dst += n;

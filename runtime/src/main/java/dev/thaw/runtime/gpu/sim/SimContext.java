@@ -7,6 +7,7 @@ import com.sun.jna.Pointer;
 import dev.thaw.runtime.gpu.CudaError;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.runtime.gpu.DeviceMemoryInfo;
 import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
@@ -74,6 +75,8 @@ public final class SimContext implements GpuContext {
 
   private final SimDriver driver;
   private final DeviceInfo device;
+  /** The device's ordinal: which view of the address space this context's work sees. */
+  private final int ordinal;
   private final int id;
   private final SimAddressSpace space;
   private final AtomicBoolean closed = new AtomicBoolean();
@@ -86,6 +89,7 @@ public final class SimContext implements GpuContext {
     this.driver = driver;
     this.id = id;
     this.device = device;
+    this.ordinal = device.ordinal();
     this.space = driver.space();
   }
 
@@ -142,6 +146,13 @@ public final class SimContext implements GpuContext {
   }
 
   @Override
+  public DeviceMemoryInfo memoryInfo() {
+    checkUsable("cuMemGetInfo_v2");
+    long total = driver.options().memoryBytes();
+    return new DeviceMemoryInfo(Math.max(0, total - driver.memoryInUse(ordinal)), total);
+  }
+
+  @Override
   public long granularity() {
     checkOpen();
     return SimAddressSpace.GRANULARITY;
@@ -151,6 +162,12 @@ public final class SimContext implements GpuContext {
   public VirtualRange reserve(long size, long addressHint) {
     checkOpen();
     return own(space.reserve(this, size, addressHint, false));
+  }
+
+  @Override
+  public VirtualRange reserveScratch(long size) {
+    checkOpen();
+    return own(space.reserveTop(this, size));
   }
 
   @Override
@@ -166,7 +183,7 @@ public final class SimContext implements GpuContext {
       throw new IllegalArgumentException("size must be positive: " + size);
     }
     long rounded = SimAddressSpace.roundUp(size);
-    long host = driver.allocate(rounded);
+    long host = driver.allocate(ordinal, rounded);
     return own(new SimPhysicalMemory(this, rounded, host));
   }
 
@@ -177,12 +194,12 @@ public final class SimContext implements GpuContext {
       throw new IllegalArgumentException("size must be positive: " + size);
     }
     long rounded = SimAddressSpace.roundUp(size);
-    driver.count("cuMemCreate", rounded);
+    driver.count("cuMemCreate", ordinal, rounded);
     try {
-      SharedMemory shared = SharedMemory.anonymous("thaw-sim-device-memory", rounded);
-      return own(new SimPhysicalMemory(this, rounded, shared.address(), shared, rounded));
+      SharedMemory shared = SharedMemory.anonymous(SimPhysicalMemory.MEMFD_PREFIX + ordinal, rounded);
+      return own(new SimPhysicalMemory(this, ordinal, rounded, shared.address(), shared, rounded));
     } catch (IOException e) {
-      driver.uncount(rounded);
+      driver.uncount(ordinal, rounded);
       throw CudaError.exception("cuMemCreate", CudaError.CUDA_ERROR_OUT_OF_MEMORY, e.getMessage());
     }
   }
@@ -202,8 +219,9 @@ public final class SimContext implements GpuContext {
       throw CudaError.exception(call, CudaError.CUDA_ERROR_INVALID_VALUE, e.getMessage());
     }
     try {
+      int owner = SimPhysicalMemory.exporterDevice(own, ordinal);
       SharedMemory shared = SharedMemory.fromFd(own, size, false);
-      return own(new SimPhysicalMemory(this, size, shared.address(), shared, 0));
+      return own(new SimPhysicalMemory(this, owner, size, shared.address(), shared, 0));
     } catch (IOException | RuntimeException e) {
       ProcessFds.close(own);
       throw CudaError.exception(call, CudaError.CUDA_ERROR_INVALID_VALUE, "not exported device memory of " + size
@@ -268,7 +286,7 @@ public final class SimContext implements GpuContext {
     Lock read = space.readLock();
     read.lock();
     try {
-      SimAddressSpace.Segment[] segs = space.segments();
+      SimAddressSpace.Segment[] segs = space.segments(ordinal);
       requireRange(call, segs, dstDevice, n, true);
       SimAddressSpace.write(segs, dstDevice, base, offset, n);
     } finally {
@@ -307,7 +325,7 @@ public final class SimContext implements GpuContext {
     Lock read = space.readLock();
     read.lock();
     try {
-      SimAddressSpace.Segment[] segs = space.segments();
+      SimAddressSpace.Segment[] segs = space.segments(ordinal);
       requireRange(call, segs, srcDevice, n, false);
       SimAddressSpace.read(segs, srcDevice, base, offset, n);
     } finally {
@@ -333,7 +351,7 @@ public final class SimContext implements GpuContext {
     Lock read = space.readLock();
     read.lock();
     try {
-      SimAddressSpace.Segment[] segs = space.segments();
+      SimAddressSpace.Segment[] segs = space.segments(ordinal);
       requireRange(call, segs, srcDevice, bytes, false);
       requireRange(call, segs, dstDevice, bytes, true);
       SimAddressSpace.copy(segs, dstDevice, srcDevice, bytes);
@@ -367,7 +385,7 @@ public final class SimContext implements GpuContext {
     Lock read = space.readLock();
     read.lock();
     try {
-      SimAddressSpace.Segment[] segs = space.segments();
+      SimAddressSpace.Segment[] segs = space.segments(ordinal);
       requireRange(call, segs, dst, bytes, true);
       fill.accept(segs);
     } finally {
@@ -405,7 +423,7 @@ public final class SimContext implements GpuContext {
 
   /** At enqueue: the device range must be mapped, with write access for a destination. */
   void checkDeviceRange(String call, long address, long bytes, boolean write) {
-    requireRange(call, space.segments(), address, bytes, write);
+    requireRange(call, space.segments(ordinal), address, bytes, write);
   }
 
   // ---- streams, events ----
@@ -529,7 +547,7 @@ public final class SimContext implements GpuContext {
     Lock read = space.readLock();
     read.lock();
     try {
-      memory = new DeviceMemory(space.segments());
+      memory = new DeviceMemory(space.segments(ordinal));
       try {
         impl.launch(new SimLaunch(name, grid, block, sharedMemBytes, params, args, memory));
       } catch (IllegalAddressFault e) {
@@ -582,13 +600,61 @@ public final class SimContext implements GpuContext {
   }
 
   void runDeviceToDevice(String call, long dst, long src, long bytes) {
-    deviceWork(call, src, bytes, false, segs -> {
+    long t0 = System.nanoTime();
+    boolean[] acrossDevices = new boolean[1];
+    boolean ran = deviceWork(call, src, bytes, false, segs -> {
       String why = SimAddressSpace.checkAccess(segs, dst, bytes, true);
       if (why != null) {
         throw new IllegalAddressFault(why);
       }
+      acrossDevices[0] = SimAddressSpace.find(segs, src).location != SimAddressSpace.find(segs, dst).location;
       SimAddressSpace.copy(segs, dst, src, bytes);
     });
+    if (ran && acrossDevices[0]) {
+      driver.modelPeerCopy(bytes, t0);
+    }
+  }
+
+  /**
+   * {@code cuMemcpyPeerAsync}: the source as {@code srcContext}'s device sees it, the destination as {@code
+   * dstContext}'s does; neither device needs access to the other's memory (the driver stages through the host where
+   * the devices are not peers, which the model does not slow down).
+   */
+  void runPeer(String call, long dst, SimContext dstContext, long src, SimContext srcContext, long bytes) {
+    long t0 = System.nanoTime();
+    if (driver.poison() != null) {
+      return;
+    }
+    String why;
+    Lock read = space.readLock();
+    read.lock();
+    try {
+      SimAddressSpace.Segment[] from = space.segments(srcContext.ordinal);
+      SimAddressSpace.Segment[] to = space.segments(dstContext.ordinal);
+      why = SimAddressSpace.checkAccess(from, src, bytes, false);
+      if (why == null) {
+        why = SimAddressSpace.checkAccess(to, dst, bytes, true);
+      }
+      if (why == null) {
+        // Host addresses do not depend on the view: one view with both ranges readable copies them.
+        SimAddressSpace.copyBetween(from, src, to, dst, bytes);
+      }
+    } finally {
+      read.unlock();
+    }
+    if (why != null) {
+      poison(CudaError.exception(call, CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, "queued work found its device memory "
+          + "gone: " + why));
+      return;
+    }
+    if (srcContext.ordinal != dstContext.ordinal) {
+      driver.modelPeerCopy(bytes, t0);
+    }
+  }
+
+  /** At enqueue, for {@code cuMemcpyPeerAsync}: the range as this context's device sees it. */
+  void checkOwnRange(String call, long address, long bytes, boolean write) {
+    requireRange(call, space.segments(ordinal), address, bytes, write);
   }
 
   void runMemset(String call, long dst, long bytes, Consumer<SimAddressSpace.Segment[]> fill) {
@@ -608,7 +674,7 @@ public final class SimContext implements GpuContext {
     Lock read = space.readLock();
     read.lock();
     try {
-      SimAddressSpace.Segment[] segs = space.segments();
+      SimAddressSpace.Segment[] segs = space.segments(ordinal);
       why = SimAddressSpace.checkAccess(segs, address, bytes, write);
       if (why == null) {
         try {

@@ -25,16 +25,19 @@ import java.util.concurrent.locks.LockSupport;
  *   <li>One device (ordinal 0), or {@link SimOptions#deviceCount()}, described by {@link SimOptions}, with 132 SMs,
  *       a fixed UUID per ordinal ({@link #DEVICE_UUID} for 0), and
  *       {@link #driverVersion()} 13000 (the CUDA version it mimics).
- *   <li>Device memory is host memory, counted against {@link SimOptions#memoryBytes()}; asking for more is
- *       {@code CUDA_ERROR_OUT_OF_MEMORY} and the context stays usable. The virtual address space (2 MiB
+ *   <li>Device memory is host memory, counted per device against {@link SimOptions#memoryBytes()}; asking for more
+ *       is {@code CUDA_ERROR_OUT_OF_MEMORY} and the context stays usable. The virtual address space (2 MiB
  *       granularity) starts at {@code 0x7f0000000000} and is handed out first fit, so every driver opened
  *       with the same calls hands out the same addresses: a second process gets the address it asks for.
- *       All contexts of one driver share that space and that memory, as the contexts of a process do.
+ *       All contexts of one driver share that space, as the contexts of a process do. A device reaches another's
+ *       memory only through a mapping that granted it access, and only when the devices are peers
+ *       ({@link SimOptions#peerAccess()}).
  *   <li>Kernels are Java: a {@link SimKernel} per PTX {@code .entry} name, discovered once when the driver
  *       opens. They see device memory through a checked, recording {@link DeviceMemory}; an illegal access
  *       poisons the whole driver with {@code CUDA_ERROR_ILLEGAL_ADDRESS}, as a sticky error poisons a CUDA process.
  *   <li>Streams are worker threads; with {@link SimOptions#copyGBps()} set, host↔device copies take the
- *       time that bandwidth implies (simulated time, not a GPU measurement).
+ *       time that bandwidth implies, and with {@link SimOptions#peerGBps()} copies between two devices' memory
+ *       (simulated time, not a GPU measurement).
  * </ul>
  */
 public final class SimDriver implements GpuDriver {
@@ -46,9 +49,10 @@ public final class SimDriver implements GpuDriver {
 
   private final SimOptions options;
   private final List<DeviceInfo> devices;
-  private final SimAddressSpace space = new SimAddressSpace();
+  private final SimAddressSpace space;
   private final Map<String, SimKernel> kernels = new ConcurrentHashMap<>();
-  private final AtomicLong memoryInUse = new AtomicLong();
+  /** By device ordinal. */
+  private final AtomicLong[] memoryInUse;
   private final AtomicInteger contextIds = new AtomicInteger();
   private final Set<SimContext> contexts = ConcurrentHashMap.newKeySet();
   /** The sticky error, once a launch faulted: like a CUDA process, the whole simulated device is then unusable. */
@@ -65,6 +69,11 @@ public final class SimDriver implements GpuDriver {
           String.format("GPU-5a1e0000-%04x-4000-8000-000000000000", i), MULTIPROCESSOR_COUNT));
     }
     this.devices = List.copyOf(list);
+    this.space = new SimAddressSpace(devices.size());
+    this.memoryInUse = new AtomicLong[devices.size()];
+    for (int i = 0; i < memoryInUse.length; i++) {
+      memoryInUse[i] = new AtomicLong();
+    }
   }
 
   /**
@@ -112,9 +121,24 @@ public final class SimDriver implements GpuDriver {
     return options;
   }
 
-  /** Device memory created and not yet freed, in bytes, over all contexts. */
+  /** Device memory created and not yet freed, in bytes, over all contexts and devices. */
   public long memoryInUse() {
-    return memoryInUse.get();
+    long sum = 0;
+    for (AtomicLong m : memoryInUse) {
+      sum += m.get();
+    }
+    return sum;
+  }
+
+  /** Device memory of device {@code ordinal} created and not yet freed, in bytes. */
+  public long memoryInUse(int ordinal) {
+    return memoryInUse[ordinal].get();
+  }
+
+  @Override
+  public boolean canAccessPeer(int device, int peerDevice) {
+    GpuDriver.checkPeerOrdinals(this, device, peerDevice);
+    return options.peerAccess();
   }
 
   @Override
@@ -184,41 +208,42 @@ public final class SimDriver implements GpuDriver {
     return kernels.get(entry);
   }
 
-  /** Zeroed host memory standing in for {@code bytes} of device memory. */
-  long allocate(long bytes) {
+  /** Zeroed host memory standing in for {@code bytes} of device {@code device}'s memory. */
+  long allocate(int device, long bytes) {
     String call = "cuMemCreate";
-    count(call, bytes);
+    count(call, device, bytes);
     long host = SimNative.allocateZeroed(bytes);
     if (host == 0) {
-      memoryInUse.addAndGet(-bytes);
+      memoryInUse[device].addAndGet(-bytes);
       throw CudaError.exception(call, CudaError.CUDA_ERROR_OUT_OF_MEMORY,
           "the host could not provide " + bytes + " bytes of simulated device memory");
     }
     return host;
   }
 
-  /** Counts {@code bytes} against the device's memory, or throws out-of-memory. */
-  void count(String call, long bytes) {
+  /** Counts {@code bytes} against device {@code device}'s memory, or throws out-of-memory. */
+  void count(String call, int device, long bytes) {
     long limit = options.memoryBytes();
+    AtomicLong inUse = memoryInUse[device];
     for (;;) {
-      long used = memoryInUse.get();
+      long used = inUse.get();
       if (bytes > limit - used) {
         throw CudaError.exception(call, CudaError.CUDA_ERROR_OUT_OF_MEMORY, String.format(
-            "%d bytes asked for, %d of %d in use", bytes, used, limit));
+            "%d bytes asked for, %d of %d of device %d in use", bytes, used, limit, device));
       }
-      if (memoryInUse.compareAndSet(used, used + bytes)) {
+      if (inUse.compareAndSet(used, used + bytes)) {
         return;
       }
     }
   }
 
-  void uncount(long bytes) {
-    memoryInUse.addAndGet(-bytes);
+  void uncount(int device, long bytes) {
+    memoryInUse[device].addAndGet(-bytes);
   }
 
-  void free(long host, long bytes) {
+  void free(int device, long host, long bytes) {
     SimNative.free(host);
-    memoryInUse.addAndGet(-bytes);
+    memoryInUse[device].addAndGet(-bytes);
   }
 
   /** Host ranges registered with {@code cuMemHostRegister}, by start; guarded by itself. */
@@ -248,7 +273,15 @@ public final class SimDriver implements GpuDriver {
    * thread is interrupted (a stream being destroyed).
    */
   void modelCopy(long bytes, long startNanos) {
-    double gbps = options.copyGBps();
+    modelTransfer(bytes, startNanos, options.copyGBps());
+  }
+
+  /** {@link #modelCopy} for a copy between two devices' memory, at {@link SimOptions#peerGBps()}. */
+  void modelPeerCopy(long bytes, long startNanos) {
+    modelTransfer(bytes, startNanos, options.peerGBps());
+  }
+
+  private static void modelTransfer(long bytes, long startNanos, double gbps) {
     if (gbps <= 0) {
       return;
     }

@@ -10,10 +10,13 @@ import java.util.Map;
 /**
  * Settings of the simulated device. Defaults suit tests and laptops; the environment can change them
  * ({@code THAW_SIM_MEMORY}, e.g. {@code 16g}; {@code THAW_SIM_COPY_GBPS}, e.g. {@code 55}; {@code THAW_SIM_DEVICES},
- * e.g. {@code 2}).
+ * e.g. {@code 2}; {@code THAW_SIM_PEER_GBPS}, e.g. {@code 390}; {@code THAW_SIM_PEER_ACCESS}, {@code 0} or {@code 1}).
  *
  * <p>The copy-bandwidth model, off by default, makes every host↔device copy take {@code bytes / GB/s}, so
- * restore strategies can be compared without a GPU. Whatever is measured with it is simulated, not GPU, time.
+ * restore strategies can be compared without a GPU; the peer-link model does the same for copies between two
+ * devices' memory. Each stream copies at the modelled rate whatever the other streams do: one device's host link
+ * is not shared between its streams, so the model says what several devices' links give together, not what
+ * several streams of one device would. Whatever is measured with it is simulated, not GPU, time.
  */
 @JsonAutoDetect(fieldVisibility = JsonAutoDetect.Visibility.ANY, getterVisibility = JsonAutoDetect.Visibility.NONE,
     isGetterVisibility = JsonAutoDetect.Visibility.NONE, setterVisibility = JsonAutoDetect.Visibility.NONE)
@@ -25,6 +28,8 @@ public final class SimOptions {
   public static final int DEFAULT_COMPUTE_CAPABILITY_MAJOR = 9;
   public static final int DEFAULT_COMPUTE_CAPABILITY_MINOR = 0;
   public static final int DEFAULT_DEVICE_COUNT = 1;
+  public static final double DEFAULT_PEER_GBPS = 0;
+  public static final boolean DEFAULT_PEER_ACCESS = true;
   /** More simulated devices than a host has GPUs is a typo, not a test. */
   public static final int MAX_DEVICE_COUNT = 16;
 
@@ -36,6 +41,8 @@ public final class SimOptions {
   @JsonProperty private int computeCapabilityMajor = DEFAULT_COMPUTE_CAPABILITY_MAJOR;
   @JsonProperty private int computeCapabilityMinor = DEFAULT_COMPUTE_CAPABILITY_MINOR;
   @JsonProperty private int deviceCount = DEFAULT_DEVICE_COUNT;
+  @JsonProperty private double peerGBps = DEFAULT_PEER_GBPS;
+  @JsonProperty private boolean peerAccess = DEFAULT_PEER_ACCESS;
 
   /** Device memory the simulated device offers; creating more fails with out-of-memory. */
   public long memoryBytes() {
@@ -103,7 +110,36 @@ public final class SimOptions {
     return this;
   }
 
-  /** Defaults, changed by {@code THAW_SIM_MEMORY}, {@code THAW_SIM_COPY_GBPS} and {@code THAW_SIM_DEVICES} where set. */
+  /** Bandwidth between two devices in GB/s (NVLink: 393 measured between two H200s); 0 as fast as the host. */
+  public double peerGBps() {
+    return peerGBps;
+  }
+
+  public SimOptions peerGBps(double gbps) {
+    if (!(gbps >= 0) || Double.isInfinite(gbps)) {
+      throw new IllegalArgumentException("peer bandwidth must be a finite number of GB/s, 0 for none: " + gbps);
+    }
+    this.peerGBps = gbps;
+    return this;
+  }
+
+  /**
+   * Whether the devices can reach each other's memory ({@link SimDriver#canAccessPeer}): true, as GPUs joined by
+   * NVLink; false models a host whose GPUs cannot, where granting another device access fails.
+   */
+  public boolean peerAccess() {
+    return peerAccess;
+  }
+
+  public SimOptions peerAccess(boolean on) {
+    this.peerAccess = on;
+    return this;
+  }
+
+  /**
+   * Defaults, changed by {@code THAW_SIM_MEMORY}, {@code THAW_SIM_COPY_GBPS}, {@code THAW_SIM_DEVICES},
+   * {@code THAW_SIM_PEER_GBPS} and {@code THAW_SIM_PEER_ACCESS} where set.
+   */
   public static SimOptions fromEnvironment() {
     return fromEnvironment(System.getenv());
   }
@@ -129,6 +165,22 @@ public final class SimOptions {
       } catch (NumberFormatException e) {
         throw new IllegalArgumentException("THAW_SIM_DEVICES=" + devices + " is not a number of devices");
       }
+    }
+    String peer = env.get("THAW_SIM_PEER_GBPS");
+    if (peer != null && !peer.isBlank()) {
+      try {
+        options.peerGBps(Double.parseDouble(peer.strip()));
+      } catch (NumberFormatException e) {
+        throw new IllegalArgumentException("THAW_SIM_PEER_GBPS=" + peer + " is not a number of GB/s");
+      }
+    }
+    String access = env.get("THAW_SIM_PEER_ACCESS");
+    if (access != null && !access.isBlank()) {
+      options.peerAccess(switch (access.strip().toLowerCase(Locale.ROOT)) {
+        case "1", "true", "yes" -> true;
+        case "0", "false", "no" -> false;
+        default -> throw new IllegalArgumentException("THAW_SIM_PEER_ACCESS=" + access + " is not 0 or 1");
+      });
     }
     return options;
   }
@@ -167,7 +219,8 @@ public final class SimOptions {
       SimOptions o = JSON.readValue(json, SimOptions.class);
       // Re-validate through the setters: JSON is input.
       return new SimOptions().memoryBytes(o.memoryBytes).copyGBps(o.copyGBps).deviceName(o.deviceName)
-          .computeCapability(o.computeCapabilityMajor, o.computeCapabilityMinor).deviceCount(o.deviceCount);
+          .computeCapability(o.computeCapabilityMajor, o.computeCapabilityMinor).deviceCount(o.deviceCount)
+          .peerGBps(o.peerGBps).peerAccess(o.peerAccess);
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("not a SimOptions JSON object: " + e.getOriginalMessage());
     }

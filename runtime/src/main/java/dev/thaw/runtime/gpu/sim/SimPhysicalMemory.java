@@ -7,16 +7,20 @@ import dev.thaw.runtime.host.SharedMemory;
 import java.io.IOException;
 
 /**
- * Simulated physical device memory: a zeroed block of host memory, counted against the device's memory.
+ * Simulated physical device memory: a zeroed block of host memory, counted against its device's memory.
  * Exportable memory is a shared file ({@code memfd}) mapped here, so its descriptor carries the same bytes to
- * another process, as CUDA's POSIX handle does; imported memory maps such a descriptor and counts nothing
- * (the exporter's device pays for it).
+ * another process, as CUDA's POSIX handle does; its name carries the device it belongs to
+ * ({@link #MEMFD_PREFIX}{@code <ordinal>}), which an importer reads back. Imported memory maps such a descriptor and
+ * counts nothing (the exporter's device pays for it).
  * It is freed when its handle is closed and no mapping is left; mappings release it under the memory write
  * lock, so nothing reading it is running.
  */
 final class SimPhysicalMemory implements PhysicalMemory {
 
+  static final String MEMFD_PREFIX = "thaw-sim-device-memory-";
+
   private final SimContext context;
+  private final int deviceOrdinal;
   private final long size;
   private final long hostAddress;
   /** The shared file behind exportable or imported memory; null for plain memory. */
@@ -28,11 +32,13 @@ final class SimPhysicalMemory implements PhysicalMemory {
   private boolean freed;
 
   SimPhysicalMemory(SimContext context, long size, long hostAddress) {
-    this(context, size, hostAddress, null, size);
+    this(context, context.device().ordinal(), size, hostAddress, null, size);
   }
 
-  SimPhysicalMemory(SimContext context, long size, long hostAddress, SharedMemory shared, long counted) {
+  SimPhysicalMemory(SimContext context, int deviceOrdinal, long size, long hostAddress, SharedMemory shared,
+      long counted) {
     this.context = context;
+    this.deviceOrdinal = deviceOrdinal;
     this.size = size;
     this.hostAddress = hostAddress;
     this.shared = shared;
@@ -66,6 +72,33 @@ final class SimPhysicalMemory implements PhysicalMemory {
     return size;
   }
 
+  @Override
+  public int deviceOrdinal() {
+    return deviceOrdinal;
+  }
+
+  /**
+   * The device whose exported memory {@code fd} is, from the memfd's name ({@code /proc/self/fd/<fd>} reads
+   * {@code /memfd:thaw-sim-device-memory-<ordinal> (deleted)}), or {@code fallback} when the name does not say.
+   */
+  static int exporterDevice(int fd, int fallback) {
+    try {
+      String target = java.nio.file.Files.readSymbolicLink(java.nio.file.Path.of("/proc/self/fd/" + fd)).toString();
+      int at = target.indexOf(MEMFD_PREFIX);
+      if (at < 0) {
+        return fallback;
+      }
+      int from = at + MEMFD_PREFIX.length();
+      int to = from;
+      while (to < target.length() && Character.isDigit(target.charAt(to))) {
+        to++;
+      }
+      return to > from ? Integer.parseInt(target.substring(from, to)) : fallback;
+    } catch (IOException | RuntimeException e) {
+      return fallback;
+    }
+  }
+
   long hostAddress() {
     return hostAddress;
   }
@@ -94,10 +127,10 @@ final class SimPhysicalMemory implements PhysicalMemory {
 
   private void release() {
     if (shared == null) {
-      context.driver().free(hostAddress, size);
+      context.driver().free(deviceOrdinal, hostAddress, size);
     } else {
       shared.close();
-      context.driver().uncount(counted);
+      context.driver().uncount(deviceOrdinal, counted);
     }
   }
 

@@ -128,6 +128,33 @@ final class SimStream implements GpuStream {
   }
 
   @Override
+  public void copyPeerAsync(long dstDevice, GpuContext dstContext, long srcDevice, GpuContext srcContext,
+      long bytes) {
+    String call = "cuMemcpyPeerAsync";
+    checkOpen();
+    SimContext dst = peerContext(dstContext, "destination context");
+    SimContext src = peerContext(srcContext, "source context");
+    context.checkUsable(call);
+    if (bytes < 0) {
+      throw CudaError.exception(call, CudaError.CUDA_ERROR_INVALID_VALUE, "negative size " + bytes);
+    }
+    if (bytes == 0) {
+      return;
+    }
+    src.checkOwnRange(call, srcDevice, bytes, false);
+    dst.checkOwnRange(call, dstDevice, bytes, true);
+    enqueue(() -> context.runPeer(call, dstDevice, dst, srcDevice, src, bytes));
+  }
+
+  private SimContext peerContext(GpuContext given, String what) {
+    if (!(given instanceof SimContext c) || c.driver() != context.driver()) {
+      throw new IllegalArgumentException(what + " " + given + " is not a context of this simulated device");
+    }
+    c.checkOpen();
+    return c;
+  }
+
+  @Override
   public void memsetD8Async(long dstDevice, byte value, long bytes) {
     String call = "cuMemsetD8Async";
     checkOpen();

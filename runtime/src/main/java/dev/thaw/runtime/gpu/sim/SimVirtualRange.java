@@ -75,9 +75,9 @@ final class SimVirtualRange implements VirtualRange {
     mappings.remove(mapping.address() - address, mapping);
   }
 
-  synchronized void addSegments(List<SimAddressSpace.Segment> out) {
+  synchronized void addSegments(List<SimAddressSpace.Segment> out, int device) {
     for (SimMapping m : mappings.values()) {
-      out.add(m.segment());
+      out.add(m.segment(device));
     }
   }
 

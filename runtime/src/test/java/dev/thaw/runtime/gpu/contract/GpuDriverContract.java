@@ -14,6 +14,7 @@ import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
 import dev.thaw.runtime.gpu.DeviceBuffer;
 import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.runtime.gpu.DeviceMemoryInfo;
 import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
@@ -201,6 +202,20 @@ public abstract class GpuDriverContract {
   }
 
   @Test
+  void scratchRangesComeFromTheTopFarFromWhereImagesLie() {
+    try (VirtualRange plain = ctx.reserve(4 * MIB, 0); VirtualRange scratch = ctx.reserveScratch(4 * MIB);
+        DeviceBuffer b = ctx.allocateScratch(MIB); VirtualRange after = ctx.reserve(4 * MIB, 0)) {
+      assertTrue(scratch.address() - plain.address() >= 1L << 30, String.format("0x%x, 0x%x", plain.address(),
+          scratch.address()));
+      assertTrue(b.address() > plain.address() && b.address() + b.mappedSize() <= scratch.address()
+          || b.address() >= scratch.address() + scratch.size(), "disjoint");
+      assertTrue(after.address() < scratch.address(), "ordinary ranges keep coming from the bottom");
+      ctx.memsetD32(b.address(), 0x5c, 4);
+      assertEquals(0x5c, readInts(ctx, b.address(), 4)[3]);
+    }
+  }
+
+  @Test
   void refusesMappingsThatDoNotFit() {
     long g = ctx.granularity();
     try (VirtualRange range = ctx.reserve(2 * g, 0); PhysicalMemory mem = ctx.createMemory(2 * g)) {
@@ -368,6 +383,133 @@ public abstract class GpuDriverContract {
         ProcessFds.close(fd);
       }
       assertEquals(0xC0FFEE, (int) readLongs(ctx, r.address() + 4 * MIB - 8, 1)[0], "the exporter's bytes unchanged");
+    }
+  }
+
+  // ---- device memory, and devices reaching each other's ----
+
+  @Test
+  void reportsFreeAndTotalMemoryOfItsDevice() {
+    DeviceMemoryInfo before = ctx.memoryInfo();
+    long total = ctx.device().totalMemoryBytes();
+    assertTrue(before.freeBytes() <= before.totalBytes(), before.toString());
+    assertTrue(Math.abs(before.totalBytes() - total) <= total / 100, before + " against " + total);
+    try (DeviceBuffer b = ctx.allocate(64 * MIB)) {
+      DeviceMemoryInfo after = ctx.memoryInfo();
+      assertTrue(before.freeBytes() - after.freeBytes() >= 32 * MIB, before + " then " + after);
+    }
+  }
+
+  @Test
+  void physicalMemoryKnowsItsDeviceImportedToo() {
+    try (PhysicalMemory plain = ctx.createMemory(2 * MIB); PhysicalMemory mem = ctx.createExportableMemory(2 * MIB)) {
+      assertEquals(0, plain.deviceOrdinal());
+      assertEquals(0, mem.deviceOrdinal());
+      int fd = mem.exportPosixFd();
+      try (PhysicalMemory imported = ctx.importMemory(fd, 2 * MIB)) {
+        assertEquals(0, imported.deviceOrdinal());
+      } finally {
+        ProcessFds.close(fd);
+      }
+    }
+  }
+
+  @Test
+  void peerQuestionsAndGrantsCheckTheirOrdinals() {
+    int n = driver.devices().size();
+    assertThrows(IllegalArgumentException.class, () -> driver.canAccessPeer(0, 0));
+    assertThrows(IllegalArgumentException.class, () -> driver.canAccessPeer(0, n));
+    assertThrows(IllegalArgumentException.class, () -> driver.canAccessPeer(-1, 0));
+    try (DeviceBuffer b = ctx.allocate(MIB)) {
+      assertThrows(IllegalArgumentException.class, () -> b.setAccessFor(n, MemoryAccess.READ));
+      b.setAccessFor(0, MemoryAccess.READ_WRITE);
+    }
+  }
+
+  /** A second device that the first can reach; the test is skipped, with the reason, where there is none. */
+  private GpuContext peerContext() {
+    Assumptions.assumeTrue(driver.devices().size() >= 2, () -> "one device only: " + driver.devices().size());
+    Assumptions.assumeTrue(driver.canAccessPeer(0, 1) && driver.canAccessPeer(1, 0),
+        "devices 0 and 1 cannot reach each other's memory");
+    return driver.createContext(1);
+  }
+
+  @Test
+  void aDeviceCopiesFromAnotherDevicesMemoryOnceGrantedAccessByEitherCall() {
+    int n = (int) (3 * MIB);
+    byte[] bytes = randomBytes(n, 27);
+    try (GpuContext peer = peerContext(); DeviceBuffer theirs = peer.allocate(n); DeviceBuffer mine = ctx.allocate(n);
+        DeviceBuffer again = ctx.allocate(n); GpuStream stream = ctx.createStream()) {
+      assertEquals(1, peer.device().ordinal());
+      ByteBuffer src = ByteBuffer.allocateDirect(n);
+      src.put(bytes).flip();
+      theirs.copyFromHost(src);
+      theirs.setAccessFor(0, MemoryAccess.READ);
+            // Unified addressing: this device's copy engine pulls the peer's bytes.
+      stream.copyDeviceToDeviceAsync(mine.address(), theirs.address(), n);
+      // The explicit call names both contexts.
+      stream.copyPeerAsync(again.address(), ctx, theirs.address(), peer, n);
+      stream.synchronize();
+      ByteBuffer back = ByteBuffer.allocateDirect(n);
+      mine.copyToHost(back);
+      assertEquals(ByteBuffer.wrap(bytes), back, "pulled through unified addressing");
+      back.clear();
+      again.copyToHost(back);
+      assertEquals(ByteBuffer.wrap(bytes), back, "pulled through cuMemcpyPeerAsync");
+    }
+  }
+
+  @Test
+  void memoryOnAnotherDeviceCountsThereAndItsStreamsWaitOnThisDevicesEvents() {
+    try (GpuContext peer = peerContext()) {
+      long freeHere = ctx.memoryInfo().freeBytes();
+      long freeThere = peer.memoryInfo().freeBytes();
+      try (DeviceBuffer b = peer.allocate(64 * MIB); GpuStream mine = ctx.createStream();
+          GpuStream theirs = peer.createStream(); GpuEvent filled = ctx.createEvent(false);
+          DeviceBuffer here = ctx.allocate(64 * MIB)) {
+        assertTrue(freeThere - peer.memoryInfo().freeBytes() >= 32 * MIB, "the peer's memory is used");
+        assertTrue(freeHere - ctx.memoryInfo().freeBytes() < 128 * MIB, "this device's is not, beyond its own");
+        b.setAccessFor(0, MemoryAccess.READ_WRITE);
+        // This device fills the peer's memory; the peer's stream waits for that event before copying it back.
+        mine.memsetD32Async(here.address(), 0x7e57, 16 * MIB);
+        mine.copyDeviceToDeviceAsync(b.address(), here.address(), 64 * MIB);
+        mine.record(filled);
+        theirs.waitFor(filled);
+        theirs.memsetD32Async(b.address(), 0x1111, 1);
+        theirs.synchronize();
+        int[] ints = readInts(peer, b.address(), 2);
+        assertEquals(0x1111, ints[0], "the peer's own memset ran after the copy");
+        assertEquals(0x7e57, ints[1], "the copy into the peer's memory landed first");
+      }
+    }
+  }
+
+  @Test
+  void anotherDevicesExportedMemoryImportsMapsReadOnlyHereAndKernelsReadIt() {
+    int n = 4096;
+    float[] xs = randomFloats(n, 5);
+    float[] ys = randomFloats(n, 6);
+    try (GpuContext peer = peerContext(); PhysicalMemory mem = peer.createExportableMemory(2 * MIB);
+        VirtualRange theirs = peer.reserve(2 * MIB, 0)) {
+      Mapping m = theirs.map(0, mem);
+      m.setAccess(MemoryAccess.READ_WRITE);
+      peer.copyHostToDevice(theirs.address(), floatsToBuffer(xs));
+      int fd = mem.exportPosixFd();
+      try (PhysicalMemory imported = ctx.importMemory(fd, 2 * MIB); VirtualRange here = ctx.reserve(2 * MIB, 0);
+          DeviceBuffer y = ctx.allocate(4L * n); GpuStream s = ctx.createStream()) {
+        assertEquals(1, imported.deviceOrdinal(), "imported memory lives where it was made");
+        Mapping mine = here.map(0, imported);
+        mine.setAccess(MemoryAccess.READ);
+        assertEquals(MemoryAccess.READ, mine.accessFor(0));
+        assertArrayEquals(xs, readFloats(ctx, here.address(), n));
+        y.copyFromHost(floatsToBuffer(ys));
+        module.kernel(ContractKernels.SAXPY).launch(Dim3.of((n + 255) / 256), Dim3.of(256), s, 2.0f, here.address(),
+            y.address(), n);
+        s.synchronize();
+        assertArrayEquals(saxpy(2.0f, xs, ys), readFloats(ctx, y.address(), n), "a kernel read the peer's memory");
+      } finally {
+        ProcessFds.close(fd);
+      }
     }
   }
 

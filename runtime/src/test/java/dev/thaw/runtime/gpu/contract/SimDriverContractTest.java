@@ -5,7 +5,7 @@ import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 
-/** The contract on the simulated device: runs everywhere, CI included. */
+/** The contract on the simulated device, with two devices that are peers: runs everywhere, CI included. */
 class SimDriverContractTest extends GpuDriverContract {
 
   @Override
@@ -15,7 +15,7 @@ class SimDriverContractTest extends GpuDriverContract {
 
   @Override
   protected GpuDriver openDriver() {
-    return SimDriver.open(new SimOptions());
+    return SimDriver.open(new SimOptions().deviceCount(2));
   }
 
   @Override

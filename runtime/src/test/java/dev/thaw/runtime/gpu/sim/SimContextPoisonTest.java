@@ -153,7 +153,7 @@ class SimContextPoisonTest {
       assertTrue(e.getMessage().contains("made READ while work of its context was queued or running"),
           e.getMessage());
       // Read behind the device's back: the poisoned device refuses copies.
-      SimAddressSpace.Segment[] segs = driver.space().segments();
+      SimAddressSpace.Segment[] segs = driver.space().segments(0);
       assertEquals(0x5a, SimNative.U.getByte(SimAddressSpace.find(segs, buf.address()).delta
           + buf.address()), "the copy landed nothing");
     }

@@ -1,0 +1,361 @@
+package dev.thaw.image.restore;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.Images;
+import dev.thaw.image.ProgressListener;
+import dev.thaw.image.build.BuildOptions;
+import dev.thaw.image.build.FixedSizeChunker;
+import dev.thaw.image.build.ImageBuilder;
+import dev.thaw.image.store.Digest;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.gpu.DeviceBuffer;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.MemoryAccess;
+import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.gpu.sim.SimDriver;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.nio.ByteBuffer;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * Pins restores onto one device through other devices' links ({@link HelperLink}) and from another device's memory
+ * ({@link RestoreSource.Lease#peerCopy}), on simulated devices that are peers, with the real store: no launch touches
+ * a byte before it is resident (checked exactly by {@link ResidencyProbe}, with copies lagging the kernels), every byte
+ * lands, the answer is the build's; the split follows the links' rates and a helper's share; a helper is refused for
+ * the reasons a node gives.
+ */
+class MultiLinkRestoreTest {
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+  /** Slow enough that copies lag the sim's kernels. */
+  private static final double COPY_GBPS = 0.02;
+  private static final long MIB = 1L << 20;
+
+  @TempDir
+  static Path dir;
+  private static RocksChunkStore store;
+  private static final Map<String, JsonNode> requests = new HashMap<>();
+  private static final Map<String, JsonNode> responses = new HashMap<>();
+
+  @BeforeAll
+  static void build() throws Exception {
+    store = RocksChunkStore.open(dir.resolve("store"));
+    build("mlp", "dev.thaw.examples.mlp.MlpFunction",
+        "{\"layers\": [256, 256, 256, 256, 256, 256, 256, 256, 10], \"seed\": 3, \"maxBatch\": 2}",
+        "{\"inputs\": [[" + "0.5, -0.25, ".repeat(127) + "1.0, 2.0]]}");
+    build("gpt2-tiny", "dev.thaw.examples.gpt2.Gpt2Function",
+        "{\"model\": \"tiny\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 16}",
+        "{\"tokens\": [[5, 17, 3, 40, 2, 9]], \"maxNewTokens\": 4}");
+    build("llama-tiny", "dev.thaw.examples.llama.LlamaFunction",
+        "{\"model\": \"tiny-qwen2\", \"maxBatch\": 1, \"maxTokens\": 16}",
+        "{\"tokens\": [[5, 17, 3, 40, 2, 9]], \"maxNewTokens\": 3}");
+  }
+
+  private static void build(String tag, String function, String config, String request) throws Exception {
+    JsonNode r = JSON.readTree(request);
+    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag).addSampleRequest(r)
+        .stagingBytes(1 << 16).hashThreads(2);
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
+      JsonNode response = new ImageBuilder(store, new FixedSizeChunker(4096)).build(o, ctx, ProgressListener.NONE)
+          .sampleResponses().get(0).json();
+      requests.put(tag, r);
+      responses.put(tag, response);
+    }
+  }
+
+  @AfterAll
+  static void closeStore() {
+    store.close();
+  }
+
+  static Stream<Arguments> cases() {
+    Stream.Builder<Arguments> b = Stream.builder();
+    for (String tag : List.of("mlp", "gpt2-tiny", "llama-tiny")) {
+      b.add(Arguments.of(tag, true));
+      b.add(Arguments.of(tag, false));
+    }
+    return b.build();
+  }
+
+  @ParameterizedTest(name = "{0}, background {1}")
+  @MethodSource("cases")
+  void throughTwoHelpersNoLaunchTouchesAByteBeforeItIsResidentAndTheAnswerIsTheBuilds(String tag,
+      boolean background) throws Exception {
+    ImageManifest manifest = Images.manifest(store, tag);
+    try (Node node = new Node(3, new SimOptions().copyGBps(COPY_GBPS).peerGBps(1)); Spaced source =
+        new Spaced(manifest, node.target)) {
+      List<HelperLink> links = List.of(node.link(1, new HelperLink.Options()), node.link(2, new HelperLink.Options()));
+      // A small window: each link takes the next allocation as soon as it drains the one before.
+      OnDemandOptions options = new OnDemandOptions().streamInBackground(background).windowBytes(4096)
+          .helpers(links);
+      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
+          node.resources, options); ResidencyProbe probe = new ResidencyProbe(restore.function().session(), true)) {
+        JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
+        restore.streamRest();
+        restore.awaitResident();
+        assertEquals(responses.get(tag), got, "the restored function's answer");
+        List<String> violations = probe.violations(restore);
+        assertTrue(violations.isEmpty(), String.join("\n", violations));
+        OnDemandRestore.Stats stats = restore.stats();
+        assertEquals(manifest.totalBytes(), stats.hostBytes());
+        Map<String, Long> byLink = restore.linkBytes();
+        assertEquals(manifest.totalBytes(), byLink.values().stream().mapToLong(Long::longValue).sum(),
+            byLink.toString());
+        assertEquals(stats.helperBytes(), byLink.get("device 1") + byLink.get("device 2"), byLink.toString());
+        if (background) {
+          assertTrue(stats.helperBytes() > 0, "the helpers carried part of it: " + byLink);
+        }
+        assertImage(node.target, manifest);
+      }
+    }
+  }
+
+  @Test
+  void withEverythingQueuedAtOnceTheSplitFollowsTheLinksRates() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "mlp");
+    // The target's link three times the helper's: the helper lands a quarter of the bytes, give or take a weight.
+    HelperLink.Options rated = new HelperLink.Options().rates(3, 1, 50);
+    try (Node node = new Node(2, new SimOptions().copyGBps(0.01).peerGBps(1));
+        Spaced source = new Spaced(manifest, node.target)) {
+      OnDemandOptions options = new OnDemandOptions().windowBytes(Long.MAX_VALUE).helpers(List.of(node.link(1, rated)));
+      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
+          node.resources, options)) {
+        restore.awaitResident();
+        double share = restore.stats().helperBytes() / (double) manifest.totalBytes();
+        assertTrue(share > 0.10 && share < 0.40, "the helper's part " + share + " of " + restore.linkBytes());
+        assertImage(node.target, manifest);
+      }
+    }
+  }
+
+  @Test
+  void aHelperLentAtPartOfItsLinkIsPacedToThatShare() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "mlp");
+    // A small window keeps the target's link full, so the helper would take every other allocation; its link
+    // "measured" at 1 MB/s and lent at half, it may take 0.5 MB a second (and the allocation that crosses the line).
+    HelperLink.Options slow = new HelperLink.Options().rates(1, 0.001, 0.001);
+    try (Node node = new Node(2, new SimOptions().copyGBps(0.02)); Spaced source = new Spaced(manifest, node.target)) {
+      long t0 = System.nanoTime();
+      OnDemandOptions options = new OnDemandOptions().windowBytes(4096).helperShare(0.5)
+          .helpers(List.of(node.link(1, slow)));
+      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
+          node.resources, options)) {
+        restore.awaitResident();
+        double seconds = (System.nanoTime() - t0) / 1e9;
+        long helped = restore.stats().helperBytes();
+        long largest = manifest.allocations().stream().mapToLong(ImageManifest.Allocation::size).max().orElseThrow();
+        assertTrue(helped <= 4096 + 0.0005e9 * seconds + largest,
+            helped + " bytes through the helper in " + seconds + " s: " + restore.linkBytes());
+        assertImage(node.target, manifest);
+      }
+    }
+  }
+
+  @Test
+  void fromAnotherDevicesMemoryEveryAllocationIsPulledOverThePeerLinkAndGated() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
+    try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(0.05));
+        Spaced host = new Spaced(manifest, node.target);
+        DeviceBuffer elsewhere = node.contexts.get(1).allocateScratch(manifest.totalBytes()
+            + manifest.allocations().size() * 256L)) {
+      // The image's allocations laid out in device 1's memory, which device 0 may read: the node-wide HBM tier.
+      Map<String, Long> at = new LinkedHashMap<>();
+      long offset = 0;
+      for (ImageManifest.Allocation a : manifest.allocations()) {
+        at.put(a.name(), elsewhere.address() + offset);
+        node.contexts.get(1).copyHostToDevice(elsewhere.address() + offset, bytesOf(a));
+        offset += (a.size() + 255) / 256 * 256;
+      }
+      elsewhere.setAccessFor(0, MemoryAccess.READ);
+      RestoreSource fromPeer = m -> {
+        RestoreSource.Lease inner = host.lease(m);
+        return new RestoreSource.Lease() {
+          @Override
+          public RestoreSource.HostChunk find(Digest digest) {
+            return inner.find(digest);
+          }
+
+          @Override
+          public long peerCopy(ImageManifest.Allocation allocation) {
+            return at.getOrDefault(allocation.name(), 0L);
+          }
+
+          @Override
+          public void close() {
+            inner.close();
+          }
+        };
+      };
+      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, fromPeer,
+          node.resources, new OnDemandOptions()); ResidencyProbe probe =
+          new ResidencyProbe(restore.function().session(), true)) {
+        JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
+        restore.awaitResident();
+        assertEquals(responses.get("gpt2-tiny"), got);
+        List<String> violations = probe.violations(restore);
+        assertTrue(violations.isEmpty(), String.join("\n", violations));
+        OnDemandRestore.Stats stats = restore.stats();
+        assertEquals(manifest.totalBytes(), stats.peerBytes(), stats.toString());
+        assertEquals(0, stats.hostBytes(), stats.toString());
+        assertImage(node.target, manifest);
+      }
+    }
+  }
+
+  @Test
+  void aHelperIsRefusedWhenItIsTheTargetNotAPeerOrShortOfMemoryAndALinkIsLentOnce() throws Exception {
+    HelperLink.Options options = new HelperLink.Options().minFreeBytes(0).measureBytes(0);
+    try (Node node = new Node(2, new SimOptions().memoryBytes(1L << 30))) {
+      GpuContext helper = node.contexts.get(1);
+      assertTrue(HelperLink.whyUnusable(node.target, node.target, options).orElseThrow().contains("target itself"));
+      assertTrue(HelperLink.whyUnusable(node.target, helper, new HelperLink.Options().minFreeBytes(1L << 30))
+          .orElseThrow().contains("short of memory"));
+      assertTrue(HelperLink.whyUnusable(node.target, helper, options).isEmpty());
+      try (HelperLink link = HelperLink.open(node.target, helper, options)) {
+        link.borrow();
+        assertThrows(IllegalStateException.class, link::borrow);
+        link.giveBack();
+        OnDemandOptions twice = new OnDemandOptions();
+        assertThrows(IllegalArgumentException.class, () -> twice.helpers(List.of(link, link)));
+        assertThrows(IllegalArgumentException.class, () -> twice.helperShare(0));
+        assertThrows(IllegalArgumentException.class, () -> twice.helperShare(1.5));
+      }
+    }
+    try (Node apart = new Node(2, new SimOptions().peerAccess(false))) {
+      GpuContext helper = apart.contexts.get(1);
+      assertTrue(HelperLink.whyUnusable(apart.target, helper, options).orElseThrow().contains("not peers"));
+      IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+          () -> HelperLink.open(apart.target, helper, options));
+      assertTrue(e.getMessage().contains("not peers"), e.getMessage());
+    }
+  }
+
+  @Test
+  void aLinkForAnotherTargetIsRefusedAndAMeasuredOneKnowsItsRates() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "mlp");
+    try (Node node = new Node(3, new SimOptions()); Spaced source = new Spaced(manifest, node.target);
+        HelperLink elsewhere = HelperLink.open(node.contexts.get(1), node.contexts.get(2),
+            new HelperLink.Options().minFreeBytes(0).measureBytes(MIB))) {
+      assertTrue(elsewhere.gbps() > 0 && elsewhere.directGBps() > 0, elsewhere.toString());
+      IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+          () -> new OnDemandRestorer(store).restore(manifest, node.target, source, node.resources,
+              new OnDemandOptions().helpers(List.of(elsewhere))));
+      assertTrue(e.getMessage().contains("another context"), e.getMessage());
+    }
+  }
+
+  // ---- fixtures ----
+
+  /** Simulated devices that are peers, a context on each, restore resources and helper links onto device 0. */
+  private static final class Node implements AutoCloseable {
+    final SimDriver driver;
+    final List<GpuContext> contexts = new java.util.ArrayList<>();
+    final GpuContext target;
+    final RestoreResources resources;
+    final List<HelperLink> links = new java.util.ArrayList<>();
+
+    Node(int devices, SimOptions options) {
+      driver = SimDriver.open(options.deviceCount(devices));
+      for (int d = 0; d < devices; d++) {
+        contexts.add(driver.createContext(d));
+      }
+      target = contexts.get(0);
+      resources = RestoreResources.create(target, 2, 1 << 16, 2, 1 << 16);
+    }
+
+    HelperLink link(int device, HelperLink.Options options) {
+      HelperLink l = HelperLink.open(target, contexts.get(device),
+          options.minFreeBytes(0).measureBytes(0).slots(2).slotBytes(Math.min(options.slotBytes(), MIB)));
+      links.add(l);
+      return l;
+    }
+
+    @Override
+    public void close() {
+      links.forEach(HelperLink::close);
+      resources.close();
+      contexts.forEach(GpuContext::close);
+      driver.close();
+    }
+  }
+
+  /**
+   * A host cache that leaves a gap after every chunk: no two allocations lie back to back, so each is a run of its own
+   * and the split between links is per allocation.
+   */
+  private static final class Spaced implements RestoreSource, AutoCloseable {
+    final PinnedBuffer buffer;
+    final Map<Digest, Long> offsets = new HashMap<>();
+
+    Spaced(ImageManifest manifest, GpuContext context) {
+      Map<Digest, Integer> lengths = new LinkedHashMap<>();
+      manifest.allocations().forEach(a -> a.chunks().forEach(c -> lengths.putIfAbsent(c.digest(), c.length())));
+      manifest.modules().forEach(m -> lengths.putIfAbsent(m.cubin().digest(), m.cubin().length()));
+      long size = 0;
+      for (Map.Entry<Digest, Integer> e : lengths.entrySet()) {
+        offsets.put(e.getKey(), size);
+        size += e.getValue() + 4096;
+      }
+      buffer = context.allocatePinned(size);
+      lengths.forEach((d, n) -> VerifiedChunks.read(store, d, buffer.slice(offsets.get(d), n), "the test's cache"));
+    }
+
+    @Override
+    public Lease lease(ImageManifest manifest) {
+      return digest -> {
+        Long at = offsets.get(digest);
+        return at == null ? null : new HostChunk(buffer, at);
+      };
+    }
+
+    @Override
+    public void close() {
+      buffer.close();
+    }
+  }
+
+  private static ByteBuffer bytesOf(ImageManifest.Allocation a) {
+    ByteBuffer out = ByteBuffer.allocateDirect((int) a.size());
+    for (ImageManifest.Chunk c : a.chunks()) {
+      store.readChunk(c.digest(), out.slice((int) c.offset(), c.length()));
+    }
+    return out;
+  }
+
+  /** Every read-only allocation on the target holds the image's bytes (written ones the request may have changed). */
+  private static void assertImage(GpuContext target, ImageManifest manifest) {
+    for (ImageManifest.Allocation a : manifest.allocations()) {
+      if (!manifest.readOnlyAllocations().contains(a.name())) {
+        continue;
+      }
+      ByteBuffer want = bytesOf(a);
+      ByteBuffer got = ByteBuffer.allocateDirect((int) a.size());
+      target.copyDeviceToHost(got, a.address());
+      byte[] w = new byte[want.capacity()];
+      byte[] g = new byte[got.capacity()];
+      want.get(0, w);
+      got.get(0, g);
+      assertArrayEquals(w, g, "allocation " + a.name());
+    }
+  }
+}
