@@ -1,6 +1,8 @@
 package dev.thaw.cli;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.thaw.image.StrictJson;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.server.FunctionOptions;
@@ -421,13 +423,16 @@ final class ServeCommand implements Callable<Integer> {
     boolean cacheConfigured = hostCache != null;
     if (config != null) {
       try {
-        JsonNode json = Json.MAPPER.readTree(Files.readString(config));
+        JsonNode json = StrictJson.read(Files.readString(config));
         o = ServerOptions.fromJson(json);
-        cacheConfigured |= json != null && json.has("hostCacheBytes");
-      } catch (IOException | IllegalArgumentException e) {
-        throw new ParameterException(spec.commandLine(), "config " + config + ": "
-            + (e instanceof com.fasterxml.jackson.core.JsonProcessingException j ? j.getOriginalMessage() : e.getMessage()),
+        cacheConfigured |= json.has("hostCacheBytes");
+      } catch (JsonProcessingException e) {
+        throw new ParameterException(spec.commandLine(), "config " + config + " is not JSON: " + StrictJson.problem(e),
             e);
+      } catch (java.nio.file.NoSuchFileException e) {
+        throw new ParameterException(spec.commandLine(), "config file " + config + " does not exist", e);
+      } catch (IOException | IllegalArgumentException e) {
+        throw new ParameterException(spec.commandLine(), "config " + config + ": " + e.getMessage(), e);
       }
     } else {
       o = new ServerOptions();

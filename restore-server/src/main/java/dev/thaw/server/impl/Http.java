@@ -7,6 +7,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.StrictJson;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.server.ServeException;
@@ -38,14 +39,15 @@ final class Http {
   private final ObjectMapper reader;
 
   Http(int maxJsonDepth) {
-    this.reader = new ObjectMapper(JsonFactory.builder()
-        .streamReadConstraints(StreamReadConstraints.builder().maxNestingDepth(maxJsonDepth).build()).build());
+    this.reader = StrictJson.configure(new ObjectMapper(JsonFactory.builder()
+        .streamReadConstraints(StreamReadConstraints.builder().maxNestingDepth(maxJsonDepth).build()).build()));
   }
 
   /**
    * The body as JSON.
    *
-   * @throws ServeException 415 if it is not sent as JSON, 400 if it is not JSON or is nested too deep
+   * @throws ServeException 415 if it is not sent as JSON, 400 if it is not JSON, is nested too deep, has a key twice
+   *     or anything after its value ({@link StrictJson}, as the CLI reads it)
    */
   JsonNode json(RoutingContext ctx) {
     if (!isJson(ctx.request().getHeader("Content-Type"))) {
@@ -66,7 +68,7 @@ final class Http {
       }
       return node;
     } catch (JsonProcessingException e) {
-      throw ServeException.badRequest("the body is not valid JSON: " + e.getOriginalMessage());
+      throw ServeException.badRequest("the body is not valid JSON: " + StrictJson.problem(e));
     } catch (IOException e) {
       throw ServeException.badRequest("the body cannot be read: " + e.getMessage());
     }
