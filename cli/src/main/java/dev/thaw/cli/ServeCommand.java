@@ -32,6 +32,7 @@ import java.util.List;
 import java.io.IOException;
 import java.io.PrintWriter;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.LinkedHashMap;
@@ -429,7 +430,7 @@ final class ServeCommand implements Callable<Integer> {
       } catch (JsonProcessingException e) {
         throw new ParameterException(spec.commandLine(), "config " + config + " is not JSON: " + StrictJson.problem(e),
             e);
-      } catch (java.nio.file.NoSuchFileException e) {
+      } catch (NoSuchFileException e) {
         throw new ParameterException(spec.commandLine(), "config file " + config + " does not exist", e);
       } catch (IOException | IllegalArgumentException e) {
         throw new ParameterException(spec.commandLine(), "config " + config + ": " + e.getMessage(), e);
