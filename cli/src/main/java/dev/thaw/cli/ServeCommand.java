@@ -156,9 +156,12 @@ final class ServeCommand implements Callable<Integer> {
       throw new ParameterException(spec.commandLine(), "--instances is pool or in-process, not " + instances);
     }
     timeline.mark("options");
-    // One INFO line per request, one per cold start (the worker's phases); the rest stay at the CLI's WARN.
+    // One INFO line per request, one per cold start (the worker's phases), one per server-side failure; the rest stay
+    // at the CLI's WARN.
     System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.REQUEST_LOG, "info");
     System.setProperty("org.slf4j.simpleLogger.log.dev.thaw.server.instances", "info");
+    // A 5xx body names only its request's id: the detail an operator looks up by it is in this log.
+    System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.ERROR_LOG, "info");
     PrintWriter out = spec.commandLine().getOut();
 
     // The way to the first response is the first instance's: for the pool, a worker's JVM, cuInit and context;
