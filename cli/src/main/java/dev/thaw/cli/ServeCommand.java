@@ -131,6 +131,13 @@ final class ServeCommand implements Callable<Integer> {
           "sleeping and poll for it, e.g. 500us, 1ms, 0 for never (default: wakeAhead of the config, else 500us)."})
   String wakeAhead;
 
+  @Option(names = "--max-connections", paramLabel = "N",
+      description = {"Connections each port keeps open (default: maxConnections of the config, else "
+          + ServerOptions.DEFAULT_MAX_CONNECTIONS + "); one more",
+          "closes the oldest without a request in flight. headerTimeout, bodyTimeout and idleTimeout of the",
+          "config bound how long a connection may take (default 10s, 30s, 60s)."})
+  Integer maxConnections;
+
   @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept). "
           + "Implied under Knative.")
   boolean readOnlyStore;
@@ -465,6 +472,9 @@ final class ServeCommand implements Callable<Integer> {
         // second start would read the cache, and registering it costs each worker ~0.4 s per GiB on the way to the
         // first response. Asked for, it is there.
         o.setHostCacheBytes(0);
+      }
+      if (maxConnections != null) {
+        o.setMaxConnections(maxConnections);
       }
       if (hbmTier != null) {
         o.setHbmTierBytes(bytes(hbmTier, "--hbm-tier"));

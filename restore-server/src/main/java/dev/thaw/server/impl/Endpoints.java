@@ -114,6 +114,9 @@ public final class Endpoints implements AutoCloseable {
     });
     // A client that leaves mid-request is ordinary traffic: counted and logged at debug, never an error.
     r.route().failureHandler(ctx -> {
+      if (ctx.response().ended()) {
+        return; // answered already (a body that came too late: 408), then its connection closed
+      }
       Throwable failure = Http.unwrap(ctx.failure());
       // Reading the request is the only I/O a route does: an IOException there is the client's connection failing.
       if (ctx.response().closed() || failure instanceof HttpClosedException || failure instanceof IOException) {
