@@ -40,11 +40,11 @@ import picocli.CommandLine.Spec;
  * each step cost: the build's phases and each invoke's {@code Server-Timing}.
  */
 @Command(name = "demo",
+    header = "Build an example image, serve it and invoke it cold and warm: Thaw in one command.",
     description = {
-        "Build an image of the example MLP function into the store, serve it from a",
-        "restore server in this process and invoke it cold and warm over HTTP, checking",
-        "each response against the build's: Thaw's cycle in one command. Uses the GPU",
-        "when there is one, else the simulated device.",
+        "Builds an image of the example MLP function into the store, serves it from a restore server in this process "
+            + "and invokes it cold and warm over HTTP, checking each response against the build's. Uses the GPU when "
+            + "there is one, else the simulated device.",
         ""})
 final class DemoCommand implements Callable<Integer> {
 
@@ -65,7 +65,7 @@ final class DemoCommand implements Callable<Integer> {
   @Mixin
   StoreOption store;
 
-  @Option(names = "--tag", defaultValue = "demo:mlp", paramLabel = "TAG",
+  @Option(names = "--tag", defaultValue = "demo:mlp", paramLabel = "TAG", converter = TagParameters.Tag.class,
       description = "The image's tag (default: ${DEFAULT-VALUE}); an image with it is replaced.")
   String tag;
 

@@ -11,8 +11,9 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw gc}. */
 @Command(name = "gc",
-    description = {"Delete every chunk no image names, and what killed builds left in the store;",
-        "print the chunks freed and the disk space given back.", ""})
+    header = "Delete every chunk no image names, and what killed builds left behind.",
+    description = {"Prints the chunks freed and the disk space given back: a build killed before it made its chunks "
+        + "durable leaves bytes in the store that no chunk accounts for.", ""})
 final class GcCommand implements Callable<Integer> {
 
   @ParentCommand

@@ -2,7 +2,9 @@ package dev.thaw.cli;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.StrictJson;
+import dev.thaw.image.store.Tags;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.server.FunctionOptions;
@@ -56,25 +58,30 @@ import picocli.CommandLine.Spec;
  * read-only and nothing written outside {@code /tmp}, SIGTERM drain.
  */
 @Command(name = "serve",
+    header = "Serve functions from the image store over HTTP.",
     description = {
-        "Serve functions from the image store over HTTP: the native API (/v1/functions),",
-        "KServe v2 (/v2), OpenAI-style completions (/v1/completions) and /metrics.",
-        "Runs until SIGTERM or SIGINT, then drains and exits 0.",
+        "The native API (/v1/functions), KServe v2 (/v2), OpenAI-style completions (/v1/completions) and /metrics "
+            + "(docs/design/server.md). Runs until SIGTERM or SIGINT, then drains and exits 0.",
+        "",
+        "Error bodies name the request (requestId, also in the Thaw-Request-Id header); a server-side failure's "
+            + "detail is in the log under that id.",
         ""},
     footerHeading = "%nEnvironment:%n",
     footer = {
-        "  PORT                 the port when --port is not given (Knative sets it)",
+        "  PORT                the port when --port is not given (Knative sets it)",
         "  K_SERVICE, K_REVISION, K_CONFIGURATION",
-        "                       Knative's names: labels on every log line and metric;",
-        "                       K_SERVICE also opens the store read-only and turns",
-        "                       the host cache off unless it is asked for",
-        "  THAW_ADMIN_TOKEN     the admin API's bearer token (default: the file",
-        "                       admin-token in the store, made at first start, mode 0600)",
+        "                      Knative's names: labels on every log line and metric;",
+        "                      K_SERVICE also opens the store read-only and turns",
+        "                      the host cache off unless it is asked for",
+        "  THAW_ADMIN_TOKEN    the admin API's bearer token (default: the file",
+        "                      admin-token in the store, made at first start)",
         "",
         "Examples:",
-        "  thaw serve --function mlp=demo:mlp",
-        "  curl -s localhost:8080/v1/functions/mlp/invoke -H 'Content-Type: application/json' \\",
-        "       -d '{\"inputs\": [[0.1, 0.2, ...]]}'"})
+        "  thaw build --function dev.thaw.examples.mlp.MlpFunction \\",
+        "      --config '{\"layers\": [2, 16, 3]}' --tag mlp:1",
+        "  thaw serve --function mlp=mlp:1",
+        "  curl -s localhost:8080/v1/functions/mlp/invoke \\",
+        "      -H 'Content-Type: application/json' -d '{\"inputs\": [[0.1, 0.2]]}'"})
 final class ServeCommand implements Callable<Integer> {
 
   @ParentCommand
@@ -107,8 +114,8 @@ final class ServeCommand implements Callable<Integer> {
   Path config;
 
   @Option(names = "--instances", paramLabel = "pool|in-process", defaultValue = "pool",
-      description = {"How instances run: pool (the default: one worker process each, from a pool of warm ones) or",
-          "in-process (contexts in this process; one tenant, images must not share addresses)."})
+      description = "How instances run: pool (the default: one worker process each, from a pool of warm ones) or "
+          + "in-process (contexts in this process; one tenant, images must not share addresses).")
   String instances;
 
   @Option(names = "--idle-workers", paramLabel = "N", defaultValue = "1",
@@ -116,26 +123,25 @@ final class ServeCommand implements Callable<Integer> {
   int idleWorkers;
 
   @Option(names = "--host-cache", paramLabel = "SIZE",
-      description = {"The pinned host image cache pool workers restore from, e.g. 8g, 512m, 0 for none",
-          "(default: hostCacheBytes of the config, else 8g or a quarter of RAM, whichever is less;",
-          "under Knative, none)."})
+      description = "The pinned host image cache pool workers restore from, e.g. 8g, 512m, 0 for none (default: "
+          + "hostCacheBytes of the config, else 8g or a quarter of RAM, whichever is less; under Knative, none).")
   String hostCache;
 
   @Option(names = "--hbm-tier", paramLabel = "SIZE",
-      description = {"Device memory per GPU that weights of scaled-in instances keep for the next one, e.g. 16g,",
-          "0 for none (default: hbmTierBytes of the config, else 16g)."})
+      description = "Device memory per GPU that weights of scaled-in instances keep for the next one, e.g. 16g, 0 for "
+          + "none (default: hbmTierBytes of the config, else 16g).")
   String hbmTier;
 
   @Option(names = "--wake-ahead", paramLabel = "DURATION",
-      description = {"How long before a long warm invoke's predicted end the threads that carry its answer stop",
-          "sleeping and poll for it, e.g. 500us, 1ms, 0 for never (default: wakeAhead of the config, else 500us)."})
+      description = "How long before a long warm invoke's predicted end the threads that carry its answer stop "
+          + "sleeping and poll for it, e.g. 500us, 1ms, 0 for never (default: wakeAhead of the config, else 500us).")
   String wakeAhead;
 
   @Option(names = "--max-connections", paramLabel = "N",
-      description = {"Connections each port keeps open (default: maxConnections of the config, else "
-          + ServerOptions.DEFAULT_MAX_CONNECTIONS + "); one more",
-          "closes the oldest without a request in flight. headerTimeout, bodyTimeout and idleTimeout of the",
-          "config bound how long a connection may take (default 10s, 30s, 60s)."})
+      description = "Connections each port keeps open (default: maxConnections of the config, else "
+          + ServerOptions.DEFAULT_MAX_CONNECTIONS + "); one more closes the oldest without a request in flight. "
+          + "headerTimeout, bodyTimeout and idleTimeout of the config bound how long a request's head, its body and "
+          + "the wait for the next request may take (default 10s, 30s, 60s).")
   Integer maxConnections;
 
   @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept). "
@@ -230,6 +236,9 @@ final class ServeCommand implements Callable<Integer> {
     } catch (IllegalArgumentException e) {
       s.close();
       driver.close();
+      if (e.getCause() instanceof ImageNotFoundException) {
+        throw e; // no such image: exit 4, as every command that names one
+      }
       throw new ParameterException(spec.commandLine(), e.getMessage(), e);
     } catch (RuntimeException e) {
       s.close();
@@ -487,6 +496,7 @@ final class ServeCommand implements Callable<Integer> {
         o.setAdminToken(token.trim());
       }
       for (Map.Entry<String, String> f : functions.entrySet()) {
+        Tags.check(f.getValue());
         FunctionOptions existing = o.functions().get(f.getKey());
         o.addFunction(f.getKey(), (existing == null ? new FunctionOptions() : existing).setImage(f.getValue()));
       }
