@@ -191,7 +191,8 @@ public final class ThawServer implements AutoCloseable {
     // whole (to spot an h2c upgrade), and Connections could neither count nor time a head that never ends.
     HttpServer http = vertx.createHttpServer(new HttpServerOptions().setHost(options.host()).setPort(port)
         .setMaxInitialLineLength(8192).setMaxHeaderSize(16384).setIdleTimeout(STALLED_SECONDS)
-        .setIdleTimeoutUnit(TimeUnit.SECONDS).setHttp2ClearTextEnabled(false)).connectionHandler(guard::opened).requestHandler(guard.tracking(router));
+        .setIdleTimeoutUnit(TimeUnit.SECONDS).setHttp2ClearTextEnabled(false)).connectionHandler(guard::opened).exceptionHandler(guard::failed)
+        .requestHandler(guard.tracking(router));
     try {
       HttpServer bound = await(http.listen());
       servers.add(bound);

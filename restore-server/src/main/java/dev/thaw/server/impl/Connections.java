@@ -7,15 +7,19 @@ import io.micrometer.core.instrument.MeterRegistry;
 import io.vertx.core.Context;
 import io.vertx.core.Handler;
 import io.vertx.core.Vertx;
+import io.vertx.core.http.HttpClosedException;
 import io.vertx.core.http.HttpConnection;
 import io.vertx.core.http.HttpServerRequest;
 import io.vertx.core.http.HttpServerResponse;
+import java.io.IOException;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The connections of one listening port, bounded and timed: at most {@link ServerOptions#maxConnections()} open, a
@@ -32,6 +36,8 @@ import java.util.concurrent.TimeUnit;
  * body_timeout}, {@code idle_timeout}).
  */
 public final class Connections implements AutoCloseable {
+
+  private static final Logger LOG = LoggerFactory.getLogger(Connections.class);
 
   private final int max;
   private final long headerNanos;
@@ -127,6 +133,18 @@ public final class Connections implements AutoCloseable {
       return;
     }
     c.closeHandler(v -> forget(c));
+  }
+
+  /**
+   * The server's exception handler: a connection that fails outside a request (reset while idle, say) is a client
+   * going away, ordinary traffic: logged at debug, never as an error.
+   */
+  public void failed(Throwable e) {
+    if (e instanceof IOException || e instanceof HttpClosedException) {
+      LOG.debug("a connection failed: {}", e.toString());
+    } else {
+      LOG.warn("a connection failed", e);
+    }
   }
 
   /** {@code next}, first noting each request on its connection. */
