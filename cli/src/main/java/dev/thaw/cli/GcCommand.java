@@ -38,7 +38,7 @@ final class GcCommand implements Callable<Integer> {
       if (json) {
         spec.commandLine().getOut().println(Json.write(Json.tree(gc)));
       } else {
-        // On disk: a killed build's packs hold bytes no chunk accounts for, and rewritten packs give back their dead part.
+        // On disk: a killed build's packs hold bytes no chunk accounts for; rewritten packs give back their dead part.
         spec.commandLine().getOut().printf("freed    %d chunks (%s), %s on disk%n", gc.chunks(),
             Format.bytes(gc.bytes()), Format.bytes(gc.diskBytes()));
       }

@@ -22,7 +22,8 @@ import picocli.CommandLine.Spec;
     header = "Pull an image from an OCI registry into the store.",
     description = {
         "Blobs come in the image's first-access order, each verified against its digest; the tag is committed only "
-            + "when every chunk is in. A registry that stops sending fails the pull (after retries) and commits nothing.",
+            + "when every chunk is in. A registry that stops sending fails the pull (after retries) and commits "
+            + "nothing.",
         ""})
 final class PullCommand implements Callable<Integer> {
 

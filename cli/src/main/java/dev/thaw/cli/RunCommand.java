@@ -67,8 +67,8 @@ final class RunCommand implements Callable<Integer> {
   boolean json;
 
   @Option(names = "--check", description = "After the restore, read all device memory back and compare it with the "
-      + "image's chunk digests; after the invocation, compare the response with the one the build recorded for the same "
-      + "sample request. Exit 1 on any difference.")
+      + "image's chunk digests; after the invocation, compare the response with the one the build recorded for the "
+      + "same sample request. Exit 1 on any difference.")
   boolean check;
 
   @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")

@@ -347,7 +347,7 @@ public final class ThawCli implements Callable<Integer> {
     return EXIT_FAILED;
   }
 
-  /** The registry has no such repository or tag: the image does not exist there (a missing blob is damage, not this). */
+  /** The registry has no such repository or tag: no such image there (a missing blob is damage, not this). */
   private static boolean isUnknownManifest(RegistryException e) {
     return e.status() == 404 && ("MANIFEST_UNKNOWN".equals(e.code()) || "NAME_UNKNOWN".equals(e.code()));
   }
