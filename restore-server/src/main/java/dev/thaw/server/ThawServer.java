@@ -186,13 +186,13 @@ public final class ThawServer implements AutoCloseable {
     Connections guard = new Connections(options, metrics, listener);
     connections.add(guard);
     // Without a byte either way for this long, even a connection with a request in flight is closed: a client that
-    // stopped reading its response. Request heads, bodies and idle connections have the shorter deadlines of Connections.
+    // stopped reading its response. Heads, bodies and idle connections have the shorter deadlines of Connections.
     // HTTP/1.1 only: with cleartext HTTP/2 on, Vert.x makes a connection known only once its first request's head is
     // whole (to spot an h2c upgrade), and Connections could neither count nor time a head that never ends.
     HttpServer http = vertx.createHttpServer(new HttpServerOptions().setHost(options.host()).setPort(port)
         .setMaxInitialLineLength(8192).setMaxHeaderSize(16384).setIdleTimeout(STALLED_SECONDS)
-        .setIdleTimeoutUnit(TimeUnit.SECONDS).setHttp2ClearTextEnabled(false)).connectionHandler(guard::opened).exceptionHandler(guard::failed)
-        .requestHandler(guard.tracking(router));
+        .setIdleTimeoutUnit(TimeUnit.SECONDS).setHttp2ClearTextEnabled(false))
+        .connectionHandler(guard::opened).exceptionHandler(guard::failed).requestHandler(guard.tracking(router));
     try {
       HttpServer bound = await(http.listen());
       servers.add(bound);

@@ -159,15 +159,14 @@ final class Http {
       return new ClientError(e.status(), e.code(), e.getMessage(), kind, e.retryAfterSeconds());
     }
     String detail = t instanceof ServeException ? t.getMessage() : t.toString();
+    String line = "request " + requestId(ctx) + " " + ctx.request().method() + " " + ctx.request().path() + ": "
+        + e.status() + " " + e.code() + ": " + detail;
     if (e.status() == 503) {
-      ERRORS.info("request {} {} {}: {} {}: {}", requestId(ctx), ctx.request().method(), ctx.request().path(),
-          e.status(), e.code(), detail);
+      ERRORS.info(line);
     } else if (t instanceof ServeException || t instanceof WorkerException || t instanceof CudaException) {
-      ERRORS.warn("request {} {} {}: {} {}: {}", requestId(ctx), ctx.request().method(), ctx.request().path(),
-          e.status(), e.code(), detail);
+      ERRORS.warn(line);
     } else {
-      ERRORS.warn("request {} {} {}: {} {}", requestId(ctx), ctx.request().method(), ctx.request().path(), e.status(),
-          e.code(), t);
+      ERRORS.warn(line, t); // unforeseen: where it came from too
     }
     return new ClientError(e.status(), e.code(), reason(e, t), kind, e.retryAfterSeconds());
   }
@@ -218,7 +217,7 @@ final class Http {
         + (t.getMessage() == null ? "" : ": " + t.getMessage()));
   }
 
-  /** The request's id ({@link #REQUEST_ID}), or {@code "-"} for a request that did not pass the routers' first handler. */
+  /** The request's id ({@link #REQUEST_ID}), or {@code "-"} for one that did not pass the routers' first handler. */
   static String requestId(RoutingContext ctx) {
     String id = ctx.get(REQUEST_ID);
     return id == null ? "-" : id;
