@@ -42,8 +42,8 @@ import java.util.function.Supplier;
  * ({@link RegistryOptions#readTimeout()} between bytes and, for a request that sends no body, until its head; {@link
  * RegistryOptions#requestTimeout()} for the whole exchange), so a registry that stops sending fails the request in
  * time instead of blocking a read forever. An upload that fails midway starts again from a new session. A {@code
- * 401} is answered once per request from its {@code WWW-Authenticate} challenge: {@code Basic} with the registry's login,
- * or {@code Bearer} with a token from the challenge's realm (asked with the login when there is one); tokens are
+ * 401} is answered once per request from its {@code WWW-Authenticate} challenge: {@code Basic} with the registry's
+ * login, or {@code Bearer} with a token from the challenge's realm (asked with the login when there is one); tokens are
  * kept per scope. A blob read is verified against its digest and length before it is returned: a mismatch is
  * {@link CorruptBlobException}, never retried into success.
  *
