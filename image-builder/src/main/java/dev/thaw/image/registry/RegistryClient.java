@@ -440,7 +440,12 @@ public final class RegistryClient implements AutoCloseable {
           }
           wait = after.orElse(backoff(attempt));
         } else {
-          return reader.read(r);
+          try {
+            return reader.read(r);
+          } finally {
+            // Read or not (a HEAD's, a 201's), the body is done with: its deadlines stop with it.
+            r.body().close();
+          }
         }
       } catch (IOException e) {
         if (!retry || attempt >= options.maxAttempts()) {

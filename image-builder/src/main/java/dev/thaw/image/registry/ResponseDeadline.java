@@ -106,6 +106,8 @@ final class ResponseDeadline {
       }
       if (n > 0) {
         lastByteNanos = System.nanoTime();
+      } else if (n < 0) {
+        watch.cancel(false); // the whole body came: nothing left to time
       }
       return n;
     }
