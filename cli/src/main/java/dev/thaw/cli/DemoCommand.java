@@ -42,7 +42,7 @@ import picocli.CommandLine.Spec;
  * each step cost: the build's phases and each invoke's {@code Server-Timing}.
  */
 @Command(name = "demo",
-    header = "Build an example image, serve it and invoke it cold and warm: Thaw in one command.",
+    header = "Build, serve and invoke an example function: Thaw in one command.",
     description = {
         "Builds an image of the example MLP function into the store, serves it from a restore server in this process "
             + "and invokes it cold and warm over HTTP, checking each response against the build's. Uses the GPU when "

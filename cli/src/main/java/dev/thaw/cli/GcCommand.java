@@ -11,7 +11,7 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw gc}. */
 @Command(name = "gc",
-    header = "Delete every chunk no image names, and what killed builds left behind.",
+    header = "Delete the chunks no image names and what killed builds left.",
     description = {"Prints the chunks freed and the disk space given back: a build killed before it made its chunks "
         + "durable leaves bytes in the store that no chunk accounts for.", ""})
 final class GcCommand implements Callable<Integer> {

@@ -16,8 +16,9 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw inspect TAG}: what an image holds. */
 @Command(name = "inspect",
-    header = "Show an image's manifest: function, device, allocations, modules, build.",
-    description = {"With --json, the manifest itself (see docs/image-format.md).", ""})
+    header = "Show an image's manifest: function, device, allocations, modules.",
+    description = {"Also when and by which Thaw it was built, its samples and its access profile. With --json, the "
+        + "manifest itself (see docs/image-format.md).", ""})
 final class InspectCommand implements Callable<Integer> {
 
   @ParentCommand
