@@ -23,13 +23,11 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw build}: run a function's init once and commit its checkpoint image under a tag. */
 @Command(name = "build", sortOptions = false,
+    header = "Build a checkpoint image of a function and tag it.",
     description = {
-        "Build a checkpoint image of a function and tag it.",
-        "",
-        "Runs the function's init once on the device, runs each sample request as a",
-        "profiling invocation, snapshots every allocation into the store (chunked,",
-        "hashed, deduplicated) and commits the manifest under the tag. A failed build",
-        "commits nothing. An existing tag is moved to the new image.",
+        "Runs the function's init once on the device, runs each sample request as a profiling invocation, snapshots "
+            + "every allocation into the store (chunked, hashed, deduplicated) and commits the manifest under the tag. "
+            + "A failed build commits nothing. An existing tag is moved to the new image.",
         ""})
 final class BuildCommand implements Callable<Integer> {
 
@@ -53,7 +51,8 @@ final class BuildCommand implements Callable<Integer> {
       description = "The function's config: a JSON object, inline or in a file (default: {}).")
   String config;
 
-  @Option(names = "--tag", required = true, paramLabel = "TAG", description = "The tag to commit the image under.")
+  @Option(names = "--tag", required = true, paramLabel = "TAG", converter = TagParameters.Tag.class,
+      description = "The tag to commit the image under.")
   String tag;
 
   @Option(names = "--sample-request", paramLabel = "FILE",

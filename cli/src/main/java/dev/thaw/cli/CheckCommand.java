@@ -18,13 +18,11 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw check}: {@link DeviceCheck} on one device, as a table or JSON. */
 @Command(name = "check", sortOptions = false,
+    header = "Prove that a device works end to end, and time each step.",
     description = {
-        "Prove that a device works end to end, and time each step.",
-        "",
-        "Through Thaw's driver layer it creates a context, JIT-compiles the bundled",
-        "check kernels (PTX) and loads the resulting cubin again, allocates device",
-        "memory, copies seeded random data to it, runs saxpy and a fill, copies back",
-        "and verifies every element exactly, then times many empty kernel launches.",
+        "Through Thaw's driver layer it creates a context, JIT-compiles the bundled check kernels (PTX) and loads the "
+            + "resulting cubin again, allocates device memory, copies seeded random data to it, runs saxpy and a fill, "
+            + "copies back and verifies every element exactly, then times many empty kernel launches.",
         "",
         "Prints PASS (exit 0), or FAIL with the phase and the reason (exit 1).",
         ""})

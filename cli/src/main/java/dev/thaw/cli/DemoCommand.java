@@ -20,6 +20,8 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.Locale;
@@ -40,11 +42,11 @@ import picocli.CommandLine.Spec;
  * each step cost: the build's phases and each invoke's {@code Server-Timing}.
  */
 @Command(name = "demo",
+    header = "Build, serve and invoke an example function: Thaw in one command.",
     description = {
-        "Build an image of the example MLP function into the store, serve it from a",
-        "restore server in this process and invoke it cold and warm over HTTP, checking",
-        "each response against the build's: Thaw's cycle in one command. Uses the GPU",
-        "when there is one, else the simulated device.",
+        "Builds an image of the example MLP function into the store, serves it from a restore server in this process "
+            + "and invokes it cold and warm over HTTP, checking each response against the build's. Uses the GPU when "
+            + "there is one, else the simulated device.",
         ""})
 final class DemoCommand implements Callable<Integer> {
 
@@ -52,6 +54,8 @@ final class DemoCommand implements Callable<Integer> {
   /** The function's name on the demo's server. */
   static final String NAME = "mlp";
   static final int INPUTS = 64;
+  /** The demo's request, written into the store's folder for the closing hint's curl to send. */
+  static final String REQUEST_FILE = "demo-request.json";
 
   @ParentCommand
   ThawCli cli;
@@ -65,7 +69,7 @@ final class DemoCommand implements Callable<Integer> {
   @Mixin
   StoreOption store;
 
-  @Option(names = "--tag", defaultValue = "demo:mlp", paramLabel = "TAG",
+  @Option(names = "--tag", defaultValue = "demo:mlp", paramLabel = "TAG", converter = TagParameters.Tag.class,
       description = "The image's tag (default: ${DEFAULT-VALUE}); an image with it is replaced.")
   String tag;
 
@@ -118,8 +122,12 @@ final class DemoCommand implements Callable<Integer> {
           out.print(serverTiming(r.headers().firstValue("Server-Timing").orElse("")));
         }
         out.printf("%n   responses %s the build's%n", same ? "identical to" : "DIFFER from");
-        out.printf("%nnext: thaw serve --function %s=%s, then curl -s localhost:8080/v1/functions/%s/invoke "
-            + "-H 'Content-Type: application/json' -d @request.json%n", NAME, tag, NAME);
+        Path requestFile = store.resolve(cli).resolve(REQUEST_FILE);
+        Files.writeString(requestFile, Json.MAPPER.writeValueAsString(request));
+        out.printf("%nnext, serve it and invoke it yourself (the server in the foreground, curl in another terminal):%n"
+            + "  thaw serve --function %s=%s%s%n"
+            + "  curl -s localhost:8080/v1/functions/%s/invoke -H 'Content-Type: application/json' -d @%s%n", NAME, tag,
+            store.path != null ? " --store " + store.resolve(cli) : "", NAME, requestFile);
         out.flush();
         return same ? ThawCli.EXIT_OK : ThawCli.EXIT_FAILED;
       }

@@ -16,12 +16,10 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw devices}: which driver Thaw would use and what it sees. */
 @Command(name = "devices",
+    header = "Show the driver Thaw would use and the devices it sees.",
     description = {
-        "Show the driver Thaw would use and the devices it sees.",
-        "",
-        "Prints the driver (cuda, or sim for the simulated device), the CUDA version",
-        "it speaks and one line for each visible device. Exits 3 when no driver can",
-        "be opened or it sees no device.",
+        "Prints the driver (cuda, or sim for the simulated device), the CUDA version it speaks and one line for each "
+            + "visible device. Exits 3 when no driver can be opened or it sees no device.",
         ""})
 final class DevicesCommand implements Callable<Integer> {
 

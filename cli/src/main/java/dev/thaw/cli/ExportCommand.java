@@ -14,7 +14,8 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw export TAG FILE}. */
 @Command(name = "export",
-    description = {"Write an image (manifest and every chunk) to one archive file.", ""})
+    header = "Write an image (manifest and every chunk) to one archive file.",
+    description = {"'thaw import' reads it into another store.", ""})
 final class ExportCommand implements Callable<Integer> {
 
   @ParentCommand
@@ -26,7 +27,7 @@ final class ExportCommand implements Callable<Integer> {
   @Mixin
   StoreOption store;
 
-  @Parameters(index = "0", paramLabel = "TAG", description = "The image's tag.")
+  @Parameters(index = "0", paramLabel = "TAG", converter = TagParameters.Tag.class, description = "The image's tag.")
   String tag;
 
   @Parameters(index = "1", paramLabel = "FILE", description = "The archive to write.")

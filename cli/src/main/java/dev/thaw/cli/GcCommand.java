@@ -11,7 +11,9 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw gc}. */
 @Command(name = "gc",
-    description = {"Delete every chunk no image names; print what was freed.", ""})
+    header = "Delete the chunks no image names and what killed builds left.",
+    description = {"Prints the chunks freed and the disk space given back: a build killed before it made its chunks "
+        + "durable leaves bytes in the store that no chunk accounts for.", ""})
 final class GcCommand implements Callable<Integer> {
 
   @ParentCommand
@@ -36,7 +38,9 @@ final class GcCommand implements Callable<Integer> {
       if (json) {
         spec.commandLine().getOut().println(Json.write(Json.tree(gc)));
       } else {
-        spec.commandLine().getOut().printf("freed    %d chunks, %s%n", gc.chunks(), Format.bytes(gc.bytes()));
+        // On disk: a killed build's packs hold bytes no chunk accounts for; rewritten packs give back their dead part.
+        spec.commandLine().getOut().printf("freed    %d chunks (%s), %s on disk%n", gc.chunks(),
+            Format.bytes(gc.bytes()), Format.bytes(gc.diskBytes()));
       }
       spec.commandLine().getOut().flush();
       return ThawCli.EXIT_OK;

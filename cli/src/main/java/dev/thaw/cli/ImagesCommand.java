@@ -23,13 +23,11 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw images}: every image in the store, with what it shares with the others. */
 @Command(name = "images",
+    header = "List the images in the store.",
     description = {
-        "List the images in the store.",
-        "",
-        "SIZE is the device memory an image holds; UNIQUE the bytes of chunks no other",
-        "image names (what 'thaw rm' then 'thaw gc' would free); SHARED the bytes of its",
-        "chunks that other images name too. An image whose manifest this Thaw cannot",
-        "read is listed as unreadable, with the reason; 'thaw rm' removes it.",
+        "SIZE is the device memory an image holds; UNIQUE the bytes of chunks no other image names (what 'thaw rm' "
+            + "then 'thaw gc' would free); SHARED the bytes of its chunks that other images name too. An image whose "
+            + "manifest this Thaw cannot read is listed as unreadable, with the reason; 'thaw rm' removes it.",
         ""})
 final class ImagesCommand implements Callable<Integer> {
 

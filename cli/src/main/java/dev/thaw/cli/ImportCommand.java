@@ -16,7 +16,8 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw import FILE}. */
 @Command(name = "import",
-    description = {"Read an archive written by 'thaw export' into the store, verifying every chunk.", ""})
+    header = "Read an archive written by 'thaw export' into the store.",
+    description = {"Every chunk is verified against its digest before the image's tag is committed.", ""})
 final class ImportCommand implements Callable<Integer> {
 
   @ParentCommand

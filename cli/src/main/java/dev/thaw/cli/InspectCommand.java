@@ -16,10 +16,9 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw inspect TAG}: what an image holds. */
 @Command(name = "inspect",
-    description = {
-        "Show an image's manifest: function, device, allocations, modules, build.",
-        "With --json, the manifest itself (see docs/image-format.md).",
-        ""})
+    header = "Show an image's manifest: function, device, allocations, modules.",
+    description = {"Also when and by which Thaw it was built, its samples and its access profile. With --json, the "
+        + "manifest itself (see docs/image-format.md).", ""})
 final class InspectCommand implements Callable<Integer> {
 
   @ParentCommand
@@ -31,7 +30,7 @@ final class InspectCommand implements Callable<Integer> {
   @Mixin
   StoreOption store;
 
-  @Parameters(index = "0", paramLabel = "TAG", description = "The image's tag.")
+  @Parameters(index = "0", paramLabel = "TAG", converter = TagParameters.Tag.class, description = "The image's tag.")
   String tag;
 
   @Option(names = "--json", description = "Print the manifest as JSON.")

@@ -2,7 +2,6 @@ package dev.thaw.cli;
 
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.registry.ImagePusher;
-import dev.thaw.image.registry.RegistryException;
 import dev.thaw.image.registry.RegistryOptions;
 import dev.thaw.image.registry.RegistryReference;
 import dev.thaw.image.store.ChunkStore;
@@ -20,11 +19,11 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw push TAG REF}. */
 @Command(name = "push",
+    header = "Push an image to an OCI registry.",
     description = {
-        "Push an image to an OCI registry: its chunks as blobs (grouped into packs when",
-        "one blob each would make the manifest pass 4 MiB), its manifest as the config.",
-        "Blobs the registry has are skipped; --mount-from links them from another",
-        "repository instead of uploading.",
+        "Its chunks go as blobs (grouped into packs when one blob each would make the manifest pass 4 MiB), its "
+            + "manifest as the config. Blobs the registry has are skipped; --mount-from links them from another "
+            + "repository instead of uploading.",
         ""})
 final class PushCommand implements Callable<Integer> {
 
@@ -40,7 +39,8 @@ final class PushCommand implements Callable<Integer> {
   @Mixin
   RegistryOption registry;
 
-  @Parameters(index = "0", paramLabel = "TAG", description = "The image's local tag.")
+  @Parameters(index = "0", paramLabel = "TAG", converter = TagParameters.Tag.class,
+      description = "The image's local tag.")
   String tag;
 
   @Parameters(index = "1", paramLabel = "REF", description = "Where to: HOST[:PORT]/REPOSITORY[:TAG].")
@@ -50,13 +50,16 @@ final class PushCommand implements Callable<Integer> {
       description = "A repository of the same registry to mount blobs from (repeatable).")
   List<String> mountFrom = List.of();
 
-  @Option(names = "--layout", paramLabel = "auto|chunks|packs", description = {
-      "Blob per chunk (chunks), packs of chunks (packs), or chunks unless the manifest",
-      "would pass 4 MiB (auto, the default)."})
+  @Option(names = "--layout", paramLabel = "auto|chunks|packs", description = "Blob per chunk (chunks), packs of "
+      + "chunks (packs), or chunks unless the manifest would pass 4 MiB (auto, the default).")
   String layout = "auto";
 
   @Option(names = "--json", description = "Print the result as JSON.")
   boolean json;
+
+  @Option(names = "--progress", negatable = true, description = "Show progress on stderr (default: when the "
+      + "console is a terminal and the output is not --json).")
+  Boolean progress;
 
   @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
   boolean help;
@@ -75,7 +78,7 @@ final class PushCommand implements Callable<Integer> {
     PrintWriter out = spec.commandLine().getOut();
     // Push only reads: read-only, so it works while a build holds the store.
     try (ChunkStore s = store.open(cli, StoreAccess.READ)) {
-      ImagePusher.Result r = new ImagePusher(o).push(s, tag, target);
+      ImagePusher.Result r = new ImagePusher(o).push(s, tag, target, ConsoleProgress.choose(progress, json));
       if (json) {
         ObjectNode n = Json.MAPPER.valueToTree(r);
         n.put("manifestDigest", r.manifestDigest().toString());
@@ -89,8 +92,6 @@ final class PushCommand implements Callable<Integer> {
       }
       out.flush();
       return ThawCli.EXIT_OK;
-    } catch (RegistryException e) {
-      return PullCommand.fail(spec, e);
     }
   }
 }

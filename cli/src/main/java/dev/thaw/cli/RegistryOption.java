@@ -13,9 +13,8 @@ import picocli.CommandLine.ParameterException;
 /** Options of the commands that talk to an OCI registry: credentials, plain HTTP, parallel transfers. */
 final class RegistryOption {
 
-  @Option(names = "--auth-file", paramLabel = "PATH", description = {
-      "Registry logins in Docker's config.json format (auths). Default: THAW_REGISTRY_AUTH,",
-      "else $DOCKER_CONFIG/config.json, else ~/.docker/config.json."})
+  @Option(names = "--auth-file", paramLabel = "PATH", description = "Registry logins in Docker's config.json format "
+      + "(auths). Default: THAW_REGISTRY_AUTH, else $DOCKER_CONFIG/config.json, else ~/.docker/config.json.")
   Path authFile;
 
   @Option(names = "--plain-http", description = "Speak plain HTTP to the registry (loopback registries always do).")

@@ -13,7 +13,8 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw rm TAG}. */
 @Command(name = "rm",
-    description = {"Remove an image's tag and manifest. Its chunks stay until 'thaw gc'.", ""})
+    header = "Remove an image's tag and manifest.",
+    description = {"Its chunks stay in the store until 'thaw gc'.", ""})
 final class RmCommand implements Callable<Integer> {
 
   @ParentCommand
@@ -25,7 +26,7 @@ final class RmCommand implements Callable<Integer> {
   @Mixin
   StoreOption store;
 
-  @Parameters(index = "0", paramLabel = "TAG", description = "The image's tag.")
+  @Parameters(index = "0", paramLabel = "TAG", converter = TagParameters.Tag.class, description = "The image's tag.")
   String tag;
 
   @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")

@@ -32,9 +32,11 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw run TAG --request FILE}: a full restore into a fresh context and one invocation. */
 @Command(name = "run",
+    header = "Restore an image, invoke its function once and print the response.",
     description = {
-        "Restore an image into a fresh context (every chunk verified), invoke the",
-        "function once and print its response and the time of each restore phase.",
+        "The image is restored into a fresh context, every chunk verified; the response is printed with the time of "
+            + "each restore phase. With --check the device memory and the response are compared with the build's "
+            + "(the build must have had a --sample-request with the same request).",
         ""})
 final class RunCommand implements Callable<Integer> {
 
@@ -53,9 +55,9 @@ final class RunCommand implements Callable<Integer> {
   @Mixin
   RegistryOption registry;
 
-  @Parameters(index = "0", paramLabel = "TAG|REF", description = {"The image's tag, or a registry reference",
-      "(HOST[:PORT]/REPOSITORY[:TAG]): the restore starts once the manifests are pulled,",
-      "and the image is committed to the store when every chunk has arrived."})
+  @Parameters(index = "0", paramLabel = "TAG|REF", converter = TagParameters.TagOrReference.class,
+      description = "The image's tag, or a registry reference (HOST[:PORT]/REPOSITORY[:TAG]): the restore starts once "
+          + "the manifests are pulled, and the image is committed to the store when every chunk has arrived.")
   String tag;
 
   @Option(names = "--request", required = true, paramLabel = "FILE", description = "The request: a JSON file.")
@@ -64,10 +66,9 @@ final class RunCommand implements Callable<Integer> {
   @Option(names = "--json", description = "Print the response and timings as one JSON object.")
   boolean json;
 
-  @Option(names = "--check", description = {
-      "After the restore, read all device memory back and compare it with the image's",
-      "chunk digests; after the invocation, compare the response with the one the build",
-      "recorded for the same sample request. Exit 1 on any difference."})
+  @Option(names = "--check", description = "After the restore, read all device memory back and compare it with the "
+      + "image's chunk digests; after the invocation, compare the response with the one the build recorded for the "
+      + "same sample request. Exit 1 on any difference.")
   boolean check;
 
   @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")

@@ -1,6 +1,10 @@
 package dev.thaw.cli;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.thaw.image.ImageNotFoundException;
+import dev.thaw.image.StrictJson;
+import dev.thaw.image.store.Tags;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.server.FunctionOptions;
@@ -31,6 +35,7 @@ import java.util.List;
 import java.io.IOException;
 import java.io.PrintWriter;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.LinkedHashMap;
@@ -54,25 +59,30 @@ import picocli.CommandLine.Spec;
  * read-only and nothing written outside {@code /tmp}, SIGTERM drain.
  */
 @Command(name = "serve",
+    header = "Serve functions from the image store over HTTP.",
     description = {
-        "Serve functions from the image store over HTTP: the native API (/v1/functions),",
-        "KServe v2 (/v2), OpenAI-style completions (/v1/completions) and /metrics.",
-        "Runs until SIGTERM or SIGINT, then drains and exits 0.",
+        "The native API (/v1/functions), KServe v2 (/v2), OpenAI-style completions (/v1/completions) and /metrics "
+            + "(docs/design/server.md). Runs until SIGTERM or SIGINT, then drains and exits 0.",
+        "",
+        "Error bodies name the request (requestId, also in the Thaw-Request-Id header); a server-side failure's "
+            + "detail is in the log under that id.",
         ""},
     footerHeading = "%nEnvironment:%n",
     footer = {
-        "  PORT                 the port when --port is not given (Knative sets it)",
+        "  PORT                the port when --port is not given (Knative sets it)",
         "  K_SERVICE, K_REVISION, K_CONFIGURATION",
-        "                       Knative's names: labels on every log line and metric;",
-        "                       K_SERVICE also opens the store read-only and turns",
-        "                       the host cache off unless it is asked for",
-        "  THAW_ADMIN_TOKEN     the admin API's bearer token (default: the file",
-        "                       admin-token in the store, made at first start, mode 0600)",
+        "                      Knative's names: labels on every log line and metric;",
+        "                      K_SERVICE also opens the store read-only and turns",
+        "                      the host cache off unless it is asked for",
+        "  THAW_ADMIN_TOKEN    the admin API's bearer token (default: the file",
+        "                      admin-token in the store, made at first start)",
         "",
         "Examples:",
-        "  thaw serve --function mlp=demo:mlp",
-        "  curl -s localhost:8080/v1/functions/mlp/invoke -H 'Content-Type: application/json' \\",
-        "       -d '{\"inputs\": [[0.1, 0.2, ...]]}'"})
+        "  thaw build --function dev.thaw.examples.mlp.MlpFunction \\",
+        "      --config '{\"layers\": [2, 16, 3]}' --tag mlp:1",
+        "  thaw serve --function mlp=mlp:1",
+        "  curl -s localhost:8080/v1/functions/mlp/invoke \\",
+        "      -H 'Content-Type: application/json' -d '{\"inputs\": [[0.1, 0.2]]}'"})
 final class ServeCommand implements Callable<Integer> {
 
   @ParentCommand
@@ -105,8 +115,8 @@ final class ServeCommand implements Callable<Integer> {
   Path config;
 
   @Option(names = "--instances", paramLabel = "pool|in-process", defaultValue = "pool",
-      description = {"How instances run: pool (the default: one worker process each, from a pool of warm ones) or",
-          "in-process (contexts in this process; one tenant, images must not share addresses)."})
+      description = "How instances run: pool (the default: one worker process each, from a pool of warm ones) or "
+          + "in-process (contexts in this process; one tenant, images must not share addresses).")
   String instances;
 
   @Option(names = "--idle-workers", paramLabel = "N", defaultValue = "1",
@@ -124,20 +134,26 @@ final class ServeCommand implements Callable<Integer> {
   String tierPolicy;
 
   @Option(names = "--host-cache", paramLabel = "SIZE",
-      description = {"The pinned host image cache pool workers restore from, e.g. 8g, 512m, 0 for none",
-          "(default: hostCacheBytes of the config, else 8g or a quarter of RAM, whichever is less;",
-          "under Knative, none)."})
+      description = "The pinned host image cache pool workers restore from, e.g. 8g, 512m, 0 for none (default: "
+          + "hostCacheBytes of the config, else 8g or a quarter of RAM, whichever is less; under Knative, none).")
   String hostCache;
 
   @Option(names = "--hbm-tier", paramLabel = "SIZE",
-      description = {"Device memory per GPU that weights of scaled-in instances keep for the next one, e.g. 16g,",
-          "0 for none (default: hbmTierBytes of the config, else 16g)."})
+      description = "Device memory per GPU that weights of scaled-in instances keep for the next one, e.g. 16g, 0 for "
+          + "none (default: hbmTierBytes of the config, else 16g).")
   String hbmTier;
 
   @Option(names = "--wake-ahead", paramLabel = "DURATION",
-      description = {"How long before a long warm invoke's predicted end the threads that carry its answer stop",
-          "sleeping and poll for it, e.g. 500us, 1ms, 0 for never (default: wakeAhead of the config, else 500us)."})
+      description = "How long before a long warm invoke's predicted end the threads that carry its answer stop "
+          + "sleeping and poll for it, e.g. 500us, 1ms, 0 for never (default: wakeAhead of the config, else 500us).")
   String wakeAhead;
+
+  @Option(names = "--max-connections", paramLabel = "N",
+      description = "Connections each port keeps open (default: maxConnections of the config, else "
+          + ServerOptions.DEFAULT_MAX_CONNECTIONS + "); one more closes the oldest without a request in flight. "
+          + "headerTimeout, bodyTimeout and idleTimeout of the config bound how long a request's head, its body and "
+          + "the wait for the next request may take (default 10s, 30s, 60s).")
+  Integer maxConnections;
 
   @Option(names = "--read-only-store", description = "Open the store read-only: nothing is written to its folder (no admin token is kept). "
           + "Implied under Knative.")
@@ -164,9 +180,12 @@ final class ServeCommand implements Callable<Integer> {
       throw new ParameterException(spec.commandLine(), "--instances is pool or in-process, not " + instances);
     }
     timeline.mark("options");
-    // One INFO line per request, one per cold start (the worker's phases); the rest stay at the CLI's WARN.
+    // One INFO line per request, one per cold start (the worker's phases), one per server-side failure; the rest stay
+    // at the CLI's WARN.
     System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.REQUEST_LOG, "info");
     System.setProperty("org.slf4j.simpleLogger.log.dev.thaw.server.instances", "info");
+    // A 5xx body names only its request's id: the detail an operator looks up by it is in this log.
+    System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.ERROR_LOG, "info");
     PrintWriter out = spec.commandLine().getOut();
 
     // The way to the first response is the first instance's: for the pool, a worker's JVM, cuInit and context;
@@ -228,6 +247,9 @@ final class ServeCommand implements Callable<Integer> {
     } catch (IllegalArgumentException e) {
       s.close();
       driver.close();
+      if (e.getCause() instanceof ImageNotFoundException) {
+        throw e; // no such image: exit 4, as every command that names one
+      }
       throw new ParameterException(spec.commandLine(), e.getMessage(), e);
     } catch (RuntimeException e) {
       s.close();
@@ -437,13 +459,16 @@ final class ServeCommand implements Callable<Integer> {
     boolean cacheConfigured = hostCache != null;
     if (config != null) {
       try {
-        JsonNode json = Json.MAPPER.readTree(Files.readString(config));
+        JsonNode json = StrictJson.read(Files.readString(config));
         o = ServerOptions.fromJson(json);
-        cacheConfigured |= json != null && json.has("hostCacheBytes");
-      } catch (IOException | IllegalArgumentException e) {
-        throw new ParameterException(spec.commandLine(), "config " + config + ": "
-            + (e instanceof com.fasterxml.jackson.core.JsonProcessingException j ? j.getOriginalMessage() : e.getMessage()),
+        cacheConfigured |= json.has("hostCacheBytes");
+      } catch (JsonProcessingException e) {
+        throw new ParameterException(spec.commandLine(), "config " + config + " is not JSON: " + StrictJson.problem(e),
             e);
+      } catch (NoSuchFileException e) {
+        throw new ParameterException(spec.commandLine(), "config file " + config + " does not exist", e);
+      } catch (IOException | IllegalArgumentException e) {
+        throw new ParameterException(spec.commandLine(), "config " + config + ": " + e.getMessage(), e);
       }
     } else {
       o = new ServerOptions();
@@ -473,6 +498,9 @@ final class ServeCommand implements Callable<Integer> {
         // first response. Asked for, it is there.
         o.setHostCacheBytes(0);
       }
+      if (maxConnections != null) {
+        o.setMaxConnections(maxConnections);
+      }
       if (hbmTier != null) {
         o.setHbmTierBytes(bytes(hbmTier, "--hbm-tier"));
       }
@@ -490,6 +518,7 @@ final class ServeCommand implements Callable<Integer> {
         o.setAdminToken(token.trim());
       }
       for (Map.Entry<String, String> f : functions.entrySet()) {
+        Tags.check(f.getValue());
         FunctionOptions existing = o.functions().get(f.getKey());
         o.addFunction(f.getKey(), (existing == null ? new FunctionOptions() : existing).setImage(f.getValue()));
       }

@@ -3,6 +3,7 @@ package dev.thaw.cli;
 import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.InvalidManifestException;
 import dev.thaw.image.build.Chunker;
+import dev.thaw.image.registry.RegistryException;
 import dev.thaw.image.build.FastCdcChunker;
 import dev.thaw.image.store.ArchiveException;
 import dev.thaw.image.store.StoreException;
@@ -52,49 +53,62 @@ import picocli.CommandLine.Spec;
         ExportCommand.class, ImportCommand.class, PushCommand.class, PullCommand.class, CommandLine.HelpCommand.class},
     synopsisSubcommandLabel = "COMMAND",
     description = {
-        "Thaw makes serverless GPU inference functions start in milliseconds: their",
-        "expensive start-up runs once, when a checkpoint image is built, and is",
-        "restored on demand at invoke time.",
+        "Thaw makes serverless GPU inference functions start in milliseconds: their expensive start-up runs once, "
+            + "when a checkpoint image is built, and is restored on demand at invoke time.",
         "",
-        "Without a GPU, Thaw uses a simulated device so that everything still runs;",
-        "its timings are never GPU timings.",
+        "Without a GPU, Thaw uses a simulated device so that everything still runs; its timings are never GPU "
+            + "timings.",
         ""},
     commandListHeading = "Commands:%n",
     exitCodeListHeading = "%nExit codes:%n",
     exitCodeList = {
         "0:success",
-        "1:failed: a check failed, a build or restore failed, verify found a damaged chunk, the store is missing,"
-            + " damaged, read-only or in use, an archive is bad or cannot be written; any other error",
-        "2:usage error: an unknown option, a bad value, a bad tag, a bad or missing config, request or archive"
-            + " file, a request the function rejects, a bad THAW_DEVICE",
+        "1:failed: a check, build, restore or verify failed; the store is missing, damaged, read-only or in use;"
+            + " an archive is bad or cannot be written; a registry refused, failed or timed out; any other error",
+        "2:usage error: an unknown option or a bad value, a malformed tag or registry reference, a bad or missing"
+            + " config, request or archive file, a request the function rejects, a bad THAW_DEVICE",
         "3:no usable device: cuda forced without a usable GPU, a driver that cannot be opened, or no such device",
-        "4:no such image: no image has that tag"},
+        "4:no such image: no image has that tag in the store, or the registry has no such repository or tag"},
     footerHeading = "%nEnvironment:%n",
     footer = {
         "  THAW_DEVICE         cuda, sim or auto (the default: a GPU when one is",
         "                      usable, else the simulated device); --device overrides it",
-        "  THAW_STORE          the image store directory (default ~/.thaw/store);",
+        "  THAW_STORE          the image store's folder (default ~/.thaw/store);",
         "                      --store overrides it",
-        "  THAW_SIM_MEMORY     memory of the simulated device, e.g. 16g",
+        "  THAW_SIM_MEMORY     memory of the simulated device, e.g. 16g (the default)",
         "  THAW_SIM_COPY_GBPS  simulated host<->device copy bandwidth in GB/s;",
         "                      0 (the default) copies as fast as the host can",
-        "  THAW_SIM_DEVICES    how many simulated devices to list (default 1)",
+        "  THAW_SIM_DEVICES    how many simulated devices there are (default 1)",
         "  THAW_SIM_PEER_GBPS  simulated bandwidth between two devices in GB/s;",
         "                      0 (the default) copies as fast as the host can",
         "  THAW_SIM_PEER_ACCESS  0: the simulated devices cannot reach each",
         "                      other's memory (default 1: they are peers)",
+        "  THAW_JAVA_OPTS      extra JVM options for the launchers, e.g. -Xmx8g",
+        "  THAW_REGISTRY_AUTH  registry logins in Docker's config.json format (default:",
+        "                      $DOCKER_CONFIG/config.json, else ~/.docker/config.json)",
+        "  THAW_ADMIN_TOKEN    serve: the admin API's bearer token (default: the file",
+        "                      admin-token in the store, made at first start)",
+        "  PORT                serve: the port when --port is not given",
+        "  K_SERVICE, K_REVISION, K_CONFIGURATION",
+        "                      serve under Knative: labels on every log line and",
+        "                      metric; K_SERVICE also opens the store read-only",
+        "  THAW_PRELAUNCH      serve: 0 starts the pool's first worker after the",
+        "                      options are parsed instead of before",
         "",
         "Examples:",
         "  thaw devices                  list the devices Thaw would use",
-        "  thaw check                    prove device 0 works end to end, with timings",
-        "  thaw check --device sim       the same on the simulated device (no GPU needed)",
+        "  thaw check --device sim       prove the simulated device works (no GPU needed)",
         "  thaw check --device cuda      insist on a GPU: exit 3 if there is none",
-        "  thaw check --json             the result as JSON, for scripts",
-        "  thaw build --function com.example.Mlp --config mlp.json --tag mlp:1",
-        "                                build a checkpoint image",
-        "  thaw run mlp:1 --request req.json",
-        "                                restore it, invoke once, print phase times",
-        "  thaw help check               the options of one command"})
+        "  thaw demo                     build, serve and invoke an example function",
+        "  thaw build --function dev.thaw.examples.mlp.MlpFunction \\",
+        "      --config '{\"layers\": [2, 16, 3]}' --tag mlp:1",
+        "                                build an image of the example MLP",
+        "  echo '{\"inputs\": [[0.1, 0.2]]}' > request.json",
+        "  thaw run mlp:1 --request request.json",
+        "                                restore it and invoke it once",
+        "  thaw serve --function mlp=mlp:1",
+        "                                serve it at localhost:8080 (thaw serve --help)",
+        "  thaw help build               the options of one command"})
 public final class ThawCli implements Callable<Integer> {
 
   public static final int EXIT_OK = 0;
@@ -312,7 +326,8 @@ public final class ThawCli implements Callable<Integer> {
       err.flush();
       return EXIT_NO_DEVICE;
     }
-    if (e instanceof ImageNotFoundException) {
+    if (e instanceof ImageNotFoundException || e.getCause() instanceof ImageNotFoundException
+        || e instanceof RegistryException r && isUnknownManifest(r)) {
       err.println("thaw: " + describe(e));
       err.flush();
       return EXIT_NOT_FOUND;
@@ -324,7 +339,8 @@ public final class ThawCli implements Callable<Integer> {
     }
     if (e instanceof ImageBuildException || e instanceof ImageRestoreException || e instanceof CorruptChunkException
         || e instanceof ChunkNotFoundException || e instanceof InvalidManifestException
-        || e instanceof StoreException || e instanceof ArchiveException || e instanceof UncheckedIOException) {
+        || e instanceof StoreException || e instanceof ArchiveException || e instanceof UncheckedIOException
+        || e instanceof RegistryException) {
       err.println("thaw: " + describe(e));
       err.flush();
       return EXIT_FAILED;
@@ -333,6 +349,11 @@ public final class ThawCli implements Callable<Integer> {
     err.println("thaw: error: " + describe(e));
     err.flush();
     return EXIT_FAILED;
+  }
+
+  /** The registry has no such repository or tag: no such image there (a missing blob is damage, not this). */
+  private static boolean isUnknownManifest(RegistryException e) {
+    return e.status() == 404 && ("MANIFEST_UNKNOWN".equals(e.code()) || "NAME_UNKNOWN".equals(e.code()));
   }
 
   /** No device can be used: the driver would not open, or the device asked for does not exist. */

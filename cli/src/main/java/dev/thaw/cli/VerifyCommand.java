@@ -18,10 +18,10 @@ import picocli.CommandLine.Spec;
 
 /** {@code thaw verify [TAG]}. */
 @Command(name = "verify",
+    header = "Check every chunk of an image (or of every image) against its digest.",
     description = {
-        "Read every chunk of an image (or of every image) and check it against its",
-        "digest. Checks them all, names each missing or damaged chunk and each",
-        "unreadable manifest, and then exits 1 if there was any.",
+        "Checks them all, names each missing or damaged chunk and each unreadable manifest, and then exits 1 if there "
+            + "was any.",
         ""})
 final class VerifyCommand implements Callable<Integer> {
 
@@ -34,7 +34,8 @@ final class VerifyCommand implements Callable<Integer> {
   @Mixin
   StoreOption store;
 
-  @Parameters(index = "0", arity = "0..1", paramLabel = "TAG", description = "The image; all images when absent.")
+  @Parameters(index = "0", arity = "0..1", paramLabel = "TAG", converter = TagParameters.Tag.class,
+      description = "The image; all images when absent.")
   String tag;
 
   @Option(names = "--json", description = "Print JSON, for scripts (no progress bar).")

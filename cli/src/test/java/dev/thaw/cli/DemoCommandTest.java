@@ -4,8 +4,11 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.thaw.runtime.gpu.GpuDrivers;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -30,6 +33,15 @@ class DemoCommandTest {
     }
     assertTrue(first.out().contains("responses identical to the build's"), first.out());
     assertTrue(first.out().contains("SIMULATED device"), first.out());
+    // The closing hint's curl sends a file that exists: the demo's own request, which the image knows.
+    Matcher hint = Pattern.compile("thaw serve --function mlp=demo:mlp\n  curl .* -d @(\\S+)\n").matcher(first.out());
+    assertTrue(hint.find(), first.out());
+    Path request = Path.of(hint.group(1));
+    assertTrue(Files.isRegularFile(request), request.toString());
+    ThawCliTest.Run check = ThawCliTest.run(cli, "run", "demo:mlp", "--device", "sim", "--request", request.toString(),
+        "--check");
+    assertEquals(0, check.exit(), check.out() + check.err());
+    assertTrue(check.out().contains("response identical"), check.out());
 
     ThawCliTest.Run second = ThawCliTest.run(cli, "demo", "--device", "sim");
     assertEquals(0, second.exit(), second.out() + second.err());

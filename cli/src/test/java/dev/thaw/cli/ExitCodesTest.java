@@ -61,24 +61,67 @@ class ExitCodesTest {
     return args(a.toArray());
   }
 
-  @Test
-  void helpListsEveryExitCode() {
-    Run r = thaw("--help");
-    for (String s : List.of("0   success", "1   failed", "2   usage error", "3   no usable device", "4   no such image",
-        "a request the function rejects")) {
-      assertTrue(r.out().contains(s), "help lacks '" + s + "':\n" + r.out());
-    }
+  /** Every command that names an image, with {@code tag} in its place. */
+  private String[][] commandsNaming(String tag) {
+    return new String[][] {
+        {"inspect", tag},
+        {"verify", tag},
+        {"rm", tag},
+        {"export", tag, dir.resolve("x.tar").toString()},
+        {"run", tag, "--device", "sim", "--request", request.toString()},
+        {"push", tag, "127.0.0.1:1/thaw/x:1"},
+        {"serve", "--function", "f=" + tag, "--instances", "in-process", "--device", "sim", "--port", "0"}};
   }
 
   @Test
   void aMissingTagIsFourForEveryCommandThatNamesOne() throws Exception {
     assertEquals(0, thaw(build("--config", "{\"n\": 100}")).exit());
-    String none = "no image tagged 'nope'";
-    expect(ThawCli.EXIT_NOT_FOUND, none, "inspect", "nope");
-    expect(ThawCli.EXIT_NOT_FOUND, none, "verify", "nope");
-    expect(ThawCli.EXIT_NOT_FOUND, none, "rm", "nope");
-    expect(ThawCli.EXIT_NOT_FOUND, none, "export", "nope", dir.resolve("x.tar").toString());
-    expect(ThawCli.EXIT_NOT_FOUND, none, "run", "nope", "--device", "sim", "--request", request.toString());
+    for (String[] command : commandsNaming("nope")) {
+      expect(ThawCli.EXIT_NOT_FOUND, "no image tagged 'nope'", command);
+    }
+  }
+
+  @Test
+  void aMalformedTagIsTwoForEveryCommandThatTakesOneAndOpensNothing() throws Exception {
+    assertEquals(0, thaw(build("--config", "{\"n\": 100}")).exit());
+    String rule = "'Bad_Tag' is not a tag";
+    for (String[] command : commandsNaming("Bad_Tag")) {
+      expect(ThawCli.EXIT_USAGE, rule, command);
+    }
+    expect(ThawCli.EXIT_USAGE, rule, "pull", "127.0.0.1:1/thaw/x:1", "Bad_Tag");
+    expect(ThawCli.EXIT_USAGE, rule, "demo", "--device", "sim", "--tag", "Bad_Tag");
+    Path fresh = dir.resolve("fresh");
+    expect(ThawCli.EXIT_USAGE, rule, "build", "--device", "sim", "--function", SaxpyFunction.class.getName(),
+        "--config", "{\"n\": 100}", "--tag", "Bad_Tag", "--store", fresh.toString());
+    assertTrue(Files.notExists(fresh), "a malformed tag is refused before the store is opened");
+  }
+
+  @Test
+  void aMissingStoreIsOneForEveryCommandThatReadsIt() throws Exception {
+    for (String[] command : commandsNaming("x:1")) {
+      if (!command[0].equals("run")) {
+        expect(ThawCli.EXIT_FAILED, "store " + store + ": there is no store here", command);
+      }
+    }
+    expect(ThawCli.EXIT_FAILED, "store " + store + ": there is no store here", "run", "x:1", "--device", "sim",
+        "--request", request.toString());
+    expect(ThawCli.EXIT_FAILED, "store " + store + ": there is no store here", "images");
+    expect(ThawCli.EXIT_FAILED, "store " + store + ": there is no store here", "gc");
+    assertTrue(Files.notExists(store), "none of them made one");
+  }
+
+  @Test
+  void anUnknownOptionIsTwoForEveryCommand() {
+    assertEquals(ThawCli.EXIT_USAGE, thaw("help", "nosuch").exit());
+    for (String command : ThawCli.commandLine(cli).getSubcommands().keySet()) {
+      if (command.equals("help")) {
+        continue; // picocli's: 'thaw help --x' shows the help
+      }
+      Run r = thaw(command, "--no-such-option");
+      assertEquals(ThawCli.EXIT_USAGE, r.exit(), command + ": " + r.err());
+      assertTrue(r.err().startsWith("thaw: "), command + ": " + r.err());
+      assertEquals("", r.out(), command);
+    }
   }
 
   @Test

@@ -10,7 +10,10 @@ import dev.thaw.cli.ThawCliTest.Run;
 import dev.thaw.image.registry.TestRegistry;
 import dev.thaw.runtime.function.SaxpyFunction;
 import dev.thaw.runtime.gpu.GpuDrivers;
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
 import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Map;
@@ -79,6 +82,47 @@ class RegistryCommandsTest {
         lazy.out());
     Run images = thaw("c", "images");
     assertTrue(images.out().contains("saxpy:1"), images.out());
+  }
+
+  @Test
+  void progressGoesToStderrWhenAskedAndNeverIntoTheOutput() throws Exception {
+    Run built = thaw("p", "build", "--device", "sim", "--function", SaxpyFunction.class.getName(), "--config",
+        "{\"n\": 3000, \"seed\": 4}", "--tag", "saxpy:2");
+    assertEquals(0, built.exit(), built.err());
+    String ref = registry.address() + "/thaw/progress:1";
+    PrintStream err = System.err;
+    ByteArrayOutputStream quiet = new ByteArrayOutputStream();
+    ByteArrayOutputStream shown = new ByteArrayOutputStream();
+    Run pushed;
+    Run pulled;
+    try {
+      // No terminal here: no progress unless asked for.
+      System.setErr(new PrintStream(quiet, true, StandardCharsets.UTF_8));
+      assertEquals(0, thaw("p", "push", "saxpy:2", registry.address() + "/thaw/quiet:1").exit());
+      System.setErr(new PrintStream(shown, true, StandardCharsets.UTF_8));
+      pushed = thaw("p", "push", "saxpy:2", ref, "--json", "--progress");
+      pulled = thaw("q", "pull", ref, "--json", "--progress");
+    } finally {
+      System.setErr(err);
+    }
+    assertEquals(0, pushed.exit(), pushed.err());
+    assertEquals(0, pulled.exit(), pulled.err());
+    assertTrue(JSON.readTree(pushed.out()).path("manifestDigest").asText().startsWith("sha256:"), pushed.out());
+    assertTrue(JSON.readTree(pulled.out()).path("manifestDigest").asText().startsWith("sha256:"), pulled.out());
+    String bars = shown.toString(StandardCharsets.UTF_8);
+    assertTrue(bars.contains("push") && bars.contains("pull") && bars.contains("MiB"), bars);
+    assertEquals("", quiet.toString(StandardCharsets.UTF_8));
+  }
+
+  @Test
+  void anImageTheRegistryDoesNotHaveIsFourAsAMissingTagIs() throws Exception {
+    Run missing = thaw("e", "pull", registry.address() + "/thaw/never-pushed:1");
+    assertEquals(ThawCli.EXIT_NOT_FOUND, missing.exit(), missing.err());
+    assertOneLineError(missing, "never-pushed");
+    Path req = Files.writeString(dir.resolve("r.json"), "{\"a\": 1}");
+    Run run = thaw("e", "run", registry.address() + "/thaw/never-pushed:1", "--device", "sim", "--request",
+        req.toString());
+    assertEquals(ThawCli.EXIT_NOT_FOUND, run.exit(), run.err());
   }
 
   @Test

@@ -211,10 +211,10 @@ class ServeCommandTest {
   }
 
   @Test
-  void anUnknownImageIsAUsageErrorAndNothingListens() throws Exception {
+  void anUnknownImageExitsFourAsOnEveryCommandAndNothingListens() throws Exception {
     start(Map.of(), "--function", "mlp=none:1");
     assertTrue(child.waitFor(60, TimeUnit.SECONDS));
-    assertEquals(ThawCli.EXIT_USAGE, child.exitValue(), read());
+    assertEquals(ThawCli.EXIT_NOT_FOUND, child.exitValue(), read());
     assertTrue(read().contains("function 'mlp'") && read().contains("none:1"), read());
   }
 

@@ -315,10 +315,25 @@ class StoreCommandsTest {
     // Killed before its commit (almost always): no trace of it. Had it won the race, it would be whole.
     assertTrue(list.size() == 1 || list.get(0).get("tag").asText().equals("big"), list.toString());
     assertEquals(0, thaw("verify").exit(), "every visible image is whole");
-    assertEquals(0, thaw("gc").exit());
+    long packBytes = bytes(packs);
+    Run gc = thaw("gc", "--json");
+    assertEquals(0, gc.exit(), gc.err());
+    assertEquals(packBytes - bytes(packs), new ObjectMapper().readTree(gc.out()).get("diskBytes").asLong(),
+        "gc counts every byte it gave back, the killed build's unindexed packs too: " + gc.out());
     assertEquals(0, thaw("verify").exit());
     if (list.size() == 1) {
       assertEquals(before, count(packs), "gc deleted the killed build's packs");
+      assertTrue(packBytes > bytes(packs), "they held bytes");
+    }
+  }
+
+  private static long bytes(Path d) throws Exception {
+    try (var list = Files.list(d)) {
+      long sum = 0;
+      for (Path f : list.toList()) {
+        sum += Files.size(f);
+      }
+      return sum;
     }
   }
 

@@ -33,9 +33,17 @@ public final class StrictJson {
     return MAPPER.readTree(text);
   }
 
-  /** The first line of Jackson's own message, without its source location. */
+  /**
+   * The first line of Jackson's own message, without its source location nor the Java type the value was bound to
+   * (a trailing token's message names both).
+   */
   public static String problem(JsonProcessingException e) {
     String m = e.getOriginalMessage();
-    return m == null ? "malformed JSON" : m.lines().findFirst().orElse(m);
+    if (m == null) {
+      return "malformed JSON";
+    }
+    String line = m.lines().findFirst().orElse(m);
+    int bound = line.indexOf(" (bound as ");
+    return bound < 0 ? line : line.substring(0, bound);
   }
 }

@@ -130,7 +130,7 @@ public final class MemoryChunkStore implements ChunkStore {
         n++;
       }
     }
-    return new GarbageCollection(n, bytes);
+    return new GarbageCollection(n, bytes, bytes);
   }
 
   @Override

@@ -20,6 +20,7 @@ import java.util.regex.Pattern;
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
  *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184, "wakeAhead": "500us",
  *  "maxWorkers": 8, "tierPolicy": "recency",
+ *  "maxConnections": 4096, "headerTimeout": "10s", "bodyTimeout": "30s", "idleTimeout": "60s",
  *  "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
  * }</pre>
@@ -53,10 +54,16 @@ public final class ServerOptions {
   public static final int DEFAULT_MAX_WORKERS = 8;
   /** {@link #tierPolicy()}: what the node keeps in its tiers, by cold-start recency. */
   public static final String DEFAULT_TIER_POLICY = "recency";
+  /** {@link #maxConnections()}: 4096 per port, well under the file descriptors a server is given. */
+  public static final int DEFAULT_MAX_CONNECTIONS = 4096;
+  public static final Duration DEFAULT_HEADER_TIMEOUT = Duration.ofSeconds(10);
+  public static final Duration DEFAULT_BODY_TIMEOUT = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_IDLE_TIMEOUT = Duration.ofSeconds(60);
 
   private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
       "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
-      "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead", "maxWorkers", "tierPolicy");
+      "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead", "maxWorkers", "tierPolicy", "maxConnections",
+      "headerTimeout", "bodyTimeout", "idleTimeout");
   private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|us|s|m)?");
 
   private String host = DEFAULT_HOST;
@@ -75,6 +82,10 @@ public final class ServerOptions {
   private Duration wakeAhead = DEFAULT_WAKE_AHEAD;
   private int maxWorkers = DEFAULT_MAX_WORKERS;
   private String tierPolicy = DEFAULT_TIER_POLICY;
+  private int maxConnections = DEFAULT_MAX_CONNECTIONS;
+  private Duration headerTimeout = DEFAULT_HEADER_TIMEOUT;
+  private Duration bodyTimeout = DEFAULT_BODY_TIMEOUT;
+  private Duration idleTimeout = DEFAULT_IDLE_TIMEOUT;
   private final Map<String, String> labels = new LinkedHashMap<>();
   private final Map<String, FunctionOptions> functions = new LinkedHashMap<>();
 
@@ -97,6 +108,10 @@ public final class ServerOptions {
     wakeAhead = o.wakeAhead;
     maxWorkers = o.maxWorkers;
     tierPolicy = o.tierPolicy;
+    maxConnections = o.maxConnections;
+    headerTimeout = o.headerTimeout;
+    bodyTimeout = o.bodyTimeout;
+    idleTimeout = o.idleTimeout;
     labels.putAll(o.labels);
     o.functions.forEach((k, v) -> functions.put(k, new FunctionOptions(v)));
   }
@@ -327,6 +342,64 @@ public final class ServerOptions {
     return this;
   }
 
+  public int maxConnections() {
+    return maxConnections;
+  }
+
+  /**
+   * The most connections each port keeps open. A connection beyond it closes the oldest one that has no request in
+   * flight (one still sending its request's head, or idle between requests), or is itself closed when every one has:
+   * a flood of connections that never finish a request cannot take the server to its file descriptor limit, and a
+   * health check or an invoke still gets in.
+   */
+  public ServerOptions setMaxConnections(int n) {
+    this.maxConnections = FunctionOptions.checkRange("maxConnections", n, 1, 1 << 20);
+    return this;
+  }
+
+  public Duration headerTimeout() {
+    return headerTimeout;
+  }
+
+  /** How long a new connection may take to send its first request's head (line and headers); then it is closed. */
+  public ServerOptions setHeaderTimeout(Duration d) {
+    this.headerTimeout = checkTimeout(d, "headerTimeout");
+    return this;
+  }
+
+  public Duration bodyTimeout() {
+    return bodyTimeout;
+  }
+
+  /**
+   * How long a request's body may take to arrive whole after its head: then it is answered 408 and its connection
+   * closed. The function's own time does not count.
+   */
+  public ServerOptions setBodyTimeout(Duration d) {
+    this.bodyTimeout = checkTimeout(d, "bodyTimeout");
+    return this;
+  }
+
+  public Duration idleTimeout() {
+    return idleTimeout;
+  }
+
+  /**
+   * How long a connection may wait between requests, or go without a byte either way while a response is written,
+   * before it is closed.
+   */
+  public ServerOptions setIdleTimeout(Duration d) {
+    this.idleTimeout = checkTimeout(d, "idleTimeout");
+    return this;
+  }
+
+  private static Duration checkTimeout(Duration d, String field) {
+    if (d == null || d.compareTo(Duration.ofMillis(100)) < 0 || d.compareTo(Duration.ofHours(1)) > 0) {
+      throw new IllegalArgumentException(field + " must be 100ms..1h, not " + d);
+    }
+    return d;
+  }
+
   /** Labels on every log line and metric, e.g. Knative's {@code service}, {@code revision}, {@code configuration}. */
   public Map<String, String> labels() {
     return labels;
@@ -368,6 +441,11 @@ public final class ServerOptions {
     json.put("wakeAhead", wakeAhead.toNanos() / 1000 + "us");
     json.put("maxWorkers", maxWorkers);
     json.put("tierPolicy", tierPolicy);
+    }
+    json.put("maxConnections", maxConnections);
+    json.put("headerTimeout", headerTimeout.toMillis() + "ms");
+    json.put("bodyTimeout", bodyTimeout.toMillis() + "ms");
+    json.put("idleTimeout", idleTimeout.toMillis() + "ms");
     ObjectNode l = json.putObject("labels");
     labels.forEach(l::put);
     ObjectNode f = json.putObject("functions");
@@ -454,6 +532,17 @@ public final class ServerOptions {
     }
     if (json.hasNonNull("tierPolicy")) {
       o.setTierPolicy(json.get("tierPolicy").asText());
+    if (json.has("maxConnections")) {
+      o.setMaxConnections(FunctionOptions.intField(json, "maxConnections"));
+    }
+    if (json.has("headerTimeout")) {
+      o.setHeaderTimeout(duration(json.get("headerTimeout"), "headerTimeout"));
+    }
+    if (json.has("bodyTimeout")) {
+      o.setBodyTimeout(duration(json.get("bodyTimeout"), "bodyTimeout"));
+    }
+    if (json.has("idleTimeout")) {
+      o.setIdleTimeout(duration(json.get("idleTimeout"), "idleTimeout"));
     }
     if (json.has("labels")) {
       JsonNode l = json.get("labels");

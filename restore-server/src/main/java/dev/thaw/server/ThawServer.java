@@ -2,6 +2,7 @@ package dev.thaw.server;
 
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.server.impl.ColdPathWarmup;
+import dev.thaw.server.impl.Connections;
 import dev.thaw.server.impl.Endpoints;
 import dev.thaw.server.impl.ImageInfo;
 import dev.thaw.server.impl.ProcessMetrics;
@@ -44,6 +45,8 @@ import java.util.concurrent.TimeoutException;
  */
 public final class ThawServer implements AutoCloseable {
 
+  private static final int STALLED_SECONDS = 120;
+
   private final ServerOptions options;
   private final Vertx vertx;
   private final Scheduler scheduler;
@@ -52,6 +55,7 @@ public final class ThawServer implements AutoCloseable {
   private final String adminToken;
   private final Path adminTokenFile;
   private final List<HttpServer> servers = new ArrayList<>();
+  private final List<Connections> connections = new ArrayList<>();
   private Endpoints endpoints;
   private int port;
   private int invokePort = ServerOptions.NO_INVOKE_PORT;
@@ -125,10 +129,10 @@ public final class ThawServer implements AutoCloseable {
       Endpoints endpoints = new Endpoints(options, server.scheduler, store, server.metrics, token, timeline);
       server.endpoints = endpoints;
       if (options.invokePort() == ServerOptions.NO_INVOKE_PORT) {
-        server.port = server.listen(endpoints.all(server.vertx), options.port());
+        server.port = server.listen(endpoints.all(server.vertx), options.port(), "http");
       } else {
-        server.port = server.listen(endpoints.adminOnly(server.vertx), options.port());
-        server.invokePort = server.listen(endpoints.invokeOnly(server.vertx), options.invokePort());
+        server.port = server.listen(endpoints.adminOnly(server.vertx), options.port(), "http");
+        server.invokePort = server.listen(endpoints.invokeOnly(server.vertx), options.invokePort(), "invoke");
       }
       mark(timeline, "listening");
       String host = options.host().equals("0.0.0.0") || options.host().equals("::") ? "127.0.0.1" : options.host();
@@ -170,10 +174,21 @@ public final class ThawServer implements AutoCloseable {
     return timeline;
   }
 
-  private int listen(Router router, int port) {
+  /**
+   * Listens on {@code port} with the routes of {@code router}, its connections bounded and timed by a {@link
+   * Connections} of their own ({@code listener} tags its metrics).
+   */
+  private int listen(Router router, int port, String listener) {
+    Connections guard = new Connections(options, metrics, listener);
+    connections.add(guard);
+    // Without a byte either way for this long, even a connection with a request in flight is closed: a client that
+    // stopped reading its response. Heads, bodies and idle connections have the shorter deadlines of Connections.
+    // HTTP/1.1 only: with cleartext HTTP/2 on, Vert.x makes a connection known only once its first request's head is
+    // whole (to spot an h2c upgrade), and Connections could neither count nor time a head that never ends.
     HttpServer http = vertx.createHttpServer(new HttpServerOptions().setHost(options.host()).setPort(port)
-        .setMaxInitialLineLength(8192).setMaxHeaderSize(16384).setIdleTimeout(120)
-        .setIdleTimeoutUnit(TimeUnit.SECONDS)).requestHandler(router);
+        .setMaxInitialLineLength(8192).setMaxHeaderSize(16384).setIdleTimeout(STALLED_SECONDS)
+        .setIdleTimeoutUnit(TimeUnit.SECONDS).setHttp2ClearTextEnabled(false))
+        .connectionHandler(guard::opened).exceptionHandler(guard::failed).requestHandler(guard.tracking(router));
     try {
       HttpServer bound = await(http.listen());
       servers.add(bound);
@@ -249,6 +264,7 @@ public final class ThawServer implements AutoCloseable {
       return;
     }
     closed = true;
+    connections.forEach(Connections::close);
     for (HttpServer s : servers) {
       try {
         await(s.close());

@@ -61,7 +61,7 @@ class FaultIsolationTest {
       ServerFixture.build(store, "probe:1", MemoryProbeFunction.class.getName(), PROBE_CONFIG, PROBE_GOOD, 0);
     }
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
-        SimDriver driver = SimDriver.open(new SimOptions())) {
+        SimDriver driver = SimDriver.open(new SimOptions()); CapturedStderr log = new CapturedStderr()) {
       ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(1)
           .setMaxWorkers(4).setDeviceChoice("sim").setStorePath(storePath).setWarmupLaunches(0)
           .setJvmOptions(List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"))
@@ -98,7 +98,8 @@ class FaultIsolationTest {
         JsonNode error = json(fault);
         assertEquals("device_fault", error.get("code").asText(), fault.body());
         assertTrue(error.get("error").asText().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), fault.body());
-        assertTrue(error.get("error").asText().contains("probe_read"), "names the kernel: " + fault.body());
+        assertTrue(log.errorLogged(error.get("requestId").asText()).contains("probe_read"),
+            "the server's log names the kernel under the request's id: " + log.text());
         await(() -> ProcessHandle.of(probePid).map(p -> !p.isAlive()).orElse(true), "the faulted worker exited");
         assertEquals(200, get(port, "/v2/health/live").statusCode(), "a worker's fault leaves the server live");
 

@@ -15,9 +15,10 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * A function whose requests the test controls: {@code {"hold": true}} waits until the test releases {@link #GATE}
- * (at most 20 s), {@code {"sleepMillis": n}} sleeps (for a child process the test cannot reach), {@code {"fail":
- * true}} throws as a device fault would. It keeps a counter in device memory, so every request goes to the
- * device and back.
+ * (at most 20 s), {@code {"sleepMillis": n}} sleeps (for a child process the test cannot reach), {@code {"print":
+ * "text"}} prints to stderr first, as a function's own debugging would, {@code {"fail": true}} throws as a device
+ * fault would, {@code {"halt": n}} ends its process with status n (in a pool worker only). It keeps a counter in
+ * device memory, so every request goes to the device and back.
  */
 public final class GateFunction implements ThawFunction<GateFunction.State> {
 
@@ -43,6 +44,13 @@ public final class GateFunction implements ThawFunction<GateFunction.State> {
   @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) throws Exception {
     JsonNode json = request.json();
+    if (json.has("print")) {
+      System.err.println(json.get("print").asText());
+      System.err.flush();
+    }
+    if (json.has("halt")) {
+      Runtime.getRuntime().halt(json.get("halt").asInt());
+    }
     if (json.has("bad")) {
       throw new InvalidRequestException("'bad' is refused");
     }

@@ -29,6 +29,8 @@ import java.util.Set;
 import java.util.function.UnaryOperator;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -57,6 +59,18 @@ class ReadOnlyWeightsTest {
 
   @TempDir
   Path dir;
+
+  private CapturedStderr log;
+
+  @BeforeEach
+  void captureLog() {
+    log = new CapturedStderr();
+  }
+
+  @AfterEach
+  void restoreLog() {
+    log.close();
+  }
 
   @Test
   void aWriteToReadOnlyWeightsFailsItsRequestAndLeavesTheSharedWeightsAsTheImageHasThem() throws Exception {
@@ -204,12 +218,14 @@ class ReadOnlyWeightsTest {
     assertEquals(200, put.statusCode(), put.body());
   }
 
-  private static void assertFaults(HttpResponse<String> r) throws Exception {
+  /** A 502 {@code device_fault} naming the CUDA error; the server's log names the kernel under its request id. */
+  private void assertFaults(HttpResponse<String> r) throws Exception {
     assertEquals(502, r.statusCode(), r.body());
     JsonNode error = json(r);
     assertEquals("device_fault", error.get("code").asText(), r.body());
-    String message = error.get("error").asText();
-    assertTrue(message.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && message.contains("probe_write"), r.body());
+    assertTrue(error.get("error").asText().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), r.body());
+    String logged = log.errorLogged(error.get("requestId").asText());
+    assertTrue(logged.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && logged.contains("probe_write"), logged);
   }
 
   private static void assertValues(HttpResponse<String> r, double... expected) throws Exception {

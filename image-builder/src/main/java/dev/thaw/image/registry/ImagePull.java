@@ -1,6 +1,7 @@
 package dev.thaw.image.registry;
 
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ProgressListener;
 import dev.thaw.image.registry.ThawArtifact.Blob;
 import dev.thaw.image.registry.ThawArtifact.ChunkRef;
 import dev.thaw.image.store.ChunkStore;
@@ -86,6 +87,7 @@ public final class ImagePull implements AutoCloseable {
   private Result result;
   private boolean closed;
   private ExecutorService workers;
+  private volatile ProgressListener progress = ProgressListener.NONE;
 
   ImagePull(RegistryClient client, RegistryReference source, Digest manifestDigest, ChunkStore store, String tag,
       byte[] manifestBytes, ImageManifest manifest, List<Blob> blobs, boolean packed, int transfers,
@@ -166,10 +168,20 @@ public final class ImagePull implements AutoCloseable {
 
   /** Starts fetching, with {@link RegistryOptions#transfers()} blobs at once. Returns this. */
   public ImagePull start() {
+    return start(ProgressListener.NONE);
+  }
+
+  /**
+   * {@link #start()}, telling {@code progress} of the bytes of each blob as it is stored (one phase, {@code pull},
+   * of the blobs the store lacked), finished when the pull commits or fails.
+   */
+  public ImagePull start(ProgressListener progress) {
     synchronized (lock) {
       if (workers != null || closed) {
         return this;
       }
+      this.progress = progress;
+      progress.start("pull", queue.stream().mapToLong(t -> t.blob.size()).sum());
       workers = Executors.newFixedThreadPool(transfers, r -> {
         Thread t = new Thread(r, "thaw-pull");
         t.setDaemon(true);
@@ -274,6 +286,7 @@ public final class ImagePull implements AutoCloseable {
         fail(e);
         return;
       }
+      progress.advance(t.blob.size());
       boolean last;
       synchronized (lock) {
         t.state = State.DONE;
@@ -323,6 +336,7 @@ public final class ImagePull implements AutoCloseable {
       fail(e);
       return;
     }
+    progress.finish();
     synchronized (lock) {
       result = new Result(source.toString(), tag, manifestDigest, blobCount, fetched, client.bytesDownloaded(),
           imageBytes, packed ? "packs" : "chunks", (System.nanoTime() - startNanos) / 1e9);
@@ -331,6 +345,7 @@ public final class ImagePull implements AutoCloseable {
   }
 
   private void fail(RuntimeException e) {
+    progress.finish();
     synchronized (lock) {
       if (failure == null) {
         failure = e;

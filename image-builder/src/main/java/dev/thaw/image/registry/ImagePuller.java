@@ -1,5 +1,6 @@
 package dev.thaw.image.registry;
 
+import dev.thaw.image.ProgressListener;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.InvalidManifestException;
 import dev.thaw.image.registry.ThawArtifact.Blob;
@@ -24,8 +25,13 @@ public final class ImagePuller {
 
   /** Pulls the image at {@code source} and commits it under {@code tag}. */
   public ImagePull.Result pull(RegistryReference source, ChunkStore store, String tag) {
+    return pull(source, store, tag, ProgressListener.NONE);
+  }
+
+  /** {@link #pull(RegistryReference, ChunkStore, String)}, telling {@code progress} of the blob bytes fetched. */
+  public ImagePull.Result pull(RegistryReference source, ChunkStore store, String tag, ProgressListener progress) {
     try (ImagePull pull = open(source, store, tag)) {
-      return pull.start().await();
+      return pull.start(progress).await();
     }
   }
 

@@ -3,6 +3,7 @@ package dev.thaw.image.registry;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.InvalidManifestException;
+import dev.thaw.image.ProgressListener;
 import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
@@ -62,6 +63,14 @@ public final class ImagePusher {
    * @throws RegistryException for any other refusal, after retries
    */
   public Result push(ChunkStore store, String tag, RegistryReference target) {
+    return push(store, tag, target, ProgressListener.NONE);
+  }
+
+  /**
+   * {@link #push(ChunkStore, String, RegistryReference)}, telling {@code progress} of its layers' bytes as each is
+   * done (uploaded, found in the registry or mounted): one phase, {@code push}.
+   */
+  public Result push(ChunkStore store, String tag, RegistryReference target, ProgressListener progress) {
     long start = System.nanoTime();
     byte[] config = store.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
     ImageManifest m;
@@ -96,6 +105,7 @@ public final class ImagePusher {
     }
 
     String repo = target.repository();
+    progress.start("push", imageBytes);
     try (RegistryClient client = new RegistryClient(target.registry(), options)) {
       Counts counts = new Counts();
       ExecutorService pool = Executors.newFixedThreadPool(options.transfers(), r -> {
@@ -108,12 +118,17 @@ public final class ImagePusher {
         List<Future<Blob>> futures = new ArrayList<>();
         if (packed) {
           for (List<ChunkRef> pack : ThawArtifact.packs(order, options.packMinBytes(), options.packMaxBytes())) {
-            futures.add(pool.submit(() -> pushPack(client, store, repo, pack, counts)));
+            futures.add(pool.submit(() -> {
+              Blob b = pushPack(client, store, repo, pack, counts);
+              progress.advance(b.size());
+              return b;
+            }));
           }
         } else {
           for (Blob b : chunkLayers) {
             futures.add(pool.submit(() -> {
               pushBlob(client, repo, b.digest(), () -> List.of(readChunk(store, b.chunks().get(0))), counts);
+              progress.advance(b.size());
               return b;
             }));
           }
@@ -146,6 +161,8 @@ public final class ImagePusher {
       return new Result(target.toString(), manifestDigest, layers.size() + (packed ? 2 : 1), counts.existing.get(),
           counts.mounted.get(), counts.uploaded.get(), client.bytesUploaded(), imageBytes,
           packed ? "packs" : "chunks", oci.length, (System.nanoTime() - start) / 1e9);
+    } finally {
+      progress.finish();
     }
   }
 

@@ -13,6 +13,7 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpRequest.BodyPublisher;
 import java.net.http.HttpRequest.BodyPublishers;
 import java.net.http.HttpResponse;
+import java.net.http.HttpTimeoutException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.ZonedDateTime;
@@ -37,9 +38,12 @@ import java.util.function.Supplier;
  *
  * <p>Every request is retried with exponential backoff and jitter on a 5xx, a 429 (waiting what its {@code
  * Retry-After} says) and a lost connection, up to {@link RegistryOptions#maxAttempts()}; a body cut off midway
- * counts as a lost connection. An upload that fails midway starts again from a new session. A {@code 401} is
- * answered once per request from its {@code WWW-Authenticate} challenge: {@code Basic} with the registry's login,
- * or {@code Bearer} with a token from the challenge's realm (asked with the login when there is one); tokens are
+ * counts as a lost connection, and so does a registry gone silent: every response is read under deadlines
+ * ({@link RegistryOptions#readTimeout()} between bytes and, for a request that sends no body, until its head; {@link
+ * RegistryOptions#requestTimeout()} for the whole exchange), so a registry that stops sending fails the request in
+ * time instead of blocking a read forever. An upload that fails midway starts again from a new session. A {@code
+ * 401} is answered once per request from its {@code WWW-Authenticate} challenge: {@code Basic} with the registry's
+ * login, or {@code Bearer} with a token from the challenge's realm (asked with the login when there is one); tokens are
  * kept per scope. A blob read is verified against its digest and length before it is returned: a mismatch is
  * {@link CorruptBlobException}, never retried into success.
  *
@@ -236,8 +240,10 @@ public final class RegistryClient implements AutoCloseable {
         URI target = location(r);
         r.body().close();
         try {
-          HttpResponse<InputStream> direct = http.send(HttpRequest.newBuilder(target)
-              .timeout(options.requestTimeout()).GET().build(), HttpResponse.BodyHandlers.ofInputStream());
+          long start = System.nanoTime();
+          HttpResponse<InputStream> direct = ResponseDeadline.of(http.send(HttpRequest.newBuilder(target)
+              .timeout(headTimeout(BodyPublishers.noBody())).GET().build(), HttpResponse.BodyHandlers.ofInputStream()),
+              start, options);
           if (retryable(direct.statusCode())) {
             direct.body().close();
             throw new IOException("HTTP " + direct.statusCode() + " from the blob's storage");
@@ -398,15 +404,18 @@ public final class RegistryClient implements AutoCloseable {
     int attempt = 0;
     while (true) {
       attempt++;
-      HttpRequest.Builder b = HttpRequest.newBuilder(request.uri()).timeout(options.requestTimeout())
-          .method(request.method(), request.body().get());
+      BodyPublisher body = request.body().get();
+      long start = System.nanoTime();
+      HttpRequest.Builder b = HttpRequest.newBuilder(request.uri()).timeout(headTimeout(body))
+          .method(request.method(), body);
       request.headers().forEach(b::header);
       authorization(scopes).ifPresent(a -> b.header("Authorization", a));
       requests.incrementAndGet();
       bytesUploaded.addAndGet(request.blobBytes());
       Duration wait;
       try {
-        HttpResponse<InputStream> r = http.send(b.build(), HttpResponse.BodyHandlers.ofInputStream());
+        HttpResponse<InputStream> r = ResponseDeadline.of(http.send(b.build(),
+            HttpResponse.BodyHandlers.ofInputStream()), start, options);
         int status = r.statusCode();
         if (status == 401 && !answeredChallenge) {
           r.body().close();
@@ -431,7 +440,12 @@ public final class RegistryClient implements AutoCloseable {
           }
           wait = after.orElse(backoff(attempt));
         } else {
-          return reader.read(r);
+          try {
+            return reader.read(r);
+          } finally {
+            // Read or not (a HEAD's, a 201's), the body is done with: its deadlines stop with it.
+            r.body().close();
+          }
         }
       } catch (IOException e) {
         if (!retry || attempt >= options.maxAttempts()) {
@@ -448,12 +462,21 @@ public final class RegistryClient implements AutoCloseable {
     }
   }
 
+  /**
+   * How long to wait for a response's head: a request that sends no body is answered at once by a live registry,
+   * so its wait is the read timeout; one that uploads waits while its body goes out, up to the request timeout.
+   */
+  private Duration headTimeout(BodyPublisher body) {
+    return body.contentLength() == 0 && options.readTimeout().compareTo(options.requestTimeout()) < 0
+        ? options.readTimeout() : options.requestTimeout();
+  }
+
   private static String describe(IOException e) {
     if (e instanceof java.net.ConnectException) {
       return "cannot connect" + (e.getMessage() == null ? "" : " (" + e.getMessage() + ")");
     }
-    if (e instanceof java.net.http.HttpTimeoutException) {
-      return "timed out";
+    if (e instanceof HttpTimeoutException) {
+      return "timed out" + (e.getMessage() == null ? "" : " (" + e.getMessage() + ")");
     }
     return e.getMessage() == null ? "connection lost (" + e.getClass().getSimpleName() + ")"
         : "connection lost: " + e.getMessage();
@@ -637,16 +660,22 @@ public final class RegistryClient implements AutoCloseable {
       query.append(query.length() == 0 ? "" : "&").append("scope=").append(encode(s));
     }
     URI tokenUri = withQuery(URI.create(realm), query.toString());
-    HttpRequest.Builder b = HttpRequest.newBuilder(tokenUri).timeout(options.requestTimeout()).GET();
+    HttpRequest.Builder b = HttpRequest.newBuilder(tokenUri).timeout(headTimeout(BodyPublishers.noBody())).GET();
     login.ifPresent(l -> b.header("Authorization", basicHeader(l)));
     requests.incrementAndGet();
-    HttpResponse<byte[]> r = http.send(b.build(), HttpResponse.BodyHandlers.ofByteArray());
+    long start = System.nanoTime();
+    HttpResponse<InputStream> r = ResponseDeadline.of(http.send(b.build(), HttpResponse.BodyHandlers.ofInputStream()),
+        start, options);
+    byte[] answer;
+    try (InputStream in = r.body()) {
+      answer = in.readNBytes(1 << 20);
+    }
     if (r.statusCode() != 200) {
       throw new RegistryAuthException("the token service " + realm + " refused " + (login.isPresent()
           ? "the login from " + options.credentials().source() : "an anonymous request") + ": HTTP " + r.statusCode(),
           r.statusCode(), "UNAUTHORIZED");
     }
-    JsonNode body = JSON.readTree(r.body());
+    JsonNode body = JSON.readTree(answer);
     String token = body.hasNonNull("token") ? body.get("token").asText() : body.path("access_token").asText(null);
     if (token == null || token.isEmpty()) {
       throw new RegistryAuthException("the token service " + realm + " answered without a token", 200, null);

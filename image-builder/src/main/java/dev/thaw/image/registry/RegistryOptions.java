@@ -28,7 +28,10 @@ public final class RegistryOptions {
   public static final int DEFAULT_PACK_MAX_BYTES = 32 << 20;
   public static final int DEFAULT_TRANSFERS = 4;
   public static final Duration DEFAULT_CONNECT_TIMEOUT = Duration.ofSeconds(10);
+  /** The longest one request may take, its response's body read whole included. */
   public static final Duration DEFAULT_REQUEST_TIMEOUT = Duration.ofMinutes(5);
+  /** The longest a registry may go without sending a byte while a response is awaited or read. */
+  public static final Duration DEFAULT_READ_TIMEOUT = Duration.ofSeconds(30);
 
   /** How an image's chunks become blobs. */
   public enum BlobLayout {
@@ -53,6 +56,7 @@ public final class RegistryOptions {
   private int transfers = DEFAULT_TRANSFERS;
   private Duration connectTimeout = DEFAULT_CONNECT_TIMEOUT;
   private Duration requestTimeout = DEFAULT_REQUEST_TIMEOUT;
+  private Duration readTimeout = DEFAULT_READ_TIMEOUT;
   private final Set<String> plainHttp = new LinkedHashSet<>();
   private final List<String> mountFrom = new ArrayList<>();
   private RegistryCredentials credentials = RegistryCredentials.NONE;
@@ -73,6 +77,7 @@ public final class RegistryOptions {
     transfers = o.transfers;
     connectTimeout = o.connectTimeout;
     requestTimeout = o.requestTimeout;
+    readTimeout = o.readTimeout;
     plainHttp.addAll(o.plainHttp);
     mountFrom.addAll(o.mountFrom);
     credentials = o.credentials;
@@ -191,8 +196,29 @@ public final class RegistryOptions {
     return requestTimeout;
   }
 
+  /**
+   * The longest one request may take, from its send until its response's body is read whole; a request that runs
+   * past it counts as a lost connection (retried, up to {@link #maxAttempts()}).
+   */
   public RegistryOptions setRequestTimeout(Duration requestTimeout) {
     this.requestTimeout = requestTimeout;
+    return this;
+  }
+
+  public Duration readTimeout() {
+    return readTimeout;
+  }
+
+  /**
+   * The longest a registry may go silent: between bytes of a response's body, and, for a request that sends no
+   * body, until its response's head. A registry that stops answering (a stopped process, a dead link behind a live
+   * proxy) fails the request then, as a lost connection, instead of holding a pull forever.
+   */
+  public RegistryOptions setReadTimeout(Duration readTimeout) {
+    if (readTimeout == null || readTimeout.isNegative() || readTimeout.isZero()) {
+      throw new IllegalArgumentException("readTimeout must be positive, not " + readTimeout);
+    }
+    this.readTimeout = readTimeout;
     return this;
   }
 
@@ -248,6 +274,7 @@ public final class RegistryOptions {
     n.put("transfers", transfers);
     n.put("connectTimeoutMillis", connectTimeout.toMillis());
     n.put("requestTimeoutMillis", requestTimeout.toMillis());
+    n.put("readTimeoutMillis", readTimeout.toMillis());
     plainHttp.forEach(n.putArray("plainHttp")::add);
     mountFrom.forEach(n.putArray("mountFrom")::add);
     n.put("credentials", credentials.source());

@@ -68,11 +68,15 @@ public interface ChunkStore extends AutoCloseable {
   /** Removes a tag and its manifest; its chunks stay until {@link #collectGarbage}. True if it existed. */
   boolean delete(String tag);
 
-  /** Deletes every chunk that no committed manifest names; returns how many chunks and bytes it freed. */
+  /** Deletes every chunk that no committed manifest names; returns what it freed. */
   GarbageCollection collectGarbage();
 
-  /** What a garbage collection freed. */
-  record GarbageCollection(long chunks, long bytes) {}
+  /**
+   * What a garbage collection freed: {@code chunks} that no manifest named and {@code bytes}, their sizes; {@code
+   * diskBytes}, what the store's files shrank by, which also holds bytes no chunk accounts for (what a build killed
+   * before its sync appended, never indexed) and the dead part of files rewritten to give it back.
+   */
+  record GarbageCollection(long chunks, long bytes, long diskBytes) {}
 
   @Override
   void close();

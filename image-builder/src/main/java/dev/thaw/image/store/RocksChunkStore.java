@@ -626,6 +626,7 @@ public final class RocksChunkStore implements ChunkStore {
         }
         long freedChunks = 0;
         long freedBytes = 0;
+        long freedDisk = 0;
         boolean freedLegacy = false;
         sweepLock.writeLock().lock();
         try {
@@ -636,20 +637,23 @@ public final class RocksChunkStore implements ChunkStore {
               if (live.contains(key) || pending.contains(key)) {
                 continue;
               }
+              int size = ByteBuffer.wrap(it.value()).getInt();
               if (location(key.array()) == null) {
+                // A schema-1 chunk: its bytes leave RocksDB's blob files at the compaction below.
                 batch.delete(chunks, key.array());
                 freedLegacy = true;
+                freedDisk += size;
               } else {
                 batch.delete(chunkPacks, key.array());
               }
               batch.delete(chunkSizes, key.array());
               freedChunks++;
-              freedBytes += ByteBuffer.wrap(it.value()).getInt();
+              freedBytes += size;
             }
             status(it, "cannot scan chunks");
             db.write(sync, batch);
           }
-          collectPacks();
+          freedDisk += collectPacks();
         } finally {
           sweepLock.writeLock().unlock();
         }
@@ -657,7 +661,7 @@ public final class RocksChunkStore implements ChunkStore {
           db.compactRange(chunks);
           db.compactRange(chunkSizes);
         }
-        return new GarbageCollection(freedChunks, freedBytes);
+        return new GarbageCollection(freedChunks, freedBytes, freedDisk);
       } catch (RocksDBException e) {
         throw error("garbage collection failed", e);
       } catch (IOException e) {
@@ -666,8 +670,12 @@ public final class RocksChunkStore implements ChunkStore {
     }
   }
 
-  /** Deletes or compacts the packs that dead chunks left; holds the sweep lock, so no put runs meanwhile. */
-  private void collectPacks() throws RocksDBException, IOException {
+  /**
+   * Deletes or compacts the packs that dead chunks left, and the packs no index entry names at all (a build killed
+   * before its sync); holds the sweep lock, so no put runs meanwhile. Returns the bytes the packs shrank by.
+   */
+  private long collectPacks() throws RocksDBException, IOException {
+    long freed = 0;
     Map<Long, Long> liveBytes = new HashMap<>();
     Map<Long, List<Map.Entry<byte[], PackFiles.Location>>> liveChunks = new HashMap<>();
     try (RocksIterator it = db.newIterator(chunkPacks, scan)) {
@@ -684,9 +692,11 @@ public final class RocksChunkStore implements ChunkStore {
         continue;
       }
       long liveInPack = liveBytes.getOrDefault(id, 0L);
+      long size = packs.size(id);
       if (liveInPack == 0) {
         packs.delete(id);
-      } else if (liveInPack < COMPACT_BELOW * packs.size(id)) {
+        freed += size;
+      } else if (liveInPack < COMPACT_BELOW * size) {
         List<Map.Entry<byte[], PackFiles.Location>> moving = liveChunks.get(id);
         int largest = moving.stream().mapToInt(e -> e.getValue().length()).max().orElse(0);
         ByteBuffer buf = ByteBuffer.allocateDirect(largest);
@@ -701,8 +711,10 @@ public final class RocksChunkStore implements ChunkStore {
           db.write(sync, wb); // the copies are durable before the index names them, and the old pack goes after
         }
         packs.delete(id);
+        freed += size - liveInPack;
       }
     }
+    return freed;
   }
 
   /** How many chunks this instance protects from GC because no commit has named them yet. */

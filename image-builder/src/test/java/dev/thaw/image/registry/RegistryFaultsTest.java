@@ -40,6 +40,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
@@ -291,6 +292,50 @@ class RegistryFaultsTest {
     wm.verify(patchRequestedFor(urlEqualTo(session)).withHeader("Content-Range", equalTo("8-9"))
         .withRequestBody(equalTo("89")));
     wm.verify(1, putRequestedFor(urlPathEqualTo(session)));
+  }
+
+  /** The artifact as paths of a registry: the manifest, its config and every chunk's blob. */
+  private static Map<String, byte[]> artifactPaths() {
+    Map<String, byte[]> paths = new java.util.HashMap<>();
+    paths.put("/v2/" + REPO + "/manifests/1", oci);
+    paths.put(blob(Digest.of(config)), config);
+    chunks.forEach((d, b) -> paths.put(blob(d), b));
+    return paths;
+  }
+
+  @Test
+  @Timeout(60)
+  void aRegistryThatStopsSendingMidBlobFailsThePullInTimeAndLeavesTheStoreAsItWas() throws Exception {
+    Digest d = someChunk();
+    try (StallingRegistry registry = new StallingRegistry(artifactPaths(), blob(d), 100)) {
+      RegistryOptions o = fast().setReadTimeout(Duration.ofMillis(300)).setMaxAttempts(3);
+      long t = System.nanoTime();
+      RegistryException e = assertThrows(RegistryException.class, () -> new ImagePuller(o)
+          .pull(RegistryReference.parse(registry.address() + "/" + REPO + ":1"), target, "saxpy"));
+      double seconds = (System.nanoTime() - t) / 1e9;
+      assertTrue(e.getMessage().contains("timed out") && e.getMessage().contains(d.toString()), e.getMessage());
+      assertTrue(e.getMessage().contains("failed 3 times"), e.getMessage());
+      System.out.printf("a blob stalled after 100 bytes: the pull failed in %.2f s: %s%n", seconds, e.getMessage());
+    }
+    assertTrue(target.tags().isEmpty(), "no tag for an image not pulled whole");
+    assertFalse(target.contains(d));
+    assertEquals(List.of(), target.verify(), "every chunk that came is whole");
+    target.releasePending(); // as the next process finds it: nothing pending
+    target.collectGarbage();
+    assertEquals(0, target.chunkCount(), "what came is garbage, collected");
+  }
+
+  @Test
+  @Timeout(60)
+  void aRegistryThatAcceptsAndNeverAnswersFailsThePullInTime() throws Exception {
+    try (StallingRegistry registry = new StallingRegistry(artifactPaths(), "*", 0)) {
+      RegistryOptions o = fast().setReadTimeout(Duration.ofMillis(300)).setMaxAttempts(2);
+      RegistryException e = assertThrows(RegistryException.class, () -> new ImagePuller(o)
+          .pull(RegistryReference.parse(registry.address() + "/" + REPO + ":1"), target, "saxpy"));
+      assertTrue(e.getMessage().contains("timed out") && e.getMessage().contains("manifests/1"), e.getMessage());
+      assertEquals(2, registry.connections(), "one connection per attempt: " + e.getMessage());
+    }
+    assertTrue(target.tags().isEmpty());
   }
 
   @Test

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -137,7 +138,7 @@ class RocksChunkStoreTest {
   }
 
   @Test
-  void gcKeepsChunksOtherTagsUseAndDeletesTheRest() {
+  void gcKeepsChunksOtherTagsUseAndDeletesTheRest() throws Exception {
     Digest c1;
     Digest c2;
     Digest c3;
@@ -157,15 +158,18 @@ class RocksChunkStoreTest {
           "a manifest shared with a deleted tag stays");
     }
     try (RocksChunkStore s = open()) { // a fresh process: no pending chunks
+      long before = packBytes(dir.resolve("store"));
       ChunkStore.GarbageCollection gc = s.collectGarbage();
-      assertEquals(new ChunkStore.GarbageCollection(2, 40_000), gc);
+      assertEquals(new ChunkStore.GarbageCollection(2, 40_000, before - packBytes(dir.resolve("store"))), gc,
+          "what the packs shrank by is what gc says it freed on disk");
+      assertTrue(gc.diskBytes() > 0, "the pack was rewritten without the dead chunks: " + gc);
       assertFalse(s.contains(c1));
       assertFalse(s.contains(orphan));
       assertTrue(s.contains(c2));
       assertTrue(s.contains(c3));
       ByteBuffer dst = ByteBuffer.allocateDirect(20_000);
       s.readChunk(c2, dst);
-      assertEquals(new ChunkStore.GarbageCollection(0, 0), s.collectGarbage());
+      assertEquals(new ChunkStore.GarbageCollection(0, 0, 0), s.collectGarbage());
       assertEquals(List.of(), s.verify());
     }
   }
@@ -179,7 +183,7 @@ class RocksChunkStoreTest {
       Digest fresh = put(s, random(21, 20_000));
       put(s, random(20, 20_000));
       assertTrue(s.delete("old"));
-      assertEquals(new ChunkStore.GarbageCollection(0, 0), s.collectGarbage());
+      assertEquals(new ChunkStore.GarbageCollection(0, 0, 0), s.collectGarbage());
       s.commit("new", "N".getBytes(StandardCharsets.UTF_8), Set.of(fresh, old));
       assertEquals(0, s.pendingChunks());
       assertEquals(List.of(), s.verify());
@@ -197,7 +201,7 @@ class RocksChunkStoreTest {
       s.commit("t", "2".getBytes(StandardCharsets.UTF_8), Set.of(b));
       assertArrayEquals("2".getBytes(StandardCharsets.UTF_8), s.manifest("t").orElseThrow());
       s.releasePending();
-      assertEquals(new ChunkStore.GarbageCollection(1, 5000), s.collectGarbage());
+      assertEquals(5000, s.collectGarbage().bytes());
       assertTrue(s.contains(b));
     }
   }
@@ -317,7 +321,8 @@ class RocksChunkStoreTest {
       ByteBuffer dst = ByteBuffer.allocate(70_000);
       assertEquals(60_000, s.readChunk(Digest.of(b), dst));
       assertTrue(s.delete("old:v1"));
-      assertEquals(new ChunkStore.GarbageCollection(1, 60_000), s.collectGarbage(), "the schema-1 chunk b goes");
+      assertEquals(new ChunkStore.GarbageCollection(1, 60_000, 60_000), s.collectGarbage(),
+          "the schema-1 chunk b goes, its bytes with it");
       assertEquals(List.of(), s.verify());
     }
     assertTrue(java.nio.file.Files.list(store.resolve("packs")).count() >= 1, "the new chunk went to a pack");
@@ -389,7 +394,10 @@ class RocksChunkStoreTest {
     assertEquals(4, packFiles(store));
     try (RocksChunkStore s = RocksChunkStore.open(small)) {
       assertTrue(s.delete("drop"));
-      assertEquals(new ChunkStore.GarbageCollection(9, 360_000), s.collectGarbage());
+      long before = packBytes(store);
+      ChunkStore.GarbageCollection gc = s.collectGarbage();
+      assertEquals(new ChunkStore.GarbageCollection(9, 360_000, before - packBytes(store)), gc);
+      assertTrue(gc.diskBytes() >= 360_000, "every dead chunk's bytes given back: " + gc);
       // Packs 0-2 each keep one chunk of three (a third live): their chunks move to one new pack and they go;
       // pack 3 keeps nothing and goes.
       assertEquals(List.of(), s.verify());
@@ -406,6 +414,20 @@ class RocksChunkStoreTest {
       assertEquals(3, s.collectGarbage().chunks());
     }
     assertEquals(0, packFiles(store), "an empty store keeps no pack");
+  }
+
+  /** The bytes of the store's pack files. */
+  static long packBytes(Path store) throws Exception {
+    if (!Files.isDirectory(store.resolve("packs"))) {
+      return 0;
+    }
+    try (var list = Files.list(store.resolve("packs"))) {
+      long sum = 0;
+      for (Path p : list.toList()) {
+        sum += Files.size(p);
+      }
+      return sum;
+    }
   }
 
   private static long packFiles(Path store) throws Exception {

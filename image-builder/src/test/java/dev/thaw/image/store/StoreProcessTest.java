@@ -66,7 +66,11 @@ class StoreProcessTest {
       assertEquals(List.of(), s.tags());
       assertEquals(20, s.chunkCount(), "synced chunks survive the kill");
       assertEquals(List.of(), s.verify());
-      assertEquals(20, s.collectGarbage().chunks());
+      long packBytes = packBytes(store);
+      ChunkStore.GarbageCollection gc = s.collectGarbage();
+      assertEquals(20, gc.chunks());
+      assertEquals(20 * 50_000, gc.bytes());
+      assertEquals(packBytes, gc.diskBytes(), "the pack file it deleted");
       assertEquals(0, s.chunkCount());
     }
     assertEquals(0, packFiles(store), "gc gave the killed build's pack back");
@@ -84,12 +88,27 @@ class StoreProcessTest {
       kill(p);
     }
     assertEquals(1, packFiles(store), "the appended bytes are on disk");
+    long packBytes = packBytes(store);
+    assertTrue(packBytes >= 20 * 50_000, packBytes + " bytes in packs");
     try (RocksChunkStore s = RocksChunkStore.open(store)) {
       assertEquals(0, s.chunkCount(), "no index entry names bytes that were never forced");
       assertEquals(List.of(), s.verify());
-      assertEquals(0, s.collectGarbage().chunks());
+      ChunkStore.GarbageCollection gc = s.collectGarbage();
+      assertEquals(0, gc.chunks());
+      assertEquals(packBytes, gc.diskBytes(), "the orphan pack is counted in what gc freed");
+      assertEquals(new ChunkStore.GarbageCollection(0, 0, 0), s.collectGarbage(), "and only once");
     }
     assertEquals(0, packFiles(store));
+  }
+
+  private static long packBytes(Path store) throws Exception {
+    try (var list = Files.list(store.resolve("packs"))) {
+      long sum = 0;
+      for (Path p : list.toList()) {
+        sum += Files.size(p);
+      }
+      return sum;
+    }
   }
 
   private static long packFiles(Path store) throws Exception {

@@ -268,25 +268,29 @@ final class CompletionsApi {
     }
   }
 
-  /** {@code {"error": {"message", "type", "param", "code"}}}, as OpenAI's API writes errors. */
+  /**
+   * {@code {"error": {"message", "type", "param", "code", "requestId"}}}, as OpenAI's API writes errors (with the
+   * request's id, as every error of the server has it).
+   */
   private static void sendError(RoutingContext ctx, Throwable failure) {
-    ServeException e = Http.asServeException(failure);
     if (ctx.response().ended() || ctx.response().closed()) {
       return;
     }
+    Http.ClientError e = Http.clientError(ctx, failure);
     if (e.retryAfterSeconds() > 0) {
       ctx.response().putHeader("Retry-After", Long.toString(e.retryAfterSeconds()));
     }
     ObjectNode error = Http.object();
     ObjectNode inner = error.putObject("error");
-    inner.put("message", e.getMessage());
+    inner.put("message", e.message());
     inner.put("type", e.status() >= 500 ? "server_error" : "invalid_request_error");
-    if (e instanceof OpenAiError o && o.param != null) {
+    if (Http.unwrap(failure) instanceof OpenAiError o && o.param != null) {
       inner.put("param", o.param);
     } else {
       inner.putNull("param");
     }
     inner.put("code", e.code());
+    inner.put("requestId", Http.requestId(ctx));
     Http.sendJson(ctx, e.status(), error);
   }
 }

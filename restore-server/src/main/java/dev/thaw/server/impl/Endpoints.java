@@ -4,15 +4,21 @@ import dev.thaw.image.store.ChunkStore;
 import dev.thaw.server.ServeException;
 import dev.thaw.server.ServerOptions;
 import dev.thaw.server.StartupTimeline;
+import io.micrometer.core.instrument.Counter;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.core.Vertx;
 import io.vertx.core.buffer.Buffer;
 import io.vertx.core.http.HttpMethod;
 import io.vertx.ext.web.Route;
+import io.vertx.core.http.HttpClosedException;
 import io.vertx.ext.web.Router;
 import io.vertx.ext.web.RoutingContext;
 import io.vertx.ext.web.handler.BodyHandler;
+import java.io.IOException;
 import java.util.Map;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.regex.Pattern;
 import java.util.stream.Collectors;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -27,7 +33,16 @@ public final class Endpoints implements AutoCloseable {
 
   /** The request log: one INFO line per request. */
   public static final String REQUEST_LOG = "dev.thaw.server.requests";
+  /**
+   * The log of server-side failures: one line per 5xx (WARN; INFO for a 503) with the request's id and the full
+   * message its body leaves out.
+   */
+  public static final String ERROR_LOG = Http.ERROR_LOG;
   private static final Logger LOG = LoggerFactory.getLogger(REQUEST_LOG);
+  /** The header a client may name its request with; {@link Http#REQUEST_ID_HEADER} answers with it. */
+  static final String CLIENT_REQUEST_ID = "X-Request-Id";
+  private static final String DISCONNECTED = "thaw.disconnected";
+  private static final Pattern SANE_REQUEST_ID = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._:=+/-]{0,127}");
 
   private final ServerOptions options;
   private final PrometheusMeterRegistry metrics;
@@ -39,6 +54,9 @@ public final class Endpoints implements AutoCloseable {
   private final RequestLog requestLog = new RequestLog(LOG);
   private final HttpWarmup warmup = new HttpWarmup();
   private final StartupTimeline timeline;
+  private final String requestIdPrefix = Long.toString(ThreadLocalRandom.current().nextLong() >>> 1, 36) + "-";
+  private final AtomicLong requestIds = new AtomicLong();
+  private final Counter disconnects;
 
   public Endpoints(ServerOptions options, Scheduler scheduler, ChunkStore store, PrometheusMeterRegistry metrics,
       String adminToken) {
@@ -52,6 +70,8 @@ public final class Endpoints implements AutoCloseable {
     this.options = options;
     this.metrics = metrics;
     this.processMetrics = new ProcessMetrics(metrics);
+    this.disconnects = Counter.builder("thaw.http.disconnects")
+        .description("Requests whose client closed the connection before the response was sent").register(metrics);
     Http http = new Http(options.maxJsonDepth());
     this.nativeApi = new NativeApi(scheduler, store, http, adminToken);
     this.kserve = new KServeApi(scheduler, http);
@@ -88,11 +108,29 @@ public final class Endpoints implements AutoCloseable {
     r.route().handler(ctx -> {
       long start = System.nanoTime();
       ctx.put(Http.RECEIVED, start);
+      String id = requestId(ctx.request().getHeader(CLIENT_REQUEST_ID));
+      ctx.put(Http.REQUEST_ID, id);
+      ctx.response().putHeader(Http.REQUEST_ID_HEADER, id);
       ctx.addEndHandler(v -> {
         count(ctx);
         log(ctx, start);
         startupDone(ctx);
       });
+      ctx.next();
+    });
+    // A client that leaves mid-request is ordinary traffic: counted and logged at debug, never an error.
+    r.route().failureHandler(ctx -> {
+      if (ctx.response().ended()) {
+        return; // answered already (a body that came too late: 408), then its connection closed
+      }
+      Throwable failure = Http.unwrap(ctx.failure());
+      // Reading the request is the only I/O a route does: an IOException there is the client's connection failing.
+      if (ctx.response().closed() || failure instanceof HttpClosedException || failure instanceof IOException) {
+        disconnected(ctx);
+        LOG.debug("request {} {} {}: the client closed the connection", Http.requestId(ctx), ctx.request().method(),
+            ctx.request().path());
+        return;
+      }
       ctx.next();
     });
     r.route().handler(BodyHandler.create(false).setBodyLimit(options.maxBodyBytes()));
@@ -171,7 +209,28 @@ public final class Endpoints implements AutoCloseable {
     }
   }
 
+  /** The client's id for a request where it is sane (one short token a log line can hold), else a new one. */
+  private String requestId(String given) {
+    if (given != null && SANE_REQUEST_ID.matcher(given).matches()) {
+      return given;
+    }
+    return requestIdPrefix + Long.toString(requestIds.incrementAndGet(), 36);
+  }
+
+  /** Counts a request whose client left before its response was sent, once. */
+  private void disconnected(RoutingContext ctx) {
+    if (ctx.get(DISCONNECTED) == null) {
+      ctx.put(DISCONNECTED, Boolean.TRUE);
+      disconnects.increment();
+    }
+  }
+
   private void log(RoutingContext ctx, long startNanos) {
+    // The context ends with its response sent, or its connection gone: no response then is a client that left.
+    if (!ctx.response().ended()) {
+      disconnected(ctx);
+    }
+    boolean closed = ctx.get(DISCONNECTED) != null;
     if (!requestLog.enabled() || warmup.isOwn(ctx.request().getHeader(HttpWarmup.HEADER))) {
       return;
     }
@@ -180,9 +239,8 @@ public final class Endpoints implements AutoCloseable {
     // Built by hand, not by a formatter: this runs on the event loop after every request.
     StringBuilder line = new StringBuilder(160);
     line.append(ctx.request().method()).append(' ').append(ctx.request().path()).append(' ')
-        .append(ctx.response().closed() && !ctx.response().ended() ? "closed" : ctx.response().getStatusCode())
-        .append(' ');
-    Invocation.appendMillis(line, ms).append("ms");
+        .append(closed ? "closed" : ctx.response().getStatusCode()).append(' ');
+    Invocation.appendMillis(line, ms).append("ms id=").append(Http.requestId(ctx));
     if (inv != null) {
       line.append(' ').append(inv.function()).append(' ').append(inv.cold() ? "cold" : "warm");
       for (Map.Entry<String, Double> p : inv.phases().entrySet()) {

@@ -7,6 +7,9 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.StrictJson;
+import dev.thaw.pool.WorkerErrorKind;
+import dev.thaw.pool.WorkerException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.server.ServeException;
@@ -22,6 +25,10 @@ import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.function.BiConsumer;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /** What every endpoint shares: bounded JSON in, JSON and errors out, results handed back to the event loop. */
 final class Http {
@@ -34,19 +41,29 @@ final class Http {
   /** When the request arrived (its headers read), on the {@link System#nanoTime()} clock. */
   static final String RECEIVED = "thaw.received";
 
+  /** The request's id: the client's {@code X-Request-Id} where it is sane, else the server's own. */
+  static final String REQUEST_ID = "thaw.requestId";
+  /** The response header that carries {@link #REQUEST_ID}. */
+  static final String REQUEST_ID_HEADER = "Thaw-Request-Id";
+  /** The log of server-side failures (5xx), each with its request's id. */
+  static final String ERROR_LOG = "dev.thaw.server.errors";
+
   private static final ObjectMapper WRITER = new ObjectMapper();
+  private static final Logger ERRORS = LoggerFactory.getLogger(ERROR_LOG);
+  private static final Pattern CUDA_ERROR = Pattern.compile("CUDA_ERROR_[A-Z0-9_]+");
 
   private final ObjectMapper reader;
 
   Http(int maxJsonDepth) {
-    this.reader = new ObjectMapper(JsonFactory.builder()
-        .streamReadConstraints(StreamReadConstraints.builder().maxNestingDepth(maxJsonDepth).build()).build());
+    this.reader = StrictJson.configure(new ObjectMapper(JsonFactory.builder()
+        .streamReadConstraints(StreamReadConstraints.builder().maxNestingDepth(maxJsonDepth).build()).build()));
   }
 
   /**
    * The body as JSON.
    *
-   * @throws ServeException 415 if it is not sent as JSON, 400 if it is not JSON or is nested too deep
+   * @throws ServeException 415 if it is not sent as JSON, 400 if it is not JSON, is nested too deep, has a key twice
+   *     or anything after its value ({@link StrictJson}, as the CLI reads it)
    */
   JsonNode json(RoutingContext ctx) {
     if (!isJson(ctx.request().getHeader("Content-Type"))) {
@@ -67,7 +84,7 @@ final class Http {
       }
       return node;
     } catch (JsonProcessingException e) {
-      throw ServeException.badRequest("the body is not valid JSON: " + e.getOriginalMessage());
+      throw ServeException.badRequest("the body is not valid JSON: " + StrictJson.problem(e));
     } catch (IOException e) {
       throw ServeException.badRequest("the body cannot be read: " + e.getMessage());
     }
@@ -114,20 +131,81 @@ final class Http {
     }
   }
 
-  /** The error as {@code {"error": message, "code": code}} with its status (and {@code Retry-After}). */
+  /**
+   * The error as {@code {"error": reason, "code": code, "kind": kind, "requestId": id}} with its status (and
+   * {@code Retry-After}); {@code kind} only for a worker's failure ({@link ClientError}).
+   */
   static void sendError(RoutingContext ctx, Throwable failure) {
-    ServeException e = asServeException(failure);
     HttpServerResponse r = ctx.response();
     if (r.ended() || r.closed()) {
       return;
     }
+    ClientError e = clientError(ctx, failure);
     if (e.retryAfterSeconds() > 0) {
       r.putHeader("Retry-After", Long.toString(e.retryAfterSeconds()));
     }
     if (e.status() == 401) {
       r.putHeader("WWW-Authenticate", "Bearer");
     }
-    sendJson(ctx, e.status(), object().put("error", e.getMessage()).put("code", e.code()));
+    ObjectNode body = object().put("error", e.message()).put("code", e.code());
+    if (e.kind() != null) {
+      body.put("kind", e.kind());
+    }
+    sendJson(ctx, e.status(), body.put("requestId", requestId(ctx)));
+  }
+
+  /**
+   * What a client is told of a failure. A refusal (4xx) says what is wrong with the request. A server-side failure
+   * (5xx) says only a reason fixed by its code, the worker's error kind and, for a device fault, the CUDA error's
+   * name: the full message (a worker's pid, its log's last lines, which hold whatever the function printed, paths)
+   * goes to the server's log under the request's id, where an operator finds it from the id the client got.
+   *
+   * @param kind the worker's {@link WorkerErrorKind} in lower case, or null when no worker failed
+   */
+  record ClientError(int status, String code, String message, String kind, long retryAfterSeconds) {}
+
+  static ClientError clientError(RoutingContext ctx, Throwable failure) {
+    Throwable t = unwrap(failure);
+    ServeException e = asServeException(t);
+    String kind = t instanceof WorkerException w ? w.kind().name().toLowerCase(Locale.ROOT) : null;
+    if (e.status() < 500) {
+      return new ClientError(e.status(), e.code(), e.getMessage(), kind, e.retryAfterSeconds());
+    }
+    String detail = t instanceof ServeException ? t.getMessage() : t.toString();
+    String line = "request " + requestId(ctx) + " " + ctx.request().method() + " " + ctx.request().path() + ": "
+        + e.status() + " " + e.code() + ": " + detail;
+    if (e.status() == 503) {
+      ERRORS.info(line);
+    } else if (t instanceof ServeException || t instanceof WorkerException || t instanceof CudaException) {
+      ERRORS.warn(line);
+    } else {
+      ERRORS.warn(line, t); // unforeseen: where it came from too
+    }
+    return new ClientError(e.status(), e.code(), reason(e, t), kind, e.retryAfterSeconds());
+  }
+
+  private static String reason(ServeException e, Throwable t) {
+    return switch (e.code()) {
+      case "device_fault" -> {
+        Matcher cuda = CUDA_ERROR.matcher(String.valueOf(e.getMessage()));
+        String which = cuda.find() ? " (" + cuda.group() + ")" : "";
+        yield t instanceof WorkerException
+            ? "the function faulted the GPU" + which + "; its worker is discarded and the next request starts a "
+                + "fresh one"
+            : "the function faulted the GPU" + which + ", which leaves CUDA in this server's process unusable: the "
+                + "server reports not live (/v2/health/live 503) until it is restarted";
+      }
+      case "instance_lost" -> "the instance's worker was lost; the next request starts a fresh one";
+      case "start_failed" -> "the function could not start";
+      case "no_capacity" -> "the function does not fit on a device now";
+      case "no_worker" -> "no worker is free now";
+      case "draining" -> "the server is shutting down";
+      case "no_tokenizer" -> "the model's tokenizer is not available";
+      // The server's own words: the image's tag and the chunk's digest (and the allocation holding it).
+      case "image_damaged" -> e.getMessage();
+      default -> t instanceof WorkerException w && w.kind() == WorkerErrorKind.FUNCTION ? "the function failed"
+          : "internal error";
+    };
   }
 
   static ServeException asServeException(Throwable failure) {
@@ -138,24 +216,26 @@ final class Http {
     if (t instanceof InvalidRequestException) {
       return new ServeException(400, "invalid_request", t.getMessage());
     }
-    if (t instanceof dev.thaw.pool.WorkerException w && w.kind() == dev.thaw.pool.WorkerErrorKind.CUDA_STICKY) {
+    if (t instanceof WorkerException w && w.kind() == WorkerErrorKind.CUDA_STICKY) {
       // The function's own fault (its kernel read an unmapped address, say): its worker's context is poisoned for
       // good and the worker is discarded; instances of other functions run in other processes and never see it.
-      return new ServeException(502, "device_fault", "the function faulted the GPU with a sticky CUDA error; its "
-          + "worker (pid " + w.pid() + ") is discarded and the next request starts a fresh one: " + w.detail());
+      return new ServeException(502, "device_fault", w.getMessage());
     }
     if (CudaException.stickyIn(t) != null) {
       // In this process (instances in process): CUDA here is unusable until the process ends; liveness says so.
-      return new ServeException(502, "device_fault", "the function faulted the GPU with a sticky CUDA error, which "
-          + "leaves CUDA in this server's process unusable: the server reports not live (/v2/health/live 503) until "
-          + "it is restarted: " + t.getMessage());
+      return new ServeException(502, "device_fault", t.getMessage());
     }
-    if (t instanceof dev.thaw.pool.WorkerException w && w.workerLost()) {
-      return new ServeException(502, "instance_lost", "the instance's worker was lost (" + w.kind() + "): "
-          + w.getMessage());
+    if (t instanceof WorkerException w && w.workerLost()) {
+      return new ServeException(502, "instance_lost", w.getMessage());
     }
     return new ServeException(500, "internal_error", t.getClass().getSimpleName()
         + (t.getMessage() == null ? "" : ": " + t.getMessage()));
+  }
+
+  /** The request's id ({@link #REQUEST_ID}), or {@code "-"} for one that did not pass the routers' first handler. */
+  static String requestId(RoutingContext ctx) {
+    String id = ctx.get(REQUEST_ID);
+    return id == null ? "-" : id;
   }
 
   static Throwable unwrap(Throwable t) {

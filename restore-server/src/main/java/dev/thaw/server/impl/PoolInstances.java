@@ -484,7 +484,7 @@ public final class PoolInstances implements InstanceFactory {
     private Throwable failure(Throwable e) {
       if (e instanceof WorkerException w) {
         if (w.kind() == WorkerErrorKind.INVALID_REQUEST) {
-          return new InvalidRequestException(w.getMessage());
+          return new InvalidRequestException(w.detail());
         }
         if (w.workerLost() || !worker.isAlive()) {
           healthy = false;
