@@ -441,7 +441,6 @@ public final class ServerOptions {
     json.put("wakeAhead", wakeAhead.toNanos() / 1000 + "us");
     json.put("maxWorkers", maxWorkers);
     json.put("tierPolicy", tierPolicy);
-    }
     json.put("maxConnections", maxConnections);
     json.put("headerTimeout", headerTimeout.toMillis() + "ms");
     json.put("bodyTimeout", bodyTimeout.toMillis() + "ms");
@@ -532,6 +531,7 @@ public final class ServerOptions {
     }
     if (json.hasNonNull("tierPolicy")) {
       o.setTierPolicy(json.get("tierPolicy").asText());
+    }
     if (json.has("maxConnections")) {
       o.setMaxConnections(FunctionOptions.intField(json, "maxConnections"));
     }
