@@ -17,13 +17,16 @@ import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
  * A worker's failure as a client sees it, pool-backed on the sim device: a reason, the worker's error kind and the
  * request's id, never the worker's output (what the function printed reaches its stderr, whose end the pool quotes),
- * its pid or a path; the full message is in the server's log under the same id.
+ * its pid or a path; the full message is in the server's log under the same id, and the worker's output in the pool's
+ * log under the worker's pid.
  */
 class WorkerErrorBodiesTest {
 
@@ -68,8 +71,13 @@ class WorkerErrorBodiesTest {
         String id = l.get("requestId").asText();
         String logged = log.await("request " + id + " POST /v1/functions/gate/invoke: 502 instance_lost");
         String line = logged.substring(logged.indexOf("request " + id + " POST"));
-        assertTrue(line.contains("exit status 3") && line.contains(SECRET),
-            "the log has the worker's end, its output with it, under the request's id:\n" + line);
+        Matcher pid = Pattern.compile("worker ([0-9]+)").matcher(line);
+        assertTrue(line.contains("exit status 3") && pid.find(),
+            "the log has the worker's end and its pid under the request's id:\n" + line);
+        // The worker's own output is logged once, by the pool, under that pid.
+        String poolLog = log.await("Worker " + pid.group(1) + " on device 0 lost");
+        String poolLine = poolLog.substring(poolLog.indexOf("Worker " + pid.group(1) + " on device 0 lost"));
+        assertTrue(poolLine.contains(SECRET), "the pool logs the worker's output with its pid:\n" + poolLine);
 
         HttpResponse<String> next = postJson(port, "/v1/functions/gate/invoke", "{}");
         assertEquals(200, next.statusCode(), next.body());
