@@ -269,7 +269,7 @@ final class CompletionsApi {
   }
 
   /** {@code {"error": {"message", "type", "param", "code"}}}, as OpenAI's API writes errors. */
-  private static void sendError(RoutingContext ctx, Throwable failure) {
+  static void sendError(RoutingContext ctx, Throwable failure) {
     ServeException e = Http.asServeException(failure);
     if (ctx.response().ended() || ctx.response().closed()) {
       return;
