@@ -27,6 +27,7 @@ import java.io.InputStream;
 import java.io.PrintWriter;
 import java.io.UncheckedIOException;
 import java.nio.file.Path;
+import java.util.Arrays;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
@@ -49,7 +50,8 @@ import picocli.CommandLine.Spec;
     versionProvider = ThawCli.Version.class,
     subcommands = {DemoCommand.class, ServeCommand.class, DevicesCommand.class, CheckCommand.class, BuildCommand.class, ImagesCommand.class,
         InspectCommand.class, RunCommand.class, VerifyCommand.class, RmCommand.class, GcCommand.class,
-        ExportCommand.class, ImportCommand.class, PushCommand.class, PullCommand.class, CommandLine.HelpCommand.class},
+        ExportCommand.class, ImportCommand.class, PushCommand.class, PullCommand.class, ProxyCommand.class,
+        CommandLine.HelpCommand.class},
     synopsisSubcommandLabel = "COMMAND",
     description = {
         "Thaw makes serverless GPU inference functions start in milliseconds: their",
@@ -152,6 +154,14 @@ public final class ThawCli implements Callable<Integer> {
     // The CLI speaks for itself (including "SIMULATED device"); library INFO logs would only repeat it on stderr.
     if (System.getProperty("org.slf4j.simpleLogger.defaultLogLevel") == null) {
       System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+    }
+    if (args.length > 0 && args[0].equals("proxy")) {
+      // A function pod's start is the proxy's reason to be: picocli builds its one command, not the whole tree.
+      CommandLine proxy = new CommandLine(new ProxyCommand(System.getenv()));
+      proxy.setCommandName("thaw proxy");
+      proxy.setParameterExceptionHandler(ThawCli::usageError);
+      proxy.setExecutionExceptionHandler(ThawCli::executionError);
+      System.exit(proxy.execute(Arrays.copyOfRange(args, 1, args.length)));
     }
     if (servesOnTheGpu(args, System.getenv(DeviceChoice.ENV))) {
       // cuInit costs a quarter second and needs nothing the command line says: it runs while picocli parses.

@@ -90,7 +90,12 @@ final class NativeApi {
     Http.guard(ctx, () -> {
       ObjectNode body = Http.object();
       ArrayNode fs = body.putArray("functions");
+      boolean admin = isAdmin(ctx);
       for (String n : scheduler.names()) {
+        if (!admin && registrations.tenants().owned(n)) {
+          // A tenant's function is listed to the operator only.
+          continue;
+        }
         try {
           ObjectNode s = scheduler.status(n);
           fs.addObject().put("name", n).put("image", s.get("options").get("image").asText())
