@@ -263,7 +263,10 @@ public final class ThawServer implements AutoCloseable {
     return socket;
   }
 
-  /** The port every endpoint is on (the admin endpoints only, with {@link #invokePort()}); {@link ServerOptions#NO_PORT} for none. */
+  /**
+   * The port every endpoint is on (the admin endpoints only, with {@link #invokePort()}); {@link ServerOptions#NO_PORT}
+   * for none.
+   */
   public int port() {
     return port;
   }

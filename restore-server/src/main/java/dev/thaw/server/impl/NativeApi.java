@@ -121,8 +121,8 @@ final class NativeApi {
     } catch (IllegalArgumentException e) {
       throw ServeException.badRequest(e.getMessage());
     }
-    ctx.vertx().executeBlocking(() -> registrations.register(name, options, null)).onComplete(ar -> Http.guard(ctx,
-        () -> {
+    ctx.vertx().executeBlocking(() -> registrations.registerAndSettle(name, options, null))
+        .onComplete(ar -> Http.guard(ctx, () -> {
           if (ar.failed()) {
             Http.sendError(ctx, ar.cause());
             return;

@@ -91,8 +91,8 @@ final class NodeApi {
     } catch (IllegalArgumentException e) {
       throw ServeException.badRequest(e.getMessage());
     }
-    ctx.vertx().executeBlocking(() -> registrations.register(name, options, key)).onComplete(ar -> Http.guard(ctx,
-        () -> {
+    ctx.vertx().executeBlocking(() -> registrations.registerAndSettle(name, options, key))
+        .onComplete(ar -> Http.guard(ctx, () -> {
           if (ar.failed()) {
             Http.sendError(ctx, ar.cause());
             return;

@@ -9,10 +9,14 @@ import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.server.FunctionOptions;
 import dev.thaw.server.ServeException;
 import dev.thaw.server.TenantLimits;
+import java.time.Duration;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -34,6 +38,12 @@ import org.slf4j.LoggerFactory;
 public final class Registrations implements AutoCloseable {
 
   private static final Logger LOG = LoggerFactory.getLogger("dev.thaw.server.instances");
+  /**
+   * How long a registration by reference waits for its image before it answers 202: an image the store holds
+   * already (a function registered again after the server restarted) is in within milliseconds, and then the
+   * registration answers that the function serves.
+   */
+  static final Duration SETTLE_WAIT = Duration.ofSeconds(2);
 
   private final Scheduler scheduler;
   private final ChunkStore store;
@@ -77,6 +87,36 @@ public final class Registrations implements AutoCloseable {
       register(name, options, null);
     } catch (ServeException e) {
       throw new IllegalArgumentException("function '" + name + "': " + e.getMessage(), e);
+    }
+  }
+
+  /**
+   * {@link #register}, then, while its image is being pulled, waits up to {@link #SETTLE_WAIT} for the pull to end:
+   * answers 201 or 200 when the function serves by then, else 202. Blocks; not on an event loop.
+   */
+  public Outcome registerAndSettle(String name, FunctionOptions options, String tenantKey) {
+    Outcome o = register(name, options, tenantKey);
+    Registration r;
+    synchronized (this) {
+      r = current.get(name);
+    }
+    if (o.status() != 202 || r == null) {
+      return o;
+    }
+    try {
+      r.settled.get(SETTLE_WAIT.toMillis(), TimeUnit.MILLISECONDS);
+    } catch (TimeoutException | ExecutionException e) {
+      return o;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return o;
+    }
+    synchronized (this) {
+      if (current.get(name) != r || !r.serving) {
+        return outcome(202, r, o.body().hasNonNull("token") ? o.body().get("token").asText() : null);
+      }
+      return outcome(r.replaced ? 200 : 201, r,
+          o.body().hasNonNull("token") ? o.body().get("token").asText() : null);
     }
   }
 
@@ -168,10 +208,15 @@ public final class Registrations implements AutoCloseable {
 
   /** The pull of {@code r} ended: serve its image, unless another registration replaced {@code r} meanwhile. */
   private synchronized void complete(Registration r, String tag, Throwable failed) {
-    if (current.get(r.name) != r) {
-      return;
+    try {
+      settle(r, tag, failed);
+    } finally {
+      r.settled.complete(null);
     }
-    if (failed != null) {
+  }
+
+  private void settle(Registration r, String tag, Throwable failed) {
+    if (current.get(r.name) != r || failed != null) {
       return;
     }
     try {
@@ -179,7 +224,7 @@ public final class Registrations implements AutoCloseable {
       if (r.tenant) {
         checkDevice(r, info);
       }
-      scheduler.register(r.name, r.options, info);
+      r.replaced = scheduler.register(r.name, r.options, info);
       r.serving = true;
       LOG.info("function '{}' serves {} ({})", r.name, r.options.image(), tag);
     } catch (RuntimeException e) {
@@ -205,12 +250,16 @@ public final class Registrations implements AutoCloseable {
   }
 
   private Outcome outcome(int status, Registration r, Tenants.Claim claim) {
+    return outcome(status, r, claim == null ? null : claim.token());
+  }
+
+  private Outcome outcome(int status, Registration r, String token) {
     ObjectNode body = scheduler.status(r.name);
     if (r.pull != null && !r.serving) {
       body.set("pull", r.pull.json());
     }
-    if (claim != null) {
-      body.put("token", claim.token());
+    if (token != null) {
+      body.put("token", token);
     }
     return new Outcome(status, body);
   }
@@ -247,6 +296,10 @@ public final class Registrations implements AutoCloseable {
     /** Why its image, pulled, cannot be served (a bad image, a tenant limit); null while none. */
     volatile ServeException failure;
     volatile boolean serving;
+    /** Whether serving it replaced a function of that name. */
+    volatile boolean replaced;
+    /** Completes once its pull ended and the registration acted on it. */
+    final CompletableFuture<Void> settled = new CompletableFuture<>();
 
     Registration(String name, FunctionOptions options, boolean tenant) {
       this.name = name;
