@@ -103,6 +103,8 @@ final class ProxyCommand implements Callable<Integer> {
   @Override
   public Integer call() throws Exception {
     ProxyOptions options = options();
+    // Its registrations (and why one failed) are the pod's log: INFO, where the rest of the CLI stays at WARN.
+    System.setProperty("org.slf4j.simpleLogger.log." + FunctionProxy.LOG_NAME, "info");
     PrintWriter out = spec.commandLine().getOut();
     FunctionProxy proxy = FunctionProxy.start(options);
     out.printf("proxy    %s = %s, through %s%n", options.function(), options.image(), options.socket());

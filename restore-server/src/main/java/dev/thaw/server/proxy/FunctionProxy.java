@@ -30,9 +30,11 @@ import org.slf4j.LoggerFactory;
  * function's token; then it forwards its function's routes — native invoke and state, KServe v2, OpenAI completions —
  * to the server with that token, and nothing else.
  *
- * <p>Readiness ({@code /v2/health/ready}) is the function's, asked of the server ({@code /v2/models/{name}/ready}):
- * ready once its image is pulled and an instance can start; liveness ({@code /v2/health/live}) is the proxy's own, so
- * a restarting node server does not get the pods restarted. When the server has forgotten the function (it
+ * <p>Readiness ({@code /v2/health/ready}) is the function's, asked of the server ({@code /v2/models/{name}}): ready
+ * once the server serves it (registered, its image pulled), whether or not an instance or an idle worker is there
+ * this moment — a request waits for those, and a pod taken out of service each time the pool refills would send its
+ * traffic back to Knative's activator. Liveness ({@code /v2/health/live}) is the proxy's own, so a restarting node
+ * server does not get the pods restarted. When the server has forgotten the function (it
  * restarted), the proxy registers it again and sends the request again once; when the server cannot be reached, a
  * request gets 502 {@code node_unreachable} and registration is retried, never waited for. A registration the server
  * refuses for good (a name another tenant holds, a limit, a bad reference) completes {@link #refused()}. A pull that
@@ -45,7 +47,9 @@ import org.slf4j.LoggerFactory;
  */
 public final class FunctionProxy implements AutoCloseable {
 
-  private static final Logger LOG = LoggerFactory.getLogger("dev.thaw.proxy");
+  /** The proxy's log: its registrations, and why the node server refused or could not be reached. */
+  public static final String LOG_NAME = "dev.thaw.proxy";
+  private static final Logger LOG = LoggerFactory.getLogger(LOG_NAME);
   /** The server's headers for a tenant's key and its function's token (restore-server's {@code Tenants}). */
   static final String KEY_HEADER = "Thaw-Function-Key";
   static final String TOKEN_HEADER = "Thaw-Function-Token";
@@ -358,8 +362,8 @@ public final class FunctionProxy implements AutoCloseable {
     List<String[]> headers = List.<String[]>of(new String[] {TOKEN_HEADER, t});
     String answer;
     int status;
-    try (NodeClient.Response r = node.send(new NodeClient.Request("GET", "/v2/models/" + options.function()
-        + "/ready", headers, new byte[0]))) {
+    try (NodeClient.Response r = node.send(new NodeClient.Request("GET", "/v2/models/" + options.function(), headers,
+        new byte[0]))) {
       status = r.status;
       answer = r.text();
     } catch (IOException e) {
