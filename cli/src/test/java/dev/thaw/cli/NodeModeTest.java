@@ -13,6 +13,7 @@ import dev.thaw.image.registry.TestRegistry;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.server.GateFunction;
 import dev.thaw.server.ServerFixture;
+import dev.thaw.server.TenantLimits;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.net.ConnectException;
@@ -73,10 +74,16 @@ class NodeModeTest {
     }
     socket = dir.resolve("run/thaw.sock");
     nodePort = freePort();
+    // The node runs the test's gate function for tenants too, besides its inference functions.
+    List<String> functions = new ArrayList<>(TenantLimits.DEFAULT_FUNCTIONS);
+    functions.add(GateFunction.class.getName());
+    Path config = Files.writeString(dir.resolve("node.json"), new TenantLimits().setFunctions(functions).toJson()
+        .toString().transform(t -> "{\"tenants\": " + t + "}"));
     // The node server as its DaemonSet runs it, on a store of its own that does not exist yet.
     node = Child.start(dir.resolve("node.log"), Map.of("THAW_ADMIN_TOKEN", ADMIN), "serve", "--device", "sim",
         "--socket", socket.toString(), "--port", Integer.toString(nodePort), "--store",
-        dir.resolve("node-store").toString(), "--idle-workers", "1", "--host-cache", "64m");
+        dir.resolve("node-store").toString(), "--idle-workers", "1", "--host-cache", "64m", "--config",
+        config.toString());
     node.awaitLine("listening on", 120);
   }
 

@@ -1,22 +1,32 @@
 package dev.thaw.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Iterator;
+import java.util.List;
 import java.util.Set;
+import java.util.TreeSet;
 
 /**
  * What functions registered through the node socket (by a function pod, with its tenant key) may ask of the server,
- * so that no tenant can take the node from the others: how many functions, how many instances and queued requests
- * each, how long an idle instance may keep its GPU memory, how large an image it may pull and how much device memory
- * its instances may hold together. A registration beyond a limit is refused with 403 {@code over_limit}, naming it.
+ * so that no tenant can take the node from the others or look into their functions: how many functions, how many
+ * instances and queued requests each, how long an idle instance may keep its GPU memory, how large an image it may
+ * pull, how much device memory its instances may hold together, and which function classes its images may name (the
+ * node's inference functions; never one that reads memory its caller points at, as the example memory probe does: every
+ * worker maps the node's host cache, which holds every tenant's weights). A registration beyond a limit is refused
+ * with 403 {@code over_limit}, naming it.
  * Functions the operator registers ({@code --function}, the config, the admin API) are not bound by them. Setters
  * check and are fluent; {@link #toJson()} / {@link #fromJson} are the JSON form ({@code "tenants"} of the server's
  * options):
  * <pre>{@code {"maxFunctions": 64, "maxFunctionsPerKey": 8, "maxInstances": 2, "maxMinInstances": 0,
- *  "maxQueueCapacity": 64, "maxKeepAlive": "3600s", "maxImageBytes": 68719476736, "maxDeviceBytes": 0}}</pre>
+ *  "maxQueueCapacity": 64, "maxKeepAlive": "3600s", "maxImageBytes": 68719476736, "maxDeviceBytes": 0,
+ *  "functions": ["dev.thaw.examples.mlp.MlpFunction", "dev.thaw.examples.gpt2.Gpt2Function",
+ *                "dev.thaw.examples.llama.LlamaFunction"]}}</pre>
  */
 public final class TenantLimits {
 
@@ -31,9 +41,12 @@ public final class TenantLimits {
   public static final long DEFAULT_MAX_IMAGE_BYTES = 64L << 30;
   /** Half of the smallest device's memory budget, for all of a function's instances together. */
   public static final long DEFAULT_MAX_DEVICE_BYTES = 0;
+  /** The function classes a tenant's image may name: Thaw's inference functions. */
+  public static final Set<String> DEFAULT_FUNCTIONS = Set.of("dev.thaw.examples.mlp.MlpFunction",
+      "dev.thaw.examples.gpt2.Gpt2Function", "dev.thaw.examples.llama.LlamaFunction");
 
   private static final Set<String> FIELDS = Set.of("maxFunctions", "maxFunctionsPerKey", "maxInstances",
-      "maxMinInstances", "maxQueueCapacity", "maxKeepAlive", "maxImageBytes", "maxDeviceBytes");
+      "maxMinInstances", "maxQueueCapacity", "maxKeepAlive", "maxImageBytes", "maxDeviceBytes", "functions");
 
   private int maxFunctions = DEFAULT_MAX_FUNCTIONS;
   private int maxFunctionsPerKey = DEFAULT_MAX_FUNCTIONS_PER_KEY;
@@ -43,6 +56,7 @@ public final class TenantLimits {
   private Duration maxKeepAlive = DEFAULT_MAX_KEEP_ALIVE;
   private long maxImageBytes = DEFAULT_MAX_IMAGE_BYTES;
   private long maxDeviceBytes = DEFAULT_MAX_DEVICE_BYTES;
+  private Set<String> functions = DEFAULT_FUNCTIONS;
 
   public TenantLimits() {}
 
@@ -55,6 +69,7 @@ public final class TenantLimits {
     maxKeepAlive = o.maxKeepAlive;
     maxImageBytes = o.maxImageBytes;
     maxDeviceBytes = o.maxDeviceBytes;
+    functions = o.functions;
   }
 
   public int maxFunctions() {
@@ -149,6 +164,31 @@ public final class TenantLimits {
     return this;
   }
 
+  public Set<String> functions() {
+    return functions;
+  }
+
+  /** The function classes a tenant's image may name ({@link #DEFAULT_FUNCTIONS}); empty: none. */
+  public TenantLimits setFunctions(Collection<String> classNames) {
+    if (classNames == null || classNames.stream().anyMatch(c -> c == null || c.isBlank())) {
+      throw new IllegalArgumentException("functions are class names");
+    }
+    this.functions = Set.copyOf(classNames);
+    return this;
+  }
+
+  /**
+   * Checks the function class a tenant's image names.
+   *
+   * @throws ServeException 403 {@code over_limit} when it is not one of {@link #functions()}
+   */
+  public void checkFunction(String className) {
+    if (!functions.contains(className)) {
+      throw overLimit("the image's function " + className + " is not one this node runs for tenants "
+          + new TreeSet<>(functions));
+    }
+  }
+
   /**
    * Checks what a tenant asks for a function.
    *
@@ -185,6 +225,8 @@ public final class TenantLimits {
     json.put("maxKeepAlive", maxKeepAlive.toSeconds() + "s");
     json.put("maxImageBytes", maxImageBytes);
     json.put("maxDeviceBytes", maxDeviceBytes);
+    ArrayNode f = json.putArray("functions");
+    new TreeSet<>(functions).forEach(f::add);
     return json;
   }
 
@@ -227,6 +269,20 @@ public final class TenantLimits {
     }
     if (json.has("maxDeviceBytes")) {
       l.setMaxDeviceBytes(longField(json, "maxDeviceBytes"));
+    }
+    if (json.has("functions")) {
+      JsonNode f = json.get("functions");
+      if (!f.isArray()) {
+        throw new IllegalArgumentException("'functions' is an array of class names");
+      }
+      List<String> names = new ArrayList<>();
+      for (JsonNode n : f) {
+        if (!n.isTextual()) {
+          throw new IllegalArgumentException("'functions' is an array of class names, not " + f);
+        }
+        names.add(n.asText());
+      }
+      l.setFunctions(names);
     }
     return l;
   }

@@ -93,6 +93,8 @@ public final class Registrations implements AutoCloseable {
   /**
    * {@link #register}, then, while its image is being pulled, waits up to {@link #SETTLE_WAIT} for the pull to end:
    * answers 201 or 200 when the function serves by then, else 202. Blocks; not on an event loop.
+   *
+   * @throws ServeException as {@link #register}, and 403 or 400 when the image came in and cannot be served
    */
   public Outcome registerAndSettle(String name, FunctionOptions options, String tenantKey) {
     Outcome o = register(name, options, tenantKey);
@@ -112,6 +114,12 @@ public final class Registrations implements AutoCloseable {
       return o;
     }
     synchronized (this) {
+      ServeException refused = r.failure;
+      if (current.get(name) == r && refused != null) {
+        // The image is in and cannot be served (a tenant limit, a function that does not load): the registrant hears
+        // why now. The function stays listed with the reason, as when it is found later.
+        throw refused.status() >= 500 ? new ServeException(400, refused.code(), refused.getMessage()) : refused;
+      }
       if (current.get(name) != r || !r.serving) {
         return outcome(202, r, o.body().hasNonNull("token") ? o.body().get("token").asText() : null);
       }
@@ -168,7 +176,7 @@ public final class Registrations implements AutoCloseable {
         // The store holds the image already: it serves now, or the registration is refused now.
         ImageInfo info = read(name, r.pull.result().join());
         if (r.tenant) {
-          checkDevice(r, info);
+          checkTenant(r, info);
         }
         current.put(name, r);
         boolean replaced = scheduler.register(name, r.options, info);
@@ -222,7 +230,7 @@ public final class Registrations implements AutoCloseable {
     try {
       ImageInfo info = read(r.name, tag);
       if (r.tenant) {
-        checkDevice(r, info);
+        checkTenant(r, info);
       }
       r.replaced = scheduler.register(r.name, r.options, info);
       r.serving = true;
@@ -235,8 +243,12 @@ public final class Registrations implements AutoCloseable {
     }
   }
 
-  /** A tenant's function may hold no more device memory, all its instances together, than its limit. */
-  private void checkDevice(Registration r, ImageInfo info) {
+  /**
+   * A tenant's image names a function class the node runs for tenants, and its function may hold no more device
+   * memory, all its instances together, than its limit.
+   */
+  private void checkTenant(Registration r, ImageInfo info) {
+    tenants.limits().checkFunction(info.manifest().function().className());
     long limit = tenants.limits().maxDeviceBytes();
     if (limit == 0) {
       limit = devices.stream().mapToLong(DeviceInfo::totalMemoryBytes).min().orElse(0) / 2;

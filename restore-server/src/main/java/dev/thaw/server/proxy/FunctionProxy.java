@@ -16,7 +16,7 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.SynchronousQueue;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -99,13 +99,17 @@ public final class FunctionProxy implements AutoCloseable {
    */
   public static FunctionProxy start(ProxyOptions options) {
     options.validate();
-    ThreadPoolExecutor workers = new ThreadPoolExecutor(options.maxConcurrency(), options.maxConcurrency(), 30,
-        TimeUnit.SECONDS, new LinkedBlockingQueue<>(), r -> {
+    // A thread per request in flight, made only when none is idle (a pool of fixed size would make one per request
+    // until it is full: 30 MiB of stacks after a few hundred requests), up to maxConcurrency.
+    ThreadPoolExecutor workers = new ThreadPoolExecutor(0, options.maxConcurrency(), 30, TimeUnit.SECONDS,
+        new SynchronousQueue<>(), r -> {
           Thread t = new Thread(r, "thaw-proxy");
           t.setDaemon(true);
           return t;
         });
-    workers.allowCoreThreadTimeOut(true);
+    // Its answers go out at once: with Nagle's algorithm on, a response written in two parts (head, body) waits for
+    // the client's delayed acknowledgement of the first, ~40 ms.
+    System.setProperty("sun.net.httpserver.nodelay", "true");
     HttpServer http;
     try {
       http = HttpServer.create(new InetSocketAddress(options.host(), options.port()), 128);

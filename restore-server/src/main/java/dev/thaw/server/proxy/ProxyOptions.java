@@ -21,7 +21,7 @@ public final class ProxyOptions {
   public static final Duration DEFAULT_DRAIN_TIMEOUT = Duration.ofSeconds(30);
   /** The first wait before registering again after the node server could not be reached; it doubles to 5 s. */
   public static final Duration DEFAULT_RETRY = Duration.ofMillis(100);
-  /** Requests forwarded at once, at most; more wait for a thread. */
+  /** Requests forwarded at once, at most. */
   public static final int DEFAULT_MAX_CONCURRENCY = 256;
 
   private static final Pattern NAME = Pattern.compile("[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?");
@@ -176,7 +176,10 @@ public final class ProxyOptions {
     return maxConcurrency;
   }
 
-  /** Requests forwarded at once (one thread each); more wait. */
+  /**
+   * Requests forwarded at once (one thread each, made when none is idle); a request beyond them has its connection
+   * closed. Knative's {@code containerConcurrency} keeps a pod far below it.
+   */
   public ProxyOptions setMaxConcurrency(int n) {
     if (n < 1 || n > 10_000) {
       throw new IllegalArgumentException("maxConcurrency must be 1 to 10000, not " + n);

@@ -16,6 +16,7 @@ import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.server.GateFunction;
 import dev.thaw.server.ServerFixture;
 import dev.thaw.server.ServerOptions;
+import dev.thaw.server.TenantLimits;
 import dev.thaw.server.ThawServer;
 import dev.thaw.server.impl.InProcessInstances;
 import java.io.ByteArrayInputStream;
@@ -25,6 +26,8 @@ import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.HashSet;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
@@ -106,13 +109,20 @@ class FunctionProxyTest {
     return dir.resolve("run/thaw.sock");
   }
 
+  /** A node server that runs the test's gate function for tenants too. */
   void startServer(String storeName) {
+    Set<String> functions = new HashSet<>(TenantLimits.DEFAULT_FUNCTIONS);
+    functions.add(GateFunction.class.getName());
+    startServer(storeName, new TenantLimits().setFunctions(functions));
+  }
+
+  void startServer(String storeName, TenantLimits limits) {
     if (store == null) {
       store = ServerFixture.openStore(dir.resolve(storeName));
       driver = SimDriver.open(new SimOptions());
     }
     server = ThawServer.start(new ServerOptions().setPort(0).setSocketPath(socket())
-        .setAdminToken(NodeServerTest.ADMIN), store, new InProcessInstances(driver, store));
+        .setAdminToken(NodeServerTest.ADMIN).setTenants(limits), store, new InProcessInstances(driver, store));
   }
 
   FunctionProxy startProxy(String name, String reference, String key) {
@@ -279,5 +289,14 @@ class FunctionProxyTest {
     HttpResponse<String> ready = get(other, "/v2/health/ready");
     assertEquals(503, ready.statusCode());
     assertTrue(ready.body().contains("another tenant"), ready.body());
+  }
+
+  @Test
+  void anImageWhoseFunctionTheNodeDoesNotRunForTenantsIsRefused() throws Exception {
+    startServer("node-f", new TenantLimits());
+    proxy = startProxy("gate", gateRef, KEY_A);
+    String why = proxy.refused().get(30, TimeUnit.SECONDS);
+    assertTrue(why.contains("403") && why.contains(GateFunction.class.getName())
+        && why.contains("not one this node runs for tenants"), why);
   }
 }
