@@ -6,6 +6,7 @@ import java.io.PrintWriter;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
@@ -19,8 +20,10 @@ import picocli.CommandLine.Spec;
 import sun.misc.Signal;
 
 /**
- * {@code thaw proxy}: node mode's function pod ({@link FunctionProxy}). {@link ThawCli#main} runs it without building
- * the rest of the command tree, and it loads no HTTP or JSON library: its start time is its reason to be.
+ * {@code thaw proxy}: node mode's function pod ({@link FunctionProxy}). Its start time is its reason to be: it loads no
+ * HTTP or JSON library, and {@link ThawCli#main} runs it from {@link #parseFast} without picocli (whose model of this
+ * one command costs ~90 ms of a ~250 ms start), falling back to picocli for help and for anything the fast parser does
+ * not take, which then says what is wrong. {@code ProxyCommandTest} keeps the two parsers in step.
  */
 @Command(name = "proxy",
     description = {
@@ -51,8 +54,8 @@ final class ProxyCommand implements Callable<Integer> {
   CommandSpec spec;
 
   @Option(names = "--socket", paramLabel = "PATH",
-      description = "The node server's Unix socket (default: ${DEFAULT-VALUE}).", defaultValue = "/run/thaw/thaw.sock")
-  Path socket;
+      description = "The node server's Unix socket (default: ${DEFAULT-VALUE}).", defaultValue = DEFAULT_SOCKET)
+  Path socket = Path.of(DEFAULT_SOCKET);
 
   @Option(names = "--function", required = true, paramLabel = "NAME=REFERENCE",
       description = "The function: its name on the node server and its image's registry reference.")
@@ -78,14 +81,19 @@ final class ProxyCommand implements Callable<Integer> {
   @Option(names = "--queue-capacity", paramLabel = "N", description = "Requests that may wait for an instance.")
   Integer queueCapacity;
 
-  @Option(names = "--drain-timeout", paramLabel = "DURATION", defaultValue = "30s",
+  @Option(names = "--drain-timeout", paramLabel = "DURATION", defaultValue = DEFAULT_DRAIN,
       description = "On SIGTERM, how long requests in flight may take to finish (default: ${DEFAULT-VALUE}).")
-  String drainTimeout;
+  String drainTimeout = DEFAULT_DRAIN;
 
   @Option(names = {"-h", "--help"}, usageHelp = true, description = "Show this help message and exit.")
   boolean help;
 
+  private static final String DEFAULT_SOCKET = "/run/thaw/thaw.sock";
+  private static final String DEFAULT_DRAIN = "30s";
+
   private final Map<String, String> environment;
+  private PrintWriter out;
+  private PrintWriter err;
 
   /** As a subcommand of {@code thaw}: the environment is the parent's. */
   ProxyCommand() {
@@ -100,12 +108,80 @@ final class ProxyCommand implements Callable<Integer> {
     return cli != null ? cli.env(name) : environment.get(name);
   }
 
+  /**
+   * The command with {@code args} set, parsed without picocli, or null when they hold anything but the options below
+   * as {@code --name value} or {@code --name=value} (help, a misspelling, a number that is not one).
+   */
+  static ProxyCommand parseFast(Map<String, String> environment, String[] args) {
+    ProxyCommand c = new ProxyCommand(environment);
+    try {
+      for (int i = 0; i < args.length; i++) {
+        String a = args[i];
+        int eq = a.indexOf('=');
+        String name = eq > 0 && a.startsWith("--") ? a.substring(0, eq) : a;
+        String value = eq > 0 && a.startsWith("--") ? a.substring(eq + 1) : i + 1 < args.length ? args[++i] : null;
+        if (value == null || !c.setFast(name, value)) {
+          return null;
+        }
+      }
+    } catch (NumberFormatException e) {
+      return null;
+    }
+    return c.function == null ? null : c;
+  }
+
+  /** The options {@link #parseFast} takes; false for any other name. */
+  static final List<String> FAST_OPTIONS = List.of("--socket", "--function", "--host", "--port", "--keep-alive",
+      "--max-instances", "--min-instances", "--queue-capacity", "--drain-timeout");
+
+  private boolean setFast(String name, String value) {
+    switch (name) {
+      case "--socket" -> socket = Path.of(value);
+      case "--function" -> function = value;
+      case "--host" -> host = value;
+      case "--port" -> port = Integer.valueOf(value);
+      case "--keep-alive" -> keepAlive = value;
+      case "--max-instances" -> maxInstances = Integer.valueOf(value);
+      case "--min-instances" -> minInstances = Integer.valueOf(value);
+      case "--queue-capacity" -> queueCapacity = Integer.valueOf(value);
+      case "--drain-timeout" -> drainTimeout = value;
+      default -> {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /**
+   * Runs the command parsed by {@link #parseFast}: its exit status, or null when its values are wrong (picocli parses
+   * them again and says so).
+   */
+  Integer runFast(PrintWriter out, PrintWriter err) throws Exception {
+    this.out = out;
+    this.err = err;
+    ProxyOptions options;
+    try {
+      options = options();
+    } catch (IllegalArgumentException wrong) {
+      return null;
+    }
+    return run(options);
+  }
+
   @Override
   public Integer call() throws Exception {
-    ProxyOptions options = options();
+    out = spec.commandLine().getOut();
+    err = spec.commandLine().getErr();
+    try {
+      return run(options());
+    } catch (IllegalArgumentException e) {
+      throw new ParameterException(spec.commandLine(), e.getMessage(), e);
+    }
+  }
+
+  private int run(ProxyOptions options) throws Exception {
     // Its registrations (and why one failed) are the pod's log: INFO, where the rest of the CLI stays at WARN.
     System.setProperty("org.slf4j.simpleLogger.log." + FunctionProxy.LOG_NAME, "info");
-    PrintWriter out = spec.commandLine().getOut();
     FunctionProxy proxy = FunctionProxy.start(options);
     out.printf("proxy    %s = %s, through %s%n", options.function(), options.image(), options.socket());
     out.printf("listening on http://%s:%d%n", options.host(), proxy.port());
@@ -126,7 +202,6 @@ final class ProxyCommand implements Callable<Integer> {
       Signal.handle(new Signal(signal), sig -> new Thread(stop, "thaw-proxy-drain").start());
     }
     proxy.refused().thenAccept(why -> {
-      PrintWriter err = spec.commandLine().getErr();
       err.println("thaw: " + why);
       err.flush();
       proxy.close();
@@ -139,43 +214,43 @@ final class ProxyCommand implements Callable<Integer> {
     return exit.get();
   }
 
-  private ProxyOptions options() {
+  /**
+   * @throws IllegalArgumentException naming what is wrong
+   */
+  ProxyOptions options() {
     ProxyOptions o = new ProxyOptions();
-    try {
-      int eq = function.indexOf('=');
-      if (eq <= 0) {
-        throw new IllegalArgumentException("--function takes NAME=REFERENCE, not '" + function + "'");
-      }
-      o.setFunction(function.substring(0, eq), function.substring(eq + 1));
-      o.setSocket(socket);
-      if (host != null) {
-        o.setHost(host);
-      }
-      String envPort = env("PORT");
-      if (port != null) {
-        o.setPort(port);
-      } else if (envPort != null && !envPort.isBlank()) {
-        try {
-          o.setPort(Integer.parseInt(envPort.trim()));
-        } catch (NumberFormatException e) {
-          throw new IllegalArgumentException("PORT=" + envPort + " is not a port number");
-        }
-      }
-      Map<String, Object> functionOptions = new LinkedHashMap<>();
-      functionOptions.put("keepAlive", keepAlive);
-      functionOptions.put("maxInstances", maxInstances);
-      functionOptions.put("minInstances", minInstances);
-      functionOptions.put("queueCapacity", queueCapacity);
-      functionOptions.forEach((k, v) -> {
-        if (v != null) {
-          o.putFunctionOption(k, v.toString().trim());
-        }
-      });
-      o.setDrainTimeout(ProxyOptions.parseDuration(drainTimeout, "--drain-timeout"));
-      o.setTenantKey(env("THAW_FUNCTION_KEY"));
-      return o.validate();
-    } catch (IllegalArgumentException e) {
-      throw new ParameterException(spec.commandLine(), e.getMessage(), e);
+    int eq = function.indexOf('=');
+    if (eq <= 0) {
+      throw new IllegalArgumentException("--function takes NAME=REFERENCE, not '" + function + "'");
     }
+    o.setFunction(function.substring(0, eq), function.substring(eq + 1));
+    o.setSocket(socket);
+    if (host != null) {
+      o.setHost(host);
+    }
+    String envPort = env("PORT");
+    if (port != null) {
+      o.setPort(port);
+    } else if (envPort != null && !envPort.isBlank()) {
+      try {
+        o.setPort(Integer.parseInt(envPort.trim()));
+      } catch (NumberFormatException e) {
+        throw new IllegalArgumentException("PORT=" + envPort + " is not a port number");
+      }
+    }
+    Map<String, Object> functionOptions = new LinkedHashMap<>();
+    functionOptions.put("keepAlive", keepAlive);
+    functionOptions.put("maxInstances", maxInstances);
+    functionOptions.put("minInstances", minInstances);
+    functionOptions.put("queueCapacity", queueCapacity);
+    functionOptions.forEach((k, v) -> {
+      if (v != null) {
+        o.putFunctionOption(k, v.toString().trim());
+      }
+    });
+    o.setDrainTimeout(ProxyOptions.parseDuration(drainTimeout, "--drain-timeout"));
+    o.setTenantKey(env("THAW_FUNCTION_KEY"));
+    return o.validate();
   }
+
 }

@@ -156,12 +156,7 @@ public final class ThawCli implements Callable<Integer> {
       System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
     }
     if (args.length > 0 && args[0].equals("proxy")) {
-      // A function pod's start is the proxy's reason to be: picocli builds its one command, not the whole tree.
-      CommandLine proxy = new CommandLine(new ProxyCommand(System.getenv()));
-      proxy.setCommandName("thaw proxy");
-      proxy.setParameterExceptionHandler(ThawCli::usageError);
-      proxy.setExecutionExceptionHandler(ThawCli::executionError);
-      System.exit(proxy.execute(Arrays.copyOfRange(args, 1, args.length)));
+      System.exit(proxy(Arrays.copyOfRange(args, 1, args.length)));
     }
     if (servesOnTheGpu(args, System.getenv(DeviceChoice.ENV))) {
       // cuInit costs a quarter second and needs nothing the command line says: it runs while picocli parses.
@@ -183,6 +178,34 @@ public final class ThawCli implements Callable<Integer> {
       }
     }
     System.exit(commandLine(new ThawCli()).execute(args));
+  }
+
+  /**
+   * {@code thaw proxy}: a function pod's start is its reason to be. Its own parser takes the plain options, without
+   * picocli; anything else (help, a mistake) goes to picocli with this one command, not the whole tree.
+   */
+  private static int proxy(String[] args) {
+    Map<String, String> env = System.getenv();
+    ProxyCommand fast = ProxyCommand.parseFast(env, args);
+    if (fast != null) {
+      PrintWriter out = new PrintWriter(System.out, true);
+      PrintWriter err = new PrintWriter(System.err, true);
+      try {
+        Integer exit = fast.runFast(out, err);
+        if (exit != null) {
+          return exit;
+        }
+      } catch (Exception e) {
+        // What picocli's execution handler says of it: one line (the port is taken, say).
+        err.println("thaw: " + describe(e));
+        return EXIT_FAILED;
+      }
+    }
+    CommandLine proxy = new CommandLine(new ProxyCommand(env));
+    proxy.setCommandName("thaw proxy");
+    proxy.setParameterExceptionHandler(ThawCli::usageError);
+    proxy.setExecutionExceptionHandler(ThawCli::executionError);
+    return proxy.execute(args);
   }
 
   /**

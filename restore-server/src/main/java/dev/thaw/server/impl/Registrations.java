@@ -161,7 +161,7 @@ public final class Registrations implements AutoCloseable {
     }
     try {
       if (existing != null && reference && existing.sameAs(options) && !existing.failed()) {
-        return outcome(200, existing, claim);
+        return outcome(existing.serving ? 200 : 202, existing, claim);
       }
       Registration r = new Registration(name, new FunctionOptions(options), claim != null);
       if (!reference) {
