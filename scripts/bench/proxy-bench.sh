@@ -7,7 +7,8 @@
 # straight to the node server (TCP, and its socket) and through each candidate.
 #   scripts/bench/proxy-bench.sh [THAW_HOME] [WORKDIR]     THAW_HOME: a distribution layout, default
 #                                                          distribution/target/thaw (-Pdist for Thaw's CDS archive)
-# Writes WORKDIR/results.txt (default /tmp/thaw-proxy-bench). RUNS (default 10) sets the starts per candidate.
+# Writes WORKDIR/results.txt (default /tmp/thaw-proxy-bench). RUNS (default 10) sets the starts per candidate;
+# EXTRA_JAVA_OPTS adds JVM options to the proxy's.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 home=$(cd "${1:-$repo/distribution/target/thaw}" && pwd)
@@ -41,7 +42,7 @@ done
 port=$(sed -n 's#.*listening on http://127.0.0.1:\([0-9]*\).*#\1#p' "$work/node.log")
 [[ -n "$port" ]] || { cat "$work/node.log"; exit 1; }
 
-RUNS=${RUNS:-10} python3 - "$thaw" "$work" "$port" "$addr/thaw/mlp:1" "$admin" <<'PY' | tee "$work/results.txt"
+RUNS=${RUNS:-10} EXTRA_JAVA_OPTS=${EXTRA_JAVA_OPTS:-} python3 - "$thaw" "$work" "$port" "$addr/thaw/mlp:1" "$admin" <<'PY' | tee "$work/results.txt"
 import http.client, json, os, signal, socket, statistics, subprocess, sys, time, urllib.request, urllib.error
 thaw, work, node_port, ref, admin = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 sock = work + "/thaw.sock"
@@ -51,6 +52,8 @@ body = open(work + "/mlp.json").read()
 # The JVM options of the proxy's manifest (deploy/kubernetes/node/gpt2-proxy-service.yaml).
 small = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -Xss256k -Xms8m -Xmx32m " \
         "-XX:ReservedCodeCacheSize=16m -XX:-UsePerfData -XX:+UnlockDiagnosticVMOptions -XX:ArchiveRelocationMode=0"
+# EXTRA_JAVA_OPTS adds to them, e.g. -Xshare:auto (the JDK's class-data sharing archive only, not Thaw's).
+small = (small + " " + os.environ.get("EXTRA_JAVA_OPTS", "")).strip()
 
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
@@ -110,8 +113,8 @@ for _ in range(600):
     if r.status == 200:
         break
     time.sleep(0.1)
-print("node server on 127.0.0.1:%d and %s; %d cores; load %s" % (node_port, sock, os.cpu_count(),
-      open("/proc/loadavg").read().split()[:3]))
+print("node server on 127.0.0.1:%d and %s; %d cores; load %s; proxy JVM options: %s" % (node_port, sock,
+      os.cpu_count(), open("/proc/loadavg").read().split()[:3], small))
 
 results = {}
 def thaw_proxy():
