@@ -16,7 +16,7 @@
 # Then, with the HBM tier (16 GiB), the cold rounds again: from the second cold start on, the weights come from the GPU.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/nodemode-run.sh <unpacked thaw dir>  (~6 minutes)
 # Prints the per-path lines and "proxy cost: +X ms (median of N rounds) against TCP, +Y against the socket"; exits
-# non-zero on any failed request. THAW_DEVICE=sim NODEMODE_MODEL=gpt2 make a dry run of its steps off the GPU host.
+# non-zero on any failed request. THAW_DEVICE=sim NODEMODE_MODEL=tiny make a dry run of its steps off the GPU host.
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=$(cd "${1:?usage: OUT=<dir> scripts/gpu/nodemode-run.sh <unpacked thaw dir>}" && pwd)
@@ -54,9 +54,11 @@ ref="$addr/thaw/$model:1"
 # Thaw's class-data sharing archive for this folder (seconds, once): the proxy's start is measured with it.
 [[ -r "$home/lib/thaw.jsa" || ! -x "$home/bin/thaw-cds" ]] || "$home/bin/thaw-cds" > "$OUT/cds.txt" 2>&1
 
-python3 - "$work" <<'PY'
+python3 - "$work" "$model" <<'PY'
 import json, sys
 tokens = [15718, 20896, 46414, 19723, 24521, 404, 19748, 16241, 3185, 40007, 45275, 21281, 39983, 5076, 24913, 29307]
+if sys.argv[2] == "tiny":
+    tokens = [t % 97 for t in tokens]   # the dry run's model has 97 tokens
 json.dump({"tokens": [tokens], "maxNewTokens": 1}, open(sys.argv[1] + "/gpt2.json", "w"))
 PY
 echo "== 1. build $model and push it to $ref"
@@ -212,8 +214,9 @@ PY
         await_ready 60 || { echo "not ready"; status=1; }
         t1=$(date +%s%N)
         echo "proxy start $i: $(( (t1 - t0) / 1000000 )) ms to ready; RSS $(awk '/VmRSS/ {print int($2/1024)}' \
-            /proc/$proxy_pid/status) MiB"
-      done | tee "$OUT/proxy-start.txt"
+            /proc/$proxy_pid/status) MiB ($(awk '/RssAnon/ {print int($2/1024)}' /proc/$proxy_pid/status) MiB its own)"
+      done > "$OUT/proxy-start.txt"
+      cat "$OUT/proxy-start.txt"
     fi
   fi
   kill -TERM "$proxy_pid" 2> /dev/null; wait "$proxy_pid" 2> /dev/null; proxy_pid=""
