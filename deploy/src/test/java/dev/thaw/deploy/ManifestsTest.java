@@ -164,8 +164,8 @@ class ManifestsTest {
   @Test
   void everyManifestLoadsIntoItsTypedModelWithNoUnknownField() throws IOException {
     List<KubernetesResource> all = loadAll();
-    assertEquals(List.of("ConfigMap", "RuntimeClass", "RuntimeClass", "Service", "Service", "Namespace", "NetworkPolicy",
-        "DaemonSet"),
+    assertEquals(List.of("ConfigMap", "RuntimeClass", "RuntimeClass", "Service", "Service", "Namespace",
+        "NetworkPolicy", "DaemonSet"),
         all.stream().map(r -> r.getClass().getSimpleName()).toList());
   }
 

@@ -31,6 +31,7 @@ import java.nio.file.attribute.BasicFileAttributes;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.function.Predicate;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -292,5 +293,22 @@ class NodeServerTest {
     Answer again = register("x", KEY_A, "{\"image\": \"" + ref + "\"}");
     assertEquals(202, again.status(), again.body());
     assertEquals(token, again.token());
+  }
+
+  @Test
+  void theOptionsJsonFormCarriesTheSocketThePullsAndTheTenantLimits() throws Exception {
+    ServerOptions o = ServerOptions.fromJson(ServerFixture.JSON.readTree("{\"socket\": \"/run/t.sock\", \"port\": -1, "
+        + "\"maxPulls\": 3, \"tenants\": {\"maxInstances\": 4, \"maxKeepAlive\": \"10m\", \"functions\": [\"a.B\"]}}"));
+    assertEquals(Path.of("/run/t.sock"), o.socketPath());
+    assertEquals(ServerOptions.NO_PORT, o.port());
+    assertEquals(3, o.maxPulls());
+    assertEquals(4, o.tenants().maxInstances());
+    assertEquals(600, o.tenants().maxKeepAlive().toSeconds());
+    assertEquals(Set.of("a.B"), o.tenants().functions());
+    assertEquals(TenantLimits.DEFAULT_MAX_FUNCTIONS, o.tenants().maxFunctions(), "absent fields keep their defaults");
+    assertEquals(o.toJson(), ServerOptions.fromJson(o.toJson()).toJson(), "the JSON form reads back as it was");
+    IllegalArgumentException typo = assertThrows(IllegalArgumentException.class, () -> ServerOptions.fromJson(
+        ServerFixture.JSON.readTree("{\"tenants\": {\"maxInstance\": 4}}")));
+    assertTrue(typo.getMessage().startsWith("tenants: unknown field 'maxInstance'"), typo.getMessage());
   }
 }
