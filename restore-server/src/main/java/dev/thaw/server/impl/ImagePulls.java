@@ -12,6 +12,7 @@ import dev.thaw.image.store.Digest;
 import dev.thaw.server.ServeException;
 import dev.thaw.server.TenantLimits;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
@@ -40,12 +41,14 @@ public final class ImagePulls implements AutoCloseable {
 
   private static final Logger LOG = LoggerFactory.getLogger("dev.thaw.server.instances");
   private static final String TAG_PREFIX = "sha256-";
+  /** Pulls remembered (done or failed ones beyond it are forgotten, oldest first; their images stay in the store). */
+  static final int MAX_REMEMBERED = 1024;
 
   private final ChunkStore store;
   private final RegistryOptions options;
   private final long retryAfterSeconds;
   private final ExecutorService pullers;
-  private final Map<String, Pull> pulls = new HashMap<>();
+  private final Map<String, Pull> pulls = new LinkedHashMap<>();
   /** Per local tag, the pull writing it now: a second reference to the same image waits for it. */
   private final Map<String, CompletableFuture<Void>> writing = new HashMap<>();
   private boolean closed;
@@ -89,7 +92,11 @@ public final class ImagePulls implements AutoCloseable {
       return p;
     }
     Pull fresh = new Pull(ref, maxImageBytes);
+    pulls.remove(key);
     pulls.put(key, fresh);
+    if (pulls.size() > MAX_REMEMBERED) {
+      pulls.values().removeIf(x -> x != fresh && x.result.isDone() && pulls.size() > MAX_REMEMBERED);
+    }
     try {
       pullers.execute(fresh::run);
     } catch (RejectedExecutionException e) {
