@@ -9,12 +9,14 @@
 #     the small JVM of the manifest, keep-alive 1s): the proxy registers the function by reference, the server pulls it.
 #  3. Cold starts, the instance scaled to zero before each (idle workers back, the image staged): 16 tokens in, 1 out,
 #     in rounds of three, rotating their order: through the proxy, straight to the server's TCP port (admin token),
-#     straight to its socket (the function's token). Per path the median and every sample with its Server-Timing; the
-#     proxy's cost is the median of its per-round difference to each direct path. Then warm p50 on each path.
+#     straight to its socket (the function's token), 7 rounds. Per path the median and every sample with its
+#     Server-Timing; the proxy's cost is the median of its per-round difference to each direct path (a cold start's own
+#     spread, ~1-2 ms, is in it). Then warm p50 on each path: the proxy's hop is the same warm or cold, and the warm
+#     difference measures it without the cold start's spread.
 #  4. The proxy's own start on this host: SIGTERM, a new proxy registering again (the server holds the image), from
 #     exec to ready, 5 times, and its RSS.
 # Then, with the HBM tier (16 GiB), the cold rounds again: from the second cold start on, the weights come from the GPU.
-# Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/nodemode-run.sh <unpacked thaw dir>  (~6 minutes)
+# Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/nodemode-run.sh <unpacked thaw dir>  (~8 minutes)
 # Prints the per-path lines and "proxy cost: +X ms (median of N rounds) against TCP, +Y against the socket"; exits
 # non-zero on any failed request. THAW_DEVICE=sim NODEMODE_MODEL=tiny make a dry run of its steps off the GPU host.
 set -uo pipefail
@@ -203,7 +205,7 @@ r = c.getresponse(); r.read()
 open(work + "/token", "w").write(r.getheader("Thaw-Function-Token"))
 print("registration by the same key: %d (nothing changes)" % r.status)
 PY
-    timeout 600 python3 "$work/client.py" "$work" "$node_port" "$proxy_port" "$admin" 5 | strip \
+    timeout 900 python3 "$work/client.py" "$work" "$node_port" "$proxy_port" "$admin" 7 | strip \
         | tee "$OUT/nodemode-$tier.txt" || status=1
     cp "$work/nodemode.json" "$OUT/nodemode-$tier.json" 2> /dev/null
     if [[ $tier == host-cache ]]; then
