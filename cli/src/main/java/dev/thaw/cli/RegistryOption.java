@@ -26,6 +26,15 @@ final class RegistryOption {
 
   /** The options for a registry reference, credentials read from the file the options or environment name. */
   RegistryOptions options(ThawCli cli, RegistryReference ref, CommandSpec spec) {
+    RegistryOptions o = options(cli, spec);
+    if (plainHttp) {
+      o.addPlainHttp(ref.registry());
+    }
+    return o;
+  }
+
+  /** The options for any registry, credentials read from the file the options or environment name. */
+  RegistryOptions options(ThawCli cli, CommandSpec spec) {
     RegistryOptions o = new RegistryOptions();
     try {
       if (authFile != null) {
@@ -44,9 +53,6 @@ final class RegistryOption {
       }
     } catch (IllegalArgumentException e) {
       throw new ParameterException(spec.commandLine(), e.getMessage(), e);
-    }
-    if (plainHttp) {
-      o.addPlainHttp(ref.registry());
     }
     return o;
   }

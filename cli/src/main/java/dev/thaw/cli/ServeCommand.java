@@ -4,6 +4,8 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.StrictJson;
+import dev.thaw.image.registry.RegistryOptions;
+import dev.thaw.image.registry.RegistryReference;
 import dev.thaw.image.store.Tags;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuDriver;
@@ -57,6 +59,9 @@ import picocli.CommandLine.Spec;
  * <p>Under Knative ({@code K_SERVICE} set) it obeys the runtime contract: {@code $PORT}, the {@code K_*} names on
  * every log line and metric, readiness on {@code /v2/health/ready} once the functions can serve, the store opened
  * read-only and nothing written outside {@code /tmp}, SIGTERM drain.
+ *
+ * <p>In node mode ({@code --socket PATH}) it is the node's server: function pods ({@code thaw proxy}) register their
+ * functions through the socket by registry reference, and it pulls their images into its store.
  */
 @Command(name = "serve",
     header = "Serve functions from the image store over HTTP.",
@@ -76,13 +81,17 @@ import picocli.CommandLine.Spec;
         "                      the host cache off unless it is asked for",
         "  THAW_ADMIN_TOKEN    the admin API's bearer token (default: the file",
         "                      admin-token in the store, made at first start)",
+        "  THAW_REGISTRY_AUTH  registry logins (Docker's config.json) for functions",
+        "                      registered by a registry reference",
         "",
         "Examples:",
         "  thaw build --function dev.thaw.examples.mlp.MlpFunction \\",
         "      --config '{\"layers\": [2, 16, 3]}' --tag mlp:1",
         "  thaw serve --function mlp=mlp:1",
         "  curl -s localhost:8080/v1/functions/mlp/invoke \\",
-        "      -H 'Content-Type: application/json' -d '{\"inputs\": [[0.1, 0.2]]}'"})
+        "      -H 'Content-Type: application/json' -d '{\"inputs\": [[0.1, 0.2]]}'",
+        "  thaw serve --socket /run/thaw/thaw.sock \\",
+        "      --function gpt2=registry.example.com/thaw/gpt2:large"})
 final class ServeCommand implements Callable<Integer> {
 
   @ParentCommand
@@ -108,8 +117,19 @@ final class ServeCommand implements Callable<Integer> {
       description = "A separate port for the invoke endpoints only, keeping the admin API and metrics off it.")
   Integer invokePort;
 
-  @Option(names = "--function", paramLabel = "NAME=TAG", description = "Serve the image TAG as NAME (repeatable).")
+  @Option(names = "--function", paramLabel = "NAME=TAG|REF", description = {"Serve the image TAG, or the registry",
+      "reference REF (HOST[:PORT]/REPOSITORY[:TAG]: pulled into the store first), as NAME (repeatable)."})
   Map<String, String> functions = new LinkedHashMap<>();
+
+  @Option(names = "--socket", paramLabel = "PATH", description = {"Also listen on a Unix domain socket: node mode,",
+      "where function pods (thaw proxy) register their functions and forward their requests."})
+  Path socket;
+
+  @Option(names = "--socket-only", description = "Listen on the --socket only, on no TCP port.")
+  boolean socketOnly;
+
+  @Mixin
+  RegistryOption registry;
 
   @Option(names = "--config", paramLabel = "FILE", description = "Server options as JSON (see docs/design/server.md).")
   Path config;
@@ -179,6 +199,13 @@ final class ServeCommand implements Callable<Integer> {
     if (!instances.equals("pool") && !instances.equals("in-process")) {
       throw new ParameterException(spec.commandLine(), "--instances is pool or in-process, not " + instances);
     }
+    for (Map.Entry<String, FunctionOptions> f : options.functions().entrySet()) {
+      if (readOnly && RegistryReference.looksLikeReference(f.getValue().image())) {
+        throw new ParameterException(spec.commandLine(), "function '" + f.getKey() + "': " + f.getValue().image()
+            + " is a registry reference, and the store is read-only" + (knative ? " under Knative" : "")
+            + ": pull it into the store first (thaw pull, e.g. in an init container)");
+      }
+    }
     timeline.mark("options");
     // One INFO line per request, one per cold start (the worker's phases), one per server-side failure; the rest stay
     // at the CLI's WARN.
@@ -219,7 +246,9 @@ final class ServeCommand implements Callable<Integer> {
     GpuDriver driver = null;
     InstanceFactory factory;
     try {
-      s = cli.openStore(storePath, readOnly ? StoreAccess.READ : StoreAccess.WRITE);
+      // A node server's store is its own: on a new node it is made at the first start, then filled by pulls.
+      s = cli.openStore(storePath, readOnly ? StoreAccess.READ : socket != null ? StoreAccess.CREATE
+          : StoreAccess.WRITE);
       timeline.mark("store");
       driver = join(opening);
       factory = factory(driver, s, storePath, early, prepared.join(), timeline);
@@ -261,12 +290,16 @@ final class ServeCommand implements Callable<Integer> {
       out.println(CheckCommand.SIMULATED_NOTE);
     }
     out.printf("store    %s%s%n", storePath, readOnly ? " (read-only)" : "");
+    if (server.socketPath() != null) {
+      out.printf("socket   %s (node mode: function pods register and invoke here)%n", server.socketPath());
+    }
     if (server.instances().equals("pool")) {
       out.printf("cache    %s%n", options.hostCacheBytes() == 0 ? "none (workers read the store)"
           : (options.hostCacheBytes() >> 20) + " MiB pinned host cache; images staged at registration; HBM tier "
           + (options.hbmTierBytes() >> 20) + " MiB per GPU");
     }
-    options.functions().forEach((name, f) -> out.printf("function %s = %s%n", name, f.image()));
+    options.functions().forEach((name, f) -> out.printf("function %s = %s%s%n", name, f.image(),
+        RegistryReference.looksLikeReference(f.image()) ? " (pulled in the background)" : ""));
     out.println("admin    " + (server.adminTokenFile() != null ? "bearer token in " + server.adminTokenFile()
         : options.adminToken() != null ? "bearer token from THAW_ADMIN_TOKEN or the config"
         : "no token kept (read-only store): the admin API is closed; set THAW_ADMIN_TOKEN to open it"));
@@ -383,7 +416,8 @@ final class ServeCommand implements Callable<Integer> {
         throw new ParameterException(c.spec.commandLine(), e.getMessage(), e);
       }
       // The images the server serves from its first request are prepared by each worker as it starts.
-      List<String> atStart = options.functions().values().stream().map(FunctionOptions::image).distinct()
+      List<String> atStart = options.functions().values().stream().map(FunctionOptions::image)
+          .filter(image -> !RegistryReference.looksLikeReference(image)).distinct()
           .limit(ContextPoolOptions.DEFAULT_MAX_PREPARED_IMAGES).toList();
       ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(c.idleWorkers)
           .setMaxWorkers(Math.max(options.maxWorkers(), c.idleWorkers + 1))
@@ -490,6 +524,15 @@ final class ServeCommand implements Callable<Integer> {
       if (invokePort != null) {
         o.setInvokePort(invokePort);
       }
+      if (socket != null) {
+        o.setSocketPath(socket);
+      }
+      if (socketOnly) {
+        if (o.socketPath() == null) {
+          throw new IllegalArgumentException("--socket-only needs --socket PATH");
+        }
+        o.setPort(ServerOptions.NO_PORT);
+      }
       if (hostCache != null) {
         o.setHostCacheBytes(bytes(hostCache, "--host-cache"));
       } else if (!cacheConfigured && cli.env("K_SERVICE") != null) {
@@ -522,6 +565,16 @@ final class ServeCommand implements Callable<Integer> {
         FunctionOptions existing = o.functions().get(f.getKey());
         o.addFunction(f.getKey(), (existing == null ? new FunctionOptions() : existing).setImage(f.getValue()));
       }
+      RegistryOptions pulls = registry.options(cli, spec);
+      for (FunctionOptions f : o.functions().values()) {
+        if (RegistryReference.looksLikeReference(f.image())) {
+          RegistryReference ref = RegistryOption.parse(f.image(), spec);
+          if (registry.plainHttp) {
+            pulls.addPlainHttp(ref.registry());
+          }
+        }
+      }
+      o.setRegistry(pulls);
       label(o, "service", "K_SERVICE");
       label(o, "revision", "K_REVISION");
       label(o, "configuration", "K_CONFIGURATION");

@@ -28,6 +28,7 @@ import java.io.InputStream;
 import java.io.PrintWriter;
 import java.io.UncheckedIOException;
 import java.nio.file.Path;
+import java.util.Arrays;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
@@ -50,7 +51,8 @@ import picocli.CommandLine.Spec;
     versionProvider = ThawCli.Version.class,
     subcommands = {DemoCommand.class, ServeCommand.class, DevicesCommand.class, CheckCommand.class, BuildCommand.class, ImagesCommand.class,
         InspectCommand.class, RunCommand.class, VerifyCommand.class, RmCommand.class, GcCommand.class,
-        ExportCommand.class, ImportCommand.class, PushCommand.class, PullCommand.class, CommandLine.HelpCommand.class},
+        ExportCommand.class, ImportCommand.class, PushCommand.class, PullCommand.class, ProxyCommand.class,
+        CommandLine.HelpCommand.class},
     synopsisSubcommandLabel = "COMMAND",
     description = {
         "Thaw makes serverless GPU inference functions start in milliseconds: their expensive start-up runs once, "
@@ -171,6 +173,9 @@ public final class ThawCli implements Callable<Integer> {
     if (System.getProperty("org.slf4j.simpleLogger.defaultLogLevel") == null) {
       System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
     }
+    if (args.length > 0 && args[0].equals("proxy")) {
+      System.exit(proxy(Arrays.copyOfRange(args, 1, args.length)));
+    }
     if (servesOnTheGpu(args, System.getenv(DeviceChoice.ENV))) {
       // cuInit costs a quarter second and needs nothing the command line says: it runs while picocli parses.
       GpuDrivers.openAhead(DeviceChoice.AUTO);
@@ -191,6 +196,34 @@ public final class ThawCli implements Callable<Integer> {
       }
     }
     System.exit(commandLine(new ThawCli()).execute(args));
+  }
+
+  /**
+   * {@code thaw proxy}: a function pod's start is its reason to be. Its own parser takes the plain options, without
+   * picocli; anything else (help, a mistake) goes to picocli with this one command, not the whole tree.
+   */
+  private static int proxy(String[] args) {
+    Map<String, String> env = System.getenv();
+    ProxyCommand fast = ProxyCommand.parseFast(env, args);
+    if (fast != null) {
+      PrintWriter out = new PrintWriter(System.out, true);
+      PrintWriter err = new PrintWriter(System.err, true);
+      try {
+        Integer exit = fast.runFast(out, err);
+        if (exit != null) {
+          return exit;
+        }
+      } catch (Exception e) {
+        // What picocli's execution handler says of it: one line (the port is taken, say).
+        err.println("thaw: " + describe(e));
+        return EXIT_FAILED;
+      }
+    }
+    CommandLine proxy = new CommandLine(new ProxyCommand(env));
+    proxy.setCommandName("thaw proxy");
+    proxy.setParameterExceptionHandler(ThawCli::usageError);
+    proxy.setExecutionExceptionHandler(ThawCli::executionError);
+    return proxy.execute(args);
   }
 
   /**

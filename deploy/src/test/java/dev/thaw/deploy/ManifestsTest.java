@@ -12,15 +12,19 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.dataformat.yaml.YAMLFactory;
 import com.fasterxml.jackson.dataformat.yaml.YAMLMapper;
+import dev.thaw.cli.ThawCli;
 import io.fabric8.knative.serving.v1.Service;
 import io.fabric8.kubernetes.api.model.ConfigMap;
 import io.fabric8.kubernetes.api.model.Container;
+import io.fabric8.kubernetes.api.model.EnvVar;
+import io.fabric8.kubernetes.api.model.HasMetadata;
 import io.fabric8.kubernetes.api.model.KubernetesResource;
 import io.fabric8.kubernetes.api.model.Namespace;
 import io.fabric8.kubernetes.api.model.PodSpec;
 import io.fabric8.kubernetes.api.model.Quantity;
 import io.fabric8.kubernetes.api.model.Volume;
 import io.fabric8.kubernetes.api.model.apps.DaemonSet;
+import io.fabric8.kubernetes.api.model.networking.v1.NetworkPolicy;
 import io.fabric8.kubernetes.api.model.node.v1.RuntimeClass;
 import java.io.IOException;
 import java.lang.reflect.Method;
@@ -30,17 +34,22 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.IdentityHashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
+import picocli.CommandLine;
 
 /**
  * Validates every manifest under {@code deploy/kubernetes} by loading it into Fabric8's typed Kubernetes and
  * Knative models with unknown fields refused — Fabric8 keeps unknown fields in {@code additionalProperties}
  * instead of failing, so every object of the loaded graph is also checked to have none — and then checks what
- * Thaw needs of them: the RuntimeClass, the Knative flags each service depends on, contract mode's GPU,
- * readiness path and progress deadline, node mode's socket. Nothing here ran on a cluster (deploy/README.md).
+ * Thaw needs of them: the RuntimeClasses, the Knative flags each service depends on, contract mode's GPU,
+ * readiness path and progress deadline, node mode's socket shared by the server and the proxies, the proxies holding
+ * no GPU. Every container's arguments are parsed by the {@code thaw} CLI's own command line and every {@code THAW_}
+ * variable it is given is one its command documents, so a manifest cannot name a flag or variable the code does not
+ * have. Nothing here ran on a cluster (deploy/README.md).
  */
 class ManifestsTest {
 
@@ -55,6 +64,7 @@ class ManifestsTest {
       "v1 ConfigMap", ConfigMap.class,
       "v1 Namespace", Namespace.class,
       "apps/v1 DaemonSet", DaemonSet.class,
+      "networking.k8s.io/v1 NetworkPolicy", NetworkPolicy.class,
       "serving.knative.dev/v1 Service", Service.class);
 
   private static Path findRoot() {
@@ -154,7 +164,8 @@ class ManifestsTest {
   @Test
   void everyManifestLoadsIntoItsTypedModelWithNoUnknownField() throws IOException {
     List<KubernetesResource> all = loadAll();
-    assertEquals(List.of("ConfigMap", "RuntimeClass", "Service", "Service", "Namespace", "DaemonSet"),
+    assertEquals(List.of("ConfigMap", "RuntimeClass", "RuntimeClass", "Service", "Service", "Namespace",
+        "NetworkPolicy", "DaemonSet"),
         all.stream().map(r -> r.getClass().getSimpleName()).toList());
   }
 
@@ -174,12 +185,64 @@ class ManifestsTest {
   }
 
   @Test
-  void theRuntimeClassSchedulesOntoThawNodesThroughTheNvidiaRuntime() throws IOException {
-    RuntimeClass rc = all(loadAll(), RuntimeClass.class).get(0);
-    assertEquals("thaw", rc.getMetadata().getName());
-    assertEquals("nvidia", rc.getHandler());
-    assertEquals("true", rc.getScheduling().getNodeSelector().get("thaw.dev/node"));
-    assertTrue(rc.getScheduling().getTolerations().stream().anyMatch(t -> "thaw.dev/node".equals(t.getKey())));
+  void theRuntimeClassesScheduleOntoThawNodesTheServerThroughTheNvidiaRuntimeTheProxiesWithout() throws IOException {
+    List<RuntimeClass> rcs = all(loadAll(), RuntimeClass.class);
+    assertEquals(List.of("thaw", "thaw-proxy"), rcs.stream().map(r -> r.getMetadata().getName()).toList());
+    assertEquals("nvidia", rcs.get(0).getHandler());
+    assertEquals("runc", rcs.get(1).getHandler(), "a proxy holds no GPU");
+    for (RuntimeClass rc : rcs) {
+      assertEquals("true", rc.getScheduling().getNodeSelector().get("thaw.dev/node"));
+      assertTrue(rc.getScheduling().getTolerations().stream().anyMatch(t -> "thaw.dev/node".equals(t.getKey())));
+    }
+    assertEquals(rcs.get(0).getScheduling(), rcs.get(1).getScheduling(), "proxies go where the node servers are");
+  }
+
+  /** Every container of every manifest (init containers too), by what holds it. */
+  private static Map<String, Container> containers(List<KubernetesResource> rs) {
+    Map<String, Container> all = new LinkedHashMap<>();
+    for (KubernetesResource r : rs) {
+      List<Container> cs = new ArrayList<>();
+      if (r instanceof DaemonSet d) {
+        PodSpec spec = d.getSpec().getTemplate().getSpec();
+        cs.addAll(spec.getContainers());
+        cs.addAll(spec.getInitContainers() == null ? List.of() : spec.getInitContainers());
+      } else if (r instanceof Service s) {
+        var spec = s.getSpec().getTemplate().getSpec();
+        cs.addAll(spec.getContainers());
+        cs.addAll(spec.getInitContainers() == null ? List.of() : spec.getInitContainers());
+      }
+      String owner = r.getClass().getSimpleName() + " " + ((HasMetadata) r).getMetadata().getName();
+      cs.forEach(c -> all.put(owner + "/" + c.getName(), c));
+    }
+    return all;
+  }
+
+  @Test
+  void everyContainersArgumentsParseAsTheCliAndEveryThawVariableIsOneItsCommandReads() throws IOException {
+    CommandLine thaw = new CommandLine(new ThawCli());
+    String rootHelp = thaw.getUsageMessage();
+    Map<String, Container> cs = containers(loadAll());
+    assertEquals(4, cs.size(), cs.keySet().toString());
+    for (Map.Entry<String, Container> e : cs.entrySet()) {
+      Container c = e.getValue();
+      List<String> args = c.getArgs();
+      CommandLine.ParseResult parsed;
+      try {
+        parsed = new CommandLine(new ThawCli()).parseArgs(args.toArray(String[]::new));
+      } catch (CommandLine.ParameterException ex) {
+        throw new AssertionError(e.getKey() + ": thaw " + String.join(" ", args) + ": " + ex.getMessage(), ex);
+      }
+      assertTrue(parsed.hasSubcommand(), e.getKey());
+      String help = thaw.getSubcommands().get(args.get(0)).getUsageMessage() + rootHelp;
+      for (EnvVar v : c.getEnv() == null ? List.<EnvVar>of() : c.getEnv()) {
+        if (v.getName().startsWith("THAW_")) {
+          assertTrue(help.contains(v.getName()), e.getKey() + ": thaw " + args.get(0) + " reads no " + v.getName());
+        } else {
+          assertTrue(v.getName().equals("JAVA_TOOL_OPTIONS") || v.getName().startsWith("NVIDIA_"),
+              e.getKey() + ": " + v.getName() + " is read by nothing in the container");
+        }
+      }
+    }
   }
 
   @Test
@@ -194,7 +257,8 @@ class ManifestsTest {
       String name = s.getMetadata().getName();
       if (spec.getRuntimeClassName() != null) {
         assertEquals("enabled", flags.get("kubernetes.podspec-runtimeclassname"), name);
-        assertEquals("thaw", spec.getRuntimeClassName(), name);
+        assertTrue(all(rs, RuntimeClass.class).stream()
+            .anyMatch(r -> r.getMetadata().getName().equals(spec.getRuntimeClassName())), name);
       }
       if (spec.getInitContainers() != null && !spec.getInitContainers().isEmpty()) {
         assertEquals("enabled", flags.get("kubernetes.podspec-init-containers"), name);
@@ -221,6 +285,8 @@ class ManifestsTest {
     Container thaw = spec.getContainers().get(0);
     assertEquals(List.of("serve", "--host", "0.0.0.0", "--store", "/var/lib/thaw/store", "--function",
         "gpt2=gpt2:large"), thaw.getArgs());
+    assertTrue(thaw.getEnv().stream().anyMatch(e -> e.getName().equals("JAVA_TOOL_OPTIONS")),
+        "JVM options through the JVM's own variable: the image's entrypoint is java, no launcher");
     assertEquals(new Quantity("1"), thaw.getResources().getLimits().get("nvidia.com/gpu"));
     assertEquals("/v2/health/ready", thaw.getReadinessProbe().getHttpGet().getPath());
     assertEquals(8080, thaw.getPorts().get(0).getContainerPort());
@@ -233,24 +299,55 @@ class ManifestsTest {
   }
 
   @Test
-  void nodeModeSharesOneHostSocketBetweenTheDaemonSetAndTheProxies() throws IOException {
+  void nodeModeSharesOneHostSocketBetweenTheServerAndGpuLessProxies() throws IOException {
     List<KubernetesResource> rs = loadAll();
     DaemonSet ds = all(rs, DaemonSet.class).get(0);
     PodSpec node = ds.getSpec().getTemplate().getSpec();
     assertEquals("thaw", node.getRuntimeClassName());
-    assertTrue(node.getContainers().get(0).getArgs().containsAll(List.of("--socket", "/run/thaw/thaw.sock")));
-    assertTrue(node.getContainers().get(0).getEnv().stream()
+    Container server = node.getContainers().get(0);
+    List<String> args = server.getArgs();
+    String socket = args.get(args.indexOf("--socket") + 1);
+    assertTrue(server.getEnv().stream()
         .anyMatch(e -> e.getName().equals("NVIDIA_VISIBLE_DEVICES") && e.getValue().equals("all")));
-    String hostDir = node.getVolumes().stream().filter(v -> v.getName().equals("socket")).findFirst().orElseThrow()
-        .getHostPath().getPath();
+    assertFalse(args.contains("--function"), "functions are registered by their proxies");
     assertEquals(all(rs, Namespace.class).get(0).getMetadata().getName(), ds.getMetadata().getNamespace());
+    Volume hostSocket = node.getVolumes().stream().filter(v -> v.getName().equals("socket")).findFirst().orElseThrow();
+    assertEquals(Path.of(socket).getParent().toString(), mountOf(server, "socket"), "the socket is in the host folder");
+    // The probes reach the server's TCP port, and only the monitoring namespace besides them.
+    int port = Integer.parseInt(args.get(args.indexOf("--port") + 1));
+    assertEquals("0.0.0.0", args.get(args.indexOf("--host") + 1));
+    assertEquals(port, server.getLivenessProbe().getHttpGet().getPort().getIntVal());
+    assertEquals(port, server.getReadinessProbe().getHttpGet().getPort().getIntVal());
+    NetworkPolicy np = all(rs, NetworkPolicy.class).get(0);
+    assertEquals(ds.getMetadata().getNamespace(), np.getMetadata().getNamespace());
+    assertEquals(ds.getSpec().getTemplate().getMetadata().getLabels().get("app.kubernetes.io/name"),
+        np.getSpec().getPodSelector().getMatchLabels().get("app.kubernetes.io/name"));
+    assertEquals(port, np.getSpec().getIngress().get(0).getPorts().get(0).getPort().getIntVal());
 
-    Service proxy = all(rs, Service.class).stream().filter(x -> x.getMetadata().getName().equals("gpt2-node"))
-        .findFirst().orElseThrow();
+    Service proxy = all(rs, Service.class).stream()
+        .filter(x -> "thaw-proxy".equals(x.getSpec().getTemplate().getSpec().getRuntimeClassName())).findFirst()
+        .orElseThrow();
     var spec = proxy.getSpec().getTemplate().getSpec();
-    assertEquals(hostDir, spec.getVolumes().get(0).getHostPath().getPath());
     Container c = spec.getContainers().get(0);
-    assertTrue(c.getArgs().contains("UNIX-CONNECT:/run/thaw/thaw.sock"), c.getArgs().toString());
-    assertFalse(c.getResources().getLimits().containsKey("nvidia.com/gpu"), "the node server owns the GPUs");
+    List<String> pargs = c.getArgs();
+    assertEquals("proxy", pargs.get(0));
+    assertEquals(socket, pargs.get(pargs.indexOf("--socket") + 1), "the proxy dials the server's socket");
+    assertEquals(hostSocket.getHostPath().getPath(), spec.getVolumes().get(0).getHostPath().getPath());
+    assertEquals(Path.of(socket).getParent().toString(), mountOf(c, spec.getVolumes().get(0).getName()));
+    String function = pargs.get(pargs.indexOf("--function") + 1);
+    assertTrue(function.substring(function.indexOf('=') + 1).contains("/"), "a registry reference: " + function);
+    assertEquals(server.getImage(), c.getImage(), "the image the node server runs, already on the node");
+    assertTrue(c.getResources().getLimits().keySet().stream().noneMatch(k -> k.contains("gpu")),
+        "the node server owns the GPUs");
+    EnvVar key = c.getEnv().stream().filter(e -> e.getName().equals("THAW_FUNCTION_KEY")).findFirst().orElseThrow();
+    assertNotNull(key.getValueFrom().getSecretKeyRef(), "the tenant key comes from a Secret of the namespace");
+    assertEquals("/v2/health/ready", c.getReadinessProbe().getHttpGet().getPath());
+    assertEquals("/v2/health/live", c.getLivenessProbe().getHttpGet().getPath());
+    assertEquals(8080, c.getPorts().get(0).getContainerPort(), "Knative's default $PORT");
+  }
+
+  private static String mountOf(Container c, String volume) {
+    return c.getVolumeMounts().stream().filter(m -> m.getName().equals(volume)).findFirst().orElseThrow()
+        .getMountPath();
   }
 }

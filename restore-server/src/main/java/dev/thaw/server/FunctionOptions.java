@@ -12,6 +12,10 @@ import java.util.Set;
  * requests may wait. Setters check and are fluent; {@link #toJson()} / {@link #fromJson} are the JSON form,
  * which is also the body of {@code PUT /v1/functions/{name}}:
  * <pre>{@code {"image": "mlp:1", "minInstances": 0, "maxInstances": 2, "keepAlive": "300s", "queueCapacity": 64}}</pre>
+ *
+ * <p>The image is a tag in the server's store, or a registry reference ({@code host[:port]/repository[:tag]
+ * [@sha256:...]}, always with a {@code /}; a tag never has one), which the server pulls into its store, in the
+ * image's first-access order and every chunk verified, before the function serves.
  */
 public final class FunctionOptions {
 
@@ -42,14 +46,14 @@ public final class FunctionOptions {
     this.queueCapacity = o.queueCapacity;
   }
 
-  /** The image's tag in the store. */
+  /** The image's tag in the store, or the registry reference it is pulled from. */
   public String image() {
     return image;
   }
 
   public FunctionOptions setImage(String tag) {
     if (tag == null || tag.isBlank()) {
-      throw new IllegalArgumentException("a function needs an image tag");
+      throw new IllegalArgumentException("a function needs an image tag or registry reference");
     }
     this.image = tag;
     return this;
@@ -101,7 +105,7 @@ public final class FunctionOptions {
   /** Checks the options as a whole: an image, and no more instances kept than allowed. */
   public FunctionOptions validate() {
     if (image == null) {
-      throw new IllegalArgumentException("a function needs an image tag ('image')");
+      throw new IllegalArgumentException("a function needs an image tag or registry reference ('image')");
     }
     if (minInstances > maxInstances) {
       throw new IllegalArgumentException("minInstances (" + minInstances + ") exceeds maxInstances (" + maxInstances
@@ -138,7 +142,7 @@ public final class FunctionOptions {
     FunctionOptions o = new FunctionOptions();
     if (json.has("image")) {
       if (!json.get("image").isTextual()) {
-        throw new IllegalArgumentException("'image' is an image tag, a string");
+        throw new IllegalArgumentException("'image' is an image tag or a registry reference, a string");
       }
       o.setImage(json.get("image").asText());
     }

@@ -3,6 +3,8 @@ package dev.thaw.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.registry.RegistryOptions;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Iterator;
@@ -16,12 +18,12 @@ import java.util.regex.Pattern;
  * How a {@link ThawServer} listens, guards and serves. Setters check and are fluent; {@link #toJson()} and
  * {@link #fromJson} are the JSON form ({@code thaw serve --config FILE}):
  * <pre>{@code
- * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "adminToken": null,
+ * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "socket": null, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
  *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184, "wakeAhead": "500us",
  *  "maxWorkers": 8, "tierPolicy": "recency",
  *  "maxConnections": 4096, "headerTimeout": "10s", "bodyTimeout": "30s", "idleTimeout": "60s",
- *  "labels": {"service": "mlp"},
+ *  "maxPulls": 2, "tenants": {"maxFunctions": 64, ...}, "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
  * }</pre>
  */
@@ -29,6 +31,8 @@ public final class ServerOptions {
 
   public static final String DEFAULT_HOST = "127.0.0.1";
   public static final int DEFAULT_PORT = 8080;
+  /** No TCP listener: the server listens on its {@link #socketPath()} only. */
+  public static final int NO_PORT = -1;
   /** No separate port: invoke endpoints are served on {@link #port()} with the rest. */
   public static final int NO_INVOKE_PORT = -1;
   public static final long DEFAULT_MAX_BODY_BYTES = 16L << 20;
@@ -59,11 +63,13 @@ public final class ServerOptions {
   public static final Duration DEFAULT_HEADER_TIMEOUT = Duration.ofSeconds(10);
   public static final Duration DEFAULT_BODY_TIMEOUT = Duration.ofSeconds(30);
   public static final Duration DEFAULT_IDLE_TIMEOUT = Duration.ofSeconds(60);
+  /** Image pulls from registries that run at once ({@link #maxPulls()}); more wait for one to end. */
+  public static final int DEFAULT_MAX_PULLS = 2;
 
   private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
       "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
       "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead", "maxWorkers", "tierPolicy", "maxConnections",
-      "headerTimeout", "bodyTimeout", "idleTimeout");
+      "headerTimeout", "bodyTimeout", "idleTimeout", "socket", "maxPulls", "tenants");
   private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|us|s|m)?");
 
   private String host = DEFAULT_HOST;
@@ -86,6 +92,10 @@ public final class ServerOptions {
   private Duration headerTimeout = DEFAULT_HEADER_TIMEOUT;
   private Duration bodyTimeout = DEFAULT_BODY_TIMEOUT;
   private Duration idleTimeout = DEFAULT_IDLE_TIMEOUT;
+  private Path socketPath;
+  private int maxPulls = DEFAULT_MAX_PULLS;
+  private RegistryOptions registry = new RegistryOptions();
+  private TenantLimits tenants = new TenantLimits();
   private final Map<String, String> labels = new LinkedHashMap<>();
   private final Map<String, FunctionOptions> functions = new LinkedHashMap<>();
 
@@ -112,6 +122,10 @@ public final class ServerOptions {
     headerTimeout = o.headerTimeout;
     bodyTimeout = o.bodyTimeout;
     idleTimeout = o.idleTimeout;
+    socketPath = o.socketPath;
+    maxPulls = o.maxPulls;
+    registry = new RegistryOptions(o.registry);
+    tenants = new TenantLimits(o.tenants);
     labels.putAll(o.labels);
     o.functions.forEach((k, v) -> functions.put(k, new FunctionOptions(v)));
   }
@@ -133,9 +147,12 @@ public final class ServerOptions {
     return port;
   }
 
-  /** The port for every endpoint; 0 picks a free one ({@link ThawServer#port()} says which). */
+  /**
+   * The port for every endpoint; 0 picks a free one ({@link ThawServer#port()} says which); {@link #NO_PORT} for no
+   * TCP listener at all (then a {@link #socketPath()} is needed).
+   */
   public ServerOptions setPort(int port) {
-    this.port = FunctionOptions.checkRange("port", port, 0, 65535);
+    this.port = port == NO_PORT ? port : FunctionOptions.checkRange("port", port, 0, 65535);
     return this;
   }
 
@@ -400,6 +417,57 @@ public final class ServerOptions {
     return d;
   }
 
+  public Path socketPath() {
+    return socketPath;
+  }
+
+  /**
+   * A Unix domain socket to listen on besides the TCP port (or instead of it, with {@link #NO_PORT}): node mode's
+   * listener, through which the function pods of a node register their functions and forward their requests
+   * ({@code docs/design/server.md}, "Node mode"). It serves the invoke endpoints and tenant registration only, never
+   * the admin API or metrics. The file is made at start (a stale one left by a server that died is replaced;
+   * one another server listens on is refused), readable and writable by everyone (access is by each function's
+   * credential), and removed at close. Null: none.
+   */
+  public ServerOptions setSocketPath(Path path) {
+    if (path != null && path.toString().getBytes(StandardCharsets.UTF_8).length > 107) {
+      throw new IllegalArgumentException("a socket path is at most 107 bytes (the kernel's limit), not " + path);
+    }
+    this.socketPath = path;
+    return this;
+  }
+
+  public int maxPulls() {
+    return maxPulls;
+  }
+
+  /** Pulls of registry references that run at once; more wait. */
+  public ServerOptions setMaxPulls(int n) {
+    this.maxPulls = FunctionOptions.checkRange("maxPulls", n, 1, 64);
+    return this;
+  }
+
+  /** How functions registered by a registry reference are pulled: credentials, retries, parallel transfers. */
+  public RegistryOptions registry() {
+    return registry;
+  }
+
+  /** Not part of the JSON form: credentials come from a login file ({@code THAW_REGISTRY_AUTH}), never a config. */
+  public ServerOptions setRegistry(RegistryOptions registry) {
+    this.registry = new RegistryOptions(registry);
+    return this;
+  }
+
+  /** What a function registered through the node socket may ask for. */
+  public TenantLimits tenants() {
+    return tenants;
+  }
+
+  public ServerOptions setTenants(TenantLimits limits) {
+    this.tenants = new TenantLimits(limits);
+    return this;
+  }
+
   /** Labels on every log line and metric, e.g. Knative's {@code service}, {@code revision}, {@code configuration}. */
   public Map<String, String> labels() {
     return labels;
@@ -428,6 +496,7 @@ public final class ServerOptions {
     json.put("host", host);
     json.put("port", port);
     json.put("invokePort", invokePort);
+    json.put("socket", socketPath == null ? null : socketPath.toString());
     json.put("storePath", storePath == null ? null : storePath.toString());
     json.put("adminToken", adminToken == null ? null : "(set)");
     json.put("maxBodyBytes", maxBodyBytes);
@@ -445,6 +514,8 @@ public final class ServerOptions {
     json.put("headerTimeout", headerTimeout.toMillis() + "ms");
     json.put("bodyTimeout", bodyTimeout.toMillis() + "ms");
     json.put("idleTimeout", idleTimeout.toMillis() + "ms");
+    json.put("maxPulls", maxPulls);
+    json.set("tenants", tenants.toJson());
     ObjectNode l = json.putObject("labels");
     labels.forEach(l::put);
     ObjectNode f = json.putObject("functions");
@@ -476,6 +547,22 @@ public final class ServerOptions {
     }
     if (json.has("invokePort")) {
       o.setInvokePort(FunctionOptions.intField(json, "invokePort"));
+    }
+    if (json.hasNonNull("socket")) {
+      if (!json.get("socket").isTextual()) {
+        throw new IllegalArgumentException("'socket' is a path, a string");
+      }
+      o.setSocketPath(Path.of(json.get("socket").asText()));
+    }
+    if (json.has("maxPulls")) {
+      o.setMaxPulls(FunctionOptions.intField(json, "maxPulls"));
+    }
+    if (json.has("tenants")) {
+      try {
+        o.setTenants(TenantLimits.fromJson(json.get("tenants")));
+      } catch (IllegalArgumentException e) {
+        throw new IllegalArgumentException("tenants: " + e.getMessage(), e);
+      }
     }
     if (json.hasNonNull("storePath")) {
       o.setStorePath(Path.of(json.get("storePath").asText()));

@@ -6,6 +6,8 @@ import dev.thaw.server.impl.Connections;
 import dev.thaw.server.impl.Endpoints;
 import dev.thaw.server.impl.ImageInfo;
 import dev.thaw.server.impl.ProcessMetrics;
+import dev.thaw.server.impl.ImagePulls;
+import dev.thaw.server.impl.Registrations;
 import dev.thaw.server.impl.Scheduler;
 import dev.thaw.server.spi.InstanceFactory;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
@@ -13,13 +15,19 @@ import io.vertx.core.Future;
 import io.vertx.core.Vertx;
 import io.vertx.core.http.HttpServer;
 import io.vertx.core.http.HttpServerOptions;
+import io.vertx.core.net.SocketAddress;
 import io.vertx.ext.web.Router;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.net.ConnectException;
+import java.net.UnixDomainSocketAddress;
+import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.security.SecureRandom;
 import java.time.Duration;
@@ -39,9 +47,13 @@ import java.util.concurrent.TimeoutException;
  * completions ({@code /v1/completions}) and Prometheus metrics ({@code /metrics}). {@code docs/design/server.md}
  * is the API reference.
  *
+ * <p>It listens on TCP, on a Unix domain socket ({@link ServerOptions#socketPath()}: node mode, where the function
+ * pods of a node register their functions and forward their requests), or both. A function's image is a tag in the
+ * store or a registry reference, pulled into the store before the function serves.
+ *
  * <p>Lifecycle: {@link #start} listens and registers {@link ServerOptions#functions()}; {@link #drain} refuses
- * new requests and lets queued and in-flight ones finish; {@link #close()} stops listening, evicts every instance
- * and closes the factory. The store belongs to the caller.
+ * new requests and lets queued and in-flight ones finish; {@link #close()} stops listening (and removes the socket
+ * file), stops image pulls, evicts every instance and closes the factory. The store belongs to the caller.
  */
 public final class ThawServer implements AutoCloseable {
 
@@ -50,6 +62,7 @@ public final class ThawServer implements AutoCloseable {
   private final ServerOptions options;
   private final Vertx vertx;
   private final Scheduler scheduler;
+  private final Registrations registrations;
   private final InstanceFactory factory;
   private final PrometheusMeterRegistry metrics;
   private final String adminToken;
@@ -57,15 +70,17 @@ public final class ThawServer implements AutoCloseable {
   private final List<HttpServer> servers = new ArrayList<>();
   private final List<Connections> connections = new ArrayList<>();
   private Endpoints endpoints;
-  private int port;
+  private int port = ServerOptions.NO_PORT;
   private int invokePort = ServerOptions.NO_INVOKE_PORT;
+  /** The socket file this server made, removed at close; null while none. */
+  private Path socket;
   private boolean closed;
   private StartupTimeline timeline;
   private CompletableFuture<String> httpWarmup = CompletableFuture.completedFuture("not run");
   private CompletableFuture<String> coldPathWarmup = CompletableFuture.completedFuture("not run");
 
-  private ThawServer(ServerOptions options, InstanceFactory factory, String adminToken, Path adminTokenFile,
-      Vertx vertx) {
+  private ThawServer(ServerOptions options, ChunkStore store, InstanceFactory factory, String adminToken,
+      Path adminTokenFile, Vertx vertx) {
     this.options = new ServerOptions(options);
     this.factory = factory;
     this.adminToken = adminToken;
@@ -75,15 +90,20 @@ public final class ThawServer implements AutoCloseable {
     factory.bindMetrics(metrics);
     this.scheduler = new Scheduler(factory, metrics, options.gpuMemoryBytes(), options.retryAfter(),
         options.tracesKept(), options.wakeAhead());
+    long retryAfterSeconds = Math.max(1, (options.retryAfter().toMillis() + 999) / 1000);
+    this.registrations = Registrations.create(scheduler, store,
+        new ImagePulls(store, options.registry(), options.maxPulls(), retryAfterSeconds), options.tenants());
     this.vertx = vertx != null ? vertx : Vertx.vertx();
   }
 
   /**
-   * Starts a server: resolves the admin token, registers the configured functions (each image must be in the
-   * store) and listens. Blocks until it listens.
+   * Starts a server: resolves the admin token, registers the configured functions (a tag's image must be in the
+   * store; a registry reference is pulled in the background, and its function serves once it is in) and listens.
+   * Blocks until it listens.
    *
-   * @throws IllegalArgumentException if a configured function's image is missing or unusable
-   * @throws UncheckedIOException if a port cannot be bound or the admin token cannot be written
+   * @throws IllegalArgumentException if a configured function's image is missing or unusable, or the options name
+   *     no listener (no port and no socket)
+   * @throws UncheckedIOException if a port or the socket cannot be bound or the admin token cannot be written
    */
   public static ThawServer start(ServerOptions options, ChunkStore store, InstanceFactory factory) {
     return start(options, store, factory, null);
@@ -104,40 +124,47 @@ public final class ThawServer implements AutoCloseable {
    */
   public static ThawServer start(ServerOptions options, ChunkStore store, InstanceFactory factory,
       StartupTimeline timeline, Vertx vertx) {
+    if (options.port() == ServerOptions.NO_PORT && options.socketPath() == null) {
+      throw new IllegalArgumentException("no TCP port and no socket: the server would listen nowhere");
+    }
+    if (options.port() == ServerOptions.NO_PORT && options.invokePort() != ServerOptions.NO_INVOKE_PORT) {
+      throw new IllegalArgumentException("an invoke port needs the main TCP port");
+    }
     Path tokenFile = options.adminToken() == null && options.storePath() != null
         ? options.storePath().resolve(ServerOptions.ADMIN_TOKEN_FILE) : null;
     String token = options.adminToken() != null ? options.adminToken()
         : tokenFile != null ? readOrCreateToken(tokenFile) : newToken();
-    ThawServer server = new ThawServer(options, factory, token, tokenFile, vertx);
+    ThawServer server = new ThawServer(options, store, factory, token, tokenFile, vertx);
     server.timeline = timeline;
     mark(timeline, "vertx");
     try {
       for (Map.Entry<String, FunctionOptions> f : options.functions().entrySet()) {
-        ImageInfo image;
-        try {
-          image = ImageInfo.read(store, f.getValue().image());
-        } catch (RuntimeException e) {
-          throw new IllegalArgumentException("function '" + f.getKey() + "': " + e.getMessage(), e);
-        }
-        server.scheduler.register(f.getKey(), f.getValue(), image);
+        server.registrations.registerAtStart(f.getKey(), f.getValue());
       }
       mark(timeline, "registered");
       // The server's part of a cold start, through a throwaway scheduler, beside the listen and the HTTP warm-up: a
       // Knative pod's first request may come as soon as the port is open.
       server.coldPathWarmup = ColdPathWarmup.start(factory.devices());
       server.coldPathWarmup.thenRun(() -> mark(timeline, "cold path warmed"));
-      Endpoints endpoints = new Endpoints(options, server.scheduler, store, server.metrics, token, timeline);
+      Endpoints endpoints = new Endpoints(options, server.scheduler, server.registrations, server.metrics, token,
+          timeline);
       server.endpoints = endpoints;
-      if (options.invokePort() == ServerOptions.NO_INVOKE_PORT) {
+      if (options.port() == ServerOptions.NO_PORT) {
+        // Socket only.
+      } else if (options.invokePort() == ServerOptions.NO_INVOKE_PORT) {
         server.port = server.listen(endpoints.all(server.vertx), options.port(), "http");
       } else {
         server.port = server.listen(endpoints.adminOnly(server.vertx), options.port(), "http");
         server.invokePort = server.listen(endpoints.invokeOnly(server.vertx), options.invokePort(), "invoke");
       }
+      if (options.socketPath() != null) {
+        server.listenOnSocket(endpoints.node(server.vertx), options.socketPath());
+      }
       mark(timeline, "listening");
       String host = options.host().equals("0.0.0.0") || options.host().equals("::") ? "127.0.0.1" : options.host();
-      server.httpWarmup = endpoints.warmUp(host,
-          options.invokePort() == ServerOptions.NO_INVOKE_PORT ? server.port : server.invokePort);
+      server.httpWarmup = server.port == ServerOptions.NO_PORT ? endpoints.warmUp(server.socket)
+          : endpoints.warmUp(host, options.invokePort() == ServerOptions.NO_INVOKE_PORT ? server.port
+              : server.invokePort);
       server.httpWarmup.thenRun(() -> mark(timeline, "http warmed"));
       return server;
     } catch (RuntimeException | Error e) {
@@ -174,6 +201,16 @@ public final class ThawServer implements AutoCloseable {
     return timeline;
   }
 
+  /** Options every listener shares: bounded request heads, HTTP/1.1 only, a stalled connection closed. */
+  private static HttpServerOptions httpOptions() {
+    // Without a byte either way for this long, even a connection with a request in flight is closed: a client that
+    // stopped reading its response. Heads, bodies and idle connections have the shorter deadlines of Connections.
+    // HTTP/1.1 only: with cleartext HTTP/2 on, Vert.x makes a connection known only once its first request's head is
+    // whole (to spot an h2c upgrade), and Connections could neither count nor time a head that never ends.
+    return new HttpServerOptions().setMaxInitialLineLength(8192).setMaxHeaderSize(16384)
+        .setIdleTimeout(STALLED_SECONDS).setIdleTimeoutUnit(TimeUnit.SECONDS).setHttp2ClearTextEnabled(false);
+  }
+
   /**
    * Listens on {@code port} with the routes of {@code router}, its connections bounded and timed by a {@link
    * Connections} of their own ({@code listener} tags its metrics).
@@ -181,13 +218,7 @@ public final class ThawServer implements AutoCloseable {
   private int listen(Router router, int port, String listener) {
     Connections guard = new Connections(options, metrics, listener);
     connections.add(guard);
-    // Without a byte either way for this long, even a connection with a request in flight is closed: a client that
-    // stopped reading its response. Heads, bodies and idle connections have the shorter deadlines of Connections.
-    // HTTP/1.1 only: with cleartext HTTP/2 on, Vert.x makes a connection known only once its first request's head is
-    // whole (to spot an h2c upgrade), and Connections could neither count nor time a head that never ends.
-    HttpServer http = vertx.createHttpServer(new HttpServerOptions().setHost(options.host()).setPort(port)
-        .setMaxInitialLineLength(8192).setMaxHeaderSize(16384).setIdleTimeout(STALLED_SECONDS)
-        .setIdleTimeoutUnit(TimeUnit.SECONDS).setHttp2ClearTextEnabled(false))
+    HttpServer http = vertx.createHttpServer(httpOptions().setHost(options.host()).setPort(port))
         .connectionHandler(guard::opened).exceptionHandler(guard::failed).requestHandler(guard.tracking(router));
     try {
       HttpServer bound = await(http.listen());
@@ -199,7 +230,55 @@ public final class ThawServer implements AutoCloseable {
     }
   }
 
-  /** The port every endpoint is on (the admin endpoints only, with {@link #invokePort()}). */
+  /**
+   * Listens on a Unix domain socket at {@code path} (Vert.x's NIO transport: JDK 16's {@code UnixDomainSocketAddress},
+   * no native library), made readable and writable by everyone: who may reach a function is decided by its token,
+   * not by the file. A socket file no server answers on (one that died) is replaced; a live one, or a file that is not
+   * a socket, is refused.
+   */
+  private void listenOnSocket(Router router, Path path) {
+    try {
+      Path parent = path.toAbsolutePath().getParent();
+      if (parent != null) {
+        Files.createDirectories(parent);
+      }
+      if (Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
+        BasicFileAttributes a = Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+        if (!a.isOther()) {
+          throw new IOException("it exists and is not a socket");
+        }
+        try (SocketChannel probe = SocketChannel.open(UnixDomainSocketAddress.of(path))) {
+          throw new IOException("another server listens on it");
+        } catch (ConnectException stale) {
+          Files.delete(path);
+        }
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(new IOException("cannot listen on the socket " + path + ": " + e.getMessage(),
+          e));
+    }
+    HttpServer http = vertx.createHttpServer(httpOptions()).requestHandler(router);
+    try {
+      servers.add(await(http.listen(SocketAddress.domainSocketAddress(path.toString()))));
+      socket = path;
+      Files.setPosixFilePermissions(path, PosixFilePermissions.fromString("rw-rw-rw-"));
+    } catch (ExecutionException e) {
+      throw new UncheckedIOException(new IOException("cannot listen on the socket " + path + ": "
+          + e.getCause().getMessage(), e.getCause()));
+    } catch (IOException e) {
+      throw new UncheckedIOException("cannot open the socket " + path + " to everyone: " + e.getMessage(), e);
+    }
+  }
+
+  /** The Unix domain socket this server listens on, or null. */
+  public Path socketPath() {
+    return socket;
+  }
+
+  /**
+   * The port every endpoint is on (the admin endpoints only, with {@link #invokePort()}); {@link ServerOptions#NO_PORT}
+   * for none.
+   */
   public int port() {
     return port;
   }
@@ -209,8 +288,11 @@ public final class ThawServer implements AutoCloseable {
     return invokePort;
   }
 
-  /** {@code http://host:port}. */
+  /** {@code http://host:port}, or {@code unix:PATH} when it listens on a socket only. */
   public String url() {
+    if (port == ServerOptions.NO_PORT) {
+      return "unix:" + socket;
+    }
     return "http://" + (options.host().contains(":") ? "[" + options.host() + "]" : options.host()) + ":" + port;
   }
 
@@ -272,9 +354,17 @@ public final class ThawServer implements AutoCloseable {
         // Closing anyway.
       }
     }
+    if (socket != null) {
+      try {
+        Files.deleteIfExists(socket);
+      } catch (IOException e) {
+        // The next server replaces a stale socket file.
+      }
+    }
     if (endpoints != null) {
       endpoints.close();
     }
+    registrations.close();
     scheduler.close();
     factory.close();
     try {

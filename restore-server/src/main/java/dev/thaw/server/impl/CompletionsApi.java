@@ -272,7 +272,7 @@ final class CompletionsApi {
    * {@code {"error": {"message", "type", "param", "code", "requestId"}}}, as OpenAI's API writes errors (with the
    * request's id, as every error of the server has it).
    */
-  private static void sendError(RoutingContext ctx, Throwable failure) {
+  static void sendError(RoutingContext ctx, Throwable failure) {
     if (ctx.response().ended() || ctx.response().closed()) {
       return;
     }

@@ -1,6 +1,5 @@
 package dev.thaw.server.impl;
 
-import dev.thaw.image.store.ChunkStore;
 import dev.thaw.server.ServeException;
 import dev.thaw.server.ServerOptions;
 import dev.thaw.server.StartupTimeline;
@@ -15,7 +14,9 @@ import io.vertx.ext.web.Router;
 import io.vertx.ext.web.RoutingContext;
 import io.vertx.ext.web.handler.BodyHandler;
 import java.io.IOException;
+import java.nio.file.Path;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Pattern;
@@ -25,7 +26,9 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The server's routes, on one router or split over two ports: the invoke endpoints (native invoke, KServe v2,
- * completions, health) and the rest (admin API, function state and traces, metrics). Every request is bounded
+ * completions, health) and the rest (admin API, function state and traces, metrics); and for the node socket, the
+ * invoke endpoints, a function's state and tenant registration ({@link NodeApi}), never the admin API or metrics.
+ * On every router a tenant's function answers only requests that carry its token. Every request is bounded
  * ({@link ServerOptions#maxBodyBytes()}, {@link ServerOptions#maxJsonDepth()}) and logged in one line with its
  * phases.
  */
@@ -48,6 +51,7 @@ public final class Endpoints implements AutoCloseable {
   private final PrometheusMeterRegistry metrics;
   private final ProcessMetrics processMetrics;
   private final NativeApi nativeApi;
+  private final NodeApi nodeApi;
   private final KServeApi kserve;
   private final CompletionsApi completions;
   private final String labels;
@@ -58,14 +62,12 @@ public final class Endpoints implements AutoCloseable {
   private final AtomicLong requestIds = new AtomicLong();
   private final Counter disconnects;
 
-  public Endpoints(ServerOptions options, Scheduler scheduler, ChunkStore store, PrometheusMeterRegistry metrics,
-      String adminToken) {
-    this(options, scheduler, store, metrics, adminToken, null);
-  }
-
-  /** @param timeline the process's way to its first response, logged with it; null for none */
-  public Endpoints(ServerOptions options, Scheduler scheduler, ChunkStore store, PrometheusMeterRegistry metrics,
-      String adminToken, StartupTimeline timeline) {
+  /**
+   * @param registrations how functions are registered (by the operator, and by tenants on the node socket)
+   * @param timeline the process's way to its first response, logged with it; null for none
+   */
+  public Endpoints(ServerOptions options, Scheduler scheduler, Registrations registrations,
+      PrometheusMeterRegistry metrics, String adminToken, StartupTimeline timeline) {
     this.timeline = timeline;
     this.options = options;
     this.metrics = metrics;
@@ -73,7 +75,8 @@ public final class Endpoints implements AutoCloseable {
     this.disconnects = Counter.builder("thaw.http.disconnects")
         .description("Requests whose client closed the connection before the response was sent").register(metrics);
     Http http = new Http(options.maxJsonDepth());
-    this.nativeApi = new NativeApi(scheduler, store, http, adminToken);
+    this.nativeApi = new NativeApi(scheduler, registrations, http, adminToken);
+    this.nodeApi = new NodeApi(registrations, http, nativeApi::isAdmin);
     this.kserve = new KServeApi(scheduler, http);
     this.completions = new CompletionsApi(scheduler, http);
     this.labels = options.labels().isEmpty() ? "" : " " + options.labels().entrySet().stream()
@@ -83,6 +86,7 @@ public final class Endpoints implements AutoCloseable {
   /** Every route on one router. */
   public Router all(Vertx vertx) {
     Router r = base(vertx);
+    nodeApi.guard(r);
     invokeRoutes(r);
     adminRoutes(r);
     return finish(r);
@@ -91,6 +95,7 @@ public final class Endpoints implements AutoCloseable {
   /** The invoke endpoints only, for {@link ServerOptions#invokePort()}. */
   public Router invokeOnly(Vertx vertx) {
     Router r = base(vertx);
+    nodeApi.guard(r);
     invokeRoutes(r);
     return finish(r);
   }
@@ -98,8 +103,22 @@ public final class Endpoints implements AutoCloseable {
   /** Everything but the invoke endpoints, when those have their own port. */
   public Router adminOnly(Vertx vertx) {
     Router r = base(vertx);
+    nodeApi.guard(r);
     adminRoutes(r);
     kserve.routes(r);
+    return finish(r);
+  }
+
+  /**
+   * The node socket's routes: the invoke endpoints, a function's state and traces, and tenant registration; a
+   * tenant's function only with its token.
+   */
+  public Router node(Vertx vertx) {
+    Router r = base(vertx);
+    nodeApi.guard(r);
+    nodeApi.registration(r);
+    nativeApi.state(r);
+    invokeRoutes(r);
     return finish(r);
   }
 
@@ -178,8 +197,13 @@ public final class Endpoints implements AutoCloseable {
    * Sends the server's own warm-up requests to {@code host:port} (see {@link HttpWarmup}); completes with their
    * statuses.
    */
-  public java.util.concurrent.CompletableFuture<String> warmUp(String host, int port) {
+  public CompletableFuture<String> warmUp(String host, int port) {
     return warmup.start(host, port);
+  }
+
+  /** As {@link #warmUp(String, int)}, over the node socket. */
+  public CompletableFuture<String> warmUp(Path socket) {
+    return warmup.start(socket);
   }
 
   /** Writes the request log's last lines. */

@@ -6,7 +6,11 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.net.Socket;
+import java.net.UnixDomainSocketAddress;
+import java.nio.channels.Channels;
+import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.security.SecureRandom;
 import java.util.HexFormat;
 import java.util.Locale;
@@ -39,10 +43,34 @@ final class HttpWarmup {
 
   /** Sends the requests to {@code host:port} on a thread of its own; completes with the statuses, e.g. "200 404". */
   CompletableFuture<String> start(String host, int port) {
+    return start(() -> {
+      try (Socket s = new Socket()) {
+        s.connect(new InetSocketAddress(host, port), 2000);
+        s.setSoTimeout(5000);
+        s.setTcpNoDelay(true);
+        return run(s.getOutputStream(), s.getInputStream());
+      }
+    });
+  }
+
+  /** As {@link #start(String, int)}, over the Unix domain socket at {@code socket}. */
+  CompletableFuture<String> start(Path socket) {
+    return start(() -> {
+      try (SocketChannel s = SocketChannel.open(UnixDomainSocketAddress.of(socket))) {
+        return run(Channels.newOutputStream(s), Channels.newInputStream(s));
+      }
+    });
+  }
+
+  private interface Exchange {
+    String run() throws IOException;
+  }
+
+  private CompletableFuture<String> start(Exchange exchange) {
     CompletableFuture<String> done = new CompletableFuture<>();
     Thread t = new Thread(() -> {
       try {
-        done.complete(run(host, port));
+        done.complete(exchange.run());
       } catch (IOException | RuntimeException e) {
         done.complete("not run: " + e.getMessage());
       }
@@ -52,24 +80,17 @@ final class HttpWarmup {
     return done;
   }
 
-  private String run(String host, int port) throws IOException {
+  private String run(OutputStream out, InputStream in) throws IOException {
     byte[] raw = new byte[8];
     new SecureRandom().nextBytes(raw);
     String function = "warmup-" + HexFormat.of().formatHex(raw);
     String body = "{\"inputs\": [[0.5, -1.5, 2.0]], \"maxNewTokens\": 1}";
-    try (Socket s = new Socket()) {
-      s.connect(new InetSocketAddress(host, port), 2000);
-      s.setSoTimeout(5000);
-      s.setTcpNoDelay(true);
-      OutputStream out = s.getOutputStream();
-      InputStream in = s.getInputStream();
-      String first = exchange(out, in, "GET /v2/health/ready HTTP/1.1\r\nHost: warmup\r\n" + HEADER + ": " + nonce
-          + "\r\n\r\n");
-      String second = exchange(out, in, "POST /v1/functions/" + function + "/invoke HTTP/1.1\r\nHost: warmup\r\n"
-          + HEADER + ": " + nonce + "\r\nContent-Type: application/json\r\nContent-Length: "
-          + body.getBytes(StandardCharsets.UTF_8).length + "\r\n\r\n" + body);
-      return first + " " + second;
-    }
+    String first = exchange(out, in, "GET /v2/health/ready HTTP/1.1\r\nHost: warmup\r\n" + HEADER + ": " + nonce
+        + "\r\n\r\n");
+    String second = exchange(out, in, "POST /v1/functions/" + function + "/invoke HTTP/1.1\r\nHost: warmup\r\n"
+        + HEADER + ": " + nonce + "\r\nContent-Type: application/json\r\nContent-Length: "
+        + body.getBytes(StandardCharsets.UTF_8).length + "\r\n\r\n" + body);
+    return first + " " + second;
   }
 
   /** Writes one request and reads its response (status line, headers, a Content-Length body): its status. */

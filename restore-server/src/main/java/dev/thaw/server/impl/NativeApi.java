@@ -3,7 +3,6 @@ package dev.thaw.server.impl;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.server.FunctionNames;
@@ -26,20 +25,20 @@ import java.util.Optional;
 final class NativeApi {
 
   private final Scheduler scheduler;
-  private final ChunkStore store;
+  private final Registrations registrations;
   private final Http http;
   private final byte[] adminToken;
 
-  NativeApi(Scheduler scheduler, ChunkStore store, Http http, String adminToken) {
+  NativeApi(Scheduler scheduler, Registrations registrations, Http http, String adminToken) {
     this.scheduler = scheduler;
-    this.store = store;
+    this.registrations = registrations;
     this.http = http;
     this.adminToken = adminToken.getBytes(StandardCharsets.UTF_8);
   }
 
   void admin(Router router) {
     Endpoints.get(router, "/v1/functions").handler(this::list);
-    Endpoints.get(router, "/v1/functions/:name").handler(this::get);
+    state(router);
     router.put("/v1/functions/:name").handler(ctx -> Http.guard(ctx, () -> {
       checkAdmin(ctx);
       put(ctx);
@@ -48,6 +47,11 @@ final class NativeApi {
       checkAdmin(ctx);
       delete(ctx);
     }));
+  }
+
+  /** One function's state and cold-start traces. */
+  void state(Router router) {
+    Endpoints.get(router, "/v1/functions/:name").handler(this::get);
     Endpoints.get(router, "/v1/functions/:name/trace").handler(ctx -> Http.guard(ctx,
         () -> Http.sendJson(ctx, 200, scheduler.trace(name(ctx)))));
   }
@@ -56,11 +60,17 @@ final class NativeApi {
     router.post("/v1/functions/:name/invoke").handler(ctx -> Http.guard(ctx, () -> invoke(ctx)));
   }
 
-  private void checkAdmin(RoutingContext ctx) {
+  /** True when the request carries the admin token. */
+  boolean isAdmin(RoutingContext ctx) {
     String auth = ctx.request().getHeader("Authorization");
     byte[] given = auth != null && auth.regionMatches(true, 0, "Bearer ", 0, 7)
         ? auth.substring(7).trim().getBytes(StandardCharsets.UTF_8) : new byte[0];
-    if (!MessageDigest.isEqual(given, adminToken)) {
+    return MessageDigest.isEqual(given, adminToken);
+  }
+
+  private void checkAdmin(RoutingContext ctx) {
+    if (!isAdmin(ctx)) {
+      String auth = ctx.request().getHeader("Authorization");
       throw new ServeException(401, "unauthorized", auth == null ? "the admin API needs 'Authorization: Bearer TOKEN'"
           : "the bearer token is not the admin token");
     }
@@ -80,7 +90,12 @@ final class NativeApi {
     Http.guard(ctx, () -> {
       ObjectNode body = Http.object();
       ArrayNode fs = body.putArray("functions");
+      boolean admin = isAdmin(ctx);
       for (String n : scheduler.names()) {
+        if (!admin && registrations.tenants().owned(n)) {
+          // A tenant's function is listed to the operator only.
+          continue;
+        }
         try {
           ObjectNode s = scheduler.status(n);
           fs.addObject().put("name", n).put("image", s.get("options").get("image").asText())
@@ -106,21 +121,19 @@ final class NativeApi {
     } catch (IllegalArgumentException e) {
       throw ServeException.badRequest(e.getMessage());
     }
-    ctx.vertx().executeBlocking(() -> ImageInfo.read(store, options.image())).onComplete(ar -> Http.guard(ctx, () -> {
-      if (ar.failed()) {
-        Throwable e = ar.cause();
-        throw e instanceof dev.thaw.image.ImageNotFoundException
-            ? new ServeException(404, "image_not_found", e.getMessage())
-            : new ServeException(400, "bad_image", e.getMessage());
-      }
-      boolean replaced = scheduler.register(name, options, ar.result());
-      Http.sendJson(ctx, replaced ? 200 : 201, scheduler.status(name));
-    }));
+    ctx.vertx().executeBlocking(() -> registrations.registerAndSettle(name, options, null))
+        .onComplete(ar -> Http.guard(ctx, () -> {
+          if (ar.failed()) {
+            Http.sendError(ctx, ar.cause());
+            return;
+          }
+          Http.sendJson(ctx, ar.result().status(), ar.result().body());
+        }));
   }
 
   private void delete(RoutingContext ctx) {
     String name = name(ctx);
-    Http.onContext(ctx, scheduler.unregister(name),
+    Http.onContext(ctx, registrations.unregister(name, null),
         (v, e) -> Http.sendJson(ctx, 200, Http.object().put("deleted", name)));
   }
 

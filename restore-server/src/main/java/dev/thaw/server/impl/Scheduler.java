@@ -67,6 +67,8 @@ public final class Scheduler implements AutoCloseable {
   /** Instances placed on each device, starting ones included. */
   private final int[] placed;
   private final Map<String, Deployment> deployments = new LinkedHashMap<>();
+  /** Functions registered by a registry reference whose image is still being pulled (none of them deployed). */
+  private final Map<String, Awaiting> awaiting = new LinkedHashMap<>();
   private final List<Deployment> retiring = new ArrayList<>();
   private final ScheduledExecutorService reaper;
   /** How long before a warm invoke's predicted end its event loop stops sleeping; 0: never. */
@@ -127,6 +129,7 @@ public final class Scheduler implements AutoCloseable {
     if (draining) {
       throw new ServeException(503, "draining", "the server is shutting down", retryAfterSeconds);
     }
+    awaiting.remove(name);
     Deployment d = new Deployment(name, new FunctionOptions(options), image);
     Deployment old = deployments.put(name, d);
     if (old != null) {
@@ -145,6 +148,9 @@ public final class Scheduler implements AutoCloseable {
   public synchronized CompletableFuture<Void> unregister(String name) {
     Deployment d = deployments.remove(name);
     if (d == null) {
+      if (awaiting.remove(name) != null) {
+        return CompletableFuture.completedFuture(null);
+      }
       throw ServeException.notFound(name);
     }
     retire(d);
@@ -159,13 +165,52 @@ public final class Scheduler implements AutoCloseable {
     }
   }
 
+  /**
+   * The image {@code name} serves, or empty for no such function.
+   *
+   * @throws ServeException the function's {@link Awaiting#refusal()} while its image is being pulled
+   */
   public synchronized Optional<ImageInfo> image(String name) {
     Deployment d = deployments.get(name);
+    if (d == null && awaiting.containsKey(name)) {
+      throw awaiting.get(name).refusal();
+    }
     return d == null ? Optional.empty() : Optional.of(d.image);
   }
 
   public synchronized List<String> names() {
-    return List.copyOf(deployments.keySet());
+    List<String> names = new ArrayList<>(deployments.keySet());
+    names.addAll(awaiting.keySet());
+    return names;
+  }
+
+  // ---- functions whose image is still being pulled ----
+
+  /** Why a function registered by a registry reference cannot serve yet, and its state meanwhile. */
+  public interface Awaiting {
+    /** What its requests get: 503 with Retry-After while the pull runs, 502 once it failed. */
+    ServeException refusal();
+
+    /** Its state for {@code GET /v1/functions/{name}}: {@code state} and the pull's progress or failure. */
+    ObjectNode state();
+  }
+
+  /**
+   * Lists {@code name} as a function whose image is being pulled: its requests are refused with {@code why}'s
+   * {@link Awaiting#refusal()} until {@link #register} serves it. A function of that name that serves already keeps
+   * serving its image until then.
+   */
+  public synchronized void await(String name, Awaiting why) {
+    checkOpen();
+    if (!deployments.containsKey(name)) {
+      awaiting.put(name, why);
+    }
+  }
+
+  /** The refusal a request for a function that cannot serve gets: its pull's, else 404. */
+  private ServeException missing(String name) {
+    Awaiting a = awaiting.get(name);
+    return a != null ? a.refusal() : ServeException.notFound(name);
   }
 
   /** True when the function exists and a request to it can be served: an instance is up, or one fits. */
@@ -182,7 +227,7 @@ public final class Scheduler implements AutoCloseable {
 
   /** True when every function is ready and the server is not draining. */
   public synchronized boolean ready() {
-    return !draining && deployments.keySet().stream().allMatch(this::ready);
+    return !draining && awaiting.isEmpty() && deployments.keySet().stream().allMatch(this::ready);
   }
 
   // ---- requests ----
@@ -201,7 +246,7 @@ public final class Scheduler implements AutoCloseable {
   private synchronized Pending enqueue(String name, FunctionRequest request) {
     Deployment d = deployments.get(name);
     if (d == null) {
-      throw ServeException.notFound(name);
+      throw missing(name);
     }
     if (draining) {
       throw new ServeException(503, "draining", "the server is shutting down", retryAfterSeconds);
@@ -885,6 +930,14 @@ public final class Scheduler implements AutoCloseable {
   /** A function's state for {@code GET /v1/functions/{name}}. */
   public synchronized ObjectNode status(String name) {
     Deployment d = deployments.get(name);
+    if (d == null && awaiting.containsKey(name)) {
+      ObjectNode s = NODES.objectNode();
+      s.put("name", name);
+      s.setAll(awaiting.get(name).state());
+      s.put("ready", false);
+      s.putArray("instances");
+      return s;
+    }
     if (d == null) {
       throw ServeException.notFound(name);
     }
@@ -926,7 +979,7 @@ public final class Scheduler implements AutoCloseable {
   public synchronized ObjectNode trace(String name) {
     Deployment d = deployments.get(name);
     if (d == null) {
-      throw ServeException.notFound(name);
+      throw missing(name);
     }
     return d.traces.json();
   }
@@ -958,6 +1011,7 @@ public final class Scheduler implements AutoCloseable {
       }
       metrics.removeAll();
       deployments.clear();
+      awaiting.clear();
       retiring.clear();
     }
     reaper.shutdownNow();
