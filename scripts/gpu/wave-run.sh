@@ -19,6 +19,10 @@ if [[ ! -x "$root/thaw/bin/thaw" || "$(cat "$stamp" 2>/dev/null)" != "$sum" ]]; 
   rm -rf "$root" && mkdir -p "$root" && tar xJf "$tarball" -C "$root" && echo "$sum" > "$stamp"
   # The tools tarball (a registry for registry-run.sh), when carried, unpacks over the main one.
   for tools in .device/thaw-tools-*.tar.xz; do [[ -f $tools ]] && tar xJf "$tools" -C "$root"; done
+  # A tarball made by slim-tarball.sh travels without the runtime's default class-data archive: made here.
+  if [[ ! -f "$root/thaw/runtime/lib/server/classes.jsa" ]]; then
+    "$root/thaw/runtime/bin/java" -Xshare:dump > /dev/null 2>&1 || echo "no default CDS archive: JVMs start slower"
+  fi
 fi
 home="$root/thaw"
 logs=/tmp/thaw-wave-logs

@@ -2,6 +2,7 @@ package dev.thaw.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ProgressListener;
 import dev.thaw.image.build.BuildOptions;
 import dev.thaw.image.build.FastCdcChunker;
@@ -13,6 +14,7 @@ import dev.thaw.runtime.gpu.DeviceBuffer;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.io.IOException;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -96,6 +98,26 @@ public final class ServerFixture {
     t.setDaemon(true);
     t.start();
     return f;
+  }
+
+  /**
+   * A JSON object's text without its {@code requestId}, at the top or in OpenAI's {@code error} object (every response
+   * has its own); anything else as it is.
+   */
+  public static String withoutRequestId(String body) {
+    try {
+      JsonNode n = JSON.readTree(body);
+      if (n instanceof ObjectNode o && (o.has("requestId") || o.path("error").has("requestId"))) {
+        o.remove("requestId");
+        if (o.get("error") instanceof ObjectNode e) {
+          e.remove("requestId");
+        }
+        return JSON.writeValueAsString(o);
+      }
+    } catch (IOException e) {
+      // Not JSON: compared as it is.
+    }
+    return body;
   }
 
   public static JsonNode json(HttpResponse<String> r) throws Exception {

@@ -89,7 +89,7 @@ final class NodeTraceReport {
       JsonNode w = p.path("warm");
       b.append(" | ").append(w.path("n").asInt() == 0 ? "—" : String.format(Locale.ROOT, "%.2f / %.2f",
           w.path("p50").asDouble(), w.path("p99").asDouble()));
-      b.append(String.format(Locale.ROOT, " | %.0f%% / %.0f%% | %.1f | %.1f | %.0f, %.0f, %.0f | %.0f / %.0f |%n",
+      b.append(String.format(Locale.ROOT, " | %.0f%% / %.0f%% | %.3f | %.3f | %.0f, %.0f, %.0f | %.1f / %.1f |%n",
           100 * p.path("hbmHitRate").asDouble(), 100 * p.path("hostCacheHitRate").asDouble(),
           p.path("bytesMovedPerRequest").asDouble() / 1e6, p.path("storeBytesReadPerRequest").asDouble() / 1e6,
           p.path("evictions").path("keep_alive").asDouble(), p.path("evictions").path("memory").asDouble(),

@@ -201,8 +201,9 @@ final class Http {
       case "no_worker" -> "no worker is free now";
       case "draining" -> "the server is shutting down";
       case "no_tokenizer" -> "the model's tokenizer is not available";
-      // The server's own words: the image's tag and the chunk's digest; the output and the signature it breaks.
-      case "image_damaged", "bad_function_output" -> e.getMessage();
+      // The server's own words: the image's tag and the chunk's digest; the output and the signature it breaks; the
+      // reference a tenant registered and the registry's answer.
+      case "image_damaged", "bad_function_output", "image_pull_failed" -> e.getMessage();
       default -> t instanceof WorkerException w && w.kind() == WorkerErrorKind.FUNCTION ? "the function failed"
           : "internal error";
     };

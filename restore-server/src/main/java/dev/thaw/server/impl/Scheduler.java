@@ -52,6 +52,8 @@ public final class Scheduler implements AutoCloseable {
   static final long REAP_PERIOD_MILLIS = 100;
   /** How often a request whose instance was gone before it was sent goes to another one. */
   static final int RESENDS = 2;
+  /** How long requests wait for busy instances to leave room before they get 503. */
+  static final Duration PLACEMENT_WAIT = Duration.ofSeconds(30);
   private static final Logger LOG = LoggerFactory.getLogger(Scheduler.class);
   /** Wake-ahead spins only while at most this many instances invoke: a quarter of the cores. */
   static final int WAKE_AHEAD_MAX_INVOKING = Math.max(1, Runtime.getRuntime().availableProcessors() / 4);
@@ -399,6 +401,8 @@ public final class Scheduler implements AutoCloseable {
     String lastStartFailure;
     /** Its image failed an integrity check: requests are refused with this until it is registered again. */
     ImageDamage damage;
+    /** When its queued requests began to wait for room (memory or an instance slot) on a device; 0: not waiting. */
+    long waitingForRoom;
     /** Its warm invokes' length, smoothed: the wake-ahead's prediction; 0: none yet. */
     long invokeNanos;
 
@@ -468,14 +472,51 @@ public final class Scheduler implements AutoCloseable {
   private void scaleOut(Deployment d) {
     while (d.queue.size() > d.startingCount() && d.slots.size() < d.options.maxInstances()) {
       if (place(d).isEmpty()) {
-        if (d.slots.isEmpty()) {
+        if (d.slots.isEmpty() && !fits(d.image)) {
           d.meters.noMemory.increment();
-          failQueue(d, new ServeException(503, "no_capacity", "function '" + d.name + "' needs "
-              + mib(d.image.deviceBytes()) + " of device memory" + (factory.sharedAddressSpace()
-              ? " at its recorded addresses" : "") + " and an instance slot; busy instances hold "
-              + (memoryFree(d.image) ? "every slot" : "the memory") + " now", retryAfterSeconds));
+          failQueue(d, noRoom(d));
+        } else if (d.slots.isEmpty() && d.waitingForRoom == 0) {
+          // Busy instances hold the memory or the slots: the requests wait for one of them to finish (then it is idle
+          // and can be evicted for them), at most PLACEMENT_WAIT.
+          d.waitingForRoom = System.nanoTime();
         }
         return;
+      }
+    }
+    d.waitingForRoom = 0;
+  }
+
+  private ServeException noRoom(Deployment d) {
+    return new ServeException(503, "no_capacity", "function '" + d.name + "' needs " + mib(d.image.deviceBytes())
+        + " of device memory" + (factory.sharedAddressSpace() ? " at its recorded addresses" : "")
+        + " and an instance slot; busy instances hold " + (memoryFree(d.image) ? "every slot" : "the memory")
+        + " now", retryAfterSeconds);
+  }
+
+  /**
+   * Room may have freed (an instance finished or left): functions whose requests wait for it are placed, the one
+   * that has waited longest first.
+   */
+  private void placeWaiting() {
+    List<Deployment> waiting = new ArrayList<>();
+    for (Deployment d : deployments.values()) {
+      if (d.waitingForRoom != 0) {
+        waiting.add(d);
+      }
+    }
+    waiting.sort(Comparator.comparingLong(d -> d.waitingForRoom));
+    for (Deployment d : waiting) {
+      scaleOut(d);
+    }
+  }
+
+  /** Requests that waited {@link #PLACEMENT_WAIT} for room get 503; the rest wait on. */
+  private void expireWaiting(long now) {
+    for (Deployment d : deployments.values()) {
+      if (d.waitingForRoom != 0 && now - d.waitingForRoom > PLACEMENT_WAIT.toNanos() && d.slots.isEmpty()) {
+        d.waitingForRoom = 0;
+        d.meters.noMemory.increment();
+        failQueue(d, noRoom(d));
       }
     }
   }
@@ -611,6 +652,7 @@ public final class Scheduler implements AutoCloseable {
     d.meters.evicted("lost");
     ensureMinimum(d);
     scaleOut(d);
+    placeWaiting();
   }
 
   private void startFailed(Slot slot, Throwable e) {
@@ -630,6 +672,7 @@ public final class Scheduler implements AutoCloseable {
     } else {
       scaleOut(d);
     }
+    placeWaiting();
     finishRetire(d);
     checkDrained();
   }
@@ -778,6 +821,9 @@ public final class Scheduler implements AutoCloseable {
       } else {
         following = next(slot);
       }
+      if (following == null) {
+        placeWaiting();
+      }
       checkDrained();
     }
     if (following != null) {
@@ -882,6 +928,7 @@ public final class Scheduler implements AutoCloseable {
       return;
     }
     long now = System.nanoTime();
+    expireWaiting(now);
     for (Deployment d : List.copyOf(deployments.values())) {
       for (Slot s : List.copyOf(d.slots)) {
         if (d.slots.size() <= d.options.minInstances()) {
@@ -894,6 +941,7 @@ public final class Scheduler implements AutoCloseable {
       }
       ensureMinimum(d);
     }
+    placeWaiting();
   }
 
   /** Instances of every function named {@code name} (one being replaced included) in {@code state}: a gauge. */
