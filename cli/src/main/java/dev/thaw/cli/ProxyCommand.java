@@ -26,13 +26,14 @@ import sun.misc.Signal;
  * not take, which then says what is wrong. {@code ProxyCommandTest} keeps the two parsers in step.
  */
 @Command(name = "proxy",
+    header = "Forward one function's requests to the node server (node mode's function pod).",
     description = {
-        "Node mode's function pod: register one function with the node server",
-        "(thaw serve --socket) through its Unix socket, then forward that function's",
-        "routes to it (native invoke and state, KServe v2, OpenAI completions) with the",
-        "token the server handed over. Holds no GPU. Readiness (/v2/health/ready) is the",
-        "function's, asked of the node server. Runs until SIGTERM or SIGINT, then drains",
-        "and exits 0; exits 1 when the node server refuses the registration.",
+        "Registers one function with the node server (thaw serve --socket) through its Unix socket, then forwards "
+            + "that function's routes to it (native invoke and state, KServe v2, OpenAI completions) with the token "
+            + "the server handed over.",
+        "Holds no GPU. Readiness (/v2/health/ready) is the function's, asked of the node server.",
+        "Runs until SIGTERM or SIGINT, then drains and exits 0; exits 1 when the node server refuses the "
+            + "registration.",
         ""},
     footerHeading = "%nEnvironment:%n",
     footer = {

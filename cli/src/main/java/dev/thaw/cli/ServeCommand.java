@@ -117,12 +117,12 @@ final class ServeCommand implements Callable<Integer> {
       description = "A separate port for the invoke endpoints only, keeping the admin API and metrics off it.")
   Integer invokePort;
 
-  @Option(names = "--function", paramLabel = "NAME=TAG|REF", description = {"Serve the image TAG, or the registry",
-      "reference REF (HOST[:PORT]/REPOSITORY[:TAG]: pulled into the store first), as NAME (repeatable)."})
+  @Option(names = "--function", paramLabel = "NAME=TAG|REF", description = {"Serve the image TAG as NAME (repeatable).",
+      "REF, a registry reference (HOST[:PORT]/REPOSITORY[:TAG]), is pulled into the store first."})
   Map<String, String> functions = new LinkedHashMap<>();
 
-  @Option(names = "--socket", paramLabel = "PATH", description = {"Also listen on a Unix domain socket: node mode,",
-      "where function pods (thaw proxy) register their functions and forward their requests."})
+  @Option(names = "--socket", paramLabel = "PATH", description = {"Also listen on a Unix domain socket (node mode).",
+      "Function pods (thaw proxy) register their functions and forward their requests through it."})
   Path socket;
 
   @Option(names = "--socket-only", description = "Listen on the --socket only, on no TCP port.")
@@ -144,13 +144,13 @@ final class ServeCommand implements Callable<Integer> {
   int idleWorkers;
 
   @Option(names = "--max-workers", paramLabel = "N",
-      description = {"Worker processes the pool keeps per device, idle and in use (default: maxWorkers of the",
-          "config, else 8); instances at once per device are this less the idle workers."})
+      description = {"Worker processes the pool keeps per device, idle and in use (default: 8, or the config's).",
+          "Instances at once on a device are this less the idle workers."})
   Integer maxWorkers;
 
   @Option(names = "--tier-policy", paramLabel = "recency|registration",
-      description = {"What the host cache, HBM tier and prepared workers keep: by cold-start recency (the default)",
-          "or everything at registration, evicting the least recently used (the baseline)."})
+      description = {"What the host cache, the HBM tier and blank workers keep: recency (the default) or registration.",
+          "recency: cold starts decide; registration stages every image as it comes (the baseline)."})
   String tierPolicy;
 
   @Option(names = "--host-cache", paramLabel = "SIZE",

@@ -94,6 +94,8 @@ import picocli.CommandLine.Spec;
         "  K_SERVICE, K_REVISION, K_CONFIGURATION",
         "                      serve under Knative: labels on every log line and",
         "                      metric; K_SERVICE also opens the store read-only",
+        "  THAW_FUNCTION_KEY   proxy: the tenant key its function is registered with",
+        "                      on the node server (node mode)",
         "  THAW_PRELAUNCH      serve: 0 starts the pool's first worker after the",
         "                      options are parsed instead of before",
         "",

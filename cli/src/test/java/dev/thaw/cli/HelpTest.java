@@ -90,7 +90,9 @@ class HelpTest {
   void everyFunctionClassTheHelpOrTheReadmeNamesExists() throws Exception {
     StringBuilder all = new StringBuilder(Files.readString(readme()));
     everyCommand().forEach(c -> all.append(help(c)));
-    Matcher m = Pattern.compile("--function (?:[a-z0-9]+=)?([a-z][a-z0-9_]*(?:\\.[a-zA-Z0-9_]+)+)").matcher(all);
+    // A class name, not a registry reference (serve --function NAME=HOST/REPOSITORY:TAG).
+    Matcher m = Pattern.compile("--function (?:[a-z0-9]+=)?([a-z][a-z0-9_]*(?:\\.[a-zA-Z0-9_]+)+)(?![/:.\\w])")
+        .matcher(all);
     int named = 0;
     while (m.find()) {
       Class.forName(m.group(1)); // throws if it does not exist

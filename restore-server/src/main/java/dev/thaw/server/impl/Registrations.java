@@ -86,7 +86,9 @@ public final class Registrations implements AutoCloseable {
     try {
       register(name, options, null);
     } catch (ServeException e) {
-      throw new IllegalArgumentException("function '" + name + "': " + e.getMessage(), e);
+      // An image that is not in the store is said as such: thaw serve exits 4 for it, as every command does.
+      Throwable why = e.code().equals("image_not_found") ? new ImageNotFoundException(options.image()) : e;
+      throw new IllegalArgumentException("function '" + name + "': " + e.getMessage(), why);
     }
   }
 
