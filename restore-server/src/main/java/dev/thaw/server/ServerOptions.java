@@ -3,6 +3,7 @@ package dev.thaw.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.pool.PlacementCosts;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Iterator;
@@ -19,7 +20,7 @@ import java.util.regex.Pattern;
  * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
  *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184, "wakeAhead": "500us",
- *  "maxWorkers": 8, "tierPolicy": "recency",
+ *  "maxWorkers": 8, "tierPolicy": "recency", "maxHelpers": 3, "helperShare": 1.0,
  *  "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
  * }</pre>
@@ -53,10 +54,18 @@ public final class ServerOptions {
   public static final int DEFAULT_MAX_WORKERS = 8;
   /** {@link #tierPolicy()}: what the node keeps in its tiers, by cold-start recency. */
   public static final String DEFAULT_TIER_POLICY = "recency";
+  /** {@link #maxHelpers()}: other devices' links one cold start may borrow. */
+  public static final int DEFAULT_MAX_HELPERS = PlacementCosts.DEFAULT_MAX_HELPERS;
+  /**
+   * {@link #helperShare()}: an idle helper lends its whole link. The GPU run ({@code scripts/gpu/multilink-run.sh})
+   * measures what that costs a warm function on the helper; lower it if that is over 5% of its warm latency.
+   */
+  public static final double DEFAULT_HELPER_SHARE = PlacementCosts.DEFAULT_HELPER_SHARE;
 
   private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
       "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
-      "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead", "maxWorkers", "tierPolicy");
+      "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead", "maxWorkers", "tierPolicy", "maxHelpers",
+      "helperShare");
   private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|us|s|m)?");
 
   private String host = DEFAULT_HOST;
@@ -75,6 +84,8 @@ public final class ServerOptions {
   private Duration wakeAhead = DEFAULT_WAKE_AHEAD;
   private int maxWorkers = DEFAULT_MAX_WORKERS;
   private String tierPolicy = DEFAULT_TIER_POLICY;
+  private int maxHelpers = DEFAULT_MAX_HELPERS;
+  private double helperShare = DEFAULT_HELPER_SHARE;
   private final Map<String, String> labels = new LinkedHashMap<>();
   private final Map<String, FunctionOptions> functions = new LinkedHashMap<>();
 
@@ -97,6 +108,8 @@ public final class ServerOptions {
     wakeAhead = o.wakeAhead;
     maxWorkers = o.maxWorkers;
     tierPolicy = o.tierPolicy;
+    maxHelpers = o.maxHelpers;
+    helperShare = o.helperShare;
     labels.putAll(o.labels);
     o.functions.forEach((k, v) -> functions.put(k, new FunctionOptions(v)));
   }
@@ -290,6 +303,38 @@ public final class ServerOptions {
     return this;
   }
 
+  public int maxHelpers() {
+    return maxHelpers;
+  }
+
+  /**
+   * How many other GPUs' links one pool-backed cold start may borrow besides its own ({@link #DEFAULT_MAX_HELPERS};
+   * 0: each start through its own GPU's link alone). A start restoring from the host cache stages part of its image
+   * through idle GPUs' links and pulls it over NVLink; a GPU counts as idle when no instance there is starting, serving
+   * a request or served one within the last 100 ms. Each idle worker keeps a context and a 128 MiB ring on each of
+   * that many other GPUs ({@code docs/design/memory-tiers.md}, "Under the PCIe floor").
+   */
+  public ServerOptions setMaxHelpers(int n) {
+    this.maxHelpers = FunctionOptions.checkRange("maxHelpers", n, 0, 15);
+    return this;
+  }
+
+  public double helperShare() {
+    return helperShare;
+  }
+
+  /**
+   * The part of each borrowed GPU's link a cold start may use, over (0, 1] ({@link #DEFAULT_HELPER_SHARE}): below 1
+   * the restore paces what it sends through a helper, leaving the rest of its link to work there.
+   */
+  public ServerOptions setHelperShare(double share) {
+    if (!(share > 0 && share <= 1)) {
+      throw new IllegalArgumentException("helperShare is over (0, 1], not " + share);
+    }
+    this.helperShare = share;
+    return this;
+  }
+
   private static long physicalMemory() {
     java.lang.management.OperatingSystemMXBean os = java.lang.management.ManagementFactory.getOperatingSystemMXBean();
     if (os instanceof com.sun.management.OperatingSystemMXBean sun) {
@@ -368,6 +413,8 @@ public final class ServerOptions {
     json.put("wakeAhead", wakeAhead.toNanos() / 1000 + "us");
     json.put("maxWorkers", maxWorkers);
     json.put("tierPolicy", tierPolicy);
+    json.put("maxHelpers", maxHelpers);
+    json.put("helperShare", helperShare);
     ObjectNode l = json.putObject("labels");
     labels.forEach(l::put);
     ObjectNode f = json.putObject("functions");
@@ -454,6 +501,16 @@ public final class ServerOptions {
     }
     if (json.hasNonNull("tierPolicy")) {
       o.setTierPolicy(json.get("tierPolicy").asText());
+    }
+    if (json.has("maxHelpers")) {
+      o.setMaxHelpers(FunctionOptions.intField(json, "maxHelpers"));
+    }
+    if (json.has("helperShare")) {
+      JsonNode v = json.get("helperShare");
+      if (!v.isNumber()) {
+        throw new IllegalArgumentException("'helperShare' is a number over (0, 1], not " + v);
+      }
+      o.setHelperShare(v.doubleValue());
     }
     if (json.has("labels")) {
       JsonNode l = json.get("labels");
