@@ -21,9 +21,11 @@
 # Writes $OUT/summary.txt (the SUMMARY lines, the test counts), $OUT/device.txt, $OUT/tests.txt, $OUT/http-*.txt and
 # .json, $OUT/serve-*.log, $OUT/harness.txt, $OUT/multilink-results.json; exits non-zero if a part failed.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/multilink-run.sh <unpacked thaw dir>
-#   PARTS=contract,http,harness (the default), ROUNDS=5, SHAPES=gpt2-large, BUDGET=290.
-# A dry run without GPUs: THAW_DEVICE=sim THAW_SIM_DEVICES=2 THAW_SIM_COPY_GBPS=2 SHAPES=tiny (nothing it measures is
-# a GPU number; the HTTP part serves the GPT-2 of --gpt2-model, GPT2_MODEL=tiny there).
+#   PARTS=contract,http,harness (the default), HTTP_MODES="one two tiers", ROUNDS=5, SHAPES=gpt2-large, BUDGET=290.
+# A dry run without GPUs: THAW_DEVICE=sim THAW_SIM_DEVICES=2 THAW_SIM_COPY_GBPS=2 SHAPES=tiny, and for the HTTP part a
+# function the sim runs quickly in GPT-2-large's place (HTTP_MODEL=mlp HTTP_FUNCTION=dev.thaw.examples.mlp.MlpFunction
+# HTTP_CONFIG='{"layers": [1024, 4096, 256], "seed": 5}' HTTP_REQUEST='{"inputs": [[0.5, ...1024 numbers]]}'; nothing
+# it measures is a GPU number).
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=$(cd "${1:?usage: OUT=<dir> scripts/gpu/multilink-run.sh <unpacked thaw dir>}" && pwd)
@@ -34,7 +36,6 @@ parts=,${PARTS:-contract,http,harness},
 shapes=${SHAPES:-gpt2-large}
 rounds=${ROUNDS:-5}
 budget=${BUDGET:-290}
-gpt2_model=${GPT2_MODEL:-gpt2-large}
 started=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - started) )); }
 mkdir -p "$OUT"
@@ -105,9 +106,9 @@ http() {
   echo "{\"functions\": {\"f\": {\"image\": \"$tag\", \"keepAlive\": \"1s\"}}}" > "$work/serve-one.json"
   echo "{\"functions\": {\"f\": {\"image\": \"$tag\", \"keepAlive\": \"1s\"}, \"h\": {\"image\": \"$tag\",
       \"minInstances\": 1, \"keepAlive\": \"10m\"}}}" > "$work/serve-two.json"
-  # One instance per GPU: the blocker fills the GPU whose tier holds f's weights.
-  echo "{\"gpuMemoryBytes\": $(( image_bytes * 3 / 2 )), \"functions\": {\"f\": {\"image\": \"$tag\",
-      \"keepAlive\": \"1s\"}, \"blocker\": {\"image\": \"$tag\", \"keepAlive\": \"10m\"}}}" > "$work/serve-tiers.json"
+  # One instance per GPU (--max-workers 3 less 2 idle): the blocker fills the GPU whose tier holds f's weights.
+  echo "{\"functions\": {\"f\": {\"image\": \"$tag\", \"keepAlive\": \"1s\"}, \"blocker\": {\"image\": \"$tag\",
+      \"keepAlive\": \"10m\"}}}" > "$work/serve-tiers.json"
   for mode in $modes; do
     local t=$(( $(left) < budget_each ? $(left) : budget_each ))
     if (( t < 40 )); then
@@ -118,7 +119,7 @@ http() {
       one) client=(--mode one --idle 2); CUDA_VISIBLE_DEVICES=0 THAW_SIM_DEVICES=1 serve one "$t" \
           --host-cache "$cache" --hbm-tier 0 --max-helpers 0 ;;
       two) client=(--mode two --idle 4); serve two "$t" --host-cache "$cache" --hbm-tier 0 ;;
-      tiers) client=(--mode tiers --idle 4); serve tiers "$t" --host-cache "$cache" --hbm-tier 8g ;;
+      tiers) client=(--mode tiers --idle 4); serve tiers "$t" --host-cache "$cache" --hbm-tier 8g --max-workers 3 ;;
     esac
   done
 }
@@ -126,16 +127,14 @@ http() {
 if [[ $parts == *,http,* ]]; then
   echo "== 2. GPT-2-large over HTTP, 1 GPU against 2 ($(left) s left)"
   export THAW_STORE="$work/store"
-  request="$work/gpt2.json"; model=$gpt2_model; image_gb=1.55
-  echo '{"tokens": [[15718, 20896, 46414, 19723, 24521, 404, 19748, 16241, 3185, 40007, 45275, 21281, 39983, 5076,
-      24913, 29307]], "maxNewTokens": 1}' > "$request"
-  timeout -k 5 60 "$home/bin/thaw" build --function dev.thaw.examples.gpt2.Gpt2Function \
-      --config "{\"model\": \"$gpt2_model\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 64}" --tag gpt2:large \
-      --sample-request "$request" > "$OUT/build-gpt2.txt" 2>&1 || { echo "build failed"; tail "$OUT/build-gpt2.txt"; status=1; }
-  image_bytes=$("$home/bin/thaw" inspect gpt2:large --json 2>/dev/null \
-      | python3 -c 'import json, sys; print(json.load(sys.stdin)["build"]["totalBytes"])' 2>/dev/null)
-  image_bytes=${image_bytes:-1600000000}
-  http gpt2:large "one two tiers" 4g 75
+  request="$work/gpt2.json"; model=${HTTP_MODEL:-gpt2-large}; image_gb=1.55
+  echo "${HTTP_REQUEST:-{\"tokens\": [[15718, 20896, 46414, 19723, 24521, 404, 19748, 16241, 3185, 40007, 45275,
+      21281, 39983, 5076, 24913, 29307]], \"maxNewTokens\": 1\}}" > "$request"
+  timeout -k 5 60 "$home/bin/thaw" build --function "${HTTP_FUNCTION:-dev.thaw.examples.gpt2.Gpt2Function}" \
+      --config "${HTTP_CONFIG:-{\"model\": \"gpt2-large\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 64\}}" \
+      --tag gpt2:large --sample-request "$request" > "$OUT/build-gpt2.txt" 2>&1 \
+      || { echo "build failed"; tail "$OUT/build-gpt2.txt"; status=1; }
+  http gpt2:large "${HTTP_MODES:-one two tiers}" 4g 75
 fi
 
 if [[ $parts == *,llama,* ]]; then
@@ -148,7 +147,6 @@ if [[ $parts == *,llama,* ]]; then
       --config '{"model": "llama-3.1-8b", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --tag llama:8b \
       --sample-request "$request" > "$OUT/build-llama.txt" 2>&1 || { echo "build failed"; tail "$OUT/build-llama.txt"; status=1; }
   echo "build: $(grep -iE 'built|bytes' "$OUT/build-llama.txt" | tail -1)"
-  image_bytes=17300000000
   rounds=3 http llama:8b "one two" 24g 100
 fi
 

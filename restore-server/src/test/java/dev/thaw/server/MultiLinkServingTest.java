@@ -4,6 +4,7 @@ import static dev.thaw.server.ServerFixture.JSON;
 import static dev.thaw.server.ServerFixture.json;
 import static dev.thaw.server.ServerFixture.postJson;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -120,6 +121,23 @@ class MultiLinkServingTest {
             + n + ".0"), tier + ":\n" + metrics));
       }
       assertTrue(pool.pids().isEmpty(), "every worker gone with the server");
+    }
+  }
+
+  @Test
+  void theHelperOptionsRoundTripAndBadOnesAreRefusedSayingWhy() {
+    ServerOptions o = ServerOptions.fromJson(JSON.createObjectNode().put("maxHelpers", 1).put("helperShare", 0.5));
+    assertEquals(1, o.maxHelpers());
+    assertEquals(0.5, o.helperShare());
+    ServerOptions back = ServerOptions.fromJson(o.toJson());
+    assertEquals(1, back.maxHelpers());
+    assertEquals(0.5, back.helperShare());
+    assertEquals(ServerOptions.DEFAULT_HELPER_SHARE, new ServerOptions().helperShare());
+    for (String bad : List.of("{\"helperShare\": 0}", "{\"helperShare\": 1.5}", "{\"helperShare\": \"half\"}",
+        "{\"maxHelpers\": -1}", "{\"maxHelpers\": 16}")) {
+      IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+          () -> ServerOptions.fromJson(JSON.readTree(bad)));
+      assertTrue(e.getMessage().contains("helper") || e.getMessage().contains("Helpers"), e.getMessage());
     }
   }
 

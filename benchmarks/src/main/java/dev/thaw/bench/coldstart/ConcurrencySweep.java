@@ -21,6 +21,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -57,25 +58,15 @@ final class ConcurrencySweep {
           throw new Contender.ContenderException("the pool did not get " + most + " idle workers in "
               + timeout.multipliedBy(2).toSeconds() + " s: " + pool.stats());
         }
-        CountDownLatch go = new CountDownLatch(1);
-        List<Future<Double>> answers = new ArrayList<>();
-        long[] start = new long[1];
-        for (int i = 0; i < n; i++) {
-          answers.add(threads.submit(() -> {
-            go.await();
-            Worker w = pool.acquire();
-            try {
-              w.becomeBlocking(tag, manifest, ImageSource.store(store));
-              w.invokeBlocking(request);
-              return (System.nanoTime() - start[0]) / 1e6;
-            } finally {
-              w.release();
-            }
-          }));
-        }
-        start[0] = System.nanoTime();
-        go.countDown();
-        results.add(new ConcurrencyLevel(n, times(n, answers)));
+        results.add(new ConcurrencyLevel(n, atOnce(n, threads, i -> {
+          Worker w = pool.acquire();
+          try {
+            w.becomeBlocking(tag, manifest, ImageSource.store(store));
+            w.invokeBlocking(request);
+          } finally {
+            w.release();
+          }
+        })));
       }
     } finally {
       threads.shutdownNow();
@@ -118,30 +109,19 @@ final class ConcurrencySweep {
           CacheLease pinned = cache.lease(tag, parsed);
           leases.add(pinned != null ? pinned : cache.stage(tag, parsed, s));
         }
-        CountDownLatch go = new CountDownLatch(1);
-        List<Future<Double>> answers = new ArrayList<>();
-        long[] start = new long[1];
-        for (int i = 0; i < n; i++) {
-          int gpu = i;
-          answers.add(threads.submit(() -> {
-            go.await();
-            Worker w = pool.acquire(gpu, timeout);
-            try {
-              BecomeResult b = w.becomeBlocking(prepared, ImageSource.hostCache(leases.get(gpu), store));
-              if (!b.source().equals("cache") || !b.helpers().isEmpty()) {
-                throw new IllegalStateException("GPU " + gpu + "'s worker restored from " + b.source()
-                    + " through " + b.helpers() + ", not from the host cache through its own link");
-              }
-              w.invokeBlocking(request);
-              return (System.nanoTime() - start[0]) / 1e6;
-            } finally {
-              w.release();
+        results.add(new ConcurrencyLevel(n, atOnce(n, threads, gpu -> {
+          Worker w = pool.acquire(gpu, timeout);
+          try {
+            BecomeResult b = w.becomeBlocking(prepared, ImageSource.hostCache(leases.get(gpu), store));
+            if (!b.source().equals("cache") || !b.helpers().isEmpty()) {
+              throw new IllegalStateException("GPU " + gpu + "'s worker restored from " + b.source() + " through "
+                  + b.helpers() + ", not from the host cache through its own link");
             }
-          }));
-        }
-        start[0] = System.nanoTime();
-        go.countDown();
-        results.add(new ConcurrencyLevel(n, times(n, answers)));
+            w.invokeBlocking(request);
+          } finally {
+            w.release();
+          }
+        })));
       }
     } catch (IOException | RuntimeException e) {
       throw new Contender.ContenderException("one cold start per GPU: " + e.getMessage(), e);
@@ -152,13 +132,35 @@ final class ConcurrencySweep {
         true);
   }
 
-  private static List<Double> times(int n, List<Future<Double>> answers)
+  /** One cold start, the {@code i}-th of its level. */
+  private interface ColdStartOf {
+    void run(int i) throws Exception;
+  }
+
+  /**
+   * Runs {@code n} cold starts on {@code threads}, released together: each one's time from the common start to its own
+   * answer, in order.
+   */
+  private static List<Double> atOnce(int n, ExecutorService threads, ColdStartOf coldStart)
       throws Contender.ContenderException, InterruptedException {
+    CountDownLatch go = new CountDownLatch(1);
+    List<Future<Double>> answers = new ArrayList<>();
+    long[] start = new long[1];
+    for (int i = 0; i < n; i++) {
+      int index = i;
+      answers.add(threads.submit(() -> {
+        go.await();
+        coldStart.run(index);
+        return (System.nanoTime() - start[0]) / 1e6;
+      }));
+    }
+    start[0] = System.nanoTime();
+    go.countDown();
     List<Double> times = new ArrayList<>();
     for (Future<Double> f : answers) {
       try {
         times.add(f.get());
-      } catch (java.util.concurrent.ExecutionException e) {
+      } catch (ExecutionException e) {
         Throwable cause = e.getCause();
         throw new Contender.ContenderException(n + " concurrent cold starts: "
             + (cause instanceof PoolException ? cause.getMessage() : cause.toString()), cause);
