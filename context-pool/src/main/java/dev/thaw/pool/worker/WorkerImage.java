@@ -402,7 +402,8 @@ final class WorkerImage implements WorkerLoop.Work {
       if (e instanceof CudaOutOfMemoryException oom) {
         throw oom;
       }
-      System.err.println("thaw worker: another device's HBM-tier slabs not taken, restoring from the host cache: " + e);
+      System.err.println("thaw worker: another device's HBM-tier slabs not taken, restoring from the host cache: "
+          + e);
       return null;
     }
   }
@@ -439,14 +440,15 @@ final class WorkerImage implements WorkerLoop.Work {
     OnDemandRestore restore = restored;
     long start = becomeStart;
     restore.resident().whenComplete((ok, failure) -> {
-      // The copies no longer read another device's slabs or lend links: the memory they hold goes back.
-      releaseAfterRestore();
       if (failure != null) {
         Throwable c = WorkerFailures.unwrap(failure);
         c.printStackTrace();
         out.fail(WorkerFailures.kindOf(c, true), c, WorkerMain.EXIT_RESTORE_FAILED);
         return;
       }
+      // The copies no longer read another device's slabs or lend links: the memory they hold goes back. (A failed
+      // restore ends the worker instead, with copies maybe still in flight.)
+      releaseAfterRestore();
       OnDemandRestore.Stats s = restore.stats();
       out.send(becomeId, new Resident((restore.residentNanos() - start) / 1e6, s.bytes(), s.hostBytes(),
           s.storeBytes(), s.residentBytes(), s.copies(), s.promotions(), s.waits(), s.peerBytes(), s.helperBytes()));

@@ -50,9 +50,9 @@ import java.util.concurrent.TimeoutException;
  * A pooled worker process: one device, one context, warm, serving the worker protocol ({@link FrameCodec},
  * {@code WorkerMessages}) with its parent over stdin (requests) and stdout (replies). This class is its start-up:
  * open the driver ({@code cuInit}), create the context and the {@link RestoreResources} every restore borrows
- * (stream, events, pinned staging, reader threads), map and register the host image cache, warm up
- * ({@link WorkerWarmup}; beside it, with a host cache and other devices, the links of other devices a restore may
- * borrow: {@link WorkerHelpers}), then send READY with the time of each phase. Beside the driver and the context, a prepare
+ * (stream, events, pinned staging, reader threads), map and register the host image cache, warm up ({@link
+ * WorkerWarmup}; beside it, with a host cache and other devices, the links of other devices a restore may borrow:
+ * {@link WorkerHelpers}), then send READY with the time of each phase. Beside the driver and the context, a prepare
  * thread opens the store read-only, prepares the images named to prepare at start and warms what needs no context
  * (Jackson, the manifest parser). With {@link WorkerConfig#warmupAfterReady()} READY comes before the launch warm-up,
  * which then runs until a request comes (and is announced by a second READY, {@code warm}, if it ran to its end).
