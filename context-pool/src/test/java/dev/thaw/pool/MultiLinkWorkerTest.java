@@ -26,11 +26,11 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * Pins the pooled worker's multi-link restore and the node-wide HBM tier with real worker processes on two simulated
- * devices that are peers, with slow host copies so that a restore spans several runs: a worker opens a link to the
- * other device as it warms up (its READY says so), restores the host cache's bytes through it as well as its own when
- * the BECOME names that device, and lands every byte (the function's digests of its weights, read through gated
- * downloads, are the build's); a worker becomes an image whose read-only slabs the other device's HBM tier holds by
- * pulling them over the peer link ({@code hbm-peer}), every byte again the build's.
+ * devices that are peers (a modelled 1 GB/s peer link), with slow host copies so that a restore spans several runs: a
+ * worker opens a link to the other device as it warms up (its READY says so), restores the host cache's bytes through
+ * it as well as its own when the BECOME names that device, and lands every byte (the function's digests of its
+ * weights, read through gated downloads, are the build's); a worker becomes an image whose read-only slabs the other
+ * device's HBM tier holds by pulling them over the peer link ({@code hbm-peer}), every byte again the build's.
  */
 class MultiLinkWorkerTest {
 
@@ -50,7 +50,7 @@ class MultiLinkWorkerTest {
   private ContextPoolOptions twoDevices(HostImageCache cache) {
     return PoolTesting.options(storePath).setDevices(List.of(0, 1)).setDeviceChoice("sim").setWarmupLaunches(0)
         .setHostCachePath(cache.path()).setHelperSlotBytes(1 << 20).setHelperMinFreeBytes(0)
-        .setEnvironment(Map.of("THAW_SIM_DEVICES", "2", "THAW_SIM_COPY_GBPS", "0.05"));
+        .setEnvironment(Map.of("THAW_SIM_DEVICES", "2", "THAW_SIM_COPY_GBPS", "0.05", "THAW_SIM_PEER_GBPS", "1"));
   }
 
   private JsonNode built() {

@@ -67,7 +67,8 @@ class MultiLinkServingTest {
       HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(96L << 20));
       ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0, 1))
           .setHelperSlotBytes(1 << 20).setHelperMinFreeBytes(0)
-          .setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "2", "THAW_SIM_COPY_GBPS", "0.05")));
+          .setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "2", "THAW_SIM_COPY_GBPS", "0.05",
+              "THAW_SIM_PEER_GBPS", "1")));
       Duration brief = Duration.ofMillis(300);
       // Mapping a tier's slabs priced at nothing: the images here are small enough that its real fixed cost would
       // outweigh every copy.
