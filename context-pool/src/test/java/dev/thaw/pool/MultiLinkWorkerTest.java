@@ -4,6 +4,7 @@ import static dev.thaw.pool.PoolTestImages.json;
 import static dev.thaw.pool.PoolTesting.WAIT;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.image.ImageManifest;
@@ -15,6 +16,8 @@ import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.hbm.HbmTier;
 import dev.thaw.pool.hbm.HbmTierOptions;
+import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.runtime.gpu.GpuDrivers;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -30,10 +33,13 @@ import org.junit.jupiter.api.io.TempDir;
  * worker opens a link to the other device as it warms up (its READY says so), restores the host cache's bytes through
  * it as well as its own when the BECOME names that device, and lands every byte (the function's digests of its
  * weights, read through gated downloads, are the build's); a worker becomes an image whose read-only slabs the other
- * device's HBM tier holds by pulling them over the peer link ({@code hbm-peer}), every byte again the build's.
+ * device's HBM tier holds by pulling them over the peer link ({@code hbm-peer}), every byte again the build's. With
+ * {@code THAW_DEVICE=cuda} the same on two GPUs ({@code scripts/gpu/multilink-run.sh} runs it there).
  */
 class MultiLinkWorkerTest {
 
+  /** The sim device in CI; {@code THAW_DEVICE=cuda} on a host with two GPUs. */
+  private static final String DEVICE = System.getenv().getOrDefault("THAW_DEVICE", "sim");
   private static final String CONFIG = "{\"buffers\": 6, \"bytes\": 3145728, \"seed\": 9}";
   private static final String DIGEST = "{\"op\": \"digest\"}";
 
@@ -47,10 +53,21 @@ class MultiLinkWorkerTest {
     image = PoolTestImages.build(storePath, "weights", WeightsProbeFunction.class.getName(), CONFIG, DIGEST);
   }
 
+  /**
+   * Workers on devices 0 and 1: on the sim device (the default) two simulated devices with slow host copies and a
+   * modelled peer link; with {@code THAW_DEVICE=cuda} two GPUs, the test skipped saying so where there are fewer.
+   */
   private ContextPoolOptions twoDevices(HostImageCache cache) {
-    return PoolTesting.options(storePath).setDevices(List.of(0, 1)).setDeviceChoice("sim").setWarmupLaunches(0)
-        .setHostCachePath(cache.path()).setHelperSlotBytes(1 << 20).setHelperMinFreeBytes(0)
-        .setEnvironment(Map.of("THAW_SIM_DEVICES", "2", "THAW_SIM_COPY_GBPS", "0.05", "THAW_SIM_PEER_GBPS", "1"));
+    ContextPoolOptions o = PoolTesting.options(storePath).setDevices(List.of(0, 1)).setDeviceChoice(DEVICE)
+        .setWarmupLaunches(0).setHostCachePath(cache.path()).setHelperSlotBytes(1 << 20).setHelperMinFreeBytes(0);
+    if (DEVICE.equals("sim")) {
+      return o.setEnvironment(Map.of("THAW_SIM_DEVICES", "2", "THAW_SIM_COPY_GBPS", "0.05",
+          "THAW_SIM_PEER_GBPS", "1"));
+    }
+    try (GpuDriver driver = GpuDrivers.open()) {
+      assumeTrue(driver.devices().size() >= 2, "needs two GPUs; this host has " + driver.devices().size());
+    }
+    return o;
   }
 
   private JsonNode built() {
