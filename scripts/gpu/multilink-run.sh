@@ -1,30 +1,52 @@
 #!/usr/bin/env bash
 # Under the PCIe floor (issue 27), on a host with two or more GPUs joined by NVLink (nvidia-h200-x2), at most 5
-# minutes (the contract ~30 s, the harness ~2 minutes; limits 75 s and 210 s):
+# minutes in all (BUDGET seconds, default 290), each part under its own timeout, the later ones cut to what is left:
 #  0. the GPUs, their topology (nvidia-smi topo -m: NV18 between them) and how many there are;
-#  1. the driver contract on CUDA, the new calls among them: canAccessPeer, memoryInfo, setAccessFor (cuMemSetAccess
-#     for another device), copyPeerAsync (cuMemcpyPeerAsync) and the unified-addressing peer copy, another device's
-#     exported memory imported, mapped read-only here and read by a kernel, scratch ranges from the top of the arena;
-#  2. MultiLinkHarness: GPT-2-large- (1.55 GB) and Llama-3.1-8B-shaped (16.06 GB) images restored onto GPU 0 through
-#     its own link, through GPU 1's as well, and with everything queued at once; from GPU 0's own HBM tier, from GPU
-#     1's by a peer copy and peer-mapped (with a read kernel's GB/s on local and on peer-mapped weights); a warm
-#     GPT-2-large on GPU 1 alone and beside two-link restores through its GPU (whole link, half); one restore per GPU
-#     at once against one alone. Every first round checks every device byte.
-# Each part runs under its own timeout. Writes $OUT/summary.txt (the SUMMARY lines, the test counts), $OUT/tests.txt,
-# $OUT/harness.txt, $OUT/multilink-results.json, $OUT/device.txt; exits non-zero if a part failed.
+#  1. contract: the driver contract on CUDA, the new calls among them: canAccessPeer, memoryInfo, setAccessFor
+#     (cuMemSetAccess for another device), copyPeerAsync (cuMemcpyPeerAsync) and the unified-addressing peer copy,
+#     another device's exported memory imported, mapped read-only here and read by a kernel, scratch ranges; and
+#     MultiLinkWorkerTest on the two GPUs: pooled workers restoring through both links and from the other GPU's HBM
+#     tier, every byte checked (≤ 90 s);
+#  2. http: `thaw serve` over HTTP with GPT-2-large (built with seeded weights, 16 tokens in, 1 out), the client's
+#     time per request and every Server-Timing (scripts/gpu/multilink_http.py):
+#       a. one GPU (CUDA_VISIBLE_DEVICES=0, no HBM tier): cold from the host cache through one link;
+#       b. two GPUs (no HBM tier): cold through both links (tier;desc="host-cache-multilink"; goal ≤ 24 ms), and a
+#          warm GPT-2-large on the other GPU alone and while a cold start borrows its GPU's link (the helper's cost;
+#          the default --helper-share stays only if that is ≤ 5%);
+#       c. two GPUs with the HBM tier, one instance per GPU: cold from the same GPU's tier (hbm), then, that GPU
+#          full, from the other GPU's tier by a peer copy (hbm-peer; goal ≤ 1.1 × hbm + 1.55 GB at 300 GB/s);
+#  3. harness: MultiLinkHarness in the time left (in-process restores onto GPU 0 through one link and two, from
+#     GPU 0's own tier and GPU 1's, the helper's cost to a warm GPT-2-large at shares 1.0 and 0.5, one restore per GPU
+#     at once), GPT-2-large-shaped unless SHAPES says more;
+#  llama (only when PARTS names it, alone: PARTS=llama, its own ≤ 5 minutes): the Llama-3.1-8B shape (seeded
+#     weights, 16.06 GB) built, then 2a and 2b with it (goal ≤ 165 ms through both links; 306-313 ms through one).
+# Writes $OUT/summary.txt (the SUMMARY lines, the test counts), $OUT/device.txt, $OUT/tests.txt, $OUT/http-*.txt and
+# .json, $OUT/serve-*.log, $OUT/harness.txt, $OUT/multilink-results.json; exits non-zero if a part failed.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/multilink-run.sh <unpacked thaw dir>
-# A dry run without GPUs: THAW_DEVICE=sim THAW_SIM_DEVICES=2 THAW_SIM_COPY_GBPS=2 SHAPES=tiny (the contract then runs
-# on the sim device; nothing it measures is a GPU number).
+#   PARTS=contract,http,harness (the default), HTTP_MODES="one two tiers", ROUNDS=4, SHAPES=gpt2-large, BUDGET=290.
+#   The harness gets what the budget leaves (often nothing): PARTS=harness runs it alone, in its own 5 minutes.
+# A dry run without GPUs: THAW_DEVICE=sim THAW_SIM_DEVICES=2 THAW_SIM_COPY_GBPS=2 SHAPES=tiny, and for the HTTP part a
+# function the sim runs quickly in GPT-2-large's place (HTTP_MODEL=mlp HTTP_FUNCTION=dev.thaw.examples.mlp.MlpFunction
+# HTTP_CONFIG='{"layers": [1024, 4096, 256], "seed": 5}' HTTP_REQUEST='{"inputs": [[0.5, ...1024 numbers]]}'; nothing
+# it measures is a GPU number).
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=$(cd "${1:?usage: OUT=<dir> scripts/gpu/multilink-run.sh <unpacked thaw dir>}" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
 java="$home/runtime/bin/java"; [[ -x "$java" ]] || java=java
 export THAW_DEVICE=${THAW_DEVICE:-cuda}
-shapes=${SHAPES:-gpt2-large,llama-8b}
-rounds=${ROUNDS:-5}
+parts=,${PARTS:-contract,http,harness},
+shapes=${SHAPES:-gpt2-large}
+rounds=${ROUNDS:-4}
+budget=${BUDGET:-290}
+started=$(date +%s)
+left() { echo $(( budget - ($(date +%s) - started) )); }
 mkdir -p "$OUT"
+work=$(mktemp -d /tmp/thaw-multilink.XXXXXX)
 status=0
 strip() { sed 's/\x1b\[[0-9;]*m//g'; }
+summary() { grep -h '^SUMMARY' "$@" 2>/dev/null | sed 's/^SUMMARY //'; }
+: > "$OUT/summary.txt"
 
 echo "== 0. the GPUs"
 {
@@ -37,38 +59,118 @@ echo "== 0. the GPUs"
 cat "$OUT/device.txt"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [[ $THAW_DEVICE == sim ]] && gpus=${THAW_SIM_DEVICES:-1}
-echo "GPUs: $gpus (THAW_DEVICE=$THAW_DEVICE)"
-
-echo "== 1. the driver contract on $THAW_DEVICE"
-contract=dev.thaw.runtime.gpu.contract.CudaDriverContractTest
-[[ $THAW_DEVICE == sim ]] && contract=dev.thaw.runtime.gpu.contract.SimDriverContractTest
-timeout -k 10 75 "$home/bin/thaw-test" --select-class "$contract" --reports-dir "$OUT/reports" 2>&1 | strip \
-    > "$OUT/tests.txt" || status=1
-grep -E 'tests (successful|failed|skipped|aborted)' "$OUT/tests.txt"
-# The calls this issue added, one line each (a skipped one names its reason).
-grep -E 'eer|nother|cratch|FreeAndTotal|KnowsItsDevice' "$OUT/tests.txt" | sed 's/^[ │├└─]*//' | head -12
-
+echo "GPUs: $gpus (THAW_DEVICE=$THAW_DEVICE), parts ${parts//,/ }, budget ${budget} s"
 if (( gpus < 2 )); then
-  echo "== 2. skipped: one GPU; the harness needs two"
-  { echo "one GPU: the multi-link harness did not run"; grep -E 'tests (successful|failed)' "$OUT/tests.txt"; } \
-      > "$OUT/summary.txt"
+  echo "one GPU: the multi-link parts need two" | tee -a "$OUT/summary.txt"
   exit 1
 fi
 
-echo "== 2. MultiLinkHarness ($shapes, $rounds rounds)"
-timeout -k 10 210 "$java" ${THAW_JAVA_OPTS:-} -cp "$home/lib/*:$home/lib/bench/*" \
-    dev.thaw.bench.restore.MultiLinkHarness --out "$OUT" --shapes "$shapes" --rounds "$rounds" 2>&1 \
-    | grep -v '^\[main\] INFO' | strip > "$OUT/harness.txt"
-rc=${PIPESTATUS[0]}
-[[ $rc == 0 ]] || { echo "harness exit status $rc"; status=1; }
-grep -v '^SUMMARY' "$OUT/harness.txt" | grep -E '^(\||link|peers|GPU|read kernel|impact|sweep|FAILED|[a-z0-9-]+: )' \
-    | head -60
+if [[ $parts == *,contract,* ]]; then
+  echo "== 1. the driver contract on $THAW_DEVICE"
+  contract=dev.thaw.runtime.gpu.contract.CudaDriverContractTest
+  [[ $THAW_DEVICE == sim ]] && contract=dev.thaw.runtime.gpu.contract.SimDriverContractTest
+  timeout -k 10 90 "$home/bin/thaw-test" --select-class "$contract" --select-class dev.thaw.pool.MultiLinkWorkerTest \
+      --reports-dir "$OUT/reports" 2>&1 | strip > "$OUT/tests.txt" || status=1
+  grep -E 'tests (successful|failed|skipped|aborted)' "$OUT/tests.txt"
+  # The calls this issue added, one line each (a skipped one names its reason).
+  grep -E 'eer|nother|cratch|FreeAndTotal|KnowsItsDevice|Link|Pulls' "$OUT/tests.txt" | sed 's/^[ │├└─]*//' | head -14
+  grep -E 'tests (successful|failed|skipped)' "$OUT/tests.txt" | sed 's/^\[ */contract: /; s/ *\]$//' \
+      >> "$OUT/summary.txt"
+fi
 
-{
-  grep '^SUMMARY' "$OUT/harness.txt" | sed 's/^SUMMARY //'
-  grep -E 'tests (successful|failed|skipped)' "$OUT/tests.txt" | sed 's/^\[ */contract: /; s/ *\]$//'
-  echo "harness exit status $rc"
-} > "$OUT/summary.txt"
-echo "== summary"
+# serve NAME SECONDS FLAGS... : thaw serve on $work/serve-NAME.json until the client is done (SIGTERM after); the
+# client's output to $OUT/http-NAME.txt. Its port is the one the server says it listens on.
+serve() {
+  local name=$1 seconds=$2; shift 2
+  "$home/bin/thaw" serve --port 0 --config "$work/serve-$name.json" --idle-workers 2 "$@" \
+      > "$OUT/serve-$name.log" 2>&1 &
+  local pid=$! port=""
+  for _ in $(seq 1 600); do
+    port=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$OUT/serve-$name.log" | head -1 | sed 's/.*://')
+    [[ -n $port ]] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ -z $port ]]; then
+    echo "$name: thaw serve did not listen"; tail -20 "$OUT/serve-$name.log"; kill -KILL $pid 2>/dev/null
+    status=1; return
+  fi
+  timeout -k 5 "$seconds" python3 "$here/multilink_http.py" --port "$port" --request "$request" --model "$model" \
+      --image-gb "$image_gb" --rounds "$rounds" --out "$OUT/http-$name.json" "${client[@]}" 2>&1 \
+      | tee "$OUT/http-$name.txt" || status=1
+  kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
+  grep 'cold start on worker' "$OUT/serve-$name.log" | strip | sed 's/.*dev.thaw.server.instances - //' | cut -c1-240
+  summary "$OUT/http-$name.txt" >> "$OUT/summary.txt"
+}
+
+# http TAG: parts 2a-2c (or, for the 8B, 2a and 2b) with the image TAG, each under the time left.
+http() {
+  local tag=$1 modes=$2 cache=$3 budget_each=$4
+  echo "{\"functions\": {\"f\": {\"image\": \"$tag\", \"keepAlive\": \"1s\"}}}" > "$work/serve-one.json"
+  echo "{\"functions\": {\"f\": {\"image\": \"$tag\", \"keepAlive\": \"1s\"}, \"h\": {\"image\": \"$tag\",
+      \"minInstances\": 1, \"keepAlive\": \"10m\"}}}" > "$work/serve-two.json"
+  # One instance per GPU (--max-workers 3 less 2 idle): the blocker fills the GPU whose tier holds f's weights.
+  echo "{\"functions\": {\"f\": {\"image\": \"$tag\", \"keepAlive\": \"1s\"}, \"blocker\": {\"image\": \"$tag\",
+      \"keepAlive\": \"10m\"}}}" > "$work/serve-tiers.json"
+  for mode in $modes; do
+    local t=$(( $(left) < budget_each ? $(left) : budget_each ))
+    if (( t < 40 )); then
+      echo "== $mode: not run, ${t} s of the budget left" | tee -a "$OUT/summary.txt"; continue
+    fi
+    echo "== http $mode ($model, at most $t s)"
+    case $mode in
+      one) client=(--mode one --idle 2); CUDA_VISIBLE_DEVICES=0 THAW_SIM_DEVICES=1 serve one "$t" \
+          --host-cache "$cache" --hbm-tier 0 --max-helpers 0 ;;
+      two) client=(--mode two --idle 4); serve two "$t" --host-cache "$cache" --hbm-tier 0 ;;
+      tiers) client=(--mode tiers --idle 4); serve tiers "$t" --host-cache "$cache" --hbm-tier 8g --max-workers 3 ;;
+    esac
+  done
+}
+
+if [[ $parts == *,http,* ]]; then
+  echo "== 2. GPT-2-large over HTTP, 1 GPU against 2 ($(left) s left)"
+  export THAW_STORE="$work/store"
+  request="$work/gpt2.json"; model=${HTTP_MODEL:-gpt2-large}; image_gb=1.55
+  echo "${HTTP_REQUEST:-{\"tokens\": [[15718, 20896, 46414, 19723, 24521, 404, 19748, 16241, 3185, 40007, 45275,
+      21281, 39983, 5076, 24913, 29307]], \"maxNewTokens\": 1\}}" > "$request"
+  timeout -k 5 60 "$home/bin/thaw" build --function "${HTTP_FUNCTION:-dev.thaw.examples.gpt2.Gpt2Function}" \
+      --config "${HTTP_CONFIG:-{\"model\": \"gpt2-large\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 64\}}" \
+      --tag gpt2:large --sample-request "$request" > "$OUT/build-gpt2.txt" 2>&1 \
+      || { echo "build failed"; tail "$OUT/build-gpt2.txt"; status=1; }
+  http gpt2:large "${HTTP_MODES:-one two tiers}" 4g 60
+fi
+
+if [[ $parts == *,llama,* ]]; then
+  echo "== llama: the 8B shape over HTTP, 1 GPU against 2 ($(left) s left)"
+  export THAW_STORE="$work/store-8b" THAW_JAVA_OPTS="${THAW_JAVA_OPTS:--Xmx12g}"
+  request="$work/llama.json"; model=llama-3.1-8b; image_gb=16.06
+  echo '{"tokens": [[128000, 791, 4062, 14198, 39935, 35308, 927, 279, 16053, 5679, 13, 578, 4062, 14198, 39935,
+      35308]], "maxNewTokens": 1}' > "$request"
+  timeout -k 5 150 "$home/bin/thaw" build --function dev.thaw.examples.llama.LlamaFunction \
+      --config '{"model": "llama-3.1-8b", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --tag llama:8b \
+      --sample-request "$request" > "$OUT/build-llama.txt" 2>&1 || { echo "build failed"; tail "$OUT/build-llama.txt"; status=1; }
+  echo "build: $(grep -iE 'built|bytes' "$OUT/build-llama.txt" | tail -1)"
+  rounds=3 http llama:8b "one two" 24g 100
+fi
+
+if [[ $parts == *,harness,* ]]; then
+  t=$(left)
+  if (( t < 45 )); then
+    echo "== 3. MultiLinkHarness: not run, ${t} s of the budget left" | tee -a "$OUT/summary.txt"
+  else
+    echo "== 3. MultiLinkHarness ($shapes, 3 rounds, at most $t s)"
+    timeout -k 10 "$t" "$java" ${THAW_JAVA_OPTS:-} -cp "$home/lib/*:$home/lib/bench/*" \
+        dev.thaw.bench.restore.MultiLinkHarness --out "$OUT" --shapes "$shapes" --rounds 3 2>&1 \
+        | grep -v '^\[main\] INFO' | strip > "$OUT/harness.txt"
+    rc=${PIPESTATUS[0]}
+    [[ $rc == 0 ]] || { echo "harness exit status $rc"; status=1; }
+    grep -v '^SUMMARY' "$OUT/harness.txt" | grep -E '^(\||link|peers|GPU|read kernel|impact|sweep|FAILED|[a-z0-9-]+: )' \
+        | head -60
+    { summary "$OUT/harness.txt"; echo "harness exit status $rc"; } >> "$OUT/summary.txt"
+  fi
+fi
+
+rm -rf "$work"
+echo "== summary ($(( $(date +%s) - started )) s)"
 cat "$OUT/summary.txt"
 exit $status

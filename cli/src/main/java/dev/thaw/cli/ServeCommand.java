@@ -18,6 +18,7 @@ import dev.thaw.server.impl.PoolInstances;
 import dev.thaw.server.spi.InstanceFactory;
 import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
+import dev.thaw.pool.PlacementCosts;
 import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.pool.tiers.ImageTiers;
@@ -162,6 +163,16 @@ final class ServeCommand implements Callable<Integer> {
       description = "Device memory per GPU that weights of scaled-in instances keep for the next one, e.g. 16g, 0 for "
           + "none (default: hbmTierBytes of the config, else 16g).")
   String hbmTier;
+
+  @Option(names = "--max-helpers", paramLabel = "N",
+      description = {"Other GPUs' links one cold start from the host cache may borrow besides its own (idle GPUs",
+          "only), 0 for none (default: maxHelpers of the config, else 3)."})
+  Integer maxHelpers;
+
+  @Option(names = "--helper-share", paramLabel = "SHARE",
+      description = {"The part of a borrowed GPU's link a cold start may use, over (0, 1] (default: helperShare of",
+          "the config, else 1)."})
+  Double helperShare;
 
   @Option(names = "--wake-ahead", paramLabel = "DURATION",
       description = "How long before a long warm invoke's predicted end the threads that carry its answer stop "
@@ -397,12 +408,14 @@ final class ServeCommand implements Callable<Integer> {
     private final long hbmTierBytes;
     private final Duration retryAfter;
     private final String tierPolicy;
+    private final PlacementCosts costs;
 
     private EarlyPool(HostImageCache cache, ContextPool pool, long hbmTierBytes, Duration retryAfter,
-        String tierPolicy) {
+        String tierPolicy, PlacementCosts costs) {
       this.cache = cache;
       this.pool = pool;
       this.tierPolicy = tierPolicy;
+      this.costs = costs;
       this.hbmTierBytes = hbmTierBytes;
       this.retryAfter = retryAfter;
     }
@@ -422,7 +435,7 @@ final class ServeCommand implements Callable<Integer> {
       ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(c.idleWorkers)
           .setMaxWorkers(Math.max(options.maxWorkers(), c.idleWorkers + 1))
           .setDeviceChoice(choice).setStorePath(storePath).setWarmupAfterReady(true).setPrepareAtStart(atStart)
-          .setWakeAhead(options.wakeAhead());
+          .setWakeAhead(options.wakeAhead()).setHelperLinks(options.maxHelpers());
       HostImageCache cache = null;
       if (options.hostCacheBytes() > 0) {
         try {
@@ -436,7 +449,9 @@ final class ServeCommand implements Callable<Integer> {
       try {
         ContextPool pool = ContextPool.create(poolOptions);
         timeline.mark("pool started");
-        return new EarlyPool(cache, pool, options.hbmTierBytes(), options.retryAfter(), options.tierPolicy());
+        PlacementCosts costs = new PlacementCosts().setMaxHelpers(options.maxHelpers())
+          .setHelperShare(options.helperShare());
+      return new EarlyPool(cache, pool, options.hbmTierBytes(), options.retryAfter(), options.tierPolicy(), costs);
       } catch (RuntimeException | Error e) {
         if (cache != null) {
           cache.close();
@@ -450,7 +465,7 @@ final class ServeCommand implements Callable<Integer> {
       pool.addDevices(devices);
       return new PoolInstances(pool, cache, cache == null ? 0 : hbmTierBytes, s, storePath, driver.devices(),
           Duration.ofSeconds(120), retryAfter, tierPolicy.equals("registration") ? ImageTiers.Staging.ALWAYS
-              : ImageTiers.Staging.IF_FREE);
+              : ImageTiers.Staging.IF_FREE).placeWith(costs, driver::canAccessPeer);
     }
 
     @Override
@@ -555,6 +570,12 @@ final class ServeCommand implements Callable<Integer> {
       }
       if (tierPolicy != null) {
         o.setTierPolicy(tierPolicy);
+      }
+      if (maxHelpers != null) {
+        o.setMaxHelpers(maxHelpers);
+      }
+      if (helperShare != null) {
+        o.setHelperShare(helperShare);
       }
       String token = cli.env("THAW_ADMIN_TOKEN");
       if (token != null && !token.isBlank()) {

@@ -90,6 +90,11 @@ public final class ColdStartPlacement {
     this.peers = peers;
   }
 
+  /** The rates and fixed costs it prices with. */
+  public PlacementCosts costs() {
+    return costs;
+  }
+
   /**
    * The cheapest start of an image of {@code imageBytes} device bytes, or empty when it fits no device.
    *

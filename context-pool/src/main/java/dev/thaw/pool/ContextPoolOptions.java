@@ -6,6 +6,7 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.restore.HelperLink;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -39,6 +40,8 @@ public final class ContextPoolOptions {
   public static final long DEFAULT_PROTECT_AFTER_IDLE_MILLIS = 20;
   /** Concurrent starts per device: JVM start and cuInit are CPU-bound; a burst of them slows every one. */
   public static final int DEFAULT_MAX_STARTING = 2;
+  /** {@link #helperLinks()}: as many as a restore may use ({@code PlacementCosts.DEFAULT_MAX_HELPERS}). */
+  public static final int DEFAULT_HELPER_LINKS = 3;
 
   /** Made at first use of the JSON form: a pool made from code on a server's way to its first worker loads no Jackson. */
   private static final class Json {
@@ -70,6 +73,9 @@ public final class ContextPoolOptions {
   @JsonProperty private String logDirectory;
   @JsonProperty private long wakeAheadMicros = DEFAULT_WAKE_AHEAD_MICROS;
   @JsonProperty private long protectAfterIdleMillis = DEFAULT_PROTECT_AFTER_IDLE_MILLIS;
+  @JsonProperty private int helperLinks = DEFAULT_HELPER_LINKS;
+  @JsonProperty private long helperSlotBytes = HelperLink.DEFAULT_SLOT_BYTES;
+  @JsonProperty private long helperMinFreeBytes = HelperLink.DEFAULT_MIN_FREE_BYTES;
 
   public ContextPoolOptions() {}
 
@@ -100,6 +106,9 @@ public final class ContextPoolOptions {
     logDirectory = o.logDirectory;
     wakeAheadMicros = o.wakeAheadMicros;
     protectAfterIdleMillis = o.protectAfterIdleMillis;
+    helperLinks = o.helperLinks;
+    helperSlotBytes = o.helperSlotBytes;
+    helperMinFreeBytes = o.helperMinFreeBytes;
   }
 
   /** The device ordinals the pool keeps workers for. */
@@ -417,6 +426,51 @@ public final class ContextPoolOptions {
     return this;
   }
 
+  /**
+   * How many other devices each worker with a host cache lends its restore a link to (multi-link restore): after
+   * READY, off the cold path, it makes a context on each (the lowest ordinals the driver lists besides its own) and a
+   * {@code HelperLink} to each usable one (a peer, with memory to spare), a ring of 4 slots × {@link
+   * #helperSlotBytes()} in that device's memory. A BECOME whose {@link ImageSource#helpers()} name them restores
+   * through them; once its restore is resident the worker closes them, so an instance holds nothing on other devices.
+   * Each idle worker holds, on each of those devices, a context and the ring. 0: none.
+   */
+  public int helperLinks() {
+    return helperLinks;
+  }
+
+  public ContextPoolOptions setHelperLinks(int links) {
+    if (links < 0 || links > 15) {
+      throw new IllegalArgumentException("helper links are 0..15: " + links);
+    }
+    this.helperLinks = links;
+    return this;
+  }
+
+  /** The bytes of each of a helper link's 4 slots (1 MiB to 1 GiB); {@code HelperLink.DEFAULT_SLOT_BYTES}, 32 MiB. */
+  public long helperSlotBytes() {
+    return helperSlotBytes;
+  }
+
+  public ContextPoolOptions setHelperSlotBytes(long bytes) {
+    new HelperLink.Options().slotBytes(bytes);
+    this.helperSlotBytes = bytes;
+    return this;
+  }
+
+  /**
+   * A helper device with less free memory than this besides its ring is not used (its link is not opened, or not
+   * lent to a restore that finds it so); {@code HelperLink.DEFAULT_MIN_FREE_BYTES}, 2 GiB.
+   */
+  public long helperMinFreeBytes() {
+    return helperMinFreeBytes;
+  }
+
+  public ContextPoolOptions setHelperMinFreeBytes(long bytes) {
+    new HelperLink.Options().minFreeBytes(bytes);
+    this.helperMinFreeBytes = bytes;
+    return this;
+  }
+
   private static long positive(Duration d, String what) {
     if (d.isNegative() || d.isZero()) {
       throw new IllegalArgumentException(what + " must be positive: " + d);
@@ -458,7 +512,9 @@ public final class ContextPoolOptions {
         .setInvokeTimeout(Duration.ofMillis(o.invokeTimeoutMillis))
         .setExitGrace(Duration.ofMillis(o.exitGraceMillis))
         .setWakeAhead(Duration.ofNanos(o.wakeAheadMicros * 1000))
-        .setProtectAfterIdle(Duration.ofMillis(o.protectAfterIdleMillis));
+        .setProtectAfterIdle(Duration.ofMillis(o.protectAfterIdleMillis))
+        .setHelperLinks(o.helperLinks).setHelperSlotBytes(o.helperSlotBytes)
+        .setHelperMinFreeBytes(o.helperMinFreeBytes);
     return checked;
   }
 

@@ -1,11 +1,12 @@
 package dev.thaw.pool;
 
+import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.protocol.WorkerMessages;
-import java.util.List;
 import java.nio.file.Path;
+import java.util.List;
 
 /**
  * Where a worker reads an image's bytes from.
@@ -26,11 +27,30 @@ import java.nio.file.Path;
  *     {@code pidfd_getfd}), maybe none; null when the caller keeps no HBM tier. Non-null also asks the worker to
  *     create the image's read-only slabs exportable, so that they can join the tier when it is evicted
  *     ({@link Worker#exportReadOnly()}). Only with the host cache, which supplies whatever the slabs lack
+ * @param helpers other devices whose links the restore may use for the host cache's bytes (multi-link restore), in
+ *     order: the worker uses those it holds a usable link to ({@link ContextPoolOptions#helperLinks()}); empty for
+ *     none. Name only devices that run nothing now: their links' host → device direction is lent whole
+ * @param helperShare the part of each helper's link the restore may use, over (0, 1]
+ * @param peer another device's HBM-tier slabs of the image (descriptors of this process), pulled over the peer link
+ *     into the worker's own fresh slabs; null for none. Only with the host cache
  */
-public record ImageSource(String kind, Path path, CacheLease lease, List<ExportedSlab> resident) {
+public record ImageSource(String kind, Path path, CacheLease lease, List<ExportedSlab> resident,
+    List<Integer> helpers, double helperShare, List<ExportedSlab> peer) {
 
   public ImageSource {
     resident = resident == null ? null : List.copyOf(resident);
+    helpers = List.copyOf(helpers);
+    peer = peer == null ? null : List.copyOf(peer);
+    if (!(helperShare > 0 && helperShare <= 1)) {
+      throw new IllegalArgumentException("a helper's share of its link is over (0, 1], not " + helperShare);
+    }
+    if (helpers.stream().distinct().count() != helpers.size() || helpers.stream().anyMatch(d -> d < 0)) {
+      throw new IllegalArgumentException("helpers are distinct device ordinals: " + helpers);
+    }
+  }
+
+  public ImageSource(String kind, Path path, CacheLease lease, List<ExportedSlab> resident) {
+    this(kind, path, lease, resident, List.of(), OnDemandOptions.DEFAULT_HELPER_SHARE, null);
   }
 
   public ImageSource(String kind, Path path, CacheLease lease) {
@@ -44,10 +64,38 @@ public record ImageSource(String kind, Path path, CacheLease lease, List<Exporte
    * @throws IllegalStateException for a store source (the tier is used with a staged image)
    */
   public ImageSource withResident(List<ExportedSlab> slabs) {
-    if (lease == null) {
-      throw new IllegalStateException("the HBM tier is used together with the host cache, not the store alone");
+    requireCache("the HBM tier");
+    return new ImageSource(kind, path, lease, slabs, helpers, helperShare, peer);
+  }
+
+  /**
+   * The same source, restoring the host cache's bytes through {@code devices}' links as well as the worker's own, each
+   * lent at {@code share} of its link.
+   *
+   * @throws IllegalStateException for a store source (what the store supplies goes through the worker's staging)
+   */
+  public ImageSource withHelpers(List<Integer> devices, double share) {
+    if (!devices.isEmpty()) {
+      requireCache("helper links");
     }
-    return new ImageSource(kind, path, lease, slabs);
+    return new ImageSource(kind, path, lease, resident, devices, share, peer);
+  }
+
+  /**
+   * The same source with another device's HBM-tier slabs of the image ({@code HbmTier} of that device): the worker
+   * pulls the allocations lying wholly in them over the peer link instead of copying them from the host.
+   *
+   * @throws IllegalStateException for a store source
+   */
+  public ImageSource withPeer(List<ExportedSlab> slabs) {
+    requireCache("another device's HBM tier");
+    return new ImageSource(kind, path, lease, resident, helpers, helperShare, slabs);
+  }
+
+  private void requireCache(String what) {
+    if (lease == null) {
+      throw new IllegalStateException(what + " is used together with the host cache, not the store alone");
+    }
   }
 
   public static ImageSource store(Path path) {
@@ -69,7 +117,9 @@ public record ImageSource(String kind, Path path, CacheLease lease, List<Exporte
 
   /** The form a BECOME frame's head carries (the placement travels in the body). */
   public WorkerMessages.Source toMessage() {
+    long pid = ProcessHandle.current().pid();
     return new WorkerMessages.Source(kind, path.toString(), resident == null ? null
-        : new WorkerMessages.Hbm(ProcessHandle.current().pid(), ExportedSlab.encodeAll(resident)));
+        : new WorkerMessages.Hbm(pid, ExportedSlab.encodeAll(resident)), helpers, helperShare,
+        peer == null ? null : new WorkerMessages.Hbm(pid, ExportedSlab.encodeAll(peer)));
   }
 }

@@ -12,6 +12,8 @@ package dev.thaw.pool;
  * @param copies host → device copies
  * @param promotions allocations a launch moved to the head of the restore
  * @param waits device-side waits of launches for bytes not yet resident
+ * @param peerBytes bytes pulled over the peer link from another device's HBM tier
+ * @param helperBytes of {@code hostBytes}, those that came through other devices' links (multi-link restore)
  */
 public record RestoreCompletion(double sinceBecomeMillis, long bytes, long hostBytes, long storeBytes,
-    long residentBytes, int copies, int promotions, long waits) {}
+    long residentBytes, int copies, int promotions, long waits, long peerBytes, long helperBytes) {}

@@ -28,6 +28,12 @@ public interface Worker extends AutoCloseable {
   /** How its start went. */
   WorkerStart start();
 
+  /**
+   * The other devices whose links this worker holds open for its restore ({@link ContextPoolOptions#helperLinks()}),
+   * as its last READY said: a worker warming up after READY names them in its second. Empty for none.
+   */
+  java.util.List<Integer> helperLinks();
+
   /** The image it became, or null. */
   String image();
 

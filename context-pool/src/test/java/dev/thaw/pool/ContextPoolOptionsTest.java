@@ -19,11 +19,13 @@ class ContextPoolOptionsTest {
     ContextPoolOptions o = new ContextPoolOptions().setDevices(List.of(0, 1)).setIdleTarget(3).setMaxWorkers(5)
         .setMaxStarting(2).setDeviceChoice("sim").setJvmOptions(List.of("-Xmx1g"))
         .setEnvironment(Map.of("A", "b")).setStorePath(Path.of("/srv/store")).setWarmupLaunches(7)
-        .setWarmupImage("mlp:1").setInvokeTimeout(Duration.ofMillis(1500)).setMaxFrameBytes(1 << 20);
+        .setWarmupImage("mlp:1").setInvokeTimeout(Duration.ofMillis(1500)).setMaxFrameBytes(1 << 20)
+        .setHelperLinks(1).setHelperSlotBytes(4L << 20).setHelperMinFreeBytes(0);
     ContextPoolOptions back = ContextPoolOptions.fromJson(o.toJson());
     assertEquals(o.toJson(), back.toJson());
     assertEquals(Duration.ofMillis(1500), back.invokeTimeout());
     assertEquals(Path.of("/srv/store"), back.storePath());
+    assertEquals(4L << 20, back.helperSlotBytes());
     assertEquals(o.toJson(), new ContextPoolOptions(o).toJson());
   }
 
@@ -40,5 +42,7 @@ class ContextPoolOptionsTest {
     assertThrows(IllegalArgumentException.class, () -> new ContextPoolOptions().setDeviceChoice("tpu"));
     assertThrows(IllegalArgumentException.class, () -> new ContextPoolOptions().setDevices(List.of(0, 0)));
     assertThrows(IllegalArgumentException.class, () -> new ContextPoolOptions().setInvokeTimeout(Duration.ZERO));
+    assertThrows(IllegalArgumentException.class, () -> new ContextPoolOptions().setHelperLinks(-1));
+    assertThrows(IllegalArgumentException.class, () -> new ContextPoolOptions().setHelperSlotBytes(1000));
   }
 }

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.registry.RegistryOptions;
 import java.nio.charset.StandardCharsets;
+import dev.thaw.pool.PlacementCosts;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Iterator;
@@ -21,7 +22,7 @@ import java.util.regex.Pattern;
  * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "socket": null, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
  *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184, "wakeAhead": "500us",
- *  "maxWorkers": 8, "tierPolicy": "recency",
+ *  "maxWorkers": 8, "tierPolicy": "recency", "maxHelpers": 3, "helperShare": 1.0,
  *  "maxConnections": 4096, "headerTimeout": "10s", "bodyTimeout": "30s", "idleTimeout": "60s",
  *  "maxPulls": 2, "tenants": {"maxFunctions": 64, ...}, "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
@@ -65,11 +66,18 @@ public final class ServerOptions {
   public static final Duration DEFAULT_IDLE_TIMEOUT = Duration.ofSeconds(60);
   /** Image pulls from registries that run at once ({@link #maxPulls()}); more wait for one to end. */
   public static final int DEFAULT_MAX_PULLS = 2;
+  /** {@link #maxHelpers()}: other devices' links one cold start may borrow. */
+  public static final int DEFAULT_MAX_HELPERS = PlacementCosts.DEFAULT_MAX_HELPERS;
+  /**
+   * {@link #helperShare()}: an idle helper lends its whole link. The GPU run ({@code scripts/gpu/multilink-run.sh})
+   * measures what that costs a warm function on the helper; lower it if that is over 5% of its warm latency.
+   */
+  public static final double DEFAULT_HELPER_SHARE = PlacementCosts.DEFAULT_HELPER_SHARE;
 
   private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
       "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
       "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead", "maxWorkers", "tierPolicy", "maxConnections",
-      "headerTimeout", "bodyTimeout", "idleTimeout", "socket", "maxPulls", "tenants");
+      "headerTimeout", "bodyTimeout", "idleTimeout", "socket", "maxPulls", "tenants", "maxHelpers", "helperShare");
   private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|us|s|m)?");
 
   private String host = DEFAULT_HOST;
@@ -96,6 +104,8 @@ public final class ServerOptions {
   private int maxPulls = DEFAULT_MAX_PULLS;
   private RegistryOptions registry = new RegistryOptions();
   private TenantLimits tenants = new TenantLimits();
+  private int maxHelpers = DEFAULT_MAX_HELPERS;
+  private double helperShare = DEFAULT_HELPER_SHARE;
   private final Map<String, String> labels = new LinkedHashMap<>();
   private final Map<String, FunctionOptions> functions = new LinkedHashMap<>();
 
@@ -126,6 +136,8 @@ public final class ServerOptions {
     maxPulls = o.maxPulls;
     registry = new RegistryOptions(o.registry);
     tenants = new TenantLimits(o.tenants);
+    maxHelpers = o.maxHelpers;
+    helperShare = o.helperShare;
     labels.putAll(o.labels);
     o.functions.forEach((k, v) -> functions.put(k, new FunctionOptions(v)));
   }
@@ -319,6 +331,38 @@ public final class ServerOptions {
       throw new IllegalArgumentException("tierPolicy is recency or registration, not '" + policy + "'");
     }
     this.tierPolicy = policy;
+    return this;
+  }
+
+  public int maxHelpers() {
+    return maxHelpers;
+  }
+
+  /**
+   * How many other GPUs' links one pool-backed cold start may borrow besides its own ({@link #DEFAULT_MAX_HELPERS};
+   * 0: each start through its own GPU's link alone). A start restoring from the host cache stages part of its image
+   * through idle GPUs' links and pulls it over NVLink; a GPU counts as idle when no instance there is starting, serving
+   * a request or served one within the last 100 ms. Each idle worker keeps a context and a 128 MiB ring on each of
+   * that many other GPUs ({@code docs/design/memory-tiers.md}, "Under the PCIe floor").
+   */
+  public ServerOptions setMaxHelpers(int n) {
+    this.maxHelpers = FunctionOptions.checkRange("maxHelpers", n, 0, 15);
+    return this;
+  }
+
+  public double helperShare() {
+    return helperShare;
+  }
+
+  /**
+   * The part of each borrowed GPU's link a cold start may use, over (0, 1] ({@link #DEFAULT_HELPER_SHARE}): below 1
+   * the restore paces what it sends through a helper, leaving the rest of its link to work there.
+   */
+  public ServerOptions setHelperShare(double share) {
+    if (!(share > 0 && share <= 1)) {
+      throw new IllegalArgumentException("helperShare is over (0, 1], not " + share);
+    }
+    this.helperShare = share;
     return this;
   }
 
@@ -516,6 +560,8 @@ public final class ServerOptions {
     json.put("idleTimeout", idleTimeout.toMillis() + "ms");
     json.put("maxPulls", maxPulls);
     json.set("tenants", tenants.toJson());
+    json.put("maxHelpers", maxHelpers);
+    json.put("helperShare", helperShare);
     ObjectNode l = json.putObject("labels");
     labels.forEach(l::put);
     ObjectNode f = json.putObject("functions");
@@ -630,6 +676,16 @@ public final class ServerOptions {
     }
     if (json.has("idleTimeout")) {
       o.setIdleTimeout(duration(json.get("idleTimeout"), "idleTimeout"));
+    }
+    if (json.has("maxHelpers")) {
+      o.setMaxHelpers(FunctionOptions.intField(json, "maxHelpers"));
+    }
+    if (json.has("helperShare")) {
+      JsonNode v = json.get("helperShare");
+      if (!v.isNumber()) {
+        throw new IllegalArgumentException("'helperShare' is a number over (0, 1], not " + v);
+      }
+      o.setHelperShare(v.doubleValue());
     }
     if (json.has("labels")) {
       JsonNode l = json.get("labels");

@@ -10,6 +10,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.ContextPool;
+import dev.thaw.pool.PlacementCosts;
 import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.runtime.gpu.sim.SimDriver;
@@ -56,8 +57,11 @@ class HbmPlacementTest {
               .addFunction("big", new FunctionOptions().setImage("big:1").setMinInstances(1))
               .addFunction("wide", new FunctionOptions().setImage("wide:1").setKeepAlive(brief))
               .addFunction("small", new FunctionOptions().setImage("small:1").setKeepAlive(Duration.ofMinutes(10))),
+          // Mapping a tier's slabs priced at nothing: these images copy from the host cache in less than the fixed
+          // cost placement gives a tier's map (1 ms), which a model-sized image's copy dwarfs.
           store, new PoolInstances(pool, cache, 128L << 20, store, storePath, driver.devices(),
-              Duration.ofSeconds(60), Duration.ofSeconds(1)))) {
+              Duration.ofSeconds(60), Duration.ofSeconds(1)).placeWith(new PlacementCosts().setTierMapMillis(0),
+              (a, b) -> false))) {
         int port = server.port();
         long bigBytes = json(get(port, "/v1/functions/big")).path("deviceBytes").asLong();
         long wideBytes = json(get(port, "/v1/functions/wide")).path("deviceBytes").asLong();

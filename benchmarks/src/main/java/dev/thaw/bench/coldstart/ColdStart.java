@@ -98,6 +98,11 @@ public final class ColdStart implements Callable<Integer> {
           + "main models and before the sweep; subject to --deadline.")
   List<Integer> concurrency = List.of();
 
+  @Option(names = "--concurrency-per-gpu",
+      description = "Each concurrency level N puts one cold start on each of N GPUs at once, from the host cache, "
+          + "each through its own link (levels up to the GPUs there are), instead of all N on one GPU.")
+  boolean concurrencyPerGpu;
+
   @Option(names = "--concurrency-model", paramLabel = "MODEL",
       description = "The main model the concurrency levels run (default: the last of --models).")
   String concurrencyModel;
@@ -131,7 +136,7 @@ public final class ColdStart implements Callable<Integer> {
       options = new ColdStartOptions().models(models).sweep(sweep).runs(runs).sweepRuns(sweepRuns).out(out)
           .work(work).keepWork(keepWork).device(device).python(python)
           .childTimeout(Duration.ofSeconds(childTimeoutSeconds)).trace(trace).concurrency(concurrency)
-          .concurrencyModel(concurrencyModel);
+          .concurrencyModel(concurrencyModel).concurrencyPerGpu(concurrencyPerGpu);
       if (contenders != null) {
         options.contenders(contenders);
       }

@@ -33,6 +33,7 @@ public final class ColdStartOptions {
   private Path trace;
   private List<Integer> concurrency = List.of();
   private String concurrencyModel;
+  private boolean concurrencyPerGpu;
 
   /** The main models: every contender runs each {@link #runs()} times. */
   public List<String> models() {
@@ -200,6 +201,19 @@ public final class ColdStartOptions {
       }
     }
     this.concurrency = List.copyOf(concurrency);
+    return this;
+  }
+
+  /**
+   * True: each concurrency level N puts one cold start on each of N GPUs at once (from the host cache, each through its
+   * own link), against one alone; levels beyond the GPUs there are fail. False (the default): all N on one GPU.
+   */
+  public boolean concurrencyPerGpu() {
+    return concurrencyPerGpu;
+  }
+
+  public ColdStartOptions concurrencyPerGpu(boolean on) {
+    this.concurrencyPerGpu = on;
     return this;
   }
 

@@ -253,7 +253,8 @@ final class ColdStartPlots {
     double[] n = c.levels().stream().mapToDouble(ColdStartResult.ConcurrencyLevel::concurrent).toArray();
     XYChart chart = new XYChartBuilder().width(WIDTH).height(HEIGHT)
         .title(c.model() + ": cold starts at once through the context pool" + suffix)
-        .xAxisTitle("cold starts at once on one GPU").yAxisTitle("milliseconds").build();
+        .xAxisTitle(c.onePerGpu() ? "cold starts at once, one per GPU" : "cold starts at once on one GPU")
+        .yAxisTitle("milliseconds").build();
     style(chart.getStyler());
     chart.getStyler().setXAxisDecimalPattern("#");
     chart.addSeries("median time to first response", n,
@@ -264,8 +265,9 @@ final class ColdStartPlots {
         .setMarker(SeriesMarkers.SQUARE);
     Double gbps = r.environment().h2dGBps();
     if (gbps != null && c.imageBytes() != null) {
-      XYSeries floor = chart.addSeries(String.format(Locale.ROOT, "PCIe floor (N × image / %.1f GB/s)", gbps), n,
-          java.util.Arrays.stream(n).map(k -> k * c.imageBytes() / (gbps * 1e6)).toArray());
+      XYSeries floor = chart.addSeries(String.format(Locale.ROOT, c.onePerGpu()
+          ? "PCIe floor (image / %.1f GB/s: each GPU its own link)" : "PCIe floor (N × image / %.1f GB/s)", gbps), n,
+          java.util.Arrays.stream(n).map(k -> (c.onePerGpu() ? 1 : k) * c.imageBytes() / (gbps * 1e6)).toArray());
       floor.setMarker(SeriesMarkers.NONE);
       floor.setLineStyle(new java.awt.BasicStroke(2f, java.awt.BasicStroke.CAP_BUTT, java.awt.BasicStroke.JOIN_MITER,
           10f, new float[] {6f, 4f}, 0f));

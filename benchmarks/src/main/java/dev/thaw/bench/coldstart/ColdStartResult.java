@@ -189,12 +189,24 @@ public record ColdStartResult(String harness, boolean simulated, String device, 
    * @param imageBytes its image's size, for the PCIe floor of N at once
    * @param levels one per N, in the order run
    * @param skipped why it did not run, or null
+   * @param perGpu true: the N cold starts went one to each of N GPUs, each from the host cache through its own link;
+   *     null or false: all N on one GPU
    */
   @JsonInclude(JsonInclude.Include.NON_NULL)
   public record Concurrency(String model, String contender, Long imageBytes, List<ConcurrencyLevel> levels,
-      String skipped) {
+      String skipped, Boolean perGpu) {
     public Concurrency {
       levels = levels == null ? List.of() : List.copyOf(levels);
+    }
+
+    public Concurrency(String model, String contender, Long imageBytes, List<ConcurrencyLevel> levels,
+        String skipped) {
+      this(model, contender, imageBytes, levels, skipped, null);
+    }
+
+    /** True when each of the N went to a GPU of its own. */
+    public boolean onePerGpu() {
+      return perGpu != null && perGpu;
     }
   }
 

@@ -155,16 +155,19 @@ final class ColdStartRun {
   private Concurrency concurrency(PreparedModel p, HarnessPool pool) throws InterruptedException {
     // The shared pool's idle worker would only take GPU memory from the levels; it starts again if asked.
     pool.close();
-    String id = ThawPoolColdContender.ID;
+    boolean perGpu = options.concurrencyPerGpu();
+    String id = perGpu ? ThawPoolColdContender.CACHE_ID : ThawPoolColdContender.ID;
     Long bytes = p.imageBytes();
     if (pastDeadline()) {
       String reason = "the run was past its deadline (" + options.deadline().toSeconds() + " s)";
       notes.add("concurrent cold starts: skipped, " + reason);
-      return new Concurrency(p.workload().name(), id, bytes, List.of(), reason);
+      return new Concurrency(p.workload().name(), id, bytes, List.of(), reason, perGpu);
     }
-    say("%s: concurrent cold starts through the context pool: %s", p.workload().name(), options.concurrency());
+    say("%s: concurrent cold starts through the context pool%s: %s", p.workload().name(),
+        perGpu ? ", one per GPU" : "", options.concurrency());
     try {
-      Concurrency c = ConcurrencySweep.run(p, options.concurrency(), options.device(), pool.store(),
+      Concurrency c = perGpu ? ConcurrencySweep.perGpu(p, options.concurrency(), options.device(), pool.store(),
+          options.childTimeout()) : ConcurrencySweep.run(p, options.concurrency(), options.device(), pool.store(),
           options.childTimeout());
       for (ConcurrencyLevel level : c.levels()) {
         say("%s: %d at once: median %.1f ms, last %.1f ms", p.workload().name(), level.concurrent(), level.median(),
@@ -174,7 +177,7 @@ final class ColdStartRun {
     } catch (ContenderException e) {
       say("concurrent cold starts FAILED: %s", e.getMessage());
       notes.add("concurrent cold starts: FAILED: " + e.getMessage());
-      return new Concurrency(p.workload().name(), id, bytes, List.of(), "FAILED: " + e.getMessage());
+      return new Concurrency(p.workload().name(), id, bytes, List.of(), "FAILED: " + e.getMessage(), perGpu);
     }
   }
 

@@ -14,6 +14,7 @@ final class Contenders {
       new ThawPoolColdContender(false, false),
       new ThawPoolColdContender(false, true),
       new ThawPoolColdContender(true, false),
+      new ThawPoolColdContender(true, false, true),
       new ThawPoolWarmContender(),
       new ThawServerContender(true),
       new ThawServerContender(false),

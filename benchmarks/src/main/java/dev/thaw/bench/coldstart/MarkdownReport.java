@@ -154,19 +154,22 @@ final class MarkdownReport {
 
   private static void concurrency(ColdStartResult r, StringBuilder md) {
     ColdStartResult.Concurrency c = r.concurrency();
-    md.append("\n## Cold starts at once (").append(c.model()).append(", through the context pool)\n\n");
+    md.append("\n## Cold starts at once (").append(c.model()).append(", through the context pool")
+        .append(c.onePerGpu() ? ", one per GPU, each from the host cache through its own link" : "").append(")\n\n");
     if (c.levels().isEmpty()) {
       md.append("Not run: ").append(c.skipped()).append('\n');
       return;
     }
     Double gbps = r.environment().h2dGBps();
-    md.append("| at once | median | the last to answer |").append(gbps != null ? " PCIe floor (N × image) |" : "")
+    md.append("| at once | median | the last to answer |").append(gbps == null ? ""
+        : c.onePerGpu() ? " PCIe floor (image, each GPU its own link) |" : " PCIe floor (N × image) |")
         .append("\n| ---: | ---: | ---: |").append(gbps != null ? " ---: |" : "").append('\n');
     for (ColdStartResult.ConcurrencyLevel l : c.levels()) {
       md.append("| ").append(l.concurrent()).append(" | ").append(millis(l.median())).append(" | ")
           .append(millis(l.last())).append(" |");
       if (gbps != null && c.imageBytes() != null) {
-        md.append(' ').append(millis(l.concurrent() * c.imageBytes() / (gbps * 1e6))).append(" |");
+        int sharing = c.onePerGpu() ? 1 : l.concurrent();
+        md.append(' ').append(millis(sharing * c.imageBytes() / (gbps * 1e6))).append(" |");
       }
       md.append('\n');
     }

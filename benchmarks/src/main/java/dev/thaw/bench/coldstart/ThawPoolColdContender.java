@@ -4,6 +4,7 @@ import dev.thaw.bench.coldstart.ColdStartResult.Sample;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
+import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.pool.BecomeResult;
 import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
@@ -11,6 +12,7 @@ import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
 import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.PoolException;
+import dev.thaw.pool.RestoreCompletion;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.cache.HostCacheOptions;
@@ -22,6 +24,9 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.function.Supplier;
 
 /**
@@ -37,6 +42,9 @@ import java.util.function.Supplier;
  *   <li>{@code thaw-pool-cold-cache} (on demand): the pinned host image cache, the image staged (read and
  *       verified) into it before the clock starts, as a server keeps its hot images; a worker that falls back to
  *       the store fails the contender rather than be counted as the cache.
+ *   <li>{@code thaw-pool-cold-multilink} (on demand, two GPUs or more): the host cache, the worker on GPU 0 restoring
+ *       through its own link and every other GPU's it holds a link to (multi-link restore: those GPUs idle), as a
+ *       server's cold start does on an idle node; a worker that restores through its own link alone fails it.
  * </ul>
  * Phases: acquire; the worker's own restore phases; what the BECOME round trip adds to them (frames, the
  * parent's reader); the request's round trip.
@@ -46,28 +54,36 @@ final class ThawPoolColdContender implements Contender {
   static final String ID = "thaw-pool-cold";
   static final String FULL_ID = "thaw-pool-cold-full";
   static final String CACHE_ID = "thaw-pool-cold-cache";
+  static final String MULTILINK_ID = "thaw-pool-cold-multilink";
 
   /** Entries of a BECOME's phases that are no times (the host-cache restore reports its copies and their rate). */
   private static final java.util.Set<String> NOT_TIMES = java.util.Set.of("copies", "bytes");
 
   private final boolean fromHostCache;
   private final boolean full;
+  private final boolean multiLink;
 
   /** {@code full}: the worker answers BECOME only when every byte is on the device (else on demand). */
   ThawPoolColdContender(boolean fromHostCache, boolean full) {
-    this.fromHostCache = fromHostCache;
+    this(fromHostCache, full, false);
+  }
+
+  /** {@code multiLink}: from the host cache through every GPU's link (on demand). */
+  ThawPoolColdContender(boolean fromHostCache, boolean full, boolean multiLink) {
+    this.fromHostCache = fromHostCache || multiLink;
     this.full = full;
+    this.multiLink = multiLink;
   }
 
   @Override
   public String id() {
-    return fromHostCache ? CACHE_ID : full ? FULL_ID : ID;
+    return multiLink ? MULTILINK_ID : fromHostCache ? CACHE_ID : full ? FULL_ID : ID;
   }
 
   @Override
   public String label() {
-    return "Thaw, pooled worker, cold from the " + (fromHostCache ? "host cache" : "store")
-        + (full ? ", full restore" : ", on-demand restore");
+    return "Thaw, pooled worker, cold from the " + (multiLink ? "host cache through every GPU's link"
+        : fromHostCache ? "host cache" : "store") + (full ? ", full restore" : ", on-demand restore");
   }
 
   @Override
@@ -77,7 +93,14 @@ final class ThawPoolColdContender implements Contender {
 
   @Override
   public Optional<String> unavailable(Bench bench) {
-    return Optional.empty();
+    if (!multiLink) {
+      return Optional.empty();
+    }
+    String device = bench.pool().device();
+    int devices = HarnessPool.deviceCount(device);
+    return devices >= 2 || devices == 0 && !device.equals("sim") ? Optional.empty()
+        : Optional.of("one device here (" + (device.equals("sim") ? "THAW_SIM_DEVICES" : "nvidia-smi -L")
+            + "): no other GPU's link to restore through");
   }
 
   @Override
@@ -89,7 +112,7 @@ final class ThawPoolColdContender implements Contender {
       return runs(bench.pool(), model, null, manifest, request, runs, null);
     }
     if (!fromHostCache) {
-      try (HarnessPool pool = new HarnessPool(bench.pool(), null, true)) {
+      try (HarnessPool pool = new HarnessPool(bench.pool(), null, true, 0)) {
         return runs(pool, model, null, manifest, request, runs, null);
       }
     }
@@ -98,7 +121,8 @@ final class ThawPoolColdContender implements Contender {
     long capacity = (model.imageBytes() * 5 / 4 + (64L << 20)) & -HostCacheOptions.ALIGNMENT;
     try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(capacity));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(bench.pool().store()).setReadOnly(true));
-        HarnessPool pool = new HarnessPool(bench.pool(), cache.path(), full)) {
+        HarnessPool pool = new HarnessPool(bench.pool(), cache.path(), full,
+            multiLink ? ContextPoolOptions.DEFAULT_HELPER_LINKS : 0)) {
       ImageManifest parsed = ImageManifest.read(manifest);
       // As the server does at registration: staged once, then every idle worker prepares it. A worker takes over
       // the lease it becomes the image with, and closes it once resident: one lease per run, a pin per extent of
@@ -136,11 +160,21 @@ final class ThawPoolColdContender implements Contender {
         Worker w = pool.acquire();
         long t1 = System.nanoTime();
         try {
+          if (multiLink) {
+            if (w.helperLinks().isEmpty()) {
+              throw new ContenderException("the worker on GPU 0 holds no link to another GPU (its log says why)");
+            }
+            source = source.withHelpers(w.helperLinks(), OnDemandOptions.DEFAULT_HELPER_SHARE);
+          }
           BecomeResult b = prepared != null ? w.becomeBlocking(prepared, source)
               : w.becomeBlocking(tag, manifest, source);
           long t2 = System.nanoTime();
           if (!b.source().equals(source.kind())) {
             throw new ContenderException("the worker restored from " + b.source() + ", not from the " + source.kind());
+          }
+          if (multiLink && b.helpers().isEmpty()) {
+            throw new ContenderException("the worker restored through its own link alone (links " + w.helperLinks()
+                + " not lent)");
           }
           InvokeResult r = w.invokeBlocking(request);
           long t3 = System.nanoTime();
@@ -162,12 +196,20 @@ final class ThawPoolColdContender implements Contender {
           if (lease != null) {
             extra.put("stageMillis", lease.stageMillis());
           }
+          if (multiLink) {
+            // Off the clock: what the other links carried, once every byte landed.
+            RestoreCompletion done = w.resident().get(10, TimeUnit.MINUTES);
+            extra.put("helperBytes", (double) done.helperBytes());
+            extra.put("residentMillis", done.sinceBecomeMillis());
+          }
           samples.add(new Sample(ms(t0, t3), phases, model.workload().answerOf(r.jsonTree()), null, extra));
         } finally {
           w.release();
         }
       } catch (PoolException e) {
         throw new ContenderException("the pooled worker failed: " + e.getMessage(), e);
+      } catch (ExecutionException | TimeoutException e) {
+        throw new ContenderException("the pooled worker's restore did not complete: " + e, e);
       }
     }
     return samples;

@@ -47,6 +47,7 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
@@ -115,6 +116,8 @@ final class WorkerProcess implements Worker {
   private volatile boolean warm;
   /** The start as the second READY (warm) told it, or null. */
   private volatile WorkerStart warmStart;
+  /** The devices it holds helper links to, every READY's together (links close only after it became an image). */
+  private volatile List<Integer> helperLinks = List.of();
   /** The worker's recent invokes (decode, function, encode), smoothed: the wake-ahead's prediction; 0: none yet. */
   private volatile long invokeNanos;
 
@@ -145,7 +148,8 @@ final class WorkerProcess implements Worker {
         o.storePath() == null ? null : o.storePath().toString(), o.warmupLaunches(), o.warmupImage(),
         o.hostCachePath() == null ? null : o.hostCachePath().toString(), o.maxFrameBytes(),
         ProcessHandle.current().pid(), spawnNanos, o.warmupAfterReady(),
-        o.storePath() == null ? List.of() : o.prepareAtStart(), o.protectAfterIdle().toMillis());
+        o.storePath() == null ? List.of() : o.prepareAtStart(), o.protectAfterIdle().toMillis(), o.helperLinks(),
+        o.helperSlotBytes(), o.helperMinFreeBytes());
     Process p;
     if (early != null) {
       p = early.process();
@@ -212,6 +216,11 @@ final class WorkerProcess implements Worker {
 
   CompletableFuture<WorkerStart> ready() {
     return ready;
+  }
+
+  @Override
+  public List<Integer> helperLinks() {
+    return helperLinks;
   }
 
   @Override
@@ -349,7 +358,7 @@ final class WorkerProcess implements Worker {
     long read = System.nanoTime();
     BecomeAnswer a = BecomeAnswer.from(f.head());
     invocable = true;
-    return new BecomeResult(name, a.source(), a.phases(), a.bytes(), millisSince(claimedNanos),
+    return new BecomeResult(name, a.source(), a.helpers(), a.phases(), a.bytes(), millisSince(claimedNanos),
         (sentNanos - claimedNanos) / 1e6, a.totalEndNanos() == 0 ? Double.NaN : (read - a.totalEndNanos()) / 1e6,
         a.totalEndNanos() == 0 || a.sentNanos() == 0 ? Double.NaN : (a.sentNanos() - a.totalEndNanos()) / 1e6);
   }
@@ -572,6 +581,9 @@ final class WorkerProcess implements Worker {
     public void ready(Ready r) {
       WorkerStart start = new WorkerStart(pid, r.device().driver(), r.device().simulated(), r.device().name(),
           r.phases(), millisSince(spawnNanos), System.nanoTime());
+      TreeSet<Integer> links = new TreeSet<>(helperLinks);
+      links.addAll(r.helpers());
+      helperLinks = List.copyOf(links);
       if (ready.isDone()) {
         if (r.warm() && !warm) {
           warmStart = start;
@@ -592,7 +604,7 @@ final class WorkerProcess implements Worker {
     public void resident(Resident r) {
       closeLease();
       resident.complete(new RestoreCompletion(r.sinceBecomeMillis(), r.bytes(), r.hostBytes(), r.storeBytes(),
-          r.residentBytes(), r.copies(), r.promotions(), r.waits()));
+          r.residentBytes(), r.copies(), r.promotions(), r.waits(), r.peerBytes(), r.helperBytes()));
     }
 
     @Override

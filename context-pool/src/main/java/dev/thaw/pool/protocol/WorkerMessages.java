@@ -3,6 +3,7 @@ package dev.thaw.pool.protocol;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.pool.WorkerErrorKind;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -86,8 +87,22 @@ public final class WorkerMessages {
    * store at {@code path} for what it lacks).
    *
    * @param hbm the HBM tier's slabs of the image, or null
+   * @param helpers other devices whose links the restore may use for the host cache's bytes (the worker lends it
+   *     those it holds a usable link to), in order; empty for none
+   * @param helperShare the part of each helper's link the restore may use, over (0, 1]
+   * @param peer another device's HBM-tier slabs of the image, whose bytes the restore pulls over the peer link into
+   *     fresh slabs of its own, or null
    */
-  public record Source(String kind, String path, Hbm hbm) {
+  public record Source(String kind, String path, Hbm hbm, List<Integer> helpers, double helperShare, Hbm peer) {
+    public Source {
+      helpers = List.copyOf(helpers);
+    }
+
+    /** Through this device's link alone, nothing from another device's tier. */
+    public Source(String kind, String path, Hbm hbm) {
+      this(kind, path, hbm, List.of(), OnDemandOptions.DEFAULT_HELPER_SHARE, null);
+    }
+
     public ObjectNode toJson() {
       ObjectNode n = FrameCodec.head();
       n.put("kind", kind);
@@ -97,18 +112,31 @@ public final class WorkerMessages {
       if (hbm != null) {
         n.set("hbm", hbm.toJson());
       }
+      if (!helpers.isEmpty()) {
+        ArrayNode h = n.putArray("helpers");
+        helpers.forEach(h::add);
+        n.put("helperShare", helperShare);
+      }
+      if (peer != null) {
+        n.set("peer", peer.toJson());
+      }
       return n;
     }
 
     public static Source from(JsonNode n) {
+      List<Integer> helpers = new ArrayList<>();
+      n.path("helpers").forEach(v -> helpers.add(v.asInt()));
       return new Source(n.path("kind").asText("store"), n.hasNonNull("path") ? n.get("path").asText() : null,
-          n.path("hbm").isObject() ? Hbm.from(n.get("hbm")) : null);
+          n.path("hbm").isObject() ? Hbm.from(n.get("hbm")) : null, helpers,
+          n.path("helperShare").asDouble(OnDemandOptions.DEFAULT_HELPER_SHARE),
+          n.path("peer").isObject() ? Hbm.from(n.get("peer")) : null);
     }
   }
 
   /**
-   * HBM-tier slabs a BECOME maps instead of copying: descriptors of process {@code pid} ({@code pidfd_getfd}),
-   * {@code slabs} in {@code ExportedSlab.encodeAll}'s form (may be empty: then the slabs are created exportable).
+   * HBM-tier slabs a BECOME maps instead of copying (or, as a {@link Source#peer}, pulls from): descriptors of process
+   * {@code pid} ({@code pidfd_getfd}), {@code slabs} in {@code ExportedSlab.encodeAll}'s form (may be empty: then the
+   * slabs are created exportable).
    */
   public record Hbm(long pid, String slabs) {
     ObjectNode toJson() {
@@ -263,12 +291,14 @@ public final class WorkerMessages {
    * Started (and, with {@code warm}, warmed up); a worker that warms up after READY sends a second one, warm.
    *
    * @param prepared keys of the images it prepared at start
+   * @param helpers the other devices it holds a link to, which a BECOME may name ({@link Source#helpers()})
    */
   public record Ready(long pid, int protocol, Device device, Map<String, Double> phases, boolean warm,
-      List<String> prepared) implements Reply {
+      List<String> prepared, List<Integer> helpers) implements Reply {
     public Ready {
       phases = Collections.unmodifiableMap(new LinkedHashMap<>(phases));
       prepared = List.copyOf(prepared);
+      helpers = List.copyOf(helpers);
     }
 
     @Override
@@ -285,12 +315,16 @@ public final class WorkerMessages {
       putPhases(h.putObject("phases"), phases);
       h.put("warm", warm);
       putStrings(h.putArray("prepared"), prepared);
+      ArrayNode a = h.putArray("helpers");
+      helpers.forEach(a::add);
       return h;
     }
 
     public static Ready from(JsonNode h) {
+      List<Integer> helpers = new ArrayList<>();
+      h.path("helpers").forEach(v -> helpers.add(v.asInt()));
       return new Ready(h.path("pid").asLong(), h.path("protocol").asInt(), Device.from(h.path("device")),
-          readPhases(h.path("phases")), h.path("warm").asBoolean(true), readStrings(h.path("prepared")));
+          readPhases(h.path("phases")), h.path("warm").asBoolean(true), readStrings(h.path("prepared")), helpers);
     }
   }
 
@@ -324,9 +358,14 @@ public final class WorkerMessages {
     }
   }
 
-  /** Every byte of the BECOME's image (this frame's id) is on the device: how long that took, from where. */
+  /**
+   * Every byte of the BECOME's image (this frame's id) is on the device: how long that took, from where.
+   *
+   * @param peerBytes bytes pulled from another device's HBM tier
+   * @param helperBytes of {@code hostBytes}, those that came through other devices' links
+   */
   public record Resident(double sinceBecomeMillis, long bytes, long hostBytes, long storeBytes, long residentBytes,
-      int copies, int promotions, long waits) implements Reply {
+      int copies, int promotions, long waits, long peerBytes, long helperBytes) implements Reply {
     @Override
     public FrameType type() {
       return FrameType.RESIDENT;
@@ -343,13 +382,16 @@ public final class WorkerMessages {
       h.put("copies", copies);
       h.put("promotions", promotions);
       h.put("waits", waits);
+      h.put("peerBytes", peerBytes);
+      h.put("helperBytes", helperBytes);
       return h;
     }
 
     public static Resident from(JsonNode h) {
       return new Resident(h.path("sinceBecomeMillis").asDouble(), h.path("bytes").asLong(),
           h.path("hostBytes").asLong(), h.path("storeBytes").asLong(), h.path("residentBytes").asLong(),
-          h.path("copies").asInt(), h.path("promotions").asInt(), h.path("waits").asLong());
+          h.path("copies").asInt(), h.path("promotions").asInt(), h.path("waits").asLong(),
+          h.path("peerBytes").asLong(), h.path("helperBytes").asLong());
     }
   }
 
@@ -358,11 +400,16 @@ public final class WorkerMessages {
    * {@code sentNanos} (the worker's {@link System#nanoTime()} when its total ended and when this was written) let
    * the parent tell the answer's own time on the way.
    *
-   * @param source {@code hbm}, {@code cache} or {@code store}
+   * @param source {@code hbm}, {@code hbm-peer}, {@code cache} or {@code store}
+   * @param helpers the devices whose links the restore was lent (of those the BECOME named), in order
    * @param hbmImportMillis the HBM-tier slabs' import, part of mapping; negative when none were imported
    */
-  public record BecomeAnswer(Map<String, Double> phases, long bytes, String source, boolean resident,
-      double hbmImportMillis, long totalEndNanos, long sentNanos) implements Reply {
+  public record BecomeAnswer(Map<String, Double> phases, long bytes, String source, List<Integer> helpers,
+      boolean resident, double hbmImportMillis, long totalEndNanos, long sentNanos) implements Reply {
+    public BecomeAnswer {
+      helpers = List.copyOf(helpers);
+    }
+
     @Override
     public FrameType type() {
       return FrameType.RESULT;
@@ -370,7 +417,7 @@ public final class WorkerMessages {
 
     /** The same answer, stamped as it is written. */
     public BecomeAnswer sentAt(long nanos) {
-      return new BecomeAnswer(phases, bytes, source, resident, hbmImportMillis, totalEndNanos, nanos);
+      return new BecomeAnswer(phases, bytes, source, helpers, resident, hbmImportMillis, totalEndNanos, nanos);
     }
 
     @Override
@@ -379,6 +426,10 @@ public final class WorkerMessages {
       putPhases(h.putObject("phases"), phases);
       h.put("bytes", bytes);
       h.put("source", source);
+      if (!helpers.isEmpty()) {
+        ArrayNode a = h.putArray("helpers");
+        helpers.forEach(a::add);
+      }
       h.put("resident", resident);
       if (hbmImportMillis >= 0) {
         h.put("hbmImportMillis", hbmImportMillis);
@@ -389,9 +440,11 @@ public final class WorkerMessages {
     }
 
     public static BecomeAnswer from(JsonNode h) {
+      List<Integer> helpers = new ArrayList<>();
+      h.path("helpers").forEach(v -> helpers.add(v.asInt()));
       return new BecomeAnswer(readPhases(h.path("phases")), h.path("bytes").asLong(), h.path("source").asText("store"),
-          h.path("resident").asBoolean(), h.path("hbmImportMillis").asDouble(-1), h.path("totalEndNanos").asLong(0),
-          h.path("sentNanos").asLong(0));
+          helpers, h.path("resident").asBoolean(), h.path("hbmImportMillis").asDouble(-1),
+          h.path("totalEndNanos").asLong(0), h.path("sentNanos").asLong(0));
     }
   }
 

@@ -4,8 +4,10 @@ import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
+import dev.thaw.pool.ColdStartPlacement;
 import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ImageSource;
+import dev.thaw.pool.PlacementCosts;
 import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.cache.CacheLease;
@@ -17,6 +19,7 @@ import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.hbm.HbmTier;
 import dev.thaw.pool.hbm.HbmTierOptions;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -28,6 +31,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.BiPredicate;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -84,9 +88,12 @@ public final class ImageTiers implements AutoCloseable {
     }
   }
 
-  /** Cold starts by the tier they began from, and what the tiers moved. */
-  public record Stats(long hbmStarts, long hostCacheStarts, long storeStarts, long hbmKept, long stagedOnUse,
-      long registrationStagesSkipped) {}
+  /**
+   * Cold starts by the way they began (this device's HBM tier, another device's, the host cache through several links
+   * or one, the store), and what the tiers moved.
+   */
+  public record Stats(long hbmStarts, long hbmPeerStarts, long multiLinkStarts, long hostCacheStarts,
+      long storeStarts, long hbmKept, long stagedOnUse, long registrationStagesSkipped) {}
 
   /** A registered image as the pool's workers prepare it; {@code manifest} is the registration's, by identity. */
   private record Registered(ImageManifest manifest, PreparedImage image) {}
@@ -107,7 +114,10 @@ public final class ImageTiers implements AutoCloseable {
   private final Map<String, Placed> placed = new ConcurrentHashMap<>();
   private final Map<String, Registered> registered = new ConcurrentHashMap<>();
   private final Map<Integer, HbmTier> hbm = new HashMap<>();
+  private volatile ColdStartPlacement placement = new ColdStartPlacement(new PlacementCosts(), (a, b) -> false);
   private final AtomicLong hbmStarts = new AtomicLong();
+  private final AtomicLong hbmPeerStarts = new AtomicLong();
+  private final AtomicLong multiLinkStarts = new AtomicLong();
   private final AtomicLong cacheStarts = new AtomicLong();
   private final AtomicLong storeStarts = new AtomicLong();
   private final AtomicLong hbmKept = new AtomicLong();
@@ -139,6 +149,42 @@ public final class ImageTiers implements AutoCloseable {
   /** The host cache, or null. */
   public HostImageCache cache() {
     return cache;
+  }
+
+  /**
+   * Prices cold starts with {@code costs} over devices that reach each other's memory where {@code peers} says (the
+   * driver's {@code canAccessPeer}): then a start may restore through idle devices' links and from another device's
+   * HBM tier. Until this is called no two devices are taken for peers (each start uses its own device's tiers only).
+   */
+  public ImageTiers placeWith(PlacementCosts costs, BiPredicate<Integer, Integer> peers) {
+    // A node's topology does not change while it serves: each pair is asked once (placement runs under the server's
+    // lock).
+    Map<List<Integer>, Boolean> known = new ConcurrentHashMap<>();
+    this.placement = new ColdStartPlacement(costs, (a, b) -> known.computeIfAbsent(List.of(a, b),
+        pair -> peers.test(a, b)));
+    return this;
+  }
+
+  /** What cold starts are priced with. */
+  public PlacementCosts costs() {
+    return placement.costs();
+  }
+
+  /**
+   * Where a cold start of {@code tag} ({@code imageBytes} of device memory) is cheapest now and by which way in, over
+   * {@code devices} as the server sees them (fits, free budget, busy), with what each device's HBM tier holds of the
+   * image and whether the host cache holds all of it filled in here; empty when it fits no device.
+   */
+  public Optional<ColdStartPlacement.Choice> place(String tag, long imageBytes,
+      List<ColdStartPlacement.DeviceView> devices) {
+    List<ColdStartPlacement.DeviceView> views = new ArrayList<>(devices.size());
+    for (ColdStartPlacement.DeviceView d : devices) {
+      views.add(new ColdStartPlacement.DeviceView(d.ordinal(), d.fits(), d.freeBytes(), d.busy(),
+          residentBytes(tag, d.ordinal())));
+    }
+    Placed p = placed.get(tag);
+    boolean hostCached = cache != null && p != null && p.state().equals("cached");
+    return placement.place(imageBytes, hostCached, views);
   }
 
   /**
@@ -213,10 +259,21 @@ public final class ImageTiers implements AutoCloseable {
   }
 
   /**
-   * What a cold start of {@code tag} on {@code device} restores from: the HBM tier's slabs and the host cache's
-   * lease where they hold the image, else the store (and the image is staged behind the start). Marks it used.
+   * What a cold start of {@code tag} on {@code device} restores from, through the device's own link: the HBM tier's
+   * slabs and the host cache's lease where they hold the image, else the store. Marks it used.
    */
   public ColdSource coldStart(String tag, ImageManifest manifest, int device) {
+    return coldStart(tag, manifest, new ColdStartPlacement.Choice(device, ColdStartPlacement.Source.HOST_CACHE, -1,
+        List.of(), 0));
+  }
+
+  /**
+   * What a cold start of {@code tag} placed by {@link #place} restores from: the host cache's lease where it holds
+   * the image, with the target device's HBM-tier slabs, or (the choice's {@code hbm-peer}) the other device's, and
+   * the helpers' links the choice lends it; else the store (and the image is staged behind the start). A way the
+   * choice named that is gone meanwhile (the other tier dropped the image) falls back to the next. Marks it used.
+   */
+  public ColdSource coldStart(String tag, ImageManifest manifest, ColdStartPlacement.Choice choice) {
     pool.used(tag);
     Registered r = registered.get(tag);
     PreparedImage image = r != null && r.manifest() == manifest ? r.image() : null;
@@ -228,13 +285,32 @@ public final class ImageTiers implements AutoCloseable {
       return new ColdSource(ImageSource.store(storePath), image, bytes, "store");
     }
     ImageSource source = ImageSource.hostCache(lease, storePath);
-    HbmTier tier = hbm.get(device);
+    HbmTier tier = hbm.get(choice.device());
     List<ExportedSlab> slabs = tier == null ? null : tier.slabs(tag).orElse(List.of());
     if (slabs != null) {
       source = source.withResident(slabs);
     }
-    (slabs != null && !slabs.isEmpty() ? hbmStarts : cacheStarts).incrementAndGet();
-    return new ColdSource(source, image, bytes, slabs != null && !slabs.isEmpty() ? "hbm" : "host-cache");
+    String way = slabs != null && !slabs.isEmpty() ? "hbm" : "host-cache";
+    if (way.equals("host-cache") && choice.source() == ColdStartPlacement.Source.HBM_PEER) {
+      HbmTier other = hbm.get(choice.tierDevice());
+      List<ExportedSlab> theirs = other == null ? List.of() : other.slabs(tag).orElse(List.of());
+      if (!theirs.isEmpty()) {
+        source = source.withPeer(theirs);
+        way = "hbm-peer";
+      }
+    }
+    if (!choice.helpers().isEmpty()) {
+      // The rest of the image (all of it, from the host cache alone) comes through the idle devices' links as well.
+      source = source.withHelpers(choice.helpers(), placement.costs().helperShare());
+      way = way.equals("host-cache") ? "host-cache-multilink" : way;
+    }
+    (switch (way) {
+      case "hbm" -> hbmStarts;
+      case "hbm-peer" -> hbmPeerStarts;
+      case "host-cache-multilink" -> multiLinkStarts;
+      default -> cacheStarts;
+    }).incrementAndGet();
+    return new ColdSource(source, image, bytes, way);
   }
 
   /**
@@ -351,8 +427,8 @@ public final class ImageTiers implements AutoCloseable {
   }
 
   public Stats stats() {
-    return new Stats(hbmStarts.get(), cacheStarts.get(), storeStarts.get(), hbmKept.get(), stagedOnUse.get(),
-        stagesSkipped.get());
+    return new Stats(hbmStarts.get(), hbmPeerStarts.get(), multiLinkStarts.get(), cacheStarts.get(),
+        storeStarts.get(), hbmKept.get(), stagedOnUse.get(), stagesSkipped.get());
   }
 
   /**

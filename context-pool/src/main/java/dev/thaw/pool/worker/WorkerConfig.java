@@ -2,6 +2,8 @@ package dev.thaw.pool.worker;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.image.restore.HelperLink;
+import dev.thaw.pool.ContextPoolOptions;
 import java.util.List;
 
 /**
@@ -24,10 +26,15 @@ import java.util.List;
  * @param prepareAtStart tags in the store to prepare before READY, which names their keys (null: none)
  * @param protectAfterIdleMillis how long the worker is idle after an answer before it write-protects its image's
  *     read-only slabs; 0: at once, before the next request runs
+ * @param helperLinks how many other devices (the lowest ordinals the driver lists) the worker, if it maps a host
+ *     cache, opens a {@code HelperLink} to after READY; 0 for none
+ * @param helperSlotBytes the bytes of each slot of a helper link's ring
+ * @param helperMinFreeBytes a helper device with less free memory than this (besides the ring) is not used
  */
 public record WorkerConfig(String device, int ordinal, String storePath, int warmupLaunches, String warmupImage,
     String hostCache, int maxFrameBytes, long parentPid, long spawnNanos, boolean warmupAfterReady,
-    List<String> prepareAtStart, long protectAfterIdleMillis) {
+    List<String> prepareAtStart, long protectAfterIdleMillis, int helperLinks, long helperSlotBytes,
+    long helperMinFreeBytes) {
 
   /** Only the worker reads the JSON form: the parent writes it without loading Jackson. */
   private static final class Json {
@@ -42,7 +49,8 @@ public record WorkerConfig(String device, int ordinal, String storePath, int war
   public WorkerConfig(String device, int ordinal, String storePath, int warmupLaunches, String warmupImage,
       String hostCache, int maxFrameBytes, long parentPid, long spawnNanos) {
     this(device, ordinal, storePath, warmupLaunches, warmupImage, hostCache, maxFrameBytes, parentPid, spawnNanos,
-        false, List.of(), dev.thaw.pool.ContextPoolOptions.DEFAULT_PROTECT_AFTER_IDLE_MILLIS);
+        false, List.of(), ContextPoolOptions.DEFAULT_PROTECT_AFTER_IDLE_MILLIS, ContextPoolOptions.DEFAULT_HELPER_LINKS,
+        HelperLink.DEFAULT_SLOT_BYTES, HelperLink.DEFAULT_MIN_FREE_BYTES);
   }
 
   /**
@@ -62,6 +70,9 @@ public record WorkerConfig(String device, int ordinal, String storePath, int war
     b.append("\"spawnNanos\":").append(spawnNanos).append(',');
     b.append("\"warmupAfterReady\":").append(warmupAfterReady).append(',');
     b.append("\"protectAfterIdleMillis\":").append(protectAfterIdleMillis).append(',');
+    b.append("\"helperLinks\":").append(helperLinks).append(',');
+    b.append("\"helperSlotBytes\":").append(helperSlotBytes).append(',');
+    b.append("\"helperMinFreeBytes\":").append(helperMinFreeBytes).append(',');
     b.append("\"prepareAtStart\":[");
     for (int i = 0; i < prepareAtStart.size(); i++) {
       string(b.append(i == 0 ? "" : ","), prepareAtStart.get(i));

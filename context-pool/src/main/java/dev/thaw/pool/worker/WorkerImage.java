@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.restore.HelperLink;
 import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
@@ -17,6 +18,7 @@ import dev.thaw.pool.cache.HostCacheView;
 import dev.thaw.pool.cache.PinnedChunks;
 import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.hbm.HbmExport;
+import dev.thaw.pool.hbm.PeerSlabs;
 import dev.thaw.pool.hbm.ResidentSlabs;
 import dev.thaw.pool.hbm.TieredRestoreSource;
 import dev.thaw.pool.protocol.Frame;
@@ -97,6 +99,8 @@ final class WorkerImage implements WorkerLoop.Work {
   private final HostCacheView cache;
   private final WorkerStores stores;
   private final PreparedImages prepared;
+  /** Other devices' links, or null. */
+  private final WorkerHelpers helpers;
   private final WorkerReplies out;
   private final WorkerLoop loop;
   private final ObjectMapper json = FrameCodec.json();
@@ -113,6 +117,8 @@ final class WorkerImage implements WorkerLoop.Work {
   private long becomeStart;
   /** {@link #restored}'s read-only slabs are protected (or protection was tried). */
   private boolean slabsProtected;
+  /** Another device's HBM-tier slabs {@link #restored} pulls from, until it is resident; or null. */
+  private volatile PeerSlabs peerSlabs;
 
   private record Became(long takenNanos, BecomeAnswer answer) {}
 
@@ -120,13 +126,14 @@ final class WorkerImage implements WorkerLoop.Work {
   private record Tiers(RestoreSource source, PinnedChunks chunks, String from) {}
 
   WorkerImage(WorkerConfig config, GpuContext context, RestoreResources resources, HostCacheView cache,
-      WorkerStores stores, PreparedImages prepared, WorkerReplies out, WorkerLoop loop) {
+      WorkerStores stores, PreparedImages prepared, WorkerHelpers helpers, WorkerReplies out, WorkerLoop loop) {
     this.config = config;
     this.context = context;
     this.resources = resources;
     this.cache = cache;
     this.stores = stores;
     this.prepared = prepared;
+    this.helpers = helpers;
     this.out = out;
     this.loop = loop;
   }
@@ -230,9 +237,10 @@ final class WorkerImage implements WorkerLoop.Work {
   /**
    * Restores the image on demand and answers once its function is invocable. Its phases are disjoint and add up to
    * {@code total}: {@code queued} (read off stdin to taken up), {@code prepared} or {@code manifest}, {@code
-   * placement} (host cache), {@code hbm take} (HBM tier), {@code store}, {@code load modules}, {@code map
-   * allocations}, {@code rebuild state}, {@code start restore} (the rest of the restore call) and, when the parent
-   * asked to await residency, {@code resident}.
+   * placement} (host cache), {@code hbm take} (HBM tier), {@code peer take} (another device's tier), {@code store},
+   * {@code load modules}, {@code map allocations}, {@code rebuild state}, {@code start restore} (the rest of the
+   * restore call) and, when the parent asked to await residency, {@code resident}. The host cache's bytes go through
+   * this device's link and the helper links the source names that this worker holds open.
    */
   private WorkerMessages.Reply become(Frame f) throws Exception {
     if (state != State.BLANK) {
@@ -269,13 +277,25 @@ final class WorkerImage implements WorkerLoop.Work {
     OnDemandOptions onDemand = new OnDemandOptions();
     ResidentSlabs resident = null;
     if (b.source().hbm() != null) {
-      if (tiers.chunks() == null) {
-        throw new ImageRestoreException("BECOME names HBM-tier slabs without the host cache", null);
-      }
+      requireCache(tiers, "HBM-tier slabs");
       resident = takeHbm(b.source().hbm());
       onDemand.slabSource(resident != null ? resident : EXPORTABLE_OR_FRESH);
       tiers = new Tiers(new TieredRestoreSource(tiers.chunks(), resident), tiers.chunks(), tiers.from());
       t = WorkerMain.phase(phases, "hbm take", t);
+    }
+    PeerSlabs peer = null;
+    if (b.source().peer() != null) {
+      requireCache(tiers, "another device's HBM-tier slabs");
+      peer = takePeer(b.source().peer());
+      if (peer != null) {
+        tiers = new Tiers(peer.over(tiers.source()), tiers.chunks(), tiers.from());
+      }
+      t = WorkerMain.phase(phases, "peer take", t);
+    }
+    List<HelperLink> links = helpers == null || b.source().helpers().isEmpty() ? List.of()
+        : helpers.lend(b.source().helpers());
+    if (!links.isEmpty()) {
+      onDemand.helpers(links).helperShare(b.source().helperShare());
     }
     // A prepared image was checked against the store then; that store is still the one open unless another PREPARE
     // reopened it since.
@@ -286,6 +306,11 @@ final class WorkerImage implements WorkerLoop.Work {
     try {
       restore = ready != null ? new OnDemandRestorer(store).restore(ready.restore(), tiers.source(), resources,
           onDemand) : new OnDemandRestorer(store).restore(manifest, context, tiers.source(), resources, onDemand);
+    } catch (Throwable e) {
+      if (peer != null) {
+        peer.close();
+      }
+      throw e;
     } finally {
       if (resident != null) {
         resident.close();
@@ -294,15 +319,31 @@ final class WorkerImage implements WorkerLoop.Work {
     boolean fromHbm = resident != null && !resident.residentBuffers().isEmpty();
     restorePhases(phases, restore, t);
     if (b.awaitResident()) {
-      awaitResident(restore, phases);
+      try {
+        awaitResident(restore, phases);
+      } catch (RuntimeException e) {
+        if (peer != null) {
+          peer.close();
+        }
+        throw e;
+      }
     }
+    peerSlabs = peer;
     restored = restore;
     becomeStart = start;
     state = State.READY;
     long totalEnd = System.nanoTime();
     phases.put("total", queued + (totalEnd - start) / 1e6);
-    return new BecomeAnswer(phases, manifest.totalBytes(), fromHbm ? "hbm" : tiers.from(), restore.isResident(),
-        fromHbm ? resident.importMillis() : -1, totalEnd, 0);
+    String from = fromHbm ? "hbm" : peer != null ? "hbm-peer" : tiers.from();
+    return new BecomeAnswer(phases, manifest.totalBytes(), from, links.stream().map(l -> l.helper().device()
+        .ordinal()).toList(), restore.isResident(), fromHbm ? resident.importMillis()
+        : peer != null ? peer.mapMillis() : -1, totalEnd, 0);
+  }
+
+  private static void requireCache(Tiers tiers, String what) {
+    if (tiers.chunks() == null) {
+      throw new ImageRestoreException("BECOME names " + what + " without the host cache", null);
+    }
   }
 
   private static int manifestBytes(Become b, byte[] body) {
@@ -348,6 +389,26 @@ final class WorkerImage implements WorkerLoop.Work {
   }
 
   /**
+   * Another device's HBM-tier slabs, taken from the parent and mapped here; null when the tier dropped them meanwhile
+   * or this device cannot reach that one's memory (the image then comes from the host cache).
+   */
+  private PeerSlabs takePeer(Hbm peer) {
+    if (peer.slabs().isBlank()) {
+      return null;
+    }
+    try {
+      return PeerSlabs.take(context, peer.pid(), ExportedSlab.decodeAll(peer.slabs()));
+    } catch (IOException | IllegalArgumentException | CudaException e) {
+      if (e instanceof CudaOutOfMemoryException oom) {
+        throw oom;
+      }
+      System.err.println("thaw worker: another device's HBM-tier slabs not taken, restoring from the host cache: "
+          + e);
+      return null;
+    }
+  }
+
+  /**
    * The restore call's phases, disjoint: what it spent besides modules, map and state (loading the function class,
    * planning, starting the stream) is {@code start restore}.
    */
@@ -385,10 +446,36 @@ final class WorkerImage implements WorkerLoop.Work {
         out.fail(WorkerFailures.kindOf(c, true), c, WorkerMain.EXIT_RESTORE_FAILED);
         return;
       }
+      // The copies no longer read another device's slabs or lend links: the memory they hold goes back. (A failed
+      // restore ends the worker instead, with copies maybe still in flight.)
+      releaseAfterRestore();
       OnDemandRestore.Stats s = restore.stats();
       out.send(becomeId, new Resident((restore.residentNanos() - start) / 1e6, s.bytes(), s.hostBytes(),
-          s.storeBytes(), s.residentBytes(), s.copies(), s.promotions(), s.waits()));
+          s.storeBytes(), s.residentBytes(), s.copies(), s.promotions(), s.waits(), s.peerBytes(), s.helperBytes()));
     });
+  }
+
+  /**
+   * Unmaps the other device's slabs and closes the helper links and their contexts, on a thread of its own (closing a
+   * context is not free): the worker restores once in its life.
+   */
+  private void releaseAfterRestore() {
+    PeerSlabs peer = peerSlabs;
+    peerSlabs = null;
+    if (peer == null && helpers == null) {
+      return;
+    }
+    WorkerMain.daemon(() -> {
+      try {
+        if (peer != null) {
+          peer.close();
+        }
+      } finally {
+        if (helpers != null) {
+          helpers.close();
+        }
+      }
+    }, "thaw-worker-release").start();
   }
 
   // ---- INVOKE ----

@@ -2,6 +2,7 @@ package dev.thaw.pool.worker;
 
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ImageNotFoundException;
+import dev.thaw.image.restore.HelperLink;
 import dev.thaw.image.restore.OnDemandRestorer;
 import dev.thaw.image.restore.PreparedRestore;
 import dev.thaw.image.restore.RestorePlan;
@@ -42,13 +43,16 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /**
  * A pooled worker process: one device, one context, warm, serving the worker protocol ({@link FrameCodec},
  * {@code WorkerMessages}) with its parent over stdin (requests) and stdout (replies). This class is its start-up:
  * open the driver ({@code cuInit}), create the context and the {@link RestoreResources} every restore borrows
- * (stream, events, pinned staging, reader threads), map and register the host image cache, warm up
- * ({@link WorkerWarmup}), then send READY with the time of each phase. Beside the driver and the context, a prepare
+ * (stream, events, pinned staging, reader threads), map and register the host image cache, warm up ({@link
+ * WorkerWarmup}; beside it, with a host cache and other devices, the links of other devices a restore may borrow:
+ * {@link WorkerHelpers}), then send READY with the time of each phase. Beside the driver and the context, a prepare
  * thread opens the store read-only, prepares the images named to prepare at start and warms what needs no context
  * (Jackson, the manifest parser). With {@link WorkerConfig#warmupAfterReady()} READY comes before the launch warm-up,
  * which then runs until a request comes (and is announced by a second READY, {@code warm}, if it ran to its end).
@@ -84,6 +88,8 @@ public final class WorkerMain {
   private RestoreResources resources;
   private HostCacheView cache;
   private RocksChunkStore store;
+  /** Other devices' links for the restore, opened after READY; null without a host cache or another device. */
+  private WorkerHelpers helpers;
   private final CompletableFuture<GpuContext> contextMade = new CompletableFuture<>();
   private final CompletableFuture<RocksChunkStore> storeOpened = new CompletableFuture<>();
   /** {@link WorkerConfig#prepareAtStart()}'s images, prepared on the prepare thread. */
@@ -180,7 +186,8 @@ public final class WorkerMain {
       System.gc();
     }
     Ready ready = new Ready(pid, FrameCodec.VERSION, new Device(driver.name(), driver.isSimulated(),
-        context.device().name(), config.ordinal()), phases, !config.warmupAfterReady(), image.preparedKeys());
+        context.device().name(), config.ordinal()), phases, !config.warmupAfterReady(), image.preparedKeys(),
+        helperDevices());
     image.blank();
     out.send(0, ready);
     if (config.warmupAfterReady()) {
@@ -236,7 +243,10 @@ public final class WorkerMain {
       }
       phase(phases, "prepareWait", t);
     }
-    WorkerImage image = new WorkerImage(config, context, resources, cache, stores, prepared, out, loop);
+    if (cache != null && config.helperLinks() > 0 && driver.devices().size() > 1) {
+      helpers = new WorkerHelpers(driver, context, config);
+    }
+    WorkerImage image = new WorkerImage(config, context, resources, cache, stores, prepared, helpers, out, loop);
     loop.attach(image);
     return image;
   }
@@ -313,8 +323,29 @@ public final class WorkerMain {
     return now;
   }
 
+  /** The devices this worker holds a helper link to now. */
+  private List<Integer> helperDevices() {
+    return helpers == null ? List.of() : helpers.devices();
+  }
+
+  /**
+   * Opens the helper links on a thread of their own, beside the warm-up (a context on another device is not free:
+   * never on a cold path); completes with how long that took, at once when there are none to open.
+   */
+  private CompletableFuture<Double> openHelpers() {
+    if (helpers == null) {
+      return CompletableFuture.completedFuture(0.0);
+    }
+    return CompletableFuture.supplyAsync(() -> {
+      long t = System.nanoTime();
+      helpers.openAll();
+      return (System.nanoTime() - t) / 1e6;
+    }, r -> daemon(r, "thaw-worker-helpers").start());
+  }
+
   /** The warm-ups that need the context, on this thread; each stops early when a request is waiting. */
   private boolean warmUp(Map<String, Double> phases) throws Exception {
+    CompletableFuture<Double> links = openHelpers();
     long t = System.nanoTime();
     // The launch loop stops for any queued work: a PREPARE (the parent holds a BECOME until it is answered) runs
     // after it, and the loop then runs again unless a request came meanwhile.
@@ -329,6 +360,9 @@ public final class WorkerMain {
     if (whole && store != null && config.warmupLaunches() > 0) {
       whole = rehearse(phases, t);
     }
+    // Warm means able to restore through every link: the links are waited for unless a request comes first (a BECOME
+    // then restores through those open by then).
+    whole = whole && helpersOpened(links, phases);
     if (whole && config.warmupImage() != null && store != null) {
       t = System.nanoTime();
       whole = WorkerWarmup.image(context, resources, store, config.warmupImage(), loop::requested);
@@ -365,6 +399,36 @@ public final class WorkerMain {
   }
 
   /**
+   * Waits for the helper links to be open (or given up on) unless a request comes first; then, with rehearsals on,
+   * rehearses a restore through them. Returns false if a request cut it short.
+   */
+  private boolean helpersOpened(CompletableFuture<Double> links, Map<String, Double> phases) throws Exception {
+    long t = System.nanoTime();
+    while (!links.isDone()) {
+      if (loop.preparesThenRequestWaiting()) {
+        return false;
+      }
+      try {
+        links.get(5, TimeUnit.MILLISECONDS);
+      } catch (TimeoutException e) {
+        // Looks for a request again.
+      }
+    }
+    if (helpers == null) {
+      return true;
+    }
+    phases.put("helperLinks", links.join());
+    t = phase(phases, "helperLinksWait", t);
+    List<HelperLink> open = helpers.lend(helpers.devices());
+    if (open.isEmpty() || store == null || config.warmupLaunches() == 0) {
+      return true;
+    }
+    boolean whole = WorkerWarmup.rehearseHelpers(context, resources, store, open, loop::preparesThenRequestWaiting);
+    phase(phases, "helperRehearsal", t);
+    return whole;
+  }
+
+  /**
    * Warms up after READY (the worker can serve already): a BECOME that arrives meanwhile cuts it short and is served
    * at once. A warm-up that ran to its end is announced by a second READY with {@code warm} true and its phases.
    */
@@ -384,7 +448,8 @@ public final class WorkerMain {
     // What the warm-up allocated goes now (no request waits): a cold start must not run into a collection it did not
     // cause.
     System.gc();
-    out.send(0, new Ready(ready.pid(), ready.protocol(), ready.device(), phases, true, ready.prepared()));
+    out.send(0, new Ready(ready.pid(), ready.protocol(), ready.device(), phases, true, ready.prepared(),
+        helperDevices()));
   }
 
   private void watchParent() {

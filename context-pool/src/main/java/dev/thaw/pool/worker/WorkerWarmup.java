@@ -7,6 +7,7 @@ import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.Images;
+import dev.thaw.image.restore.HelperLink;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
 import dev.thaw.image.restore.OnDemandRestorer;
@@ -317,6 +318,44 @@ final class WorkerWarmup {
     return true;
   }
 
+  static final int HELPER_REHEARSALS = 3;
+
+  /**
+   * Rehearses a restore through other devices' links ({@link HelperLink}), {@value #HELPER_REHEARSALS} times, on the
+   * synthetic image of {@link #rehearse}: its host copies split between this device's link and {@code links}, each
+   * allocation gated on its event as a cold start's are. The first round checks that every read-only allocation holds
+   * the image's bytes: a link that lands bytes wrongly fails the worker's start, not a tenant's request. Leaves
+   * nothing mapped; the links are this worker's again after each round.
+   *
+   * @return true if every rehearsal ran, false if cut short by {@code stop}
+   */
+  static boolean rehearseHelpers(GpuContext context, RestoreResources resources, ChunkStore store,
+      List<HelperLink> links, BooleanSupplier stop) throws Exception {
+    try (RehearsalImage image = RehearsalImage.create(context, REHEARSAL_CHUNK_BYTES, false)) {
+      RestoreSource source = image.source();
+      OnDemandRestorer restorer = new OnDemandRestorer(store);
+      for (int i = 0; i < HELPER_REHEARSALS; i++) {
+        if (stop.getAsBoolean()) {
+          return false;
+        }
+        PreparedRestore prepared = restorer.prepare(image.plan(), context, source);
+        try (OnDemandRestore r = restorer.restore(prepared, source, resources, new OnDemandOptions().helpers(links))) {
+          r.function().invoke(FunctionRequest.of(JsonNodeFactory.instance.objectNode()));
+          r.awaitResident();
+          if (i == 0) {
+            ImageManifest m = image.plan().manifest();
+            for (ImageManifest.Allocation a : m.allocations()) {
+              if (!m.profile().writtenAllocations().contains(a.name())) {
+                image.check(context, a);
+              }
+            }
+          }
+        }
+      }
+    }
+    return true;
+  }
+
   /**
    * A synthetic image of {@value #REHEARSAL_ALLOCATIONS} allocations of {@value #REHEARSAL_CHUNKS_PER_ALLOCATION}
    * chunks each, half of them written (the odd ones, which {@link RehearsalFunction} fills), at addresses the
@@ -426,7 +465,7 @@ final class WorkerWarmup {
       context.copyDeviceToHost(device, a.address());
       long offset = at.get(a.chunks().get(0).digest());
       if (!device.equals(host.slice(offset, (int) a.size()))) {
-        throw new IllegalStateException("the HBM rehearsal found other bytes on the device than the image's in "
+        throw new IllegalStateException("a rehearsal found other bytes on the device than the image's in "
             + a.name() + " at 0x" + Long.toHexString(a.address()));
       }
     }

@@ -69,9 +69,9 @@ class WorkerMessagesTest {
   private static Map<Head, Function<Frame, Head>> samples() {
     Map<Head, Function<Frame, Head>> m = new LinkedHashMap<>();
     m.put(new Ready(42, FrameCodec.VERSION, new Device("sim", true, "Thaw Sim", 1), PHASES, true,
-        List.of("a@1", "b@2")), f -> Ready.from(f.head()));
-    m.put(new Become("gpt2", new Source("cache", "/store", new Hbm(7, "1000:2097152:9:w\n")), 0, true, "gpt2@1",
-        true), f -> Become.from(f.head()));
+        List.of("a@1", "b@2"), List.of(1)), f -> Ready.from(f.head()));
+    m.put(new Become("gpt2", new Source("cache", "/store", new Hbm(7, "1000:2097152:9:w\n"), List.of(1, 3), 0.5,
+        new Hbm(7, "1000:2097152:11:w\n")), 0, true, "gpt2@1", true), f -> Become.from(f.head()));
     m.put(new Invoke(12, 900), f -> Invoke.from(f.head(), f.body().length));
     m.put(new Status(), f -> new Status());
     m.put(new Exit(), f -> new Exit());
@@ -80,8 +80,8 @@ class WorkerMessagesTest {
     m.put(new Forget(List.of("a@1")), f -> Forget.from(f.head()));
     m.put(new Trace(64), f -> Trace.from(f.head(), 512));
     m.put(new Near(), f -> new Near());
-    m.put(new Resident(30.5, 100, 60, 30, 10, 4, 1, 2), f -> Resident.from(f.head()));
-    m.put(new BecomeAnswer(PHASES, 1 << 20, "hbm", false, 0.5, 123456789L, 123456999L),
+    m.put(new Resident(30.5, 100, 60, 30, 10, 4, 1, 2, 8, 20), f -> Resident.from(f.head()));
+    m.put(new BecomeAnswer(PHASES, 1 << 20, "hbm", List.of(1), false, 0.5, 123456789L, 123456999L),
         f -> BecomeAnswer.from(f.head()));
     m.put(new InvokeAnswer(2, PHASES), f -> InvokeAnswer.from(f.head(), f.body().length));
     m.put(new PrepareAnswer(PHASES, List.of("old@1")), f -> PrepareAnswer.from(f.head()));

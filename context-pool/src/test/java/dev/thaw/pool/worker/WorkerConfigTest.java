@@ -13,7 +13,7 @@ class WorkerConfigTest {
   void whatTheParentWritesTheWorkerReadsBackExactly() {
     WorkerConfig awkward = new WorkerConfig("cuda", 3, "/data/st\"ore\\with \u00e9 and\nnewline\ttab\u0001", 256,
         null, "/dev/shm/thaw cache", 64 << 20, 4242L, -123456789012345L, true,
-        List.of("mlp:1", "gpt2:\"large\"", "ünïcode/😀"), 35);
+        List.of("mlp:1", "gpt2:\"large\"", "ünïcode/😀"), 35, 2, 1L << 20, 5L << 30);
     assertEquals(awkward, WorkerConfig.fromJson(awkward.toJson()));
     WorkerConfig plain = new WorkerConfig(null, 0, null, 0, null, null, 1, 1, 0);
     assertEquals(plain, WorkerConfig.fromJson(plain.toJson()));

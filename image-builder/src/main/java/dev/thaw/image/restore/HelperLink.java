@@ -24,8 +24,9 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * on the helper after a slot's host copies) before it pulls from it.
  *
  * <p>Made once by a long-lived owner (a pooled worker, a benchmark) that holds a context on the helper device, and lent
- * to one restore at a time. {@link #open} measures the three links it uses; {@link #whyUnusable} says why a helper
- * would not do (not peer-capable, short of memory).
+ * to one restore at a time: from the restore's start until every byte of it is resident (or it stops), after which
+ * the owner may lend it again or close it while the restore serves on. {@link #open} measures the three links it
+ * uses; {@link #whyUnusable} says why a helper would not do (not peer-capable, short of memory).
  */
 public final class HelperLink implements AutoCloseable {
 

@@ -185,7 +185,8 @@ final class Residency {
   private volatile boolean background;
   private volatile boolean stopping;
   private Future<?> pump;
-  private boolean linksBorrowed;
+  /** The helpers' links are this restore's: from {@link #start} until it is complete (or stopped). */
+  private volatile boolean linksBorrowed;
   /** The restore thread's own: batches being read, oldest first (each holds a slot, in ring order). */
   private final ArrayDeque<StoreBatch> reading = new ArrayDeque<>();
   /** The restore thread's own: how many of each unit's chunks are being read or were read. */
@@ -446,6 +447,8 @@ final class Residency {
           retire();
           if (residentUnits == units) {
             complete = true;
+            // Every copy through them has landed (their units' events retired): their owner may lend them again.
+            giveBackLinks();
             done.complete(null);
             return;
           }
@@ -970,25 +973,30 @@ final class Residency {
     RuntimeException failed = null;
     for (Lane lane : lanes) {
       try {
-        if (lane.link != null) {
-          lane.link.synchronize();
-        } else {
+        if (lane.link == null) {
           lane.stream.synchronize();
+        } else if (linksBorrowed) {
+          lane.link.synchronize();
         }
       } catch (RuntimeException e) {
         failed = failed == null ? e : failed;
       }
     }
-    if (linksBorrowed) {
-      for (Lane lane : helperLanes) {
-        lane.link.giveBack();
-      }
-      linksBorrowed = false;
-    }
+    giveBackLinks();
     lease.close();
     resources.giveBack(used);
     if (failed != null) {
       throw failed;
+    }
+  }
+
+  /** Hands the helpers' links back to their owner, once. */
+  private void giveBackLinks() {
+    if (linksBorrowed) {
+      linksBorrowed = false;
+      for (Lane lane : helperLanes) {
+        lane.link.giveBack();
+      }
     }
   }
 

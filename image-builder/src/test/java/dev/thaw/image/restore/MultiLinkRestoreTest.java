@@ -223,6 +223,27 @@ class MultiLinkRestoreTest {
   }
 
   @Test
+  void aLinkGoesBackToItsOwnerOnceTheRestoreIsResidentThoughTheRestoreStaysOpen() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "mlp");
+    try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(1));
+        Spaced source = new Spaced(manifest, node.target)) {
+      HelperLink link = node.link(1, new HelperLink.Options());
+      OnDemandOptions options = new OnDemandOptions().windowBytes(4096).helpers(List.of(link));
+      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
+          node.resources, options)) {
+        assertThrows(IllegalStateException.class, link::borrow, "lent while the restore copies");
+        restore.awaitResident();
+        assertTrue(restore.stats().helperBytes() > 0, restore.linkBytes().toString());
+        // The owner (a pooled worker) may close it now, or lend it to another restore.
+        link.borrow();
+        link.giveBack();
+        assertEquals(responses.get("mlp"), restore.function().invoke(FunctionRequest.of(requests.get("mlp"))).json());
+        assertImage(node.target, manifest);
+      }
+    }
+  }
+
+  @Test
   void aHelperIsRefusedWhenItIsTheTargetNotAPeerOrShortOfMemoryAndALinkIsLentOnce() throws Exception {
     HelperLink.Options options = new HelperLink.Options().minFreeBytes(0).measureBytes(0);
     try (Node node = new Node(2, new SimOptions().memoryBytes(1L << 30))) {

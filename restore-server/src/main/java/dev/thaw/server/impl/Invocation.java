@@ -11,8 +11,9 @@ import java.util.Map;
  * @param cold true when this request was the first an instance served after its start (it waited for it)
  * @param phases milliseconds per phase, in order: queue, acquire, map, restore-wait, invoke
  * @param instance the instance that served it, described
- * @param tier for a cold request, where its instance's image bytes came from ({@code hbm}, {@code host-cache},
- *     {@code store}); null for a warm one
+ * @param tier for a cold request, the way its instance's image bytes came in ({@code hbm}: this device's HBM tier;
+ *     {@code hbm-peer}: another device's, over the peer link; {@code host-cache-multilink}: the host cache through
+ *     this device's link and idle devices' links; {@code host-cache}; {@code store}); null for a warm one
  * @param functionMillis the function's own invoke where it ran, a part of {@code invoke} (which, for a worker,
  *     also holds the pipe both ways and the request's decoding there)
  */

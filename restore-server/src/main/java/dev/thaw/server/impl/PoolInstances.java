@@ -8,9 +8,11 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.pool.BecomeResult;
+import dev.thaw.pool.ColdStartPlacement;
 import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.InvokeResult;
+import dev.thaw.pool.PlacementCosts;
 import dev.thaw.pool.PoolExhaustedException;
 import dev.thaw.pool.PoolStats;
 import dev.thaw.pool.PreparedImage;
@@ -51,6 +53,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.function.BiPredicate;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -60,9 +63,11 @@ import org.slf4j.LoggerFactory;
  * eviction releases it (the process exits, its device memory with it). Instances live in address spaces of their
  * own, so any images can be resident together, and a device fault kills one worker, never the server.
  *
- * <p>Where each start reads its image from, and what the node keeps between starts (HBM tier, host cache, images
- * prepared ahead), is the pool's {@link ImageTiers}: this class asks it at each registration ({@link #prepare}),
- * cold start ({@link ImageTiers#coldStart}) and scale-in ({@link ImageTiers#keepOnDevice}). When a start runs out
+ * <p>Where each start goes and reads its image from, and what the node keeps between starts (HBM tier, host cache,
+ * images prepared ahead), is the pool's {@link ImageTiers}: this class asks it at each registration ({@link #prepare}),
+ * placement ({@link ImageTiers#place}: this device's HBM tier, another's by a peer copy, the host cache through this
+ * device's link and idle devices' links, or its own alone, the store), cold start ({@link ImageTiers#coldStart}) and
+ * scale-in ({@link ImageTiers#keepOnDevice}). When a start runs out
  * of device memory, the device's HBM tier gives its memory back and the start is tried once more before the
  * request is refused; a start that failed with the tier's slabs in it is tried once more without them.
  *
@@ -132,6 +137,16 @@ public final class PoolInstances implements InstanceFactory {
     return this;
   }
 
+  /**
+   * Prices cold starts with {@code costs} over devices that reach each other's memory where {@code peers} says (the
+   * driver's {@code canAccessPeer}): a start may then restore through idle devices' links as well as its own and from
+   * another device's HBM tier ({@link ImageTiers#placeWith}). Without it each start uses its own device alone.
+   */
+  public PoolInstances placeWith(PlacementCosts costs, BiPredicate<Integer, Integer> peers) {
+    tiers.placeWith(costs, peers);
+    return this;
+  }
+
   /** The node's tiers: what each cold start began from, for metrics and benchmarks. */
   public ImageTiers tiers() {
     return tiers;
@@ -194,7 +209,7 @@ public final class PoolInstances implements InstanceFactory {
    * registration. No per-image series: a node has hundreds of images.
    */
   private void bindTierMetrics(MeterRegistry registry) {
-    for (String tier : List.of("hbm", "host-cache", "store")) {
+    for (String tier : List.of("hbm", "hbm-peer", "host-cache-multilink", "host-cache", "store")) {
       FunctionCounter.builder("thaw.cold.starts", tiers, t -> coldStarts(t.stats(), tier)).tag("tier", tier)
           .description("cold starts of pool-backed instances by the tier their image began from").register(registry);
     }
@@ -225,6 +240,8 @@ public final class PoolInstances implements InstanceFactory {
   private static double coldStarts(ImageTiers.Stats s, String tier) {
     return switch (tier) {
       case "hbm" -> s.hbmStarts();
+      case "hbm-peer" -> s.hbmPeerStarts();
+      case "host-cache-multilink" -> s.multiLinkStarts();
       case "host-cache" -> s.hostCacheStarts();
       default -> s.storeStarts();
     };
@@ -276,28 +293,45 @@ public final class PoolInstances implements InstanceFactory {
     return tiers.residentBytes(tag, device);
   }
 
+  /** Where the node's tiers price the start cheapest ({@link ImageTiers#place}). */
+  @Override
+  public Optional<ColdStartPlacement.Choice> place(String tag, long imageBytes,
+      List<ColdStartPlacement.DeviceView> devices) {
+    return tiers.place(tag, imageBytes, devices);
+  }
+
   @Override
   public FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) {
+    return startBlocking(tag, manifest, new ColdStartPlacement.Choice(device, ColdStartPlacement.Source.HOST_CACHE,
+        -1, List.of(), 0));
+  }
+
+  @Override
+  public FunctionInstance startBlocking(String tag, ImageManifest manifest, ColdStartPlacement.Choice choice) {
+    int device = choice.device();
     try {
-      return start(tag, manifest, device);
+      return start(tag, manifest, choice);
     } catch (ServeException e) {
       // Out of device memory: the HBM tier's weights go before any admission is refused.
       if (e.status() != 503 || !e.code().equals("no_capacity") || tiers.giveWay(device) == 0) {
         throw e;
       }
-      return start(tag, manifest, device);
+      return start(tag, manifest, choice);
     } catch (RuntimeException e) {
-      // A start that failed with the tier's slabs in it is tried once more without them (from the host cache).
-      if (tiers.dropFromDevice(tag, device) == 0) {
+      // A start that failed with a tier's slabs in it (this device's, or the other device's it pulled from) is tried
+      // once more without them (from the host cache).
+      int tier = choice.source() == ColdStartPlacement.Source.HBM_PEER ? choice.tierDevice() : device;
+      if (tiers.dropFromDevice(tag, device) + (tier == device ? 0 : tiers.dropFromDevice(tag, tier)) == 0) {
         throw e;
       }
-      LOG.warn("{}: a start with its HBM-tier slabs failed ({}); dropped them, starting from the host cache", tag,
+      LOG.warn("{}: a start with HBM-tier slabs failed ({}); dropped them, starting from the host cache", tag,
           e.getMessage());
-      return start(tag, manifest, device);
+      return start(tag, manifest, choice);
     }
   }
 
-  private FunctionInstance start(String tag, ImageManifest manifest, int device) {
+  private FunctionInstance start(String tag, ImageManifest manifest, ColdStartPlacement.Choice choice) {
+    int device = choice.device();
     long t = System.nanoTime();
     Worker worker;
     try {
@@ -309,7 +343,7 @@ public final class PoolInstances implements InstanceFactory {
     double acquireMs = (System.nanoTime() - t) / 1e6;
     ImageTiers.ColdSource cold = null;
     try {
-      cold = tiers.coldStart(tag, manifest, device);
+      cold = tiers.coldStart(tag, manifest, choice);
       PreparedImage image = cold.prepared();
       BecomeResult b = image != null ? worker.becomeBlocking(image, cold.source())
           : worker.becomeBlocking(tag, cold.manifest(), cold.source());
@@ -320,12 +354,14 @@ public final class PoolInstances implements InstanceFactory {
           + p.getOrDefault("rebuild state", 0.0);
       // Everything else the BECOME took (parse, map, modules, the pipe both ways) is the map phase.
       double mapMs = Math.max(0, b.roundTripMillis() - restoreMs);
+      // The way it went, which the choice may not be: a worker lends its restore only the links it holds open.
       String from = switch (b.source()) {
-        case "hbm" -> "hbm";
-        case "cache" -> "host-cache";
+        case "hbm", "hbm-peer" -> b.source();
+        case "cache" -> b.helpers().isEmpty() ? "host-cache" : "host-cache-multilink";
         default -> "store";
       };
-      StartLine line = new StartLine(tag, worker.pid(), device, from + (image != null ? ", prepared" : ""), b);
+      StartLine line = new StartLine(tag, worker.pid(), device, from + (b.helpers().isEmpty() ? ""
+          : " (through devices " + b.helpers() + " as well)") + (image != null ? ", prepared" : ""), b);
       try {
         background.execute(line);
       } catch (RejectedExecutionException closing) {

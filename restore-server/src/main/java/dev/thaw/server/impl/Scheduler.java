@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.pool.ColdStartPlacement;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
 import dev.thaw.runtime.gpu.DeviceInfo;
@@ -35,7 +36,8 @@ import org.slf4j.LoggerFactory;
 /**
  * Who serves which request: per function, a fair FIFO queue in front of its instances; instances started on
  * demand (cold) up to {@code maxInstances}, kept {@code minInstances}, evicted after {@code keepAlive} idle;
- * placed on the device with the most free budget, evicting idle instances of other functions when memory (or,
+ * placed where the factory prices the start cheapest ({@link InstanceFactory#place}: by default the device that holds
+ * most of the image, then the most free budget), evicting idle instances of other functions when memory (or,
  * in one address space, the image's addresses) is taken, and refusing with 503 when even that is not enough.
  *
  * <p>Invariants, all under this object's monitor: an instance serves one request at a time; a request is
@@ -55,6 +57,11 @@ public final class Scheduler implements AutoCloseable {
   /** How long requests wait for busy instances to leave room before they get 503. */
   static final Duration PLACEMENT_WAIT = Duration.ofSeconds(30);
   private static final Logger LOG = LoggerFactory.getLogger(Scheduler.class);
+  /**
+   * A device whose instance served a request this recently lends its link to no start (it counts as busy): a function
+   * that just answered is likely to be asked again within the tens of milliseconds a restore takes.
+   */
+  static final long RECENTLY_BUSY_NANOS = 100_000_000;
   /** Wake-ahead spins only while at most this many instances invoke: a quarter of the cores. */
   static final int WAKE_AHEAD_MAX_INVOKING = Math.max(1, Runtime.getRuntime().availableProcessors() / 4);
 
@@ -440,6 +447,8 @@ public final class Scheduler implements AutoCloseable {
   private final class Slot {
     final Deployment deployment;
     final int device;
+    /** Where and how its start was placed: the devices whose links it borrows are busy until it has started. */
+    final ColdStartPlacement.Choice choice;
     final ExecutorService thread;
     final long startNanos = System.nanoTime();
     FunctionInstance instance;
@@ -448,9 +457,10 @@ public final class Scheduler implements AutoCloseable {
     long idleSince = System.nanoTime();
     long served;
 
-    Slot(Deployment deployment, int device) {
+    Slot(Deployment deployment, ColdStartPlacement.Choice choice) {
       this.deployment = deployment;
-      this.device = device;
+      this.device = choice.device();
+      this.choice = choice;
       String threadName = "thaw-fn-" + deployment.name + "-" + threadIds.incrementAndGet();
       this.thread = Executors.newSingleThreadExecutor(r -> daemon(r, threadName));
     }
@@ -521,28 +531,69 @@ public final class Scheduler implements AutoCloseable {
     }
   }
 
-  /** Places and starts one instance of {@code d}: on the device with most free budget, evicting idle ones if needed. */
+  /**
+   * Places and starts one instance of {@code d} where the factory prices its start cheapest ({@link #choose}),
+   * evicting idle instances of other functions if it fits nowhere.
+   */
   private Optional<Slot> place(Deployment d) {
-    int device = fittingDevice(d.image);
-    if (device < 0) {
+    Optional<ColdStartPlacement.Choice> choice = choose(d.image);
+    if (choice.isEmpty()) {
       for (Slot victim : evictionCandidates(d)) {
         evict(victim);
         victim.deployment.meters.evicted("memory");
-        device = fittingDevice(d.image);
-        if (device >= 0) {
+        choice = choose(d.image);
+        if (choice.isPresent()) {
           break;
         }
       }
     }
-    if (device < 0) {
+    if (choice.isEmpty()) {
       return Optional.empty();
     }
-    Slot slot = new Slot(d, device);
+    Slot slot = new Slot(d, choice.get());
+    int device = slot.device;
     d.slots.add(slot);
     reserved[device] += d.image.deviceBytes();
     placed[device]++;
     slot.thread.execute(() -> start(slot));
     return Optional.of(slot);
+  }
+
+  /**
+   * Where a start of {@code image} goes and by which way in ({@link InstanceFactory#place}), over every device as this
+   * scheduler sees it: whether the image fits its budget and instance slots, its free budget, whether it is busy
+   * ({@link #busy}), and what the factory keeps of the image there. Empty when it fits nowhere now.
+   */
+  private Optional<ColdStartPlacement.Choice> choose(ImageInfo image) {
+    if (overlapsResident(image)) {
+      return Optional.empty();
+    }
+    List<ColdStartPlacement.DeviceView> views = new ArrayList<>(budget.length);
+    for (int i = 0; i < budget.length; i++) {
+      long free = budget[i] - reserved[i];
+      boolean fits = free >= image.deviceBytes() && placed[i] < factory.maxInstances(i);
+      views.add(new ColdStartPlacement.DeviceView(i, fits, free, busy(i), factory.residentBytes(image.tag(), i)));
+    }
+    return factory.place(image.tag(), image.deviceBytes(), views).filter(c -> views.get(c.device()).fits());
+  }
+
+  /**
+   * True when device {@code device} is doing something a start elsewhere must not slow down by borrowing its link: an
+   * instance there is starting or serving a request, has served one within {@link #RECENTLY_BUSY_NANOS} (more are
+   * likely on their way), or a start in progress borrows its link already.
+   */
+  private boolean busy(int device) {
+    long now = System.nanoTime();
+    for (Deployment d : allDeployments()) {
+      for (Slot s : d.slots) {
+        boolean starting = s.instance == null;
+        if (s.device == device && (starting || s.busy || s.served > 0 && now - s.idleSince < RECENTLY_BUSY_NANOS)
+            || starting && s.choice.helpers().contains(device)) {
+          return true;
+        }
+      }
+    }
+    return false;
   }
 
   /** True if some device has the memory for {@code image} now, slots aside. */
@@ -567,29 +618,29 @@ public final class Scheduler implements AutoCloseable {
     return false;
   }
 
+  /** A device {@code image} fits now (budget and instance slots), or -1. */
   private int fittingDevice(ImageInfo image) {
+    if (overlapsResident(image)) {
+      return -1;
+    }
+    for (int i = 0; i < budget.length; i++) {
+      if (budget[i] - reserved[i] >= image.deviceBytes() && placed[i] < factory.maxInstances(i)) {
+        return i;
+      }
+    }
+    return -1;
+  }
+
+  /** In one address space, an instance of another image whose recorded addresses overlap {@code image}'s. */
+  private boolean overlapsResident(ImageInfo image) {
     if (factory.sharedAddressSpace()) {
       for (Deployment other : allDeployments()) {
         if (!other.slots.isEmpty() && image.overlaps(other.image)) {
-          return -1;
+          return true;
         }
       }
     }
-    // Where the image's weights are on the device already (the HBM tier) first, then the most free budget.
-    int best = -1;
-    long bestHeld = 0;
-    for (int i = 0; i < budget.length; i++) {
-      long free = budget[i] - reserved[i];
-      if (free < image.deviceBytes() || placed[i] >= factory.maxInstances(i)) {
-        continue;
-      }
-      long held = factory.residentBytes(image.tag(), i);
-      if (best < 0 || held > bestHeld || held == bestHeld && free > budget[best] - reserved[best]) {
-        best = i;
-        bestHeld = held;
-      }
-    }
-    return best;
+    return false;
   }
 
   /** Idle instances of other functions, least recently used first. */
@@ -608,7 +659,7 @@ public final class Scheduler implements AutoCloseable {
     Deployment d = slot.deployment;
     FunctionInstance instance;
     try {
-      instance = factory.startBlocking(d.image.tag(), d.image.manifest(), slot.device);
+      instance = factory.startBlocking(d.image.tag(), d.image.manifest(), slot.choice);
     } catch (Exception | Error e) {
       synchronized (this) {
         startFailed(slot, e);

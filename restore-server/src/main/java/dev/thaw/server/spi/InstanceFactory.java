@@ -2,8 +2,12 @@ package dev.thaw.server.spi;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.image.ImageManifest;
+import dev.thaw.pool.ColdStartPlacement;
+import dev.thaw.pool.ColdStartPlacement.Choice;
+import dev.thaw.pool.ColdStartPlacement.DeviceView;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import java.util.List;
+import java.util.Optional;
 
 /**
  * Makes {@link FunctionInstance}s: the plug-in point between the server and how instances run (in this process,
@@ -31,6 +35,37 @@ public interface InstanceFactory extends AutoCloseable {
    * @throws Exception any other failure to restore (HTTP 500)
    */
   FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) throws Exception;
+
+  /**
+   * Starts an instance where {@link #place} chose and by the way it chose ({@code choice}'s device, the tier or links
+   * its bytes come through). A factory with one way in starts it on the choice's device.
+   */
+  default FunctionInstance startBlocking(String tag, ImageManifest manifest, Choice choice) throws Exception {
+    return startBlocking(tag, manifest, choice.device());
+  }
+
+  /**
+   * Where a cold start of image {@code tag} ({@code imageBytes} of device memory) goes, over {@code devices} as the
+   * server sees them now (whether the image fits each one's budget and instance slots, its free budget, whether it
+   * runs a request); empty when it fits none. By default: the device that holds most of the image already
+   * ({@link #residentBytes}, in the views' {@code tierBytes}), then the one with most free budget, then the lowest
+   * ordinal. The pool prices every way in ({@code ColdStartPlacement}). Fast: the server calls it under its lock.
+   */
+  default Optional<Choice> place(String tag, long imageBytes, List<DeviceView> devices) {
+    DeviceView best = null;
+    for (DeviceView d : devices) {
+      if (d.fits() && (best == null || d.tierBytes() > best.tierBytes()
+          || d.tierBytes() == best.tierBytes() && d.freeBytes() > best.freeBytes())) {
+        best = d;
+      }
+    }
+    if (best == null) {
+      return Optional.empty();
+    }
+    boolean held = best.tierBytes() > 0;
+    return Optional.of(new Choice(best.ordinal(), held ? ColdStartPlacement.Source.HBM
+        : ColdStartPlacement.Source.STORE, held ? best.ordinal() : -1, List.of(), 0));
+  }
 
   /**
    * How many instances {@code device} can hold at once, starting ones included: the server evicts idle instances of
@@ -76,7 +111,7 @@ public interface InstanceFactory extends AutoCloseable {
    * Bytes of image {@code tag} the factory keeps on {@code device} already, which a start there maps instead of
    * copying (the pool's HBM tier: read-only weights an evicted instance left on the GPU); 0 when none. The server
    * places a new instance on the device that holds most of its image, where it fits, before it looks at free
-   * memory. Fast: the server calls it under its lock.
+   * memory ({@link #place}). Fast: the server calls it under its lock.
    */
   default long residentBytes(String tag, int device) {
     return 0;

@@ -8,7 +8,8 @@ package dev.thaw.server.spi;
  * @param restoreMillis waiting for the image's bytes: the whole copy for a full restore, only the part the first
  *     request waits on for an on-demand one
  * @param restoredBytes device bytes restored before the instance served
- * @param tier where the bytes came from: {@code store}, {@code host-cache}, {@code hbm}
+ * @param tier the way the bytes came in: {@code store}, {@code host-cache}, {@code host-cache-multilink} (through
+ *     other devices' links as well), {@code hbm}, {@code hbm-peer} (from another device's HBM tier)
  */
 public record StartPhases(double acquireMillis, double mapMillis, double restoreMillis, long restoredBytes,
     String tier) {
