@@ -7,7 +7,8 @@
 # Writes $OUT/node-trace.json, node-trace.md, node-trace.log. The store goes to /dev/shm (the images, deduplicated).
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/nodetrace-run.sh <unpacked thaw dir>
 # Knobs (environment): FUNCTIONS (500), IMAGES (24), VARIANTS (6), SECONDS_PER_TRACE (45), RATE (4), POLICIES,
-# HOST_CACHE (4g), HBM_TIER (2g), PROBES (3), NODE_TRACE_LIMIT_S (480).
+# HOST_CACHE (4g), HBM_TIER (2g), PROBES (3), IDLE_WORKERS (3), MAX_WORKERS (10), MAX_STARTING (4), KEEP_ALIVE (2s),
+# NODE_TRACE_LIMIT_S (480).
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=$(cd "${1:?usage: OUT=<dir> scripts/gpu/nodetrace-run.sh <unpacked thaw dir>}" && pwd)
@@ -18,8 +19,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.l
     --format=csv,noheader > "$OUT/device.txt" 2>&1
 THAW_DEVICE=cuda timeout -k 10 "${NODE_TRACE_LIMIT_S:-480}" "$home/bin/thaw-bench" node-trace --device cuda \
     --model gpt2 --images "${IMAGES:-24}" --variants "${VARIANTS:-6}" --functions "${FUNCTIONS:-500}" \
-    --seconds "${SECONDS_PER_TRACE:-45}" --rate "${RATE:-4}" --keep-alive 2s --host-cache "${HOST_CACHE:-4g}" \
-    --hbm-tier "${HBM_TIER:-2g}" --idle-workers 3 --max-workers 10 --probes "${PROBES:-3}" --policies "${POLICIES:-recency,registration,off}" \
+    --seconds "${SECONDS_PER_TRACE:-45}" --rate "${RATE:-4}" --keep-alive "${KEEP_ALIVE:-2s}" \
+    --host-cache "${HOST_CACHE:-4g}" --hbm-tier "${HBM_TIER:-2g}" --idle-workers "${IDLE_WORKERS:-3}" \
+    --max-workers "${MAX_WORKERS:-10}" --max-starting "${MAX_STARTING:-4}" --probes "${PROBES:-3}" --policies "${POLICIES:-recency,registration,off}" \
     --work "$work" --out "$OUT" > "$OUT/node-trace.log" 2>&1
 status=$?
 tail -n 40 "$OUT/node-trace.log"

@@ -149,6 +149,11 @@ final class ServeCommand implements Callable<Integer> {
           "Instances at once on a device are this less the idle workers."})
   Integer maxWorkers;
 
+  @Option(names = "--max-starting", paramLabel = "N",
+      description = {"Worker processes the pool starts at once per device (default: a quarter of the cores, at least 2).",
+          "Each cold start of another function takes a fresh worker: this bounds a node's rate of cold starts."})
+  Integer maxStarting;
+
   @Option(names = "--tier-policy", paramLabel = "recency|registration",
       description = {"What the host cache, the HBM tier and blank workers keep: recency (the default) or registration.",
           "recency: cold starts decide; registration stages every image as it comes (the baseline)."})
@@ -433,7 +438,7 @@ final class ServeCommand implements Callable<Integer> {
           .filter(image -> !RegistryReference.looksLikeReference(image)).distinct()
           .limit(ContextPoolOptions.DEFAULT_MAX_PREPARED_IMAGES).toList();
       ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(c.idleWorkers)
-          .setMaxWorkers(Math.max(options.maxWorkers(), c.idleWorkers + 1))
+          .setMaxWorkers(Math.max(options.maxWorkers(), c.idleWorkers + 1)).setMaxStarting(options.maxStarting())
           .setDeviceChoice(choice).setStorePath(storePath).setWarmupAfterReady(true).setPrepareAtStart(atStart)
           .setWakeAhead(options.wakeAhead()).setHelperLinks(options.maxHelpers());
       HostImageCache cache = null;
@@ -567,6 +572,9 @@ final class ServeCommand implements Callable<Integer> {
       }
       if (maxWorkers != null) {
         o.setMaxWorkers(maxWorkers);
+      }
+      if (maxStarting != null) {
+        o.setMaxStarting(maxStarting);
       }
       if (tierPolicy != null) {
         o.setTierPolicy(tierPolicy);

@@ -22,7 +22,7 @@ import java.util.regex.Pattern;
  * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "socket": null, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
  *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184, "wakeAhead": "500us",
- *  "maxWorkers": 8, "tierPolicy": "recency", "maxHelpers": 3, "helperShare": 1.0,
+ *  "maxWorkers": 8, "maxStarting": 4, "tierPolicy": "recency", "maxHelpers": 3, "helperShare": 1.0,
  *  "maxConnections": 4096, "headerTimeout": "10s", "bodyTimeout": "30s", "idleTimeout": "60s",
  *  "maxPulls": 2, "tenants": {"maxFunctions": 64, ...}, "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
@@ -57,6 +57,12 @@ public final class ServerOptions {
   public static final Duration DEFAULT_WAKE_AHEAD = Duration.ofNanos(500_000);
   /** {@link #maxWorkers()}: the pool's worker processes per device, idle and in use. */
   public static final int DEFAULT_MAX_WORKERS = 8;
+  /**
+   * {@link #maxStarting()}: worker processes started at once per device, a quarter of the cores (at least 2). A node
+   * of many functions spends a worker on every cold start of another function, so how fast it starts them bounds its
+   * rate of cold starts.
+   */
+  public static final int DEFAULT_MAX_STARTING = Math.max(2, Runtime.getRuntime().availableProcessors() / 4);
   /** {@link #tierPolicy()}: what the node keeps in its tiers, by cold-start recency. */
   public static final String DEFAULT_TIER_POLICY = "recency";
   /** {@link #maxConnections()}: 4096 per port, well under the file descriptors a server is given. */
@@ -76,7 +82,8 @@ public final class ServerOptions {
 
   private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
       "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
-      "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead", "maxWorkers", "tierPolicy", "maxConnections",
+      "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead", "maxWorkers", "maxStarting", "tierPolicy",
+      "maxConnections",
       "headerTimeout", "bodyTimeout", "idleTimeout", "socket", "maxPulls", "tenants", "maxHelpers", "helperShare");
   private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|us|s|m)?");
 
@@ -95,6 +102,7 @@ public final class ServerOptions {
   private int tracesKept = DEFAULT_TRACES_KEPT;
   private Duration wakeAhead = DEFAULT_WAKE_AHEAD;
   private int maxWorkers = DEFAULT_MAX_WORKERS;
+  private int maxStarting = DEFAULT_MAX_STARTING;
   private String tierPolicy = DEFAULT_TIER_POLICY;
   private int maxConnections = DEFAULT_MAX_CONNECTIONS;
   private Duration headerTimeout = DEFAULT_HEADER_TIMEOUT;
@@ -127,6 +135,7 @@ public final class ServerOptions {
     tracesKept = o.tracesKept;
     wakeAhead = o.wakeAhead;
     maxWorkers = o.maxWorkers;
+    maxStarting = o.maxStarting;
     tierPolicy = o.tierPolicy;
     maxConnections = o.maxConnections;
     headerTimeout = o.headerTimeout;
@@ -314,6 +323,16 @@ public final class ServerOptions {
    */
   public ServerOptions setMaxWorkers(int maxWorkers) {
     this.maxWorkers = FunctionOptions.checkRange("maxWorkers", maxWorkers, 1, 1024);
+    return this;
+  }
+
+  public int maxStarting() {
+    return maxStarting;
+  }
+
+  /** Worker processes the pool starts at once per device ({@link #DEFAULT_MAX_STARTING}). */
+  public ServerOptions setMaxStarting(int maxStarting) {
+    this.maxStarting = FunctionOptions.checkRange("maxStarting", maxStarting, 1, 64);
     return this;
   }
 
@@ -553,6 +572,7 @@ public final class ServerOptions {
     json.put("tracesKept", tracesKept);
     json.put("wakeAhead", wakeAhead.toNanos() / 1000 + "us");
     json.put("maxWorkers", maxWorkers);
+    json.put("maxStarting", maxStarting);
     json.put("tierPolicy", tierPolicy);
     json.put("maxConnections", maxConnections);
     json.put("headerTimeout", headerTimeout.toMillis() + "ms");
@@ -661,6 +681,9 @@ public final class ServerOptions {
     }
     if (json.has("maxWorkers")) {
       o.setMaxWorkers(FunctionOptions.intField(json, "maxWorkers"));
+    }
+    if (json.has("maxStarting")) {
+      o.setMaxStarting(FunctionOptions.intField(json, "maxStarting"));
     }
     if (json.hasNonNull("tierPolicy")) {
       o.setTierPolicy(json.get("tierPolicy").asText());

@@ -104,6 +104,9 @@ public final class NodeTrace implements Callable<Integer> {
   @Option(names = "--max-workers", description = "thaw serve --max-workers (default: ${DEFAULT-VALUE}).")
   int maxWorkers = 8;
 
+  @Option(names = "--max-starting", description = "thaw serve --max-starting (default: the server's).")
+  Integer maxStarting;
+
   @Option(names = "--policies", split = ",", description = "Policies to run (default: ${DEFAULT-VALUE}).")
   List<String> policies = List.of("recency", "registration", "off");
 
@@ -160,7 +163,8 @@ public final class NodeTrace implements Callable<Integer> {
     ObjectNode setup = result.putObject("setup");
     setup.put("model", model).put("images", images).put("variants", variants).put("functions", functions)
         .put("keepAlive", keepAlive).put("hostCache", hostCache).put("hbmTier", hbmTier)
-        .put("idleWorkers", idleWorkers).put("maxWorkers", maxWorkers);
+        .put("idleWorkers", idleWorkers).put("maxWorkers", maxWorkers)
+        .put("maxStarting", maxStarting == null ? "the server's default" : maxStarting.toString());
     ArrivalTrace trace = ArrivalTrace.generate(functions, zipf, rate, burstFactor, calmSeconds, burstSeconds,
         seconds, seed);
     ObjectNode t = result.putObject("trace");
@@ -243,9 +247,13 @@ public final class NodeTrace implements Callable<Integer> {
 
   private List<String> serveOptions(String policy) {
     boolean off = policy.equals("off");
-    return List.of("--idle-workers", Integer.toString(idleWorkers), "--max-workers", Integer.toString(maxWorkers),
-        "--host-cache", off ? "0" : hostCache, "--hbm-tier", off ? "0" : hbmTier, "--tier-policy",
-        off ? "recency" : policy);
+    List<String> o = new ArrayList<>(List.of("--idle-workers", Integer.toString(idleWorkers), "--max-workers",
+        Integer.toString(maxWorkers), "--host-cache", off ? "0" : hostCache, "--hbm-tier", off ? "0" : hbmTier,
+        "--tier-policy", off ? "recency" : policy));
+    if (maxStarting != null) {
+      o.addAll(List.of("--max-starting", Integer.toString(maxStarting)));
+    }
+    return o;
   }
 
   /**
