@@ -19,6 +19,7 @@
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/nodemode-run.sh <unpacked thaw dir>  (~8 minutes)
 # Prints the per-path lines and "proxy cost: +X ms (median of N rounds) against TCP, +Y against the socket"; exits
 # non-zero on any failed request. THAW_DEVICE=sim NODEMODE_MODEL=tiny make a dry run of its steps off the GPU host.
+# NODEMODE_ROUNDS (7) and NODEMODE_TIERS ("host-cache hbm") shorten it.
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=$(cd "${1:?usage: OUT=<dir> scripts/gpu/nodemode-run.sh <unpacked thaw dir>}" && pwd)
@@ -179,7 +180,7 @@ sys.exit(1)
 PY
 }
 
-for tier in host-cache hbm; do
+for tier in ${NODEMODE_TIERS:-host-cache hbm}; do
   echo "== 2-3. node server ($tier) and proxy: cold through the proxy and straight to the server"
   hbm=0; [[ $tier == hbm ]] && hbm=16g
   node_port=$(free_port); proxy_port=$(free_port)
@@ -205,7 +206,7 @@ r = c.getresponse(); r.read()
 open(work + "/token", "w").write(r.getheader("Thaw-Function-Token"))
 print("registration by the same key: %d (nothing changes)" % r.status)
 PY
-    timeout 900 python3 "$work/client.py" "$work" "$node_port" "$proxy_port" "$admin" 7 | strip \
+    timeout 900 python3 "$work/client.py" "$work" "$node_port" "$proxy_port" "$admin" "${NODEMODE_ROUNDS:-7}" | strip \
         | tee "$OUT/nodemode-$tier.txt" || status=1
     cp "$work/nodemode.json" "$OUT/nodemode-$tier.json" 2> /dev/null
     if [[ $tier == host-cache ]]; then

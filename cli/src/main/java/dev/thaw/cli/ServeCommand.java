@@ -170,13 +170,13 @@ final class ServeCommand implements Callable<Integer> {
   String hbmTier;
 
   @Option(names = "--max-helpers", paramLabel = "N",
-      description = {"Other GPUs' links one cold start from the host cache may borrow besides its own (idle GPUs",
-          "only), 0 for none (default: maxHelpers of the config, else 3)."})
+      description = {"Other GPUs' links a cold start from the host cache may borrow besides its own (idle ones only).",
+          "0 for none (default: maxHelpers of the config, else 3)."})
   Integer maxHelpers;
 
   @Option(names = "--helper-share", paramLabel = "SHARE",
-      description = {"The part of a borrowed GPU's link a cold start may use, over (0, 1] (default: helperShare of",
-          "the config, else 1)."})
+      description = {"The part of a borrowed GPU's link a cold start may use, over (0, 1].",
+          "Default: helperShare of the config, else 1."})
   Double helperShare;
 
   @Option(names = "--wake-ahead", paramLabel = "DURATION",

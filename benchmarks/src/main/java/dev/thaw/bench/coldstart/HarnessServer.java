@@ -2,24 +2,18 @@ package dev.thaw.bench.coldstart;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 
 /**
  * A {@code thaw serve} child process serving one image as one function, as a user runs it: pool-backed
@@ -29,7 +23,6 @@ import java.util.regex.Pattern;
 final class HarnessServer implements AutoCloseable {
 
   static final String FUNCTION = "f";
-  private static final Pattern LISTENING = Pattern.compile("listening on (http://\\S+)");
 
   /**
    * One answer over HTTP.
@@ -65,45 +58,12 @@ final class HarnessServer implements AutoCloseable {
           .put("maxInstances", 1).put("keepAlive", keepAlive);
       Path file = Files.createTempFile(bench.work(), "serve-", ".json");
       ColdStartResult.JSON.writeValue(file.toFile(), config);
-      ProcessBuilder pb = new ProcessBuilder(bench.thaw().command("serve", "--config", file.toString(),
-          "--read-only-store", "--idle-workers", Integer.toString(idleWorkers)));
-      pb.environment().putAll(bench.thaw().environment());
-      pb.redirectErrorStream(true);
-      Process p = pb.start();
-      p.getOutputStream().close();
-      CompletableFuture<URI> listening = new CompletableFuture<>();
-      StringBuilder output = new StringBuilder();
-      Thread reader = new Thread(() -> {
-        try (BufferedReader in = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
-          for (String line; (line = in.readLine()) != null; ) {
-            synchronized (output) {
-              output.append(line).append('\n');
-            }
-            Matcher m = LISTENING.matcher(line);
-            if (m.find()) {
-              listening.complete(URI.create(m.group(1)));
-            }
-          }
-        } catch (IOException e) {
-          listening.completeExceptionally(e);
-        }
-        listening.completeExceptionally(new IOException("thaw serve ended before it listened"));
-      }, "thaw-serve-output");
-      reader.setDaemon(true);
-      reader.start();
-      URI url;
-      try {
-        url = listening.get(bench.childTimeout().toSeconds(), TimeUnit.SECONDS);
-      } catch (java.util.concurrent.ExecutionException | java.util.concurrent.TimeoutException e) {
-        p.descendants().forEach(ProcessHandle::destroyForcibly);
-        p.destroyForcibly();
-        synchronized (output) {
-          throw new Contender.ContenderException("thaw serve did not start: " + Lines.abbreviate(output.toString()));
-        }
-      }
-      return new HarnessServer(p, url, idleWorkers, output);
+      ServeChild c = ServeChild.start(bench.thaw().command("serve", "--config", file.toString(),
+          "--read-only-store", "--idle-workers", Integer.toString(idleWorkers)), bench.thaw().environment(),
+          bench.childTimeout());
+      return new HarnessServer(c.process(), c.url(), idleWorkers, c.output());
     } catch (IOException e) {
-      throw new Contender.ContenderException("cannot start thaw serve: " + e.getMessage(), e);
+      throw new Contender.ContenderException(e.getMessage(), e);
     }
   }
 

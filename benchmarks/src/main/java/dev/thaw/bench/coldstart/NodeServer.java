@@ -1,23 +1,18 @@
 package dev.thaw.bench.coldstart;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -26,8 +21,6 @@ import java.util.regex.Pattern;
  * functions through the admin API, the way a platform registers them; closed by SIGTERM.
  */
 final class NodeServer implements AutoCloseable {
-
-  private static final Pattern LISTENING = Pattern.compile("listening on (http://\\S+)");
 
   /**
    * One request as the client saw it.
@@ -59,44 +52,10 @@ final class NodeServer implements AutoCloseable {
       throws IOException, InterruptedException {
     List<String> args = new ArrayList<>(List.of("serve", "--host", "127.0.0.1", "--port", "0", "--read-only-store"));
     args.addAll(options);
-    ProcessBuilder pb = new ProcessBuilder(thaw.command(args.toArray(String[]::new)));
-    pb.environment().putAll(thaw.environment());
-    pb.environment().put("THAW_ADMIN_TOKEN", token);
-    pb.redirectErrorStream(true);
-    Process p = pb.start();
-    p.getOutputStream().close();
-    CompletableFuture<URI> listening = new CompletableFuture<>();
-    StringBuilder output = new StringBuilder();
-    Thread reader = new Thread(() -> {
-      try (BufferedReader in = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
-        for (String line; (line = in.readLine()) != null; ) {
-          synchronized (output) {
-            // The request log of a long trace is large: keep what a failure report needs.
-            if (output.length() < (4 << 20)) {
-              output.append(line).append('\n');
-            }
-          }
-          Matcher m = LISTENING.matcher(line);
-          if (m.find()) {
-            listening.complete(URI.create(m.group(1)));
-          }
-        }
-      } catch (IOException e) {
-        listening.completeExceptionally(e);
-      }
-      listening.completeExceptionally(new IOException("thaw serve ended before it listened"));
-    }, "node-serve-output");
-    reader.setDaemon(true);
-    reader.start();
-    try {
-      return new NodeServer(p, listening.get(timeout.toSeconds(), TimeUnit.SECONDS), token, output);
-    } catch (ExecutionException | TimeoutException e) {
-      p.descendants().forEach(ProcessHandle::destroyForcibly);
-      p.destroyForcibly();
-      synchronized (output) {
-        throw new IOException("thaw serve did not start: " + Lines.abbreviate(output.toString()));
-      }
-    }
+    Map<String, String> env = new HashMap<>(thaw.environment());
+    env.put("THAW_ADMIN_TOKEN", token);
+    ServeChild c = ServeChild.start(thaw.command(args.toArray(String[]::new)), env, timeout);
+    return new NodeServer(c.process(), c.url(), token, c.output());
   }
 
   /** Registers {@code name} serving {@code image}, scaled to zero after {@code keepAlive} idle. */

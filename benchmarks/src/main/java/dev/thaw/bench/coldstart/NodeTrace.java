@@ -125,6 +125,10 @@ public final class NodeTrace implements Callable<Integer> {
   @Option(names = "--work", description = "Where the image store goes (default: a temporary folder).")
   Path work;
 
+  @Option(names = "--from", paramLabel = "JSON", description = "Draw the report and its plots again from a run's "
+      + "node-trace.json (where a JDK with AWT is: the tarball's runtime has none), into --out; runs nothing.")
+  Path from;
+
   private final PrintStream log;
 
   NodeTrace(PrintStream log) {
@@ -140,6 +144,14 @@ public final class NodeTrace implements Callable<Integer> {
 
   @Override
   public Integer call() throws Exception {
+    if (from != null) {
+      JsonNode r = ColdStartResult.JSON.readTree(from.toFile());
+      Files.createDirectories(out);
+      List<String> plots = NodeTracePlots.render(r, out.resolve("node-trace"));
+      Files.writeString(out.resolve(REPORT_FILE), NodeTraceReport.markdown(r) + "\n" + String.join("\n\n", plots)
+          + "\n", StandardCharsets.UTF_8);
+      return 0;
+    }
     if (images < 1 || variants < 0 || functions < 1 || probes < 0) {
       throw new CommandLine.ParameterException(new CommandLine(this), "images and functions ≥ 1, variants and probes "
           + "≥ 0");
