@@ -409,18 +409,24 @@ public final class NodeTrace implements Callable<Integer> {
     return NodeServer.sum(after, name, labels) - NodeServer.sum(before, name, labels);
   }
 
-  /** Count, median, p99, min and max of {@code ms}. */
+  /** Count, median ({@code p50}), nearest-rank p99, min and max of {@code ms}. */
   static ObjectNode stats(List<Double> ms) {
     ObjectNode o = ColdStartResult.JSON.createObjectNode();
     double[] sorted = ms.stream().mapToDouble(Double::doubleValue).sorted().toArray();
     o.put("n", sorted.length);
     if (sorted.length > 0) {
-      o.put("p50", percentile(sorted, 0.5)).put("p99", percentile(sorted, 0.99)).put("min", sorted[0])
+      o.put("p50", median(sorted)).put("p99", percentile(sorted, 0.99)).put("min", sorted[0])
           .put("max", sorted[sorted.length - 1]);
       ArrayNode all = o.putArray("samples");
       Arrays.stream(sorted).forEach(all::add);
     }
     return o;
+  }
+
+  /** The median of sorted samples (the mean of the middle two for an even count). */
+  static double median(double[] sorted) {
+    int n = sorted.length;
+    return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
   }
 
   /** The nearest-rank percentile of sorted samples. */

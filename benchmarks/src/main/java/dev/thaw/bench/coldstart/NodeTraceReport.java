@@ -75,7 +75,7 @@ final class NodeTraceReport {
       b.append("| ").append(e.getKey()).append(" | ").append(p.path("requests").asInt()).append(" | ")
           .append(p.path("errors").asInt()).append(" | ").append(p.path("coldStarts").asInt()).append(" | ");
       if (all.length > 0) {
-        double p50 = NodeTrace.percentile(all, 0.5);
+        double p50 = NodeTrace.median(all);
         double p99 = NodeTrace.percentile(all, 0.99);
         b.append(String.format(Locale.ROOT, "%.1f / %.1f | %.2f", p50, p99, p99 / p50));
       } else {
