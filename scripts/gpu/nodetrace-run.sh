@@ -17,6 +17,8 @@ rm -rf "$work" && mkdir -p "$work" "$OUT"
 trap 'rm -rf "$work"' EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max \
     --format=csv,noheader > "$OUT/device.txt" 2>&1
+# Thaw's class-data sharing archive, as a node would have it: every worker JVM starts sooner with it.
+[[ -f "$home/lib/thaw.jsa" ]] || "$home/bin/thaw-cds" > "$OUT/cds.txt" 2>&1 || echo "no CDS archive (see cds.txt)"
 THAW_DEVICE=cuda timeout -k 10 "${NODE_TRACE_LIMIT_S:-480}" "$home/bin/thaw-bench" node-trace --device cuda \
     --model gpt2 --images "${IMAGES:-24}" --variants "${VARIANTS:-6}" --functions "${FUNCTIONS:-500}" \
     --seconds "${SECONDS_PER_TRACE:-45}" --rate "${RATE:-4}" --keep-alive "${KEEP_ALIVE:-2s}" \
