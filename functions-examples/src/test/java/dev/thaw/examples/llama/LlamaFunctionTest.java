@@ -1,6 +1,5 @@
 package dev.thaw.examples.llama;
 
-import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -8,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.examples.function.TokenRequest;
+import dev.thaw.examples.gpt2.kernels.ArgmaxSimKernel;
 import dev.thaw.examples.llama.kernels.HalfType;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
 import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
@@ -92,22 +92,50 @@ class LlamaFunctionTest {
     return p;
   }
 
+  /**
+   * The function's greedy tokens against the reference followed along them: each is the reference's argmax, or
+   * a token whose reference logit is within the logits' tolerance of the maximum (a near tie that 16-bit
+   * rounding decides, e.g. the kernels' rounding of attention weights). The last step's logits, in the same
+   * context on both sides, agree to that tolerance.
+   */
+  static void assertGreedyAgrees(LlamaReference ref, int[][] prompts, JsonNode got, String what) {
+    int[][] ids = tokens(got);
+    LlamaReference.Path path = ref.follow(prompts, ids);
+    for (int b = 0; b < prompts.length; b++) {
+      float[][] steps = path.steps()[b];
+      for (int s = 0; s < ids[b].length; s++) {
+        float[] e = steps[s];
+        int best = ArgmaxSimKernel.argmax(e, e.length);
+        int chose = ids[b][s];
+        double tol = 2e-2 * Math.abs(e[best]) + 2e-3 * rms(e);
+        assertTrue(chose == best || (chose >= 0 && chose < e.length && e[best] - e[chose] <= tol), what
+            + " sequence " + b + " step " + s + ": greedy token " + chose + " where the reference's best is " + best
+            + " (" + e[best] + " vs " + (chose >= 0 && chose < e.length ? e[chose] : Float.NaN) + ", tie within "
+            + tol + ")");
+      }
+      assertLogitsClose(steps[Math.max(0, ids[b].length - 1)], got.get("logits").get(b), what + " sequence " + b);
+    }
+  }
+
+  private static double rms(float[] v) {
+    double s = 0;
+    for (float x : v) {
+      s += (double) x * x;
+    }
+    return Math.sqrt(s / v.length);
+  }
+
   private static void checkAgainstReference(String model, String dtype, int[][] prompts, int maxNew, int maxBatch)
       throws Exception {
     LlamaConfig config = LlamaConfig.named(model).withType(HalfType.parse(dtype));
     LlamaReference ref = LlamaReference.load(new SeededLlamaWeights(config, 7));
-    LlamaReference.Result expected = ref.generate(prompts, maxNew);
     LlamaFunction f = new LlamaFunction();
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
         FunctionSession session = FunctionSession.record(ctx)) {
       LlamaFunction.State s = f.init(session, json("{\"model\": \"" + model + "\", \"seed\": 7, \"dtype\": \""
           + dtype + "\", \"maxBatch\": " + maxBatch + ", \"maxTokens\": 40}"));
       JsonNode got = f.invoke(session, s, FunctionRequest.of(TokenRequest.body(prompts, maxNew, true))).json();
-      int[][] ids = tokens(got);
-      for (int b = 0; b < prompts.length; b++) {
-        assertArrayEquals(expected.tokens()[b], ids[b], model + " " + dtype + " sequence " + b + ": greedy tokens");
-        assertLogitsClose(expected.logits()[b], got.get("logits").get(b), model + " " + dtype + " sequence " + b);
-      }
+      assertGreedyAgrees(ref, prompts, got, model + " " + dtype);
     }
   }
 
@@ -116,18 +144,14 @@ class LlamaFunctionTest {
       int maxBatch, int maxTokens) throws Exception {
     SeededLlamaWeights weights = new SeededLlamaWeights(config, 7);
     LlamaCheckpoint.save(weights, dir, 1);
-    LlamaReference.Result expected = LlamaReference.load(weights).generate(prompts, maxNew);
+    LlamaReference ref = LlamaReference.load(weights);
     LlamaFunction f = new LlamaFunction();
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
         FunctionSession session = FunctionSession.record(ctx)) {
       LlamaFunction.State s = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": " + maxBatch
           + ", \"maxTokens\": " + maxTokens + "}"));
       JsonNode got = f.invoke(session, s, FunctionRequest.of(TokenRequest.body(prompts, maxNew, true))).json();
-      int[][] ids = tokens(got);
-      for (int b = 0; b < prompts.length; b++) {
-        assertArrayEquals(expected.tokens()[b], ids[b], config.name() + " sequence " + b + ": greedy tokens");
-        assertLogitsClose(expected.logits()[b], got.get("logits").get(b), config.name() + " sequence " + b);
-      }
+      assertGreedyAgrees(ref, prompts, got, config.name());
     }
   }
 

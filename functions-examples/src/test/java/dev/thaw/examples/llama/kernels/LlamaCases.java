@@ -412,6 +412,10 @@ final class LlamaCases {
         double[] k = values(type, kc);
         double[] v = values(type, vc);
         double[] out = new double[M * Hq * D];
+        // Flash prefill rounds each weight to the 16-bit type before P.V (the denominator keeps fp32): with u half
+        // an ulp of the type (relative), out[d] carries at most u * sum_t p_t |v_t[d]| beyond fp32 noise.
+        double[] allowance = kernel == AttentionKernel.FLASH ? new double[M * Hq * D] : null;
+        double u = type == HalfType.BF16 ? 0x1p-8 : 0x1p-11;
         for (int m = 0; m < M; m++) {
           int len = positions[m] + 1;
           for (int h = 0; h < Hq; h++) {
@@ -433,14 +437,20 @@ final class LlamaCases {
             }
             for (int d = 0; d < D; d++) {
               double o = 0;
+              double magnitude = 0;
               for (int t = 0; t < len; t++) {
                 o += p[t] * v[head + t * D + d];
+                magnitude += p[t] * Math.abs(v[head + t * D + d]);
               }
               out[m * Hq * D + h * D + d] = o / sum;
+              if (allowance != null) {
+                allowance[m * Hq * D + h * D + d] = u * magnitude / sum;
+              }
             }
           }
         }
-        return List.of(tolerant(type, "out", floats(out), Hq * D));
+        Output o = tolerant(type, "out", floats(out), Hq * D);
+        return List.of(allowance != null ? o.withAllowance(allowance) : o);
       }
     };
   }
