@@ -224,14 +224,14 @@ public final class LlamaKernelBench {
     if (m <= LlamaKernels.GEMV_MAX_ROWS) {
       kernels.add(m == 1 ? LlamaKernels.GEMV1 : LlamaKernels.GEMV);
     } else {
-      for (GemmTile t : GemmTile.values()) {
+      for (GemmTile t : k.gemmTiles()) {
         kernels.add(t.entry());
       }
       if (e != Epilogue.SWIGLU) {
         kernels.add(LlamaKernels.MATMUL);
       }
     }
-    String picked = m <= LlamaKernels.GEMV_MAX_ROWS ? kernels.get(0) : GemmTile.forRows(m).entry();
+    String picked = m <= LlamaKernels.GEMV_MAX_ROWS ? kernels.get(0) : k.tileFor(m, n, e).entry();
     for (String kernel : kernels) {
       Consumer<GpuStream> launch = s -> launchProduct(k, kernel, s, xd, wd, out, m, n, kk, e);
       context.memsetD8(out, (byte) 0, outBytes);
@@ -260,13 +260,7 @@ public final class LlamaKernelBench {
     } else if (kernel.equals(LlamaKernels.GEMV) || kernel.equals(LlamaKernels.GEMV1)) {
       k.gemv(s, x, w, 0, out, m, n, kk, e);
     } else {
-      for (GemmTile t : GemmTile.values()) {
-        if (t.entry().equals(kernel)) {
-          k.gemm(s, t, x, w, 0, out, m, n, kk, e);
-          return;
-        }
-      }
-      throw new IllegalArgumentException(kernel);
+      k.gemm(s, GemmTile.of(kernel), x, w, 0, out, m, n, kk, e);
     }
   }
 

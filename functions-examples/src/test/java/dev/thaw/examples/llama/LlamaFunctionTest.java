@@ -34,6 +34,8 @@ import java.util.TreeSet;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * The function on the sim device against the CPU reference (both families of test shape, both 16-bit types,
@@ -322,23 +324,41 @@ class LlamaFunctionTest {
     }
   }
 
-  /** The prefill kernels of 64-wide heads, at the prompt sizes that pick each product tile: all exact. */
-  @Test
-  void profilingFindsTheTensorCoreKernelsExact(@TempDir Path dir) throws Exception {
+  /**
+   * The prefill kernels of 64-wide heads, at the prompt sizes that pick each product tile, on a one-SM device (so
+   * that a tiny model's products fill "waves" as an 8B's fill an H200), both builds of the module: compute
+   * capability 8.0 (mma.sync tiles) and 9.0 (wgmma tiles, their dynamic shared memory opted in): all exact.
+   */
+  @ParameterizedTest
+  @ValueSource(ints = {80, 90})
+  void profilingFindsTheTensorCoreKernelsExact(int capability, @TempDir Path dir) throws Exception {
     LlamaCheckpoint.save(new SeededLlamaWeights(headSize64(HalfType.FP16, 1), 3), dir, 1);
     LlamaFunction f = new LlamaFunction();
-    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+    SimOptions options = new SimOptions().computeCapability(capability / 10, capability % 10).multiprocessorCount(1);
+    try (SimDriver driver = SimDriver.open(options); GpuContext ctx = driver.createContext(0);
         FunctionSession session = FunctionSession.record(ctx)) {
       LlamaFunction.State s = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, "
           + "\"maxTokens\": 720}"));
       List<FunctionRequest> samples = List.of(
-          FunctionRequest.of(TokenRequest.body(prompts(1, 700, 97, 6), 1, false)),                  // 128x128
-          FunctionRequest.of(TokenRequest.body(new int[][] {prompts(1, 70, 97, 7)[0], {4, 5, 6}}, 3, true))); // 64x64
+          FunctionRequest.of(TokenRequest.body(prompts(1, 700, 97, 6), 1, false)),
+          FunctionRequest.of(TokenRequest.body(prompts(1, 200, 97, 8), 1, false)),
+          FunctionRequest.of(TokenRequest.body(new int[][] {prompts(1, 70, 97, 7)[0], {4, 5, 6}}, 3, true)),
+          FunctionRequest.of(TokenRequest.body(prompts(1, 20, 97, 9), 1, false)));
       AccessProfile profile = Profiler.profile("llama-test-d64", f, session, s, samples);
       Set<String> got = profile.kernels().keySet();
-      for (String k : List.of(GemmTile.LARGE.entry(), GemmTile.MEDIUM.entry(), LlamaKernels.FLASH_ATTENTION,
-          LlamaKernels.FLASH_DECODE, LlamaKernels.FLASH_COMBINE)) {
+      // 700 / 200 / 73 / 20 rows: wgmma 128x256 / 128x128 / 64x128 and mma.sync 64x64 on 9.0; mma.sync
+      // 128x128 (from 65 rows) and 64x64 on 8.0.
+      List<GemmTile> tiles = capability == 90
+          ? List.of(GemmTile.WGMMA_LARGE, GemmTile.WGMMA_MEDIUM, GemmTile.WGMMA_SMALL, GemmTile.MEDIUM)
+          : List.of(GemmTile.LARGE, GemmTile.MEDIUM);
+      List<String> expected = new ArrayList<>(List.of(LlamaKernels.FLASH_ATTENTION, LlamaKernels.FLASH_DECODE,
+          LlamaKernels.FLASH_COMBINE));
+      tiles.forEach(t -> expected.add(t.entry()));
+      for (String k : expected) {
         assertTrue(got.contains(LlamaFunction.MODULE + "/" + k), k + " not launched: " + got);
+      }
+      for (GemmTile t : GemmTile.values()) {
+        assertEquals(tiles.contains(t), got.contains(LlamaFunction.MODULE + "/" + t.entry()), t + " in " + got);
       }
       profile.kernels().forEach((name, k) -> assertEquals(AccessProfile.Verdict.EXACT, k.verdict(),
           name + ": " + k.reasons()));

@@ -146,7 +146,10 @@ public final class LlamaSimKernels {
     }
   }
 
-  /** The tensor-core products, one twin per {@link LlamaKernels.GemmTile}: {@link #product} on its grid. */
+  /**
+   * The tensor-core products, one twin per {@link LlamaKernels.GemmTile}: {@link #product} on its grid (mma.sync:
+   * (column tiles, row tiles); wgmma: a 1-D grid of all tiles, with the tile's dynamic shared memory).
+   */
   abstract static class Gemm implements SimKernel {
     private final LlamaKernels.GemmTile tile;
 
@@ -167,7 +170,16 @@ public final class LlamaSimKernels {
       if (M <= 0 || N <= 0 || (e == LlamaKernels.Epilogue.SWIGLU && N % 2 != 0)) {
         throw new IllegalArgumentException(tile.entry() + ": bad shape M=" + M + " N=" + N + " " + e);
       }
-      expectShape(launch, tile.columnTiles(N, e), tile.rowTiles(M), tile.threads);
+      if (tile.wgmma()) {
+        long blocks = tile.blocks(M, N, e);
+        expectShape(launch, (int) Math.min(blocks, Integer.MAX_VALUE), 1, tile.threads);
+        if (launch.sharedMemBytes() < tile.sharedBytes()) {
+          throw new IllegalArgumentException(tile.entry() + " needs " + tile.sharedBytes()
+              + " bytes of dynamic shared memory; launched with " + launch.sharedMemBytes());
+        }
+      } else {
+        expectShape(launch, tile.columnTiles(N, e), tile.rowTiles(M), tile.threads);
+      }
       product(launch);
     }
   }
@@ -190,6 +202,27 @@ public final class LlamaSimKernels {
   public static final class GemmSmall extends Gemm {
     public GemmSmall() {
       super(LlamaKernels.GemmTile.SMALL);
+    }
+  }
+
+  /** {@code llama_wgmma_128x256(...)}: the sm_90a module's. */
+  public static final class WgmmaLarge extends Gemm {
+    public WgmmaLarge() {
+      super(LlamaKernels.GemmTile.WGMMA_LARGE);
+    }
+  }
+
+  /** {@code llama_wgmma_128x128(...)}. */
+  public static final class WgmmaMedium extends Gemm {
+    public WgmmaMedium() {
+      super(LlamaKernels.GemmTile.WGMMA_MEDIUM);
+    }
+  }
+
+  /** {@code llama_wgmma_64x128(...)}. */
+  public static final class WgmmaSmall extends Gemm {
+    public WgmmaSmall() {
+      super(LlamaKernels.GemmTile.WGMMA_SMALL);
     }
   }
 

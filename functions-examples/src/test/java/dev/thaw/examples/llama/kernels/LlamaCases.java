@@ -27,6 +27,11 @@ final class LlamaCases {
 
     abstract List<Output> reference();
 
+    /** Whether it launches a wgmma product (the sm_90a module on a compute capability 9.0 device only). */
+    boolean wgmma() {
+      return false;
+    }
+
     @Override
     public String toString() {
       return name;
@@ -284,6 +289,11 @@ final class LlamaCases {
     float[] r0 = randomFloats(rnd, M * width, 1);
     return new Case(String.format("%s %s M=%d N=%d K=%d %s%s", tile.entry(), type, M, N, K, epilogue,
         bias ? "+bias" : "")) {
+      @Override
+      boolean wgmma() {
+        return tile.wgmma();
+      }
+
       @Override
       List<Output> run(LlamaDevice dev) {
         boolean half = epilogue == Epilogue.STORE || epilogue == Epilogue.SWIGLU;
