@@ -91,13 +91,13 @@ constexpr int kGemmBk = 32;           // llama_gemm K step: 64 bytes, four 16-by
 
 constexpr int kFlashRows = 64;        // llama_flash_attention: query rows per block, 16 per warp
 constexpr int kFlashKeys = 64;        //                        keys per K/V tile
-constexpr int kFlashThreads = 128;
+constexpr int kFlashWideRows = 128;   // llama_flash_attention_128: the same with 8 warps
 constexpr int kFlashMaxD = 128;
 
 constexpr int kDecodeThreads = 128;   // llama_flash_decode
 constexpr int kDecodeHeads = 4;       // query heads per block (a slice of one KV group)
 constexpr int kDecodePiece = 256;     // keys scored per round
-constexpr int kMaxSplits = 64;        // gridDim.z of llama_flash_decode, at most
+constexpr int kMaxSplits = 128;       // gridDim.z of llama_flash_decode, at most
 
 template <typename T>
 __device__ __forceinline__ float to_f(T v);
@@ -782,13 +782,13 @@ __device__ __forceinline__ void gemm_tc(const T* __restrict__ X, const T* __rest
 
 // One 64-row tile of keys or values, [t0, t0 + 64) of a head's cache rows, into swizzled shared memory; keys at
 // or past kend are zero-filled without being read.
-template <typename T, int D>
+template <typename T, int D, int THREADS>
 __device__ __forceinline__ void load_kv_tile(T* dst, const T* __restrict__ head, int t0, int kend) {
   constexpr int kChunks = D / 8;
-  static_assert(kFlashKeys * kChunks % kFlashThreads == 0, "whole rounds of 16-byte copies");
+  static_assert(kFlashKeys * kChunks % THREADS == 0, "whole rounds of 16-byte copies");
 #pragma unroll
-  for (int k = 0; k < kFlashKeys * kChunks / kFlashThreads; k++) {
-    const int e = threadIdx.x + k * kFlashThreads;
+  for (int k = 0; k < kFlashKeys * kChunks / THREADS; k++) {
+    const int e = threadIdx.x + k * THREADS;
     const int r = e / kChunks;
     const int c = e - r * kChunks;
     const int t = t0 + r;
@@ -797,36 +797,39 @@ __device__ __forceinline__ void load_kv_tile(T* dst, const T* __restrict__ head,
   }
 }
 
-template <typename T, int D>
+// ROWS query rows per block (64 or 128), a warp per 16 of them: a taller block reads each K/V tile from L2 once
+// for more rows. Q is staged through the K and V buffers (ROWS x D elements).
+template <typename T, int D, int ROWS>
 __device__ __forceinline__ void flash_attention(const T* __restrict__ qkv, const T* __restrict__ kcache,
                                                 const T* __restrict__ vcache, T* __restrict__ out,
                                                 const int* __restrict__ positions,
                                                 const int* __restrict__ cache_rows, int M, int Hq, int Hkv,
                                                 int maxT, float scale, T* ks, T* vs, int* meta) {
   constexpr int kChunks = D / 8;
-  int* crow = meta;                   // [64] cache row of each tile row, -1 past M
-  int* cpos = crow + kFlashRows;      // [64] its position
-  int* pass_row = cpos + kFlashRows;  // [64] the distinct cache rows of the tile
-  int* pass_end = pass_row + kFlashRows;  // [64] 1 + the largest position among the tile's rows of that cache row
-  int* passes = pass_end + kFlashRows;
+  constexpr int kThreads = ROWS * 2;
+  int* crow = meta;                 // [ROWS] cache row of each tile row, -1 past M
+  int* cpos = crow + ROWS;          // [ROWS] its position
+  int* pass_row = cpos + ROWS;      // [ROWS] the distinct cache rows of the tile
+  int* pass_end = pass_row + ROWS;  // [ROWS] 1 + the largest position among the tile's rows of that cache row
+  int* passes = pass_end + ROWS;
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * kFlashRows;  // the longest rows (latest tiles) first
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * ROWS;  // the longest rows (latest tiles) first
   const int h = blockIdx.y;
   const int kv = h / (Hq / Hkv);
   const size_t width = (size_t)(Hq + 2 * Hkv) * D;
 
-  if (tid < kFlashRows) {
+  if (tid < ROWS) {
     const int m = m0 + tid;
     crow[tid] = m < M ? cache_rows[m] : -1;
     cpos[tid] = m < M ? positions[m] : -1;
   }
-  // Q through the K buffer, then into registers.
+  // Q through the K (and V) buffer, then into registers.
 #pragma unroll 1
-  for (int k = 0; k < kFlashRows * kChunks / kFlashThreads; k++) {
-    const int e = tid + k * kFlashThreads;
+  for (int k = 0; k < ROWS * kChunks / kThreads; k++) {
+    const int e = tid + k * kThreads;
     const int r = e / kChunks;
     const int c = e - r * kChunks;
     const int m = m0 + r;
@@ -838,7 +841,7 @@ __device__ __forceinline__ void flash_attention(const T* __restrict__ qkv, const
   __syncthreads();
   if (tid == 0) {
     int n = 0;
-    for (int r = 0; r < kFlashRows; r++) {
+    for (int r = 0; r < ROWS; r++) {
       const int c = crow[r];
       if (c < 0) continue;
       int p = 0;
@@ -882,11 +885,11 @@ __device__ __forceinline__ void flash_attention(const T* __restrict__ qkv, const
     for (int off = 16; off > 0; off >>= 1) warp_last = max(warp_last, __shfl_xor_sync(0xffffffffu, warp_last, off));
     const int tiles = (kend + kFlashKeys - 1) / kFlashKeys;
 
-    load_kv_tile<T, D>(ks, kh, 0, kend);
+    load_kv_tile<T, D, kThreads>(ks, kh, 0, kend);
     cp_async_commit();
     for (int tile = 0; tile < tiles; tile++) {
       const int t0 = tile * kFlashKeys;
-      load_kv_tile<T, D>(vs, vh, t0, kend);
+      load_kv_tile<T, D, kThreads>(vs, vh, t0, kend);
       cp_async_commit();
       cp_async_wait<1>();  // K of this tile
       __syncthreads();
@@ -944,7 +947,7 @@ __device__ __forceinline__ void flash_attention(const T* __restrict__ qkv, const
         }
       }
       __syncthreads();  // every warp is done with K
-      if (tile + 1 < tiles) load_kv_tile<T, D>(ks, kh, t0 + kFlashKeys, kend);
+      if (tile + 1 < tiles) load_kv_tile<T, D, kThreads>(ks, kh, t0 + kFlashKeys, kend);
       cp_async_commit();
       cp_async_wait<1>();  // V of this tile
       __syncthreads();
@@ -1727,40 +1730,68 @@ THAW_WGMMA_ENTRY(llama_wgmma_64x128, 128, 1, 4, 2)
 
 // Causal grouped-query attention for a prompt pass, FlashAttention-2 style: out[m, h*D + d] as llama_attention
 // computes it (softmax(scale q.k_t) over cache positions 0..positions[m] of cache row cache_rows[m], KV head
-// h / (Hq/Hkv)), for any positions[m] < maxT. Grid (ceil(M/64), Hq), 128 threads. D 64 or 128; qkv, the
-// caches and out 16-byte aligned. Run llama_rope_kv first. Rows of one sequence should be consecutive (a tile
-// with rows of k cache rows makes k passes).
-extern "C" __global__ void __launch_bounds__(kFlashThreads)
+// h / (Hq/Hkv)), for any positions[m] < maxT. llama_flash_attention: grid (ceil(M/64), Hq), 128 threads;
+// llama_flash_attention_128: grid (ceil(M/128), Hq), 256 threads (each K/V tile serves twice the rows: half the
+// L2 traffic of long prompts). D 64 or 128; qkv, the caches and out 16-byte aligned. Run llama_rope_kv first.
+// Rows of one sequence should be consecutive (a tile with rows of k cache rows makes k passes).
+template <int ROWS>
+__device__ __forceinline__ void flash_attention_entry(const void* __restrict__ qkv, const void* __restrict__ kcache,
+                                                      const void* __restrict__ vcache, void* __restrict__ out,
+                                                      const int* __restrict__ positions,
+                                                      const int* __restrict__ cache_rows, int M, int Hq, int Hkv,
+                                                      int D, int maxT, float scale, int bf16, unsigned char* smem,
+                                                      int* meta) {
+  if (bf16) {
+    typedef thaw_llama::bf16 T;
+    T* ks = reinterpret_cast<T*>(smem);
+    if (D == 128) {
+      flash_attention<T, 128, ROWS>(reinterpret_cast<const T*>(qkv), reinterpret_cast<const T*>(kcache),
+                                    reinterpret_cast<const T*>(vcache), reinterpret_cast<T*>(out), positions,
+                                    cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 128, meta);
+    } else {
+      flash_attention<T, 64, ROWS>(reinterpret_cast<const T*>(qkv), reinterpret_cast<const T*>(kcache),
+                                   reinterpret_cast<const T*>(vcache), reinterpret_cast<T*>(out), positions,
+                                   cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 64, meta);
+    }
+  } else {
+    half* ks = reinterpret_cast<half*>(smem);
+    if (D == 128) {
+      flash_attention<half, 128, ROWS>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
+                                       reinterpret_cast<const half*>(vcache), reinterpret_cast<half*>(out),
+                                       positions, cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 128,
+                                       meta);
+    } else {
+      flash_attention<half, 64, ROWS>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
+                                      reinterpret_cast<const half*>(vcache), reinterpret_cast<half*>(out),
+                                      positions, cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 64,
+                                      meta);
+    }
+  }
+}
+
+// K and V tiles of 64 keys (32 KiB for D 128), Q staged through both (up to 128 x 128 elements).
+static_assert(kFlashWideRows * kFlashMaxD <= 2 * kFlashKeys * kFlashMaxD, "Q fits the K and V buffers");
+
+extern "C" __global__ void __launch_bounds__(2 * kFlashRows)
     llama_flash_attention(const void* __restrict__ qkv, const void* __restrict__ kcache,
                           const void* __restrict__ vcache, void* __restrict__ out,
                           const int* __restrict__ positions, const int* __restrict__ cache_rows, int M, int Hq,
                           int Hkv, int D, int maxT, float scale, int bf16) {
   __shared__ __align__(128) unsigned char smem[2 * kFlashKeys * kFlashMaxD * 2];
   __shared__ int meta[4 * kFlashRows + 1];
-  if (bf16) {
-    typedef thaw_llama::bf16 T;
-    T* ks = reinterpret_cast<T*>(smem);
-    if (D == 128) {
-      flash_attention<T, 128>(reinterpret_cast<const T*>(qkv), reinterpret_cast<const T*>(kcache),
-                              reinterpret_cast<const T*>(vcache), reinterpret_cast<T*>(out), positions,
-                              cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 128, meta);
-    } else {
-      flash_attention<T, 64>(reinterpret_cast<const T*>(qkv), reinterpret_cast<const T*>(kcache),
-                             reinterpret_cast<const T*>(vcache), reinterpret_cast<T*>(out), positions, cache_rows,
-                             M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 64, meta);
-    }
-  } else {
-    half* ks = reinterpret_cast<half*>(smem);
-    if (D == 128) {
-      flash_attention<half, 128>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
-                                 reinterpret_cast<const half*>(vcache), reinterpret_cast<half*>(out), positions,
-                                 cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 128, meta);
-    } else {
-      flash_attention<half, 64>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
-                                reinterpret_cast<const half*>(vcache), reinterpret_cast<half*>(out), positions,
-                                cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 64, meta);
-    }
-  }
+  flash_attention_entry<kFlashRows>(qkv, kcache, vcache, out, positions, cache_rows, M, Hq, Hkv, D, maxT, scale,
+                                    bf16, smem, meta);
+}
+
+extern "C" __global__ void __launch_bounds__(2 * kFlashWideRows, 1)
+    llama_flash_attention_128(const void* __restrict__ qkv, const void* __restrict__ kcache,
+                              const void* __restrict__ vcache, void* __restrict__ out,
+                              const int* __restrict__ positions, const int* __restrict__ cache_rows, int M,
+                              int Hq, int Hkv, int D, int maxT, float scale, int bf16) {
+  __shared__ __align__(128) unsigned char smem[2 * kFlashKeys * kFlashMaxD * 2];
+  __shared__ int meta[4 * kFlashWideRows + 1];
+  flash_attention_entry<kFlashWideRows>(qkv, kcache, vcache, out, positions, cache_rows, M, Hq, Hkv, D, maxT,
+                                        scale, bf16, smem, meta);
 }
 
 // Split-KV attention for decode, first half: row m's keys 0..positions[m] are cut into gridDim.z near-equal
@@ -1768,7 +1799,7 @@ extern "C" __global__ void __launch_bounds__(kFlashThreads)
 // range) writes for each of its heads h the unnormalised fp32 partial: o[d] = sum_t exp(s_t - mx) v_t[d],
 // mx = max_t s_t, l = sum_t exp(s_t - mx), s_t = scale q.k_t (an empty range: o = 0, mx = -inf, l = 0).
 // partial is fp32 [M, Hq, splits, D] of o, then [M, Hq, splits, 2] of (mx, l). Grid (Hkv ceil(G/4), M,
-// splits <= 64), 128 threads. D a multiple of 8, <= 256; qkv and the caches 16-byte aligned.
+// splits <= 128), 128 threads. D a multiple of 8, <= 256; qkv and the caches 16-byte aligned.
 extern "C" __global__ void __launch_bounds__(kDecodeThreads)
     llama_flash_decode(const void* __restrict__ qkv, const void* __restrict__ kcache,
                        const void* __restrict__ vcache, float* __restrict__ partial,
@@ -1791,7 +1822,7 @@ extern "C" __global__ void __launch_bounds__(kDecodeThreads)
 }
 
 // Second half: out[m, h*D + d] = T(sum_s o_s[d] w_s / sum_s l_s w_s), w_s = exp(mx_s - max_s mx_s), splits
-// in order. Grid (Hq, M), 128 threads; splits <= 64, as llama_flash_decode wrote them.
+// in order. Grid (Hq, M), 128 threads; splits <= 128, as llama_flash_decode wrote them.
 extern "C" __global__ void __launch_bounds__(kDecodeThreads)
     llama_flash_combine(const float* __restrict__ partial, void* __restrict__ out, int M, int Hq, int D,
                         int splits, int bf16) {

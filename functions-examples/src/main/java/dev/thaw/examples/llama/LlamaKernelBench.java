@@ -313,27 +313,35 @@ public final class LlamaKernelBench {
           long rows = upload(new int[t]);
           long outBytes = 2L * t * heads * headDim;
           long out = allocate(outBytes);
-          Consumer<GpuStream> launch = s -> k.flashAttention(s, q, kd, vd, out, pos, rows, t, heads, kvHeads,
-              headDim, t, scale);
-          launch.accept(stream);
-          int[] sampleRows = sampleRows(t);
-          int[] checked = {0, heads / 2 + 1, heads - 1};
-          String check = attentionCheck(out, bf, qkv, kc, vc, t, sampleRows, checked, scale, positions);
-          if (check == null && t <= LlamaKernels.MAX_CONTEXT) {
-            long plain = allocate(outBytes);
-            k.attention(stream, q, kd, vd, plain, pos, rows, t, heads, kvHeads, headDim, t, scale);
-            int all = heads * headDim;
-            float[][] a = rows(out, bf, true, all, sampleRows(t));
-            float[][] b = rows(plain, bf, true, all, sampleRows(t));
-            check = compare(a, null, null, b);
+          long plain = 0;
+          for (boolean wide : new boolean[] {false, true}) {
+            String kernel = wide ? LlamaKernels.FLASH_ATTENTION_WIDE : LlamaKernels.FLASH_ATTENTION;
+            Consumer<GpuStream> launch = s -> k.flashAttention(s, wide, q, kd, vd, out, pos, rows, t, heads, kvHeads,
+                headDim, t, scale);
+            context.memsetD8(out, (byte) 0, outBytes);
+            launch.accept(stream);
+            int[] sampleRows = sampleRows(t);
+            int[] checked = {0, heads / 2 + 1, heads - 1};
+            String check = attentionCheck(out, bf, qkv, kc, vc, t, sampleRows, checked, scale, positions);
+            if (check == null && t <= LlamaKernels.MAX_CONTEXT) {
+              if (plain == 0) {
+                plain = allocate(outBytes);
+                k.attention(stream, q, kd, vd, plain, pos, rows, t, heads, kvHeads, headDim, t, scale);
+              }
+              int all = heads * headDim;
+              float[][] a = rows(out, bf, true, all, sampleRows(t));
+              float[][] b = rows(plain, bf, true, all, sampleRows(t));
+              check = compare(a, null, null, b);
+            }
+            double ms = time(launch);
+            double flops = 4.0 * headDim * heads * ((double) t * (t + 1) / 2);
+            boolean picked = wide == (t >= LlamaKernels.FLASH_WIDE_FROM_ROWS);
+            ObjectNode r = record("prefill", shape.name() + " attention", kernel, ms, check);
+            r.put("tokens", t).put("tflops", flops / ms / 1e9).put("picked", picked);
+            System.out.printf(Locale.ROOT, "prefill attention %6d tokens %d/%d heads D=%d %-26s %9.4f ms %7.1f "
+                + "TFLOP/s%s  %s%n", t, heads, kvHeads, headDim, kernel, ms, flops / ms / 1e9,
+                picked ? " (picked)" : "", check == null ? "ok" : "FAIL " + check);
           }
-          double ms = time(launch);
-          double flops = 4.0 * headDim * heads * ((double) t * (t + 1) / 2);
-          ObjectNode r = record("prefill", shape.name() + " attention", LlamaKernels.FLASH_ATTENTION, ms, check);
-          r.put("tokens", t).put("tflops", flops / ms / 1e9);
-          System.out.printf(Locale.ROOT, "prefill attention %6d tokens %d/%d heads D=%d %-22s %9.4f ms %7.1f "
-              + "TFLOP/s  %s%n", t, heads, kvHeads, headDim, LlamaKernels.FLASH_ATTENTION, ms, flops / ms / 1e9,
-              check == null ? "ok" : "FAIL " + check);
         } finally {
           free();
         }

@@ -54,12 +54,14 @@ public final class LlamaKernels implements AutoCloseable {
   public static final String SWIGLU = "llama_swiglu";
   public static final String ARGMAX = "llama_argmax";
   public static final String FLASH_ATTENTION = "llama_flash_attention";
+  /** {@link #FLASH_ATTENTION} with 128 query rows per block: half the K/V traffic of long prompts. */
+  public static final String FLASH_ATTENTION_WIDE = "llama_flash_attention_128";
   public static final String FLASH_DECODE = "llama_flash_decode";
   public static final String FLASH_COMBINE = "llama_flash_combine";
   /** Every entry of the module; the sm_90a module has these and {@link #HOPPER_ENTRIES}. */
   public static final List<String> ENTRIES = List.of(EMBED, RMSNORM, GEMV, GEMV1, MATMUL, ROPE_KV, ATTENTION,
       SWIGLU, ARGMAX, GemmTile.LARGE.entry, GemmTile.MEDIUM.entry, GemmTile.SMALL.entry, FLASH_ATTENTION,
-      FLASH_DECODE, FLASH_COMBINE);
+      FLASH_ATTENTION_WIDE, FLASH_DECODE, FLASH_COMBINE);
   /** The entries only the sm_90a module has: the wgmma products. */
   public static final List<String> HOPPER_ENTRIES = List.of(GemmTile.WGMMA_LARGE.entry,
       GemmTile.WGMMA_MEDIUM.entry, GemmTile.WGMMA_SMALL.entry);
@@ -71,7 +73,7 @@ public final class LlamaKernels implements AutoCloseable {
   /** The head sizes {@link #flashAttention} is built for. */
   public static final List<Integer> FLASH_HEAD_SIZES = List.of(64, 128);
   /** The most key ranges {@link #flashDecode} splits a row into. */
-  public static final int MAX_SPLITS = 64;
+  public static final int MAX_SPLITS = 128;
   /** The largest head size {@link #attention} supports. */
   public static final int MAX_HEAD_SIZE = 256;
   /** The most rows {@link #gemv} takes; {@link #linear} uses the tensor-core {@link #matmul} above it. */
@@ -88,6 +90,14 @@ public final class LlamaKernels implements AutoCloseable {
   static final int ATTENTION_THREADS = 128;
   static final int FLASH_ROWS = 64;
   static final int FLASH_THREADS = 128;
+  static final int FLASH_WIDE_ROWS = 128;
+  static final int FLASH_WIDE_THREADS = 256;
+  /**
+   * Prompt rows from which {@link #flashAttention} runs {@link #FLASH_ATTENTION_WIDE}: one block of 8 warps per SM
+   * pays off where the K/V traffic of 64-row blocks is what limits (thousands of keys per row);
+   * {@code kernels-run.sh} times both at each length.
+   */
+  public static final int FLASH_WIDE_FROM_ROWS = 4096;
   /** Query heads per llama_flash_decode block. */
   static final int DECODE_HEADS = 4;
   static final int DECODE_THREADS = 128;
@@ -95,6 +105,11 @@ public final class LlamaKernels implements AutoCloseable {
   static final int DECODE_TARGET_BLOCKS = 264;
   /** Fewest keys per llama_flash_decode range when splitting further would only add blocks. */
   static final int DECODE_MIN_KEYS = 32;
+  /**
+   * Most keys per range on long contexts: each block holds few loads in flight (a piece of 256 keys between
+   * barriers), so past two blocks per SM more ranges, not longer ones, keep HBM busy.
+   */
+  static final int DECODE_MAX_KEYS = 512;
   static final int ROW_THREADS = 256;
   /** argmax scans a whole vocabulary per row: the most threads a block has. */
   static final int ARGMAX_THREADS = 1024;
@@ -227,6 +242,7 @@ public final class LlamaKernels implements AutoCloseable {
   private final int multiprocessors;
   private final GemmTiles tiles;
   private final KernelLaunch flashAttention;
+  private final KernelLaunch flashAttentionWide;
   private final KernelLaunch flashDecode;
   private final KernelLaunch flashCombine;
 
@@ -274,6 +290,7 @@ public final class LlamaKernels implements AutoCloseable {
     }
     this.tiles = GemmTiles.defaults(wgmma);
     this.flashAttention = new KernelLaunch(module.kernel(FLASH_ATTENTION), FLASH_THREADS);
+    this.flashAttentionWide = new KernelLaunch(module.kernel(FLASH_ATTENTION_WIDE), FLASH_WIDE_THREADS);
     this.flashDecode = new KernelLaunch(module.kernel(FLASH_DECODE), DECODE_THREADS);
     this.flashCombine = new KernelLaunch(module.kernel(FLASH_COMBINE), DECODE_THREADS);
   }
@@ -516,10 +533,18 @@ public final class LlamaKernels implements AutoCloseable {
    * {@link #attention}'s function for a prompt pass on the tensor cores (FlashAttention-2: K/V tiles in shared
    * memory, online softmax), for any {@code positions[m] < maxT}: no {@link #MAX_CONTEXT} limit. D must be one of
    * {@link #FLASH_HEAD_SIZES}; qkv, the caches and out 16-byte aligned. Rows of one sequence should be
-   * consecutive (the usual prompt layout): a tile of 64 rows that spans k sequences makes k passes over keys.
+   * consecutive (the usual prompt layout): a tile of 64 (or 128) rows that spans k sequences makes k passes over
+   * keys. {@link #FLASH_ATTENTION_WIDE} from {@link #FLASH_WIDE_FROM_ROWS} rows, else {@link #FLASH_ATTENTION}.
    */
   public void flashAttention(GpuStream stream, long qkv, long kcache, long vcache, long out, long positions,
       long cacheRows, int M, int Hq, int Hkv, int D, int maxT, float scale) {
+    flashAttention(stream, M >= FLASH_WIDE_FROM_ROWS, qkv, kcache, vcache, out, positions, cacheRows, M, Hq, Hkv, D,
+        maxT, scale);
+  }
+
+  /** {@link #flashAttention} with the entry given: {@link #FLASH_ATTENTION_WIDE} when {@code wide}. */
+  public void flashAttention(GpuStream stream, boolean wide, long qkv, long kcache, long vcache, long out,
+      long positions, long cacheRows, int M, int Hq, int Hkv, int D, int maxT, float scale) {
     checkAttention(qkv, kcache, vcache, out, positions, cacheRows, M, Hq, Hkv, D, maxT, scale, false);
     if (!FLASH_HEAD_SIZES.contains(D)) {
       throw new IllegalArgumentException("D must be one of " + FLASH_HEAD_SIZES + " for flash attention: " + D);
@@ -528,10 +553,12 @@ public final class LlamaKernels implements AutoCloseable {
       throw new IllegalArgumentException("Hq must be at most " + MAX_GRID_Y + ": " + Hq);
     }
     aligned("out", out, ALIGNMENT);
-    flashAttention.args().set(0, qkv).set(1, kcache).set(2, vcache).set(3, out).set(4, positions)
+    KernelLaunch flash = wide ? flashAttentionWide : flashAttention;
+    int rows = wide ? FLASH_WIDE_ROWS : FLASH_ROWS;
+    flash.args().set(0, qkv).set(1, kcache).set(2, vcache).set(3, out).set(4, positions)
         .set(5, cacheRows).set(6, M).set(7, Hq).set(8, Hkv).set(9, D).set(10, maxT).set(11, scale)
         .set(12, type.flag());
-    flashAttention.launch(stream, (M + FLASH_ROWS - 1) / FLASH_ROWS, Hq);
+    flash.launch(stream, (M + rows - 1) / rows, Hq);
   }
 
   /**
@@ -570,11 +597,12 @@ public final class LlamaKernels implements AutoCloseable {
 
   /**
    * The split count for {@link #flashDecode} when the longest row has {@code maxLen} keys: enough ranges for
-   * about two blocks per SM, none shorter than 32 keys, at most {@link #MAX_SPLITS}.
+   * about two blocks per SM and none longer than 512 keys, none shorter than 32, at most {@link #MAX_SPLITS}.
    */
   public static int decodeSplits(int maxLen, int M, int Hq, int Hkv) {
     long blocks = (long) Hkv * ((Hq / Hkv + DECODE_HEADS - 1) / DECODE_HEADS) * M;
-    long want = (DECODE_TARGET_BLOCKS + blocks - 1) / blocks;
+    long want = Math.max((DECODE_TARGET_BLOCKS + blocks - 1) / blocks,
+        ((long) maxLen + DECODE_MAX_KEYS - 1) / DECODE_MAX_KEYS);
     long most = Math.max(1, (maxLen + DECODE_MIN_KEYS - 1) / DECODE_MIN_KEYS);
     return (int) Math.max(1, Math.min(MAX_SPLITS, Math.min(want, most)));
   }

@@ -393,10 +393,24 @@ public final class LlamaSimKernels {
    * different is fp32 order (the tensor cores' dot products and sums, {@code ex2.approx}), so a weight may round
    * to the neighbouring 16-bit value where the fp32 values straddle a rounding boundary.
    */
-  public static final class FlashAttention implements SimKernel {
+  public static class FlashAttention implements SimKernel {
+    private final String entry;
+    private final int rows;
+    private final int threads;
+
+    public FlashAttention() {
+      this(LlamaKernels.FLASH_ATTENTION, LlamaKernels.FLASH_ROWS, LlamaKernels.FLASH_THREADS);
+    }
+
+    FlashAttention(String entry, int rows, int threads) {
+      this.entry = entry;
+      this.rows = rows;
+      this.threads = threads;
+    }
+
     @Override
     public String entry() {
-      return LlamaKernels.FLASH_ATTENTION;
+      return entry;
     }
 
     @Override
@@ -405,10 +419,17 @@ public final class LlamaSimKernels {
       int Hq = launch.intArg(7);
       int D = launch.intArg(9);
       if (M <= 0 || !LlamaKernels.FLASH_HEAD_SIZES.contains(D)) {
-        throw new IllegalArgumentException("llama_flash_attention: bad shape M=" + M + " D=" + D);
+        throw new IllegalArgumentException(entry + ": bad shape M=" + M + " D=" + D);
       }
-      expectShape(launch, ceilDiv(M, LlamaKernels.FLASH_ROWS), Hq, LlamaKernels.FLASH_THREADS);
+      expectShape(launch, ceilDiv(M, rows), Hq, threads);
       attend(launch, Integer.MAX_VALUE, true);
+    }
+  }
+
+  /** {@code llama_flash_attention_128(...)}: {@link FlashAttention} on blocks of 128 rows, grid (ceil(M/128), Hq). */
+  public static final class FlashAttentionWide extends FlashAttention {
+    public FlashAttentionWide() {
+      super(LlamaKernels.FLASH_ATTENTION_WIDE, LlamaKernels.FLASH_WIDE_ROWS, LlamaKernels.FLASH_WIDE_THREADS);
     }
   }
 

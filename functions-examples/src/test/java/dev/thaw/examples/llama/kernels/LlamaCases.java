@@ -364,6 +364,8 @@ final class LlamaCases {
     PLAIN,
     /** llama_flash_attention. */
     FLASH,
+    /** llama_flash_attention_128. */
+    FLASH_WIDE,
     /** llama_flash_decode + llama_flash_combine, splits from {@link LlamaKernels#decodeSplits}. */
     DECODE
   }
@@ -392,6 +394,7 @@ final class LlamaCases {
     String name = switch (kernel) {
       case PLAIN -> "llama_attention";
       case FLASH -> "llama_flash_attention";
+      case FLASH_WIDE -> "llama_flash_attention_128";
       case DECODE -> "llama_flash_decode+combine splits=" + split;
     };
     return new Case(String.format("%s %s M=%d Hq=%d Hkv=%d D=%d maxT=%d", name, type, M, Hq, Hkv, D, maxT)) {
@@ -406,7 +409,8 @@ final class LlamaCases {
         long rows = dev.upload(cacheRows);
         switch (kernel) {
           case PLAIN -> k.attention(dev.stream, q, kk, vv, out, pos, rows, M, Hq, Hkv, D, maxT, scale);
-          case FLASH -> k.flashAttention(dev.stream, q, kk, vv, out, pos, rows, M, Hq, Hkv, D, maxT, scale);
+          case FLASH, FLASH_WIDE -> k.flashAttention(dev.stream, kernel == AttentionKernel.FLASH_WIDE, q, kk, vv,
+              out, pos, rows, M, Hq, Hkv, D, maxT, scale);
           case DECODE -> {
             long partial = dev.upload(new float[(int) LlamaKernels.decodePartialFloats(M, Hq, D, split)]);
             k.flashDecode(dev.stream, q, kk, vv, partial, out, pos, rows, M, Hq, Hkv, D, maxT, scale, split);
@@ -424,7 +428,8 @@ final class LlamaCases {
         double[] out = new double[M * Hq * D];
         // Flash prefill rounds each weight to the 16-bit type before P.V (the denominator keeps fp32): with u half
         // an ulp of the type (relative), out[d] carries at most u * sum_t p_t |v_t[d]| beyond fp32 noise.
-        double[] allowance = kernel == AttentionKernel.FLASH ? new double[M * Hq * D] : null;
+        boolean flash = kernel == AttentionKernel.FLASH || kernel == AttentionKernel.FLASH_WIDE;
+        double[] allowance = flash ? new double[M * Hq * D] : null;
         double u = type == HalfType.BF16 ? 0x1p-8 : 0x1p-11;
         for (int m = 0; m < M; m++) {
           int len = positions[m] + 1;

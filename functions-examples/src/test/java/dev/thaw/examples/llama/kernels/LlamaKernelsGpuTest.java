@@ -146,6 +146,10 @@ class LlamaKernelsGpuTest {
         attention(234, bf, 32, 8, 128, 1024, new int[] {300, 200}, new int[] {0, 0}, AttentionKernel.FLASH),
         attention(235, bf, 32, 8, 128, 4096, new int[] {64, 1}, new int[] {2000, 4095}, AttentionKernel.FLASH),
         attention(236, fp, 14, 2, 64, 256, new int[] {130}, new int[] {0}, AttentionKernel.FLASH),
+        // The same on 128-row blocks: three tiles over two prompts, a one-row tile after a cached prefix.
+        attention(251, bf, 32, 8, 128, 1024, new int[] {300, 200}, new int[] {0, 0}, AttentionKernel.FLASH_WIDE),
+        attention(252, bf, 32, 8, 128, 4096, new int[] {128, 1}, new int[] {2000, 4095}, AttentionKernel.FLASH_WIDE),
+        attention(253, fp, 14, 2, 64, 256, new int[] {130}, new int[] {0}, AttentionKernel.FLASH_WIDE),
         // Split-KV decode: 8B heads at 4k and 16k context, Qwen-7B's 7:1 groups (two head slices).
         LlamaCases.attention(237, bf, 2, 32, 8, 128, 4096, new int[] {0, 1, 1}, new int[] {4095, 0, 2999},
             AttentionKernel.DECODE, 0),

@@ -83,6 +83,8 @@ class LlamaKernelsSimTest {
         LlamaCases.gemm(31, bf, GemmTile.WGMMA_SMALL, 1100, 260, 32, Epilogue.SWIGLU, false),
         attention(23, bf, 4, 2, 64, 192, new int[] {70, 30}, new int[] {0, 100}, AttentionKernel.FLASH, 0),
         attention(24, fp, 8, 8, 128, 80, new int[] {1, 17}, new int[] {40, 0}, AttentionKernel.FLASH, 0),
+        attention(32, bf, 4, 2, 64, 400, new int[] {150, 30}, new int[] {0, 100}, AttentionKernel.FLASH_WIDE, 0),
+        attention(33, fp, 8, 8, 128, 80, new int[] {1, 17}, new int[] {40, 0}, AttentionKernel.FLASH_WIDE, 0),
         LlamaCases.attention(25, bf, 3, 8, 2, 16, 300, new int[] {0, 1, 2}, new int[] {299, 0, 40},
             AttentionKernel.DECODE, 5),
         LlamaCases.attention(26, fp, 2, 12, 1, 32, 600, new int[] {1, 0}, new int[] {599, 260},
