@@ -127,6 +127,7 @@ public final class LlamaKernelBench {
         if (out != null) {
           ObjectNode doc = JsonNodeFactory.instance.objectNode();
           doc.put("device", context.device().name());
+          doc.put("multiprocessors", context.device().multiprocessorCount());
           doc.put("shape", shape.name());
           doc.put("failures", bench.failures);
           doc.set("results", bench.results);
