@@ -4,33 +4,25 @@
 context, and Thaw's correctness against transformers (logits and greedy ids).
 Usage: forward_summary.py THAW.json [HF_BENCH.json ...]   (a missing or unreadable file is reported, not fatal)
 """
-import json
-import os
 import sys
 
+from kernels_summary import load
+
 MODES = ("eager", "sdpa", "compile", "static-compile")
-
-
-def load(path):
-    if not os.path.exists(path):
-        print(f"(no {path})")
-        return None
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"(cannot read {path}: {e})")
-        return None
 
 
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     thaw = load(sys.argv[1]) or {}
+    if not thaw:
+        print(f"(no Thaw results in {sys.argv[1]})")
     torch_results, device, versions = [], None, []
     for path in sys.argv[2:]:
         doc = load(path)
-        if doc:
+        if not doc:
+            print(f"(no PyTorch results in {path})")
+        else:
             torch_results += doc.get("results", [])
             device = device or doc.get("device")
             versions.append(f"torch {doc.get('torch')} transformers {doc.get('transformers', '?')}")
@@ -52,20 +44,20 @@ def main():
           f"{thaw.get('parameters', 0) / 1e9:.2f}B parameters; thaw init {thaw.get('init_ms', float('nan')):.0f} ms")
 
     def cell(v, err):
-        return f"{v:10.2f}" if isinstance(v, (int, float)) else ("     error" if err else "         -")
+        return f"{v:14.2f}" if isinstance(v, (int, float)) else (f"{'error':>14s}" if err else f"{'-':>14s}")
 
     def row(label, ours, values):
         best = min((v for v, _ in values if isinstance(v, (int, float))), default=None)
         ratio = f"{ours / best:8.2f}x" if isinstance(ours, (int, float)) and best else "       -"
-        print(f"  {label:16s} {cell(ours, None)} | " + " ".join(cell(v, e) for v, e in values) + f" | {ratio}")
+        print(f"  {label:12s} {cell(ours, None)} | " + " ".join(cell(v, e) for v, e in values) + f" | {ratio}")
 
     print("\nprefill ms (prompt pass + head; thaw also emits one token)")
-    print(f"  {'tokens':16s} {'thaw':>10s} | " + " ".join(f"{m:>10s}" for m in MODES) + " | thaw/best")
+    print(f"  {'tokens':12s} {'thaw':>14s} | " + " ".join(f"{m:>14s}" for m in MODES) + " | thaw/best")
     lengths = sorted(set(prefill) | {r["tokens"] for r in torch_results if r.get("what") == "prefill"})
     for n in lengths:
         row(f"{n:6d}", prefill.get(n), [torch_value(m, "prefill", "tokens", n, "ms") for m in MODES])
     print("\ndecode ms/token (after a prompt of that many tokens)")
-    print(f"  {'context':16s} {'thaw':>10s} | " + " ".join(f"{m:>10s}" for m in MODES) + " | thaw/best")
+    print(f"  {'context':12s} {'thaw':>14s} | " + " ".join(f"{m:>14s}" for m in MODES) + " | thaw/best")
     contexts = sorted(set(decode) | {r["context"] for r in torch_results if r.get("what") == "decode"})
     for c in contexts:
         row(f"{c:6d}", decode.get(c), [torch_value(m, "decode", "context", c, "ms_per_token") for m in MODES])

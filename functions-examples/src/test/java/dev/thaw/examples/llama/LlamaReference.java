@@ -62,15 +62,11 @@ final class LlamaReference {
     int[][] out = new int[prompts.length][maxNew];
     float[][] lastLogits = new float[prompts.length][];
     for (int b = 0; b < prompts.length; b++) {
-      int kvw = c.kvHeads() * c.headDim();
       int total = prompts[b].length + maxNew;
       float[][][] kc = new float[c.layers()][total][];
       float[][][] vc = new float[c.layers()][total][];
-      float[] logits = null;
-      int pos = 0;
-      for (int t : prompts[b]) {
-        logits = step(t, pos++, kc, vc);
-      }
+      float[] logits = prompt(prompts[b], kc, vc);
+      int pos = prompts[b].length;
       for (int s = 0; s < maxNew; s++) {
         int next = ArgmaxSimKernel.argmax(logits, logits.length);
         out[b][s] = next;
@@ -79,7 +75,6 @@ final class LlamaReference {
         }
       }
       lastLogits[b] = logits;
-      assert kvw > 0;
     }
     return new Result(out, lastLogits);
   }
@@ -95,18 +90,23 @@ final class LlamaReference {
       int total = prompts[b].length + tokens[b].length;
       float[][][] kc = new float[c.layers()][total][];
       float[][][] vc = new float[c.layers()][total][];
-      float[] logits = null;
-      int pos = 0;
-      for (int t : prompts[b]) {
-        logits = step(t, pos++, kc, vc);
-      }
+      int pos = prompts[b].length;
       steps[b] = new float[Math.max(1, tokens[b].length)][];
-      steps[b][0] = logits;
+      steps[b][0] = prompt(prompts[b], kc, vc);
       for (int s = 1; s < tokens[b].length; s++) {
         steps[b][s] = step(tokens[b][s - 1], pos++, kc, vc);
       }
     }
     return new Path(steps);
+  }
+
+  /** The prompt through the model token by token from position 0 into the caches: the last position's logits. */
+  private float[] prompt(int[] ids, float[][][] kc, float[][][] vc) {
+    float[] logits = null;
+    for (int pos = 0; pos < ids.length; pos++) {
+      logits = step(ids[pos], pos, kc, vc);
+    }
+    return logits;
   }
 
   private float[] rmsnorm(float[] x, float[] weight) {
