@@ -45,10 +45,9 @@ import java.util.Set;
  *   "maxTokens": 2048                    // KV cache length: prompt + new tokens (default min(2048, context))
  * }</pre>
  * {@code init} loads the module (its sm_90a build, with the wgmma products, on compute capability 9.0), allocates
- * the weights, streams them up through pinned staging, allocates a
- * KV cache of maxBatch × maxTokens positions per layer ({@code kv.<layer>.k|v}, [maxBatch, Hkv, maxTokens, D])
- * and scratch for maxBatch × maxTokens prompt rows ({@code act.*}, {@code io.*}), and runs one request to warm
- * up. Weight buffers keep Hugging Face's names, except that a layer's q, k and v projections are one buffer
+ * the weights, streams them up through pinned staging, allocates a KV cache of maxBatch × maxTokens positions per
+ * layer ({@code kv.<layer>.k|v}, [maxBatch, Hkv, maxTokens, D]) and scratch for maxBatch × maxTokens prompt rows
+ * ({@code act.*}, {@code io.*}), and runs one request to warm up. Weight buffers keep Hugging Face's names, except that a layer's q, k and v projections are one buffer
  * {@code model.layers.<i>.self_attn.qkv_proj.weight} (rows q | k | v; its bias likewise for Qwen2) and its gate
  * and up projections one {@code model.layers.<i>.mlp.gate_up_proj.weight} (rows gate | up): one product each.
  *
