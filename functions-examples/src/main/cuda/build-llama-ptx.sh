@@ -12,7 +12,9 @@
 # a temp folder and compares. Needs nvcc (CUDA 13.0 here), not a GPU.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-out="$(mkdir -p "${1:-$here/../resources/dev/thaw/examples/llama}" && cd "${1:-$here/../resources/dev/thaw/examples/llama}" && pwd)"
+out="${1:-$here/../resources/dev/thaw/examples/llama}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
 nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 # Run from the source folder with a relative name, so nothing about this checkout can reach the output.
 cd "$here"

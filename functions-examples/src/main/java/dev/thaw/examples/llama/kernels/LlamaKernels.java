@@ -316,7 +316,10 @@ public final class LlamaKernels implements AutoCloseable {
     return device.computeCapabilityMajor() == 9 && device.computeCapabilityMinor() == 0;
   }
 
-  /** The module's PTX for {@code device}: {@link #HOPPER_PTX_RESOURCE} on compute capability 9.0, else {@link #ptx()}. */
+  /**
+   * The module's PTX for {@code device}: {@link #HOPPER_PTX_RESOURCE} on compute capability 9.0, else
+   * {@link #ptx()}.
+   */
   public static String ptx(DeviceInfo device) {
     return hopper(device) ? hopperPtx() : ptx();
   }

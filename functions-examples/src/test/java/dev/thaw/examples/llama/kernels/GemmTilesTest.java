@@ -52,8 +52,8 @@ class GemmTilesTest {
   @Test
   void rulesThatCannotServeAreRefusedNamingTheRule() throws Exception {
     String catchAll = "{\"tile\": \"llama_gemm_32x32\", \"fromRows\": 9, \"minWaves\": 0}";
-    assertTrue(assertThrows(IllegalArgumentException.class, () -> GemmTiles.parse(json("[{\"tile\": \"llama_gemm_7x7\", "
-        + "\"fromRows\": 9, \"minWaves\": 0}]"), false)).getMessage().contains("llama_gemm_7x7"));
+    assertTrue(assertThrows(IllegalArgumentException.class, () -> GemmTiles.parse(json("[{\"tile\": "
+        + "\"llama_gemm_7x7\", \"fromRows\": 9, \"minWaves\": 0}]"), false)).getMessage().contains("llama_gemm_7x7"));
     assertTrue(assertThrows(IllegalArgumentException.class, () -> GemmTiles.parse(json("[{\"tile\": "
         + "\"llama_wgmma_128x256\", \"fromRows\": 9, \"minWaves\": 1}, " + catchAll + "]"), false)).getMessage()
         .contains("wgmma"));

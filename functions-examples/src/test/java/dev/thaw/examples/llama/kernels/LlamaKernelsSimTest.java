@@ -19,9 +19,9 @@ import org.junit.jupiter.params.provider.MethodSource;
 
 /**
  * Every Java twin on the sim device against a plain fp64 reference: both 16-bit types, the gemv, the WMMA matmul,
- * the three mma.sync tiles and the three wgmma ones with every epilogue (fused SwiGLU included), partial tiles, GQA, flash attention
- * over ragged prompts (a tile spanning two sequences, a cached prefix), split-KV decode with empty and uneven
- * ranges, llama3 rotary frequencies, ids outside the vocabulary.
+ * the three mma.sync tiles and the three wgmma ones with every epilogue (fused SwiGLU included), partial tiles,
+ * GQA, flash attention on 64- and 128-row blocks over ragged prompts (a tile spanning two sequences, a cached
+ * prefix), split-KV decode with empty and uneven ranges, llama3 rotary frequencies, ids outside the vocabulary.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class LlamaKernelsSimTest {
