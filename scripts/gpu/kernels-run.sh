@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Checks and measures the Llama tensor-core kernels on a GPU host (H100/H200), from the unpacked Thaw tarball, in
 # about 4 minutes (KERNELS_BUDGET_S, default 235 s; each part under its own timeout, none can hang the run):
-#   1. LlamaKernelBench at Llama-3.1-8B shapes: the three mma.sync product tiles, the WMMA matmul and the gemv at
-#      M = 1, 16, 128, 512, 2000, 8000 for the qkv, o, gate|up (stored and SwiGLU-fused) and down products and
-#      GPT-2-large's three (fp16, 512 rows), each checked against fp64 samples and the WMMA kernel's rows;
-#      flash prefill at 512/2000/8000/32000 tokens (fp64 samples; llama_attention's whole output up to 4096);
-#      split-KV decode at 16/2000/8000/32000 positions and 4 rows at 2000 (fp64, every head). Times, TFLOP/s.
+#   1. LlamaKernelBench at Llama-3.1-8B shapes: every product tile the device's module has (the three mma.sync
+#      tiles everywhere; on compute capability 9.0 the sm_90a module adds the three wgmma tiles), the WMMA matmul
+#      and the gemv at M = 1, 16, 128, 512, 2000, 8000 for the qkv, o, gate|up (stored and SwiGLU-fused) and down
+#      products and GPT-2-large's three (fp16, 512 rows), each checked against fp64 samples and the WMMA kernel's
+#      rows; flash prefill, 64- and 128-row blocks, at 512/2000/8000/32000 tokens (fp64 samples;
+#      llama_attention's whole output up to 4096); split-KV decode at 16/2000/8000/32000 positions and 4 rows at
+#      2000 (fp64, every head). Times, TFLOP/s, and which kernel LlamaKernels picks.
 #   2. scripts/llama/torch_kernels.py: torch.matmul (cuBLAS) and scaled_dot_product_attention (flash) on the same
 #      shapes, in the same run: the anchors.
 #   3. With the time left, the GPU JUnit tests: first the instrumenter's own GPU cases, zero-fill cp.async included
 #      (InstrumentedKernelsGpuTest), every kernel instrumented with its buffers allowed -> no violation, same bits,
 #      and the instrumentation overhead (LlamaInstrumentedGpuTest), the function profiled on the GPU -> every
 #      kernel `exact` (LlamaFunctionGpuProfileTest); then every kernel against its Java twin at real shapes
-#      (LlamaKernelsGpuTest).
-#   4. The summary table (scripts/llama/kernels_summary.py), also in $OUT/summary.txt.
+#      (LlamaKernelsGpuTest), the wgmma tiles included on 9.0.
+#   4. The summary table (scripts/llama/kernels_summary.py), also in $OUT/summary.txt: picked and fastest tile
+#      beside cuBLAS, the winning tile at each shape and the gemm-tiles.json rules refitted to them, both flash
+#      entries beside sdpa, decode beside sdpa, the checks and the JUnit verdicts.
+# The whole 8B forward against PyTorch is scripts/gpu/forward-run.sh.
 # The tarball must be built from this branch (mvn -B -Pdist package -DskipTests): it carries LlamaKernelBench and
 # the test jars.
 # Usage (repository root on the GPU machine): OUT=<dir> scripts/gpu/kernels-run.sh <unpacked thaw dir>

@@ -14,7 +14,7 @@ decode_ms_per_token = a context of C tokens already in the cache, then the mean 
 forward per step; static-compile: (generate(1 + N) - generate(1)) / N). CUDA-synchronised medians of --runs.
 Each mode runs in its own process under --mode-timeout seconds: one that does not compile in time is reported as
 such and the others still run.
-Usage: hf_bench.py --dir MODEL_DIR --out BENCH.json [--lengths 16,128,512,2000,8000] [--contexts 16,2000,8000]
+Usage: hf_bench.py --dir MODEL_DIR --out BENCH.json [--lengths 16,128,512,2000,8000] [--contexts 16,2000]
        [--decode-tokens 32] [--modes eager,sdpa,compile,static-compile] [--mode-timeout 600] [--runs 5]
 MODEL_DIR is what save_pretrained wrote (hf_reference.py --dir, or a real checkpoint).
 """
@@ -137,7 +137,7 @@ def main():
     p.add_argument("--dir", required=True)
     p.add_argument("--out")
     p.add_argument("--lengths", default="16,128,512,2000,8000")
-    p.add_argument("--contexts", default="16,2000,8000")
+    p.add_argument("--contexts", default="16,2000")
     p.add_argument("--decode-tokens", type=int, default=32)
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--mode-timeout", type=int, default=600)

@@ -91,13 +91,13 @@ constexpr int kGemmBk = 32;           // llama_gemm K step: 64 bytes, four 16-by
 
 constexpr int kFlashRows = 64;        // llama_flash_attention: query rows per block, 16 per warp
 constexpr int kFlashKeys = 64;        //                        keys per K/V tile
-constexpr int kFlashThreads = 128;
+constexpr int kFlashWideRows = 128;   // llama_flash_attention_128: the same with 8 warps
 constexpr int kFlashMaxD = 128;
 
 constexpr int kDecodeThreads = 128;   // llama_flash_decode
 constexpr int kDecodeHeads = 4;       // query heads per block (a slice of one KV group)
 constexpr int kDecodePiece = 256;     // keys scored per round
-constexpr int kMaxSplits = 64;        // gridDim.z of llama_flash_decode, at most
+constexpr int kMaxSplits = 128;       // gridDim.z of llama_flash_decode, at most
 
 template <typename T>
 __device__ __forceinline__ float to_f(T v);
@@ -782,13 +782,13 @@ __device__ __forceinline__ void gemm_tc(const T* __restrict__ X, const T* __rest
 
 // One 64-row tile of keys or values, [t0, t0 + 64) of a head's cache rows, into swizzled shared memory; keys at
 // or past kend are zero-filled without being read.
-template <typename T, int D>
+template <typename T, int D, int THREADS>
 __device__ __forceinline__ void load_kv_tile(T* dst, const T* __restrict__ head, int t0, int kend) {
   constexpr int kChunks = D / 8;
-  static_assert(kFlashKeys * kChunks % kFlashThreads == 0, "whole rounds of 16-byte copies");
+  static_assert(kFlashKeys * kChunks % THREADS == 0, "whole rounds of 16-byte copies");
 #pragma unroll
-  for (int k = 0; k < kFlashKeys * kChunks / kFlashThreads; k++) {
-    const int e = threadIdx.x + k * kFlashThreads;
+  for (int k = 0; k < kFlashKeys * kChunks / THREADS; k++) {
+    const int e = threadIdx.x + k * THREADS;
     const int r = e / kChunks;
     const int c = e - r * kChunks;
     const int t = t0 + r;
@@ -797,36 +797,39 @@ __device__ __forceinline__ void load_kv_tile(T* dst, const T* __restrict__ head,
   }
 }
 
-template <typename T, int D>
+// ROWS query rows per block (64 or 128), a warp per 16 of them: a taller block reads each K/V tile from L2 once
+// for more rows. Q is staged through the K and V buffers (ROWS x D elements).
+template <typename T, int D, int ROWS>
 __device__ __forceinline__ void flash_attention(const T* __restrict__ qkv, const T* __restrict__ kcache,
                                                 const T* __restrict__ vcache, T* __restrict__ out,
                                                 const int* __restrict__ positions,
                                                 const int* __restrict__ cache_rows, int M, int Hq, int Hkv,
                                                 int maxT, float scale, T* ks, T* vs, int* meta) {
   constexpr int kChunks = D / 8;
-  int* crow = meta;                   // [64] cache row of each tile row, -1 past M
-  int* cpos = crow + kFlashRows;      // [64] its position
-  int* pass_row = cpos + kFlashRows;  // [64] the distinct cache rows of the tile
-  int* pass_end = pass_row + kFlashRows;  // [64] 1 + the largest position among the tile's rows of that cache row
-  int* passes = pass_end + kFlashRows;
+  constexpr int kThreads = ROWS * 2;
+  int* crow = meta;                 // [ROWS] cache row of each tile row, -1 past M
+  int* cpos = crow + ROWS;          // [ROWS] its position
+  int* pass_row = cpos + ROWS;      // [ROWS] the distinct cache rows of the tile
+  int* pass_end = pass_row + ROWS;  // [ROWS] 1 + the largest position among the tile's rows of that cache row
+  int* passes = pass_end + ROWS;
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * kFlashRows;  // the longest rows (latest tiles) first
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * ROWS;  // the longest rows (latest tiles) first
   const int h = blockIdx.y;
   const int kv = h / (Hq / Hkv);
   const size_t width = (size_t)(Hq + 2 * Hkv) * D;
 
-  if (tid < kFlashRows) {
+  if (tid < ROWS) {
     const int m = m0 + tid;
     crow[tid] = m < M ? cache_rows[m] : -1;
     cpos[tid] = m < M ? positions[m] : -1;
   }
-  // Q through the K buffer, then into registers.
+  // Q through the K (and V) buffer, then into registers.
 #pragma unroll 1
-  for (int k = 0; k < kFlashRows * kChunks / kFlashThreads; k++) {
-    const int e = tid + k * kFlashThreads;
+  for (int k = 0; k < ROWS * kChunks / kThreads; k++) {
+    const int e = tid + k * kThreads;
     const int r = e / kChunks;
     const int c = e - r * kChunks;
     const int m = m0 + r;
@@ -838,7 +841,7 @@ __device__ __forceinline__ void flash_attention(const T* __restrict__ qkv, const
   __syncthreads();
   if (tid == 0) {
     int n = 0;
-    for (int r = 0; r < kFlashRows; r++) {
+    for (int r = 0; r < ROWS; r++) {
       const int c = crow[r];
       if (c < 0) continue;
       int p = 0;
@@ -882,11 +885,11 @@ __device__ __forceinline__ void flash_attention(const T* __restrict__ qkv, const
     for (int off = 16; off > 0; off >>= 1) warp_last = max(warp_last, __shfl_xor_sync(0xffffffffu, warp_last, off));
     const int tiles = (kend + kFlashKeys - 1) / kFlashKeys;
 
-    load_kv_tile<T, D>(ks, kh, 0, kend);
+    load_kv_tile<T, D, kThreads>(ks, kh, 0, kend);
     cp_async_commit();
     for (int tile = 0; tile < tiles; tile++) {
       const int t0 = tile * kFlashKeys;
-      load_kv_tile<T, D>(vs, vh, t0, kend);
+      load_kv_tile<T, D, kThreads>(vs, vh, t0, kend);
       cp_async_commit();
       cp_async_wait<1>();  // K of this tile
       __syncthreads();
@@ -944,7 +947,7 @@ __device__ __forceinline__ void flash_attention(const T* __restrict__ qkv, const
         }
       }
       __syncthreads();  // every warp is done with K
-      if (tile + 1 < tiles) load_kv_tile<T, D>(ks, kh, t0 + kFlashKeys, kend);
+      if (tile + 1 < tiles) load_kv_tile<T, D, kThreads>(ks, kh, t0 + kFlashKeys, kend);
       cp_async_commit();
       cp_async_wait<1>();  // V of this tile
       __syncthreads();
@@ -1154,6 +1157,293 @@ __device__ __forceinline__ void flash_combine(const float* __restrict__ partial,
   }
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// ---- Hopper products (sm_90a only): wgmma from shared memory, fed by cp.async ----
+//
+// wgmma.mma_async reads both operands from shared memory through 64-bit descriptors; only the cp.async copies
+// that fill it touch global memory, so the instrumenter sees every global access (no TMA: its global ranges
+// would go unchecked). A block of WG warpgroups computes a (64 WG) x BN tile, warpgroup g the rows 64g.. of it
+// with one m64nBNk16 instruction per 16 of K; the accumulators stay in registers, (BN/2) floats per thread.
+
+constexpr int kWgBk = 64;          // K step: one 128-byte row per tile row, the width of the 128-byte swizzle
+constexpr int kWgGroupRows = 16;   // row tiles per raster group (see gemm_wgmma)
+
+// Descriptor of a K-major tile of 128-byte rows in the 128-byte swizzle: 8-row atoms of 1024 bytes, one atom
+// every 1024 bytes (stride byte offset); the leading byte offset is unused in this layout (1 by convention).
+// `addr` is the tile's shared address, 1024-aligned, plus 32 bytes for each 16 of K into the row.
+__device__ __forceinline__ uint64_t wgmma_desc(unsigned addr) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+         ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// Waits until at most N of this warpgroup's committed wgmma groups are in flight.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Makes this thread's completed shared-memory writes (cp.async included) visible to the async proxy that
+// wgmma reads its operands through; a barrier after it publishes them to the other threads' wgmma.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// After wgmma_wait<0>: the accumulators as values defined here, so that no read of them is scheduled above
+// the wait (the wgmma that writes them is asynchronous; the compiler knows only the asm statements' order).
+template <int R>
+__device__ __forceinline__ void wgmma_pin(float* d) {
+#pragma unroll
+  for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (64 x N fp32, N/2 per thread) += A (64 x 16, descriptor a) * B (16 x N, K-major rows, descriptor b).
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float* d, uint64_t a, uint64_t b);
+
+// The 128 accumulator registers of an m64n256k16 wgmma: the operand list, then the asm outputs.
+#define THAW_WGMMA_D128 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
+#define THAW_WGMMA_OUT128 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
+// The 64 accumulator registers of an m64n128k16 wgmma: the operand list, then the asm outputs.
+#define THAW_WGMMA_D64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+
+#define THAW_WGMMA_OUT64 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// One specialisation of wgmma_ss: T the C++ type, PT its PTX name, N the tile's columns, R = N/2 registers, then
+// the operand numbers of the two descriptors (R and R + 1).
+#define THAW_WGMMA_SS(T, PT, N, R, DA, DB)                                                            \
+  template <>                                                                                         \
+  __device__ __forceinline__ void wgmma_ss<T, N>(float* d, uint64_t a, uint64_t b) {                   \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PT "." PT " {" THAW_WGMMA_D##R     \
+                 "}, %" #DA ", %" #DB ", p, 1, 1, 0, 0;\n}\n"                                         \
+                 : THAW_WGMMA_OUT##R                                                                  \
+                 : "l"(a), "l"(b));                                                                   \
+  }
+
+THAW_WGMMA_SS(bf16, "bf16", 256, 128, 128, 129)
+THAW_WGMMA_SS(half, "f16", 256, 128, 128, 129)
+THAW_WGMMA_SS(bf16, "bf16", 128, 64, 64, 65)
+THAW_WGMMA_SS(half, "f16", 128, 64, 64, 65)
+
+#undef THAW_WGMMA_SS
+#undef THAW_WGMMA_D128
+#undef THAW_WGMMA_OUT128
+#undef THAW_WGMMA_D64
+#undef THAW_WGMMA_OUT64
+
+// out = epilogue(X W^T) on wgmma, any M: X [M, K], W [N, K] (for SwiGLU gate | up [N = 2I, K], out [M, I]).
+// Block: WG warpgroups, a (64 WG) x BN tile (BN/2 output columns for SwiGLU: the first BN/2 rows of the W tile
+// are gate rows, the rest the matching up rows, so each thread holds gate and up of its output columns). K in
+// steps of 64 through STAGES shared-memory stages, STAGES - 2 of them loading ahead of the one computed while
+// the previous step's wgmma still runs. Rows past M or N and K past K are zero-filled by cp.async of 0 bytes
+// from an address inside the operand. 1-D grid of ceil(M / 64 WG) x (column tiles) blocks, rastered in groups
+// of kWgGroupRows row tiles, row tiles fastest: the blocks resident at once share a few column tiles of W,
+// read once from DRAM, and the group's rows of X. Dynamic shared memory: STAGES (64 WG + BN) 128 + 1024 bytes.
+template <typename T, int BN, int WG, int STAGES>
+__device__ __forceinline__ void gemm_wgmma(const T* __restrict__ X, const T* __restrict__ W,
+                                           const T* __restrict__ bias, void* __restrict__ out, int M, int N,
+                                           int K, int mode, int has_bias, unsigned char* smem_raw) {
+  constexpr int BM = 64 * WG;
+  constexpr int kThreads = 128 * WG;
+  constexpr int kStageA = BM * kWgBk;  // 16-bit elements
+  constexpr int kStageB = BN * kWgBk;
+  constexpr int kRowsPerPass = kThreads / 8;  // tile rows one round of 16-byte copies covers
+  constexpr int kLoadsA = BM / kRowsPerPass;
+  constexpr int kLoadsB = BN / kRowsPerPass;
+  constexpr int kAcc = BN / 2;
+  static_assert(kLoadsA * kRowsPerPass == BM && kLoadsB * kRowsPerPass == BN, "whole rounds of copies");
+  static_assert(kRowsPerPass % 8 == 0, "a thread's rows share their swizzle");
+  static_assert(STAGES >= 3, "a stage computed, one draining, one loading");
+
+  // The stages start on a 1024-byte boundary: the swizzle's atoms are addressed from there.
+  const unsigned raw = smem_u32(smem_raw);
+  T* smem = reinterpret_cast<T*>(smem_raw + (((raw + 1023u) & ~1023u) - raw));
+  const unsigned base = smem_u32(smem);
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
+  const bool swiglu = mode == kEpilogueSwiglu;
+  const int I = N >> 1;
+  const int width = swiglu ? BN / 2 : BN;
+  const int outN = swiglu ? I : N;
+  const int tilesM = (M + BM - 1) / BM;
+  const int tilesN = (outN + width - 1) / width;
+  int tm;
+  int tn;
+  {
+    const int perGroup = kWgGroupRows * tilesN;
+    const int g = blockIdx.x / perGroup;
+    const int first = g * kWgGroupRows;
+    const int rows = min(kWgGroupRows, tilesM - first);
+    const int r = blockIdx.x - g * perGroup;
+    tm = first + r % rows;
+    tn = r / rows;
+  }
+  const int m0 = tm * BM;
+  const int c0 = tn * width;
+
+  // Copies: 8 threads per tile row, thread tid takes 16-byte chunk tid % 8 of rows tid / 8 + i * kRowsPerPass;
+  // chunk c of row r lands at chunk c ^ (r % 8) of the row (the 128-byte swizzle).
+  const int chunk = tid & 7;
+  const int row0 = tid >> 3;
+  const int swz = row0 * kWgBk + ((chunk ^ (row0 & 7)) << 3);
+  const T* aRow[kLoadsA];
+  bool aOk[kLoadsA];
+#pragma unroll
+  for (int i = 0; i < kLoadsA; i++) {
+    const int m = m0 + row0 + i * kRowsPerPass;
+    aOk[i] = m < M;
+    aRow[i] = X + (size_t)(aOk[i] ? m : 0) * K;
+  }
+  const T* bRow[kLoadsB];
+  bool bOk[kLoadsB];
+#pragma unroll
+  for (int i = 0; i < kLoadsB; i++) {
+    const int r = row0 + i * kRowsPerPass;
+    int n;
+    if (swiglu) {
+      const int j = c0 + (r < BN / 2 ? r : r - BN / 2);
+      n = j < I ? (r < BN / 2 ? j : I + j) : -1;
+    } else {
+      n = c0 + r < N ? c0 + r : -1;
+    }
+    bOk[i] = n >= 0;
+    bRow[i] = W + (size_t)(bOk[i] ? n : 0) * K;
+  }
+
+  auto load = [&](int step) {
+    T* as = smem + (step % STAGES) * (kStageA + kStageB);
+    T* bs = as + kStageA;
+    const int k = step * kWgBk + chunk * 8;
+    const bool kOk = k < K;
+    const int at = kOk ? k : 0;  // a chunk past K reads nothing; its address stays at the row's start
+#pragma unroll
+    for (int i = 0; i < kLoadsA; i++) cp_async16(as + swz + i * kRowsPerPass * kWgBk, aRow[i] + at, aOk[i] && kOk);
+#pragma unroll
+    for (int i = 0; i < kLoadsB; i++) cp_async16(bs + swz + i * kRowsPerPass * kWgBk, bRow[i] + at, bOk[i] && kOk);
+  };
+
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; i++) acc[i] = 0.0f;
+
+  const int steps = (K + kWgBk - 1) / kWgBk;
+#pragma unroll 1
+  for (int s = 0; s < STAGES - 2; s++) {
+    if (s < steps) load(s);
+    cp_async_commit();
+  }
+#pragma unroll 1
+  for (int step = 0; step < steps; step++) {
+    cp_async_wait<STAGES - 3>();  // this thread's copies of `step` are in
+    fence_proxy_async();
+    // Every thread's copies of `step` are in and visible to wgmma; every warpgroup has waited for its wgmma of
+    // step - 2, so that stage may be refilled.
+    __syncthreads();
+    if (step + STAGES - 2 < steps) load(step + STAGES - 2);
+    cp_async_commit();
+    const unsigned stage = base + (unsigned)((step % STAGES) * (kStageA + kStageB) * 2);
+    const unsigned a = stage + (unsigned)(wg * 64 * kWgBk * 2);
+    const unsigned b = stage + (unsigned)(kStageA * 2);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kWgBk / 16; kk++) wgmma_ss<T, BN>(acc, wgmma_desc(a + kk * 32), wgmma_desc(b + kk * 32));
+    wgmma_commit();
+    wgmma_wait<1>();
+  }
+  wgmma_wait<0>();
+  wgmma_pin<kAcc>(acc);
+  cp_async_wait<0>();
+
+  // The tile goes out through the stages' shared memory, as in gemm_tc: whole rows of 4-column vectors. Thread
+  // (warp w of its warpgroup, lane l) holds rows 64 wg + 16 w + l/4 (+8) and, of each 8 columns j, 2 (l % 4)
+  // and the next: acc[4j + e] is row + 8 (e / 2), column 8j + 2 (l % 4) + e % 2. A row stride of BN + 8
+  // floats keeps each half-warp's 8-byte writes on distinct banks.
+  constexpr int kLdc = BN + 8;
+  static_assert(BM * kLdc * 4 <= STAGES * (kStageA + kStageB) * 2, "epilogue staging");
+  float* cs = reinterpret_cast<float*>(smem);
+  __syncthreads();  // every warpgroup's wgmma is done with the stages
+  {
+    const int lane = tid & 31;
+    const int r = wg * 64 + ((tid & 127) >> 5) * 16 + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+      const int c = j * 8 + 2 * (lane & 3);
+      *reinterpret_cast<float2*>(cs + r * kLdc + c) = make_float2(acc[4 * j], acc[4 * j + 1]);
+      *reinterpret_cast<float2*>(cs + (r + 8) * kLdc + c) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+  __syncthreads();
+#pragma unroll 1
+  for (int e = tid; e < BM * width / 4; e += kThreads) {
+    const int r = e / (width / 4);
+    const int c = (e - r * (width / 4)) * 4;
+    const int m = m0 + r;
+    const int n = c0 + c;
+    if (m >= M) break;  // rows only grow with e
+    if (n >= outN) continue;
+    if (swiglu) {
+      float y[4];
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const float gv = to_f<T>(from_f<T>(cs[r * kLdc + c + k]));
+        const float uv = to_f<T>(from_f<T>(cs[r * kLdc + BN / 2 + c + k]));
+        y[k] = silu_mul(gv, uv);
+      }
+      epilogue4<T>(make_float4(y[0], y[1], y[2], y[3]), bias, out, m, n, I, kEpilogueStore, 0);
+    } else {
+      epilogue4<T>(*reinterpret_cast<const float4*>(cs + r * kLdc + c), bias, out, m, n, N, mode, has_bias);
+    }
+  }
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
 }  // namespace thaw_llama
 
 using namespace thaw_llama;
@@ -1362,42 +1652,102 @@ THAW_GEMM_ENTRY(llama_gemm_32x32, 32, 32, 1, 2, 8, 6)
 
 #undef THAW_GEMM_ENTRY
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// out = epilogue(X W^T) on wgmma (llama_wgmma_<BM>x<BN>, Hopper only: in the sm_90a build of this file), the
+// function and arguments of llama_gemm_*: 1-D grid of ceil(M/BM) * (column tiles) blocks (column tiles:
+// ceil(N/BN), for SwiGLU ceil(I/(BN/2))), 128 threads per warpgroup, STAGES (BM + BN) 128 + 1024 bytes of
+// dynamic shared memory (above 48 KiB: the launcher raises the kernel's limit once). K a multiple of 8 (the
+// launcher asks 32); X, W and out 16-byte aligned.
+#define THAW_WGMMA_ENTRY(NAME, BN, WG, STAGES, MIN_BLOCKS)                                                     \
+  extern "C" __global__ void __launch_bounds__((WG) * 128, MIN_BLOCKS)                                         \
+      NAME(const void* __restrict__ X, const void* __restrict__ W, const void* __restrict__ bias,               \
+           void* __restrict__ out, int M, int N, int K, int mode, int has_bias, int bf16) {                    \
+    extern __shared__ __align__(128) unsigned char smem[];                                                     \
+    if (bf16) {                                                                                                \
+      gemm_wgmma<thaw_llama::bf16, BN, WG, STAGES>(                                                            \
+          reinterpret_cast<const thaw_llama::bf16*>(X), reinterpret_cast<const thaw_llama::bf16*>(W),          \
+          reinterpret_cast<const thaw_llama::bf16*>(bias), out, M, N, K, mode, has_bias, smem);                \
+    } else {                                                                                                   \
+      gemm_wgmma<half, BN, WG, STAGES>(reinterpret_cast<const half*>(X), reinterpret_cast<const half*>(W),     \
+                                       reinterpret_cast<const half*>(bias), out, M, N, K, mode, has_bias,      \
+                                       smem);                                                                  \
+    }                                                                                                          \
+  }
+
+// 2 warpgroups of 64x256, 4 stages (193 KiB, one block per SM): long prompts.
+THAW_WGMMA_ENTRY(llama_wgmma_128x256, 256, 2, 4, 1)
+// 2 warpgroups of 64x128, 3 stages (97 KiB, two blocks per SM).
+THAW_WGMMA_ENTRY(llama_wgmma_128x128, 128, 2, 3, 2)
+// 1 warpgroup of 64x128, 4 stages (97 KiB, two blocks per SM): a few hundred rows.
+THAW_WGMMA_ENTRY(llama_wgmma_64x128, 128, 1, 4, 2)
+
+#undef THAW_WGMMA_ENTRY
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
 // Causal grouped-query attention for a prompt pass, FlashAttention-2 style: out[m, h*D + d] as llama_attention
 // computes it (softmax(scale q.k_t) over cache positions 0..positions[m] of cache row cache_rows[m], KV head
-// h / (Hq/Hkv)), for any positions[m] < maxT. Grid (ceil(M/64), Hq), 128 threads. D 64 or 128; qkv, the
-// caches and out 16-byte aligned. Run llama_rope_kv first. Rows of one sequence should be consecutive (a tile
-// with rows of k cache rows makes k passes).
-extern "C" __global__ void __launch_bounds__(kFlashThreads)
+// h / (Hq/Hkv)), for any positions[m] < maxT. llama_flash_attention: grid (ceil(M/64), Hq), 128 threads;
+// llama_flash_attention_128: grid (ceil(M/128), Hq), 256 threads (each K/V tile serves twice the rows: half the
+// L2 traffic of long prompts). D 64 or 128; qkv, the caches and out 16-byte aligned. Run llama_rope_kv first.
+// Rows of one sequence should be consecutive (a tile with rows of k cache rows makes k passes).
+template <int ROWS>
+__device__ __forceinline__ void flash_attention_entry(const void* __restrict__ qkv, const void* __restrict__ kcache,
+                                                      const void* __restrict__ vcache, void* __restrict__ out,
+                                                      const int* __restrict__ positions,
+                                                      const int* __restrict__ cache_rows, int M, int Hq, int Hkv,
+                                                      int D, int maxT, float scale, int bf16, unsigned char* smem,
+                                                      int* meta) {
+  if (bf16) {
+    typedef thaw_llama::bf16 T;
+    T* ks = reinterpret_cast<T*>(smem);
+    if (D == 128) {
+      flash_attention<T, 128, ROWS>(reinterpret_cast<const T*>(qkv), reinterpret_cast<const T*>(kcache),
+                                    reinterpret_cast<const T*>(vcache), reinterpret_cast<T*>(out), positions,
+                                    cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 128, meta);
+    } else {
+      flash_attention<T, 64, ROWS>(reinterpret_cast<const T*>(qkv), reinterpret_cast<const T*>(kcache),
+                                   reinterpret_cast<const T*>(vcache), reinterpret_cast<T*>(out), positions,
+                                   cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 64, meta);
+    }
+  } else {
+    half* ks = reinterpret_cast<half*>(smem);
+    if (D == 128) {
+      flash_attention<half, 128, ROWS>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
+                                       reinterpret_cast<const half*>(vcache), reinterpret_cast<half*>(out),
+                                       positions, cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 128,
+                                       meta);
+    } else {
+      flash_attention<half, 64, ROWS>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
+                                      reinterpret_cast<const half*>(vcache), reinterpret_cast<half*>(out),
+                                      positions, cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 64,
+                                      meta);
+    }
+  }
+}
+
+// K and V tiles of 64 keys (32 KiB for D 128), Q staged through both (up to 128 x 128 elements).
+static_assert(kFlashWideRows * kFlashMaxD <= 2 * kFlashKeys * kFlashMaxD, "Q fits the K and V buffers");
+
+extern "C" __global__ void __launch_bounds__(2 * kFlashRows)
     llama_flash_attention(const void* __restrict__ qkv, const void* __restrict__ kcache,
                           const void* __restrict__ vcache, void* __restrict__ out,
                           const int* __restrict__ positions, const int* __restrict__ cache_rows, int M, int Hq,
                           int Hkv, int D, int maxT, float scale, int bf16) {
   __shared__ __align__(128) unsigned char smem[2 * kFlashKeys * kFlashMaxD * 2];
   __shared__ int meta[4 * kFlashRows + 1];
-  if (bf16) {
-    typedef thaw_llama::bf16 T;
-    T* ks = reinterpret_cast<T*>(smem);
-    if (D == 128) {
-      flash_attention<T, 128>(reinterpret_cast<const T*>(qkv), reinterpret_cast<const T*>(kcache),
-                              reinterpret_cast<const T*>(vcache), reinterpret_cast<T*>(out), positions,
-                              cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 128, meta);
-    } else {
-      flash_attention<T, 64>(reinterpret_cast<const T*>(qkv), reinterpret_cast<const T*>(kcache),
-                             reinterpret_cast<const T*>(vcache), reinterpret_cast<T*>(out), positions, cache_rows,
-                             M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 64, meta);
-    }
-  } else {
-    half* ks = reinterpret_cast<half*>(smem);
-    if (D == 128) {
-      flash_attention<half, 128>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
-                                 reinterpret_cast<const half*>(vcache), reinterpret_cast<half*>(out), positions,
-                                 cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 128, meta);
-    } else {
-      flash_attention<half, 64>(reinterpret_cast<const half*>(qkv), reinterpret_cast<const half*>(kcache),
-                                reinterpret_cast<const half*>(vcache), reinterpret_cast<half*>(out), positions,
-                                cache_rows, M, Hq, Hkv, maxT, scale, ks, ks + kFlashKeys * 64, meta);
-    }
-  }
+  flash_attention_entry<kFlashRows>(qkv, kcache, vcache, out, positions, cache_rows, M, Hq, Hkv, D, maxT, scale,
+                                    bf16, smem, meta);
+}
+
+extern "C" __global__ void __launch_bounds__(2 * kFlashWideRows, 1)
+    llama_flash_attention_128(const void* __restrict__ qkv, const void* __restrict__ kcache,
+                              const void* __restrict__ vcache, void* __restrict__ out,
+                              const int* __restrict__ positions, const int* __restrict__ cache_rows, int M,
+                              int Hq, int Hkv, int D, int maxT, float scale, int bf16) {
+  __shared__ __align__(128) unsigned char smem[2 * kFlashKeys * kFlashMaxD * 2];
+  __shared__ int meta[4 * kFlashWideRows + 1];
+  flash_attention_entry<kFlashWideRows>(qkv, kcache, vcache, out, positions, cache_rows, M, Hq, Hkv, D, maxT,
+                                        scale, bf16, smem, meta);
 }
 
 // Split-KV attention for decode, first half: row m's keys 0..positions[m] are cut into gridDim.z near-equal
@@ -1405,7 +1755,7 @@ extern "C" __global__ void __launch_bounds__(kFlashThreads)
 // range) writes for each of its heads h the unnormalised fp32 partial: o[d] = sum_t exp(s_t - mx) v_t[d],
 // mx = max_t s_t, l = sum_t exp(s_t - mx), s_t = scale q.k_t (an empty range: o = 0, mx = -inf, l = 0).
 // partial is fp32 [M, Hq, splits, D] of o, then [M, Hq, splits, 2] of (mx, l). Grid (Hkv ceil(G/4), M,
-// splits <= 64), 128 threads. D a multiple of 8, <= 256; qkv and the caches 16-byte aligned.
+// splits <= 128), 128 threads. D a multiple of 8, <= 256; qkv and the caches 16-byte aligned.
 extern "C" __global__ void __launch_bounds__(kDecodeThreads)
     llama_flash_decode(const void* __restrict__ qkv, const void* __restrict__ kcache,
                        const void* __restrict__ vcache, float* __restrict__ partial,
@@ -1428,7 +1778,7 @@ extern "C" __global__ void __launch_bounds__(kDecodeThreads)
 }
 
 // Second half: out[m, h*D + d] = T(sum_s o_s[d] w_s / sum_s l_s w_s), w_s = exp(mx_s - max_s mx_s), splits
-// in order. Grid (Hq, M), 128 threads; splits <= 64, as llama_flash_decode wrote them.
+// in order. Grid (Hq, M), 128 threads; splits <= 128, as llama_flash_decode wrote them.
 extern "C" __global__ void __launch_bounds__(kDecodeThreads)
     llama_flash_combine(const float* __restrict__ partial, void* __restrict__ out, int M, int Hq, int D,
                         int splits, int bf16) {

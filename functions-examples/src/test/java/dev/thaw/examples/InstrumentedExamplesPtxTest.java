@@ -16,23 +16,27 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * Every example module can be instrumented for GPU validation — every kernel with checked accesses — and the
- * instrumented module assembles with ptxas for sm_90 and sm_80.
+ * instrumented module assembles with ptxas for sm_90 and sm_80 (Llama's sm_90a build, with its wgmma products,
+ * for sm_90a).
  */
 class InstrumentedExamplesPtxTest {
 
   @ParameterizedTest
-  @ValueSource(strings = {"gpt2", "llama", "mlp", "probe", "wait"})
+  @ValueSource(strings = {"gpt2", "llama", "llama_sm90a", "mlp", "probe", "wait"})
   void everyKernelInstrumentsAndAssembles(String example) throws Exception {
     String ptx = switch (example) {
       case "gpt2" -> Gpt2Kernels.ptx();
       case "llama" -> LlamaKernels.ptx();
+      case "llama_sm90a" -> LlamaKernels.hopperPtx();
       case "probe" -> MemoryProbeFunction.ptx();
       case "wait" -> WaitFunction.ptx();
       default -> MlpFunction.ptx();
@@ -42,12 +46,14 @@ class InstrumentedExamplesPtxTest {
           Gpt2Kernels.MATMUL_RESIDUAL, Gpt2Kernels.KV_APPEND, Gpt2Kernels.ATTENTION, Gpt2Kernels.LM_HEAD,
           Gpt2Kernels.ARGMAX);
       case "llama" -> LlamaKernels.ENTRIES;
+      case "llama_sm90a" -> Stream.concat(LlamaKernels.ENTRIES.stream(), LlamaKernels.HOPPER_ENTRIES.stream())
+          .toList();
       case "probe" -> List.of(ProbeSimKernels.Read.ENTRY, ProbeSimKernels.Write.ENTRY);
       case "wait" -> List.of(WaitSimKernels.Wait.ENTRY);
       default -> List.of("mlp_linear");
     };
     InstrumentedModule m = PtxInstrumenter.instrument(ptx);
-    assertEquals(kernels, m.kernels());
+    assertEquals(Set.copyOf(kernels), Set.copyOf(m.kernels()));
     for (String kernel : m.kernels()) {
       if (m.sitesOf(kernel).isEmpty()) {
         throw new AssertionError(kernel + " has no checked access");
@@ -58,7 +64,7 @@ class InstrumentedExamplesPtxTest {
     Path dir = Files.createTempDirectory("thaw-" + example + "-ptxas");
     Path in = dir.resolve(example + ".instrumented.ptx");
     Files.writeString(in, m.ptx());
-    for (String arch : List.of("sm_90", "sm_80")) {
+    for (String arch : example.endsWith("sm90a") ? List.of("sm_90a") : List.of("sm_90", "sm_80")) {
       Path out = dir.resolve(arch + ".cubin");
       Process p = new ProcessBuilder(ptxas.toString(), "-arch=" + arch, in.toString(), "-o", out.toString())
           .redirectErrorStream(true).start();

@@ -7,19 +7,30 @@ import dev.thaw.runtime.gpu.KernelArgs;
 
 /**
  * One kernel's launch state in a launcher class ({@code Gpt2Kernels}, {@code LlamaKernels}): its argument slab,
- * its block, and the last grid, reused while unchanged, so a launch allocates nothing. Not thread-safe.
+ * its block, its dynamic shared memory, and the last grid, reused while unchanged, so a launch allocates nothing.
+ * Not thread-safe.
  */
 public final class KernelLaunch {
 
   private final Kernel kernel;
   private final KernelArgs args;
   private final Dim3 block;
+  private final int sharedBytes;
   private Dim3 grid = Dim3.of(1);
 
   public KernelLaunch(Kernel kernel, int threads) {
+    this(kernel, threads, 0);
+  }
+
+  /**
+   * With {@code sharedBytes} of dynamic shared memory per launch; above 48 KiB the caller raises the kernel's
+   * limit first ({@link Kernel#setMaxDynamicSharedMemory}).
+   */
+  public KernelLaunch(Kernel kernel, int threads, int sharedBytes) {
     this.kernel = kernel;
     this.args = kernel.newArgs();
     this.block = Dim3.of(threads);
+    this.sharedBytes = sharedBytes;
   }
 
   /** The argument slab: set every parameter, then {@link #launch}. */
@@ -31,7 +42,7 @@ public final class KernelLaunch {
     if (grid.x() != gridX || grid.y() != gridY || grid.z() != 1) {
       grid = Dim3.of(gridX, gridY);
     }
-    kernel.launch(grid, block, 0, stream, args);
+    kernel.launch(grid, block, sharedBytes, stream, args);
   }
 
   /** A launch on a three-dimensional grid (kept while unchanged, as the two-dimensional one). */
@@ -39,7 +50,7 @@ public final class KernelLaunch {
     if (grid.x() != gridX || grid.y() != gridY || grid.z() != gridZ) {
       grid = new Dim3(gridX, gridY, gridZ);
     }
-    kernel.launch(grid, block, 0, stream, args);
+    kernel.launch(grid, block, sharedBytes, stream, args);
   }
 
   // ---- argument checks the launchers share ----

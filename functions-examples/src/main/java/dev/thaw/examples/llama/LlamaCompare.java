@@ -24,7 +24,7 @@ import java.util.Random;
  *
  * <pre>
  * java -cp 'thaw/lib/*' dev.thaw.examples.llama.LlamaCompare --dir DIR --reference REF.json [--out SUMMARY.json]
- *     [--rel-l2 5e-2] [--tie-gap 0.1] [--decode-tokens 0] [--prefill 0] [--runs 5]
+ *     [--rel-l2 5e-2] [--tie-gap 0.1] [--decode-tokens 0] [--decode-contexts C,...] [--prefill L,...] [--runs 5]
  * </pre>
  * DIR is the model {@code save_pretrained} wrote. Checks: the prompts' last-position logits (relative L2 against
  * the reference within {@code --rel-l2}, or, where the reference also has the fp32 model's logits, within 3 ×
@@ -32,8 +32,11 @@ import java.util.Random;
  * the reference scores within {@code --tie-gap} of its own) and greedy generation (same ids; a sequence that
  * leaves the reference's at a step whose reference top-1/top-2 gap is below {@code --tie-gap} is a near-tie, not
  * a failure: bf16 rounding decides such a step either way).
- * {@code --decode-tokens N}: warm decode time per token at batch 1, from (generate 1 + N) − (generate 1) over the
- * first prompt, median of {@code --runs}. {@code --prefill L}: a warm L-token prompt pass with its head. Exit code: 0 all checks pass, 1 a check failed, 2 it could not run.
+ * {@code --decode-tokens N}: warm decode time per token at batch 1, from (generate 1 + N) − (generate 1) after a
+ * prompt of each {@code --decode-contexts} length (default: the first reference prompt), median of
+ * {@code --runs}. {@code --prefill L,...}: a warm L-token prompt pass with its head and one token, for each L (the
+ * whole forward, as scripts/llama/hf_bench.py times PyTorch's on the same folder). Prompts for timing are seeded
+ * random ids. Exit code: 0 all checks pass, 1 a check failed, 2 it could not run.
  */
 public final class LlamaCompare {
 
@@ -57,37 +60,51 @@ public final class LlamaCompare {
     String out = null;
     int runs = 5;
     int decodeTokens = 0;
-    int prefill = 0;
+    int[] decodeContexts = null;
+    int[] prefill = {};
     double relL2Limit = 5e-2;
     double tieGap = 0.1;
-    for (int i = 0; i < args.length; i++) {
-      String v = i + 1 < args.length ? args[i + 1] : null;
-      switch (args[i]) {
-        case "--dir" -> dir = v;
-        case "--reference" -> reference = v;
-        case "--out" -> out = v;
-        case "--runs" -> runs = Integer.parseInt(v);
-        case "--decode-tokens" -> decodeTokens = Integer.parseInt(v);
-        case "--prefill" -> prefill = Integer.parseInt(v);
-        case "--rel-l2" -> relL2Limit = Double.parseDouble(v);
-        case "--tie-gap" -> tieGap = Double.parseDouble(v);
-        default -> {
-          System.err.println("unknown argument " + args[i]);
-          return 2;
+    try {
+      for (int i = 0; i < args.length; i++) {
+        String v = i + 1 < args.length ? args[i + 1] : null;
+        switch (args[i]) {
+          case "--dir" -> dir = v;
+          case "--reference" -> reference = v;
+          case "--out" -> out = v;
+          case "--runs" -> runs = Integer.parseInt(v);
+          case "--decode-tokens" -> decodeTokens = Integer.parseInt(v);
+          case "--decode-contexts" -> decodeContexts = positiveInts("--decode-contexts", v);
+          case "--prefill" -> prefill = positiveInts("--prefill", v);
+          case "--rel-l2" -> relL2Limit = Double.parseDouble(v);
+          case "--tie-gap" -> tieGap = Double.parseDouble(v);
+          default -> {
+            System.err.println("unknown argument " + args[i]);
+            return 2;
+          }
         }
+        i++;
       }
-      i++;
+    } catch (IllegalArgumentException e) {  // NumberFormatException included
+      System.err.println("bad argument: " + e.getMessage());
+      return 2;
     }
-    if (dir == null || reference == null || runs < 1) {
+    if (dir == null || reference == null || runs < 1 || decodeTokens < 0) {
       System.err.println("usage: LlamaCompare --dir DIR --reference REF.json [--out SUMMARY.json] "
-          + "[--decode-tokens N] [--prefill L] [--runs N]");
+          + "[--decode-tokens N] [--decode-contexts C,...] [--prefill L,...] [--runs N]");
       return 2;
     }
     JsonNode ref = JSON.readTree(new File(reference));
     int[][] prompts = Gpt2Compare.ints(ref.get("prompts"));
     int newTokens = ref.get("max_new_tokens").asInt();
     int longest = Arrays.stream(prompts).mapToInt(p -> p.length).max().orElse(1);
-    int maxTokens = Math.max(longest + Math.max(newTokens, decodeTokens + 1), prefill + 1);
+    if (decodeContexts == null) {
+      decodeContexts = new int[] {prompts[0].length};
+    }
+    int maxTokens = Math.max(longest + Math.max(newTokens, decodeTokens + 1),
+        Arrays.stream(prefill).max().orElse(0) + 1);
+    if (decodeTokens > 0) {
+      maxTokens = Math.max(maxTokens, Arrays.stream(decodeContexts).max().orElse(0) + decodeTokens + 1);
+    }
 
     ObjectNode summary = JSON.createObjectNode();
     boolean pass = true;
@@ -183,30 +200,53 @@ public final class LlamaCompare {
             .put("pass", ok).put("verdict", verdict);
       }
 
-      // 3. Warm speed, batch 1.
+      // 3. Warm speed, batch 1: the whole forward by prompt length, decode per token by context.
       ObjectNode timing = summary.putObject("timing_ms");
       JsonNode hf = ref.path("timing_ms");
-      if (decodeTokens > 0) {
-        int[][] one = {prompts[0]};
-        double base = Gpt2Compare.median(time(f, session, state, TokenRequest.body(one, 1, false), runs));
-        double full = Gpt2Compare.median(time(f, session, state, TokenRequest.body(one, 1 + decodeTokens, false),
-            runs));
-        double perToken = (full - base) / decodeTokens;
-        double hfPerToken = hf.path("decode_ms_per_token").asDouble(Double.NaN);
+      Random ids = new Random(11);
+      if (prefill.length > 0) {
         System.out.println();
-        System.out.printf(Locale.ROOT, "decode, batch 1, %d tokens after a %d-token prompt (median of %d): "
-            + "thaw %.3f ms/token, transformers eager %.3f ms/token (%.2fx)%n", decodeTokens, one[0].length, runs,
-            perToken, hfPerToken, hfPerToken / perToken);
-        timing.put("decode_ms_per_token", perToken).put("hf_decode_ms_per_token", hfPerToken)
-            .put("decode_tokens", decodeTokens).put("generate_1_ms", base);
+        System.out.printf(Locale.ROOT, "prefill, batch 1: an L-token prompt pass + head + 1 token (median of %d)%n",
+            runs);
+        ObjectNode byLength = timing.putObject("prefill_ms_by_tokens");
+        for (int L : prefill) {
+          int[][] p = {ids.ints(L, 0, c.vocabSize()).toArray()};
+          double ms = Gpt2Compare.median(time(f, session, state, TokenRequest.body(p, 1, false), runs));
+          System.out.printf(Locale.ROOT, "  %6d tokens  thaw %9.2f ms  (%.0f tokens/s)%n", L, ms, L / ms * 1e3);
+          byLength.put(Integer.toString(L), ms);
+        }
+        if (prefill.length == 1) {
+          double hfMs = hf.path("prefill_ms").asDouble(Double.NaN);
+          System.out.printf(Locale.ROOT, "  transformers eager forward at %d tokens (reference): %.2f ms%n",
+              prefill[0], hfMs);
+          timing.put("prefill_tokens", prefill[0]).put("prefill_ms", byLength.get(Integer.toString(prefill[0]))
+              .asDouble()).put("hf_prefill_ms", hfMs);
+        }
       }
-      if (prefill > 0) {
-        int[][] longPrompt = {new Random(11).ints(prefill, 0, c.vocabSize()).toArray()};
-        double ms = Gpt2Compare.median(time(f, session, state, TokenRequest.body(longPrompt, 1, false), runs));
-        double hfMs = hf.path("prefill_ms").asDouble(Double.NaN);
-        System.out.printf(Locale.ROOT, "prefill, batch 1, %d-token prompt + head (median of %d): thaw %.2f ms "
-            + "(%.0f tokens/s), transformers eager forward %.2f ms%n", prefill, runs, ms, prefill / ms * 1e3, hfMs);
-        timing.put("prefill_tokens", prefill).put("prefill_ms", ms).put("hf_prefill_ms", hfMs);
+      if (decodeTokens > 0) {
+        System.out.println();
+        System.out.printf(Locale.ROOT, "decode, batch 1: (generate 1 + %d) - (generate 1) after a C-token prompt, "
+            + "per token (median of %d)%n", decodeTokens, runs);
+        ObjectNode byContext = timing.putObject("decode_ms_per_token_by_context");
+        for (int C : decodeContexts) {
+          int[][] p = C == prompts[0].length ? new int[][] {prompts[0]} : new int[][] {ids.ints(C, 0,
+              c.vocabSize()).toArray()};
+          double base = Gpt2Compare.median(time(f, session, state, TokenRequest.body(p, 1, false), runs));
+          double full = Gpt2Compare.median(time(f, session, state, TokenRequest.body(p, 1 + decodeTokens, false),
+              runs));
+          double perToken = (full - base) / decodeTokens;
+          System.out.printf(Locale.ROOT, "  context %6d  thaw %7.3f ms/token%n", C, perToken);
+          byContext.put(Integer.toString(C), perToken);
+          if (C == decodeContexts[0]) {
+            double hfPerToken = hf.path("decode_ms_per_token").asDouble(Double.NaN);
+            timing.put("decode_ms_per_token", perToken).put("hf_decode_ms_per_token", hfPerToken)
+                .put("decode_tokens", decodeTokens).put("generate_1_ms", base);
+            if (!Double.isNaN(hfPerToken)) {
+              System.out.printf(Locale.ROOT, "  transformers eager (reference, context %d): %.3f ms/token "
+                  + "(thaw %.2fx faster)%n", prompts[0].length, hfPerToken, hfPerToken / perToken);
+            }
+          }
+        }
       }
       timing.put("runs", runs);
     }
@@ -217,6 +257,15 @@ public final class LlamaCompare {
       JSON.writerWithDefaultPrettyPrinter().writeValue(new File(out), summary);
     }
     return pass ? 0 : 1;
+  }
+
+  private static int[] positiveInts(String flag, String csv) {
+    int[] v = Arrays.stream(csv.split(",")).map(String::trim).filter(x -> !x.isEmpty()).mapToInt(Integer::parseInt)
+        .toArray();
+    if (v.length == 0 || Arrays.stream(v).anyMatch(x -> x <= 0)) {
+      throw new IllegalArgumentException(flag + " takes positive integers, comma-separated: " + csv);
+    }
+    return v;
   }
 
   /** Warm timings of one request: two unmeasured invokes, then {@code runs} measured ones. */

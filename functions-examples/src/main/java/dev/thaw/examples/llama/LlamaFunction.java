@@ -44,10 +44,10 @@ import java.util.Set;
  *   "maxBatch": 4                        // sequences per request (default 4)
  *   "maxTokens": 2048                    // KV cache length: prompt + new tokens (default min(2048, context))
  * }</pre>
- * {@code init} loads the module, allocates the weights, streams them up through pinned staging, allocates a
- * KV cache of maxBatch × maxTokens positions per layer ({@code kv.<layer>.k|v}, [maxBatch, Hkv, maxTokens, D])
- * and scratch for maxBatch × maxTokens prompt rows ({@code act.*}, {@code io.*}), and runs one request to warm
- * up. Weight buffers keep Hugging Face's names, except that a layer's q, k and v projections are one buffer
+ * {@code init} loads the module (its sm_90a build, with the wgmma products, on compute capability 9.0), allocates
+ * the weights, streams them up through pinned staging, allocates a KV cache of maxBatch × maxTokens positions per
+ * layer ({@code kv.<layer>.k|v}, [maxBatch, Hkv, maxTokens, D]) and scratch for maxBatch × maxTokens prompt rows
+ * ({@code act.*}, {@code io.*}), and runs one request to warm up. Weight buffers keep Hugging Face's names, except that a layer's q, k and v projections are one buffer
  * {@code model.layers.<i>.self_attn.qkv_proj.weight} (rows q | k | v; its bias likewise for Qwen2) and its gate
  * and up projections one {@code model.layers.<i>.mlp.gate_up_proj.weight} (rows gate | up): one product each.
  *
@@ -190,7 +190,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       int maxBatch = intSetting(config, "maxBatch", DEFAULT_MAX_BATCH, 1, MAX_BATCH_LIMIT);
       int maxTokens = intSetting(config, "maxTokens", Math.min(DEFAULT_MAX_TOKENS, contextLimit), 1, contextLimit);
       c.checkContext(maxTokens);
-      session.loadModule(MODULE, LlamaKernels.ptx());
+      session.loadModule(MODULE, LlamaKernels.ptx(session.context().device()));
       List<DeviceWeight> dw = deviceWeights(c);
       for (DeviceWeight w : dw) {
         session.allocate(w.name(), w.bytes());
@@ -449,7 +449,8 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       this.s = s;
       this.req = req;
       this.cfg = s.config();
-      this.k = new LlamaKernels(new SessionModule(session, s.module(), LlamaKernels.EMBED), cfg.type());
+      this.k = new LlamaKernels(new SessionModule(session, s.module(), LlamaKernels.EMBED), cfg.type(),
+          session.context().device());
       this.stream = session.stream();
       this.gen = new Generation(req);
       this.batch = gen.batch();

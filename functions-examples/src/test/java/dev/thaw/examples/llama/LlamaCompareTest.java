@@ -56,6 +56,14 @@ class LlamaCompareTest {
     assertTrue(summary.get("pass").asBoolean());
     assertTrue(summary.get("timing_ms").has("decode_ms_per_token"));
     assertTrue(summary.get("timing_ms").get("prefill_ms").asDouble() > 0);
+    // The forward by prompt length and decode by context, as forward-run.sh asks for them.
+    assertEquals(0, compare(ref, "bench", "--decode-tokens", "2", "--decode-contexts", "4,30", "--prefill",
+        "9,40"));
+    JsonNode bench = JSON.readTree(dir.resolve("bench-summary.json").toFile()).get("timing_ms");
+    assertEquals(2, bench.get("prefill_ms_by_tokens").size());
+    assertTrue(bench.get("prefill_ms_by_tokens").get("40").asDouble() > 0);
+    assertTrue(bench.get("decode_ms_per_token_by_context").has("30"));
+    assertEquals(2, compare(ref, "nonsense", "--prefill", "0,-3"));
 
     ObjectNode wrong = ref.deepCopy();
     ArrayNode seq = (ArrayNode) wrong.get("generated").get(1);

@@ -5,7 +5,10 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.examples.function.TokenRequest;
+import dev.thaw.examples.llama.kernels.GemmTiles;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
+import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
+import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.gpu.DriverAvailability;
@@ -48,8 +51,8 @@ class LlamaFunctionGpuProfileTest {
   }
 
   /**
-   * Two prompts of different lengths with logits, one prompt with no new token (the prompt pass only), and where
-   * the context allows, prompts of 100 and 700 rows (the 64x64 and 128x128 products).
+   * Two prompts of different lengths with logits (13 prompt rows), one prompt with no new token (the prompt pass
+   * only), and where the context allows, prompts of 100 and 700 rows (larger product tiles).
    */
   private static List<FunctionRequest> samples(int maxTokens) {
     int[][] long1 = new int[1][700];
@@ -106,15 +109,25 @@ class LlamaFunctionGpuProfileTest {
         assertEquals(plain.get(i), profiled.get(i), config + ": request " + i + " answered differently when profiled");
       }
       assertEquals(AccessProfile.OrderSource.SPECULATED, profile.orderSource());
-      // Every kernel but the WMMA matmul (kept for comparisons) and one of the two prompt attentions, by head size.
+      // Every kernel but the WMMA matmul (kept for comparisons), the 128-row flash prefill (from 4096 rows), one of
+      // the two prompt attentions, by head size, and the product tiles the prompts do not pick.
       Set<String> expected = new TreeSet<>();
       for (String k : LlamaKernels.ENTRIES) {
         expected.add(LlamaFunction.MODULE + "/" + k);
       }
       expected.remove(LlamaFunction.MODULE + "/" + LlamaKernels.MATMUL);
-      if (s.maxTokens() < 702) {
-        expected.remove(LlamaFunction.MODULE + "/" + LlamaKernels.GemmTile.MEDIUM.entry());
-        expected.remove(LlamaFunction.MODULE + "/" + LlamaKernels.GemmTile.LARGE.entry());
+      expected.remove(LlamaFunction.MODULE + "/" + LlamaKernels.FLASH_ATTENTION_WIDE);
+      for (GemmTile t : GemmTile.values()) {
+        expected.remove(LlamaFunction.MODULE + "/" + t.entry());
+      }
+      LlamaConfig c = s.config();
+      GemmTiles tiles = GemmTiles.defaults(LlamaKernels.hopper(ctx.device()));
+      for (int m : s.maxTokens() >= 702 ? new int[] {13, 100, 700} : new int[] {13}) {
+        for (GemmTile t : List.of(tiles.pick(m, c.qkvWidth(), Epilogue.STORE, ctx.device().multiprocessorCount()),
+            tiles.pick(m, c.hiddenSize(), Epilogue.RESIDUAL, ctx.device().multiprocessorCount()),
+            tiles.pick(m, 2 * c.intermediateSize(), Epilogue.SWIGLU, ctx.device().multiprocessorCount()))) {
+          expected.add(LlamaFunction.MODULE + "/" + t.entry());
+        }
       }
       expected.remove(LlamaFunction.MODULE + "/" + (LlamaKernels.FLASH_HEAD_SIZES.contains(s.config().headDim())
           ? LlamaKernels.ATTENTION : LlamaKernels.FLASH_ATTENTION));

@@ -18,6 +18,9 @@ final class LlamaReference {
 
   record Result(int[][] tokens, float[][] logits) {}
 
+  /** Per sequence and step, the logits the reference gives after the prompt and the tokens before that step. */
+  record Path(float[][][] steps) {}
+
   private final LlamaConfig c;
   private final HalfType type;
   private final Map<String, float[]> w = new HashMap<>();
@@ -59,15 +62,11 @@ final class LlamaReference {
     int[][] out = new int[prompts.length][maxNew];
     float[][] lastLogits = new float[prompts.length][];
     for (int b = 0; b < prompts.length; b++) {
-      int kvw = c.kvHeads() * c.headDim();
       int total = prompts[b].length + maxNew;
       float[][][] kc = new float[c.layers()][total][];
       float[][][] vc = new float[c.layers()][total][];
-      float[] logits = null;
-      int pos = 0;
-      for (int t : prompts[b]) {
-        logits = step(t, pos++, kc, vc);
-      }
+      float[] logits = prompt(prompts[b], kc, vc);
+      int pos = prompts[b].length;
       for (int s = 0; s < maxNew; s++) {
         int next = ArgmaxSimKernel.argmax(logits, logits.length);
         out[b][s] = next;
@@ -76,9 +75,38 @@ final class LlamaReference {
         }
       }
       lastLogits[b] = logits;
-      assert kvw > 0;
     }
     return new Result(out, lastLogits);
+  }
+
+  /**
+   * The reference along given tokens instead of its own choices (teacher forcing): step s of sequence b sees the
+   * prompt and {@code tokens[b][0..s)}, so a pipeline's choices can be judged where they part from the
+   * reference's at a near tie, and its last logits compared in the same context.
+   */
+  Path follow(int[][] prompts, int[][] tokens) {
+    float[][][] steps = new float[prompts.length][][];
+    for (int b = 0; b < prompts.length; b++) {
+      int total = prompts[b].length + tokens[b].length;
+      float[][][] kc = new float[c.layers()][total][];
+      float[][][] vc = new float[c.layers()][total][];
+      int pos = prompts[b].length;
+      steps[b] = new float[Math.max(1, tokens[b].length)][];
+      steps[b][0] = prompt(prompts[b], kc, vc);
+      for (int s = 1; s < tokens[b].length; s++) {
+        steps[b][s] = step(tokens[b][s - 1], pos++, kc, vc);
+      }
+    }
+    return new Path(steps);
+  }
+
+  /** The prompt through the model token by token from position 0 into the caches: the last position's logits. */
+  private float[] prompt(int[] ids, float[][][] kc, float[][][] vc) {
+    float[] logits = null;
+    for (int pos = 0; pos < ids.length; pos++) {
+      logits = step(ids[pos], pos, kc, vc);
+    }
+    return logits;
   }
 
   private float[] rmsnorm(float[] x, float[] weight) {

@@ -42,6 +42,11 @@ final class InterceptedKernel implements Kernel {
   }
 
   @Override
+  public void setMaxDynamicSharedMemory(int bytes) {
+    kernel.setMaxDynamicSharedMemory(bytes);
+  }
+
+  @Override
   public void launch(Dim3 grid, Dim3 block, int sharedMemBytes, GpuStream stream, KernelArgs args) {
     LaunchInterceptor interceptor = session.interceptor();
     if (interceptor != null) {

@@ -15,6 +15,21 @@ public interface Kernel {
   /** The parameter layout: from the PTX {@code .entry} when known, else from {@code cuFuncGetParamInfo}. */
   ParamLayout params();
 
+  /** Dynamic shared memory a launch may ask for without {@link #setMaxDynamicSharedMemory} (48 KiB). */
+  int DEFAULT_MAX_DYNAMIC_SHARED_MEMORY = 48 << 10;
+
+  /**
+   * Lets launches of this kernel ask for up to {@code bytes} of dynamic shared memory ({@code cuFuncSetAttribute}
+   * with {@code CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES}); without it a launch may ask for
+   * {@link #DEFAULT_MAX_DYNAMIC_SHARED_MEMORY} less the kernel's static shared memory. Call it once, where the
+   * kernel is looked up; a call that asks for no more than an earlier one allowed does nothing.
+   *
+   * @throws CudaException {@code CUDA_ERROR_INVALID_VALUE} when {@code bytes} plus the kernel's static shared
+   *     memory exceed what the device lets one block opt in to (227 KiB on sm_90)
+   * @throws IllegalArgumentException if {@code bytes} is negative
+   */
+  void setMaxDynamicSharedMemory(int bytes);
+
   /** A fresh, reusable argument slab for this kernel. Not thread-safe: one per launching thread. */
   default KernelArgs newArgs() {
     return new KernelArgs(params());

@@ -146,7 +146,10 @@ public final class LlamaSimKernels {
     }
   }
 
-  /** The tensor-core products, one twin per {@link LlamaKernels.GemmTile}: {@link #product} on its grid. */
+  /**
+   * The tensor-core products, one twin per {@link LlamaKernels.GemmTile}: {@link #product} on its grid (mma.sync:
+   * (column tiles, row tiles); wgmma: a 1-D grid of all tiles, with the tile's dynamic shared memory).
+   */
   abstract static class Gemm implements SimKernel {
     private final LlamaKernels.GemmTile tile;
 
@@ -167,7 +170,16 @@ public final class LlamaSimKernels {
       if (M <= 0 || N <= 0 || (e == LlamaKernels.Epilogue.SWIGLU && N % 2 != 0)) {
         throw new IllegalArgumentException(tile.entry() + ": bad shape M=" + M + " N=" + N + " " + e);
       }
-      expectShape(launch, tile.columnTiles(N, e), tile.rowTiles(M), tile.threads);
+      if (tile.wgmma()) {
+        long blocks = tile.blocks(M, N, e);
+        expectShape(launch, (int) Math.min(blocks, Integer.MAX_VALUE), 1, tile.threads);
+        if (launch.sharedMemBytes() < tile.sharedBytes()) {
+          throw new IllegalArgumentException(tile.entry() + " needs " + tile.sharedBytes()
+              + " bytes of dynamic shared memory; launched with " + launch.sharedMemBytes());
+        }
+      } else {
+        expectShape(launch, tile.columnTiles(N, e), tile.rowTiles(M), tile.threads);
+      }
       product(launch);
     }
   }
@@ -190,6 +202,27 @@ public final class LlamaSimKernels {
   public static final class GemmSmall extends Gemm {
     public GemmSmall() {
       super(LlamaKernels.GemmTile.SMALL);
+    }
+  }
+
+  /** {@code llama_wgmma_128x256(...)}: the sm_90a module's. */
+  public static final class WgmmaLarge extends Gemm {
+    public WgmmaLarge() {
+      super(LlamaKernels.GemmTile.WGMMA_LARGE);
+    }
+  }
+
+  /** {@code llama_wgmma_128x128(...)}. */
+  public static final class WgmmaMedium extends Gemm {
+    public WgmmaMedium() {
+      super(LlamaKernels.GemmTile.WGMMA_MEDIUM);
+    }
+  }
+
+  /** {@code llama_wgmma_64x128(...)}. */
+  public static final class WgmmaSmall extends Gemm {
+    public WgmmaSmall() {
+      super(LlamaKernels.GemmTile.WGMMA_SMALL);
     }
   }
 
@@ -347,20 +380,37 @@ public final class LlamaSimKernels {
       int M = launch.intArg(6);
       int Hq = launch.intArg(7);
       expectShape(launch, Hq, M, LlamaKernels.ATTENTION_THREADS);
-      attend(launch, LlamaKernels.MAX_CONTEXT);
+      attend(launch, LlamaKernels.MAX_CONTEXT, false);
     }
   }
 
   /**
-   * {@code llama_flash_attention(...)}, the arguments of {@link Attention}: the same function for any position
-   * below maxT, grid (ceil(M/64), Hq). The GPU rounds the softmax weights to the 16-bit type before P.V and
-   * takes the exponentials tile by tile; the twin keeps them fp32 and exact, a difference inside the 16-bit
-   * tolerance.
+   * {@code llama_flash_attention(...)}, the arguments of {@link Attention}, grid (ceil(M/64), Hq): the same
+   * function for any position below maxT, computed as the kernel computes it. Keys go in tiles of 64 from
+   * position 0; each tile's scores {@code s = (q.k) * (scale * log2 e)} raise the running maximum m, the sums so
+   * far are rescaled by {@code 2^(m_old - m)}, the weights {@code P = 2^(s - m)} are summed in fp32 into the
+   * denominator and rounded to the 16-bit type for P.V; the output is {@code T(o * (1 / l))}. What remains
+   * different is fp32 order (the tensor cores' dot products and sums, {@code ex2.approx}), so a weight may round
+   * to the neighbouring 16-bit value where the fp32 values straddle a rounding boundary.
    */
-  public static final class FlashAttention implements SimKernel {
+  public static class FlashAttention implements SimKernel {
+    private final String entry;
+    private final int rows;
+    private final int threads;
+
+    public FlashAttention() {
+      this(LlamaKernels.FLASH_ATTENTION, LlamaKernels.FLASH_ROWS, LlamaKernels.FLASH_THREADS);
+    }
+
+    FlashAttention(String entry, int rows, int threads) {
+      this.entry = entry;
+      this.rows = rows;
+      this.threads = threads;
+    }
+
     @Override
     public String entry() {
-      return LlamaKernels.FLASH_ATTENTION;
+      return entry;
     }
 
     @Override
@@ -369,18 +419,76 @@ public final class LlamaSimKernels {
       int Hq = launch.intArg(7);
       int D = launch.intArg(9);
       if (M <= 0 || !LlamaKernels.FLASH_HEAD_SIZES.contains(D)) {
-        throw new IllegalArgumentException("llama_flash_attention: bad shape M=" + M + " D=" + D);
+        throw new IllegalArgumentException(entry + ": bad shape M=" + M + " D=" + D);
       }
-      expectShape(launch, ceilDiv(M, LlamaKernels.FLASH_ROWS), Hq, LlamaKernels.FLASH_THREADS);
-      attend(launch, Integer.MAX_VALUE);
+      expectShape(launch, ceilDiv(M, rows), Hq, threads);
+      attend(launch, Integer.MAX_VALUE, true);
+    }
+  }
+
+  /** {@code llama_flash_attention_128(...)}: {@link FlashAttention} on blocks of 128 rows, grid (ceil(M/128), Hq). */
+  public static final class FlashAttentionWide extends FlashAttention {
+    public FlashAttentionWide() {
+      super(LlamaKernels.FLASH_ATTENTION_WIDE, LlamaKernels.FLASH_WIDE_ROWS, LlamaKernels.FLASH_WIDE_THREADS);
+    }
+  }
+
+  /** Keys per tile of llama_flash_attention's online softmax. */
+  static final int FLASH_KEYS = 64;
+  private static final float LOG2E = 1.4426950408889634f;
+
+  /**
+   * One row and head of {@link FlashAttention}: {@code o = (sum_t T(P_t) v_t) * (1 / l)} over keys [0, len) with
+   * the kernel's tiles, running maximum and roundings (scores in {@code p}, scratch of at least len floats).
+   */
+  static void flashHead(HalfType type, float[] q, float[] k, float[] v, int len, int D, float scale, float[] p,
+      float[] o) {
+    float scaleLog2 = scale * LOG2E;
+    float max = Float.NEGATIVE_INFINITY;
+    float sum = 0f;
+    Arrays.fill(o, 0, D, 0f);
+    for (int t0 = 0; t0 < len; t0 += FLASH_KEYS) {
+      int t1 = Math.min(len, t0 + FLASH_KEYS);
+      float tileMax = Float.NEGATIVE_INFINITY;
+      for (int t = t0; t < t1; t++) {
+        float dot = 0f;
+        int kb = t * D;
+        for (int d = 0; d < D; d++) {
+          dot += q[d] * k[kb + d];
+        }
+        p[t] = dot * scaleLog2;
+        tileMax = Math.max(tileMax, p[t]);
+      }
+      float next = Math.max(max, tileMax);
+      float alpha = (float) Math.pow(2, max - next);
+      max = next;
+      float tileSum = 0f;
+      for (int t = t0; t < t1; t++) {
+        float w = (float) Math.pow(2, p[t] - next);
+        tileSum += w;
+        p[t] = type.toFloat(type.fromFloat(w));
+      }
+      sum = sum * alpha + tileSum;
+      for (int d = 0; d < D; d++) {
+        float acc = o[d] * alpha;
+        for (int t = t0; t < t1; t++) {
+          acc += p[t] * v[t * D + d];
+        }
+        o[d] = acc;
+      }
+    }
+    float inv = sum > 0f ? 1f / sum : 0f;
+    for (int d = 0; d < D; d++) {
+      o[d] = o[d] * inv;
     }
   }
 
   /**
    * Causal GQA attention of every row over its cache positions 0..positions[m]: reads q of each row and head,
-   * keys and values [0, positions[m]] of its cache row and KV head; writes out [M, Hq D].
+   * keys and values [0, positions[m]] of its cache row and KV head; writes out [M, Hq D]. {@code flash}: as
+   * {@link #flashHead} computes it, else exact softmax weights in fp32 (llama_attention).
    */
-  private static void attend(SimLaunch launch, int contextLimit) {
+  private static void attend(SimLaunch launch, int contextLimit, boolean flash) {
     long qkv = launch.pointer(0);
     long kcache = launch.pointer(1);
     long vcache = launch.pointer(2);
@@ -425,16 +533,20 @@ public final class LlamaSimKernels {
         type.toFloats(h, 0, k, 0, len * D);
         memory.getShorts(vcache + head, h, 0, len * D);
         type.toFloats(h, 0, v, 0, len * D);
-        float mx = scores(q, k, 0, len, D, scale, p);
-        float sum = 0f;
-        for (int t = 0; t < len; t++) {
-          p[t] = (float) Math.exp(p[t] - mx);
-          sum += p[t];
-        }
-        Arrays.fill(o, 0f);
-        weightedValues(p, v, 0, len, D, o);
-        for (int d = 0; d < D; d++) {
-          o[d] = o[d] / sum;
+        if (flash) {
+          flashHead(type, q, k, v, len, D, scale, p, o);
+        } else {
+          float mx = scores(q, k, 0, len, D, scale, p);
+          float sum = 0f;
+          for (int t = 0; t < len; t++) {
+            p[t] = (float) Math.exp(p[t] - mx);
+            sum += p[t];
+          }
+          Arrays.fill(o, 0f);
+          weightedValues(p, v, 0, len, D, o);
+          for (int d = 0; d < D; d++) {
+            o[d] = o[d] / sum;
+          }
         }
         type.fromFloats(o, 0, h, 0, D);
         memory.putShorts(out + 2L * ((long) m * Hq * D + (long) hq * D), h, 0, D);

@@ -27,6 +27,11 @@ final class LlamaCases {
 
     abstract List<Output> reference();
 
+    /** Whether it launches a wgmma product (the sm_90a module on a compute capability 9.0 device only). */
+    boolean wgmma() {
+      return false;
+    }
+
     @Override
     public String toString() {
       return name;
@@ -285,6 +290,11 @@ final class LlamaCases {
     return new Case(String.format("%s %s M=%d N=%d K=%d %s%s", tile.entry(), type, M, N, K, epilogue,
         bias ? "+bias" : "")) {
       @Override
+      boolean wgmma() {
+        return tile.wgmma();
+      }
+
+      @Override
       List<Output> run(LlamaDevice dev) {
         boolean half = epilogue == Epilogue.STORE || epilogue == Epilogue.SWIGLU;
         long out = half ? dev.upload(new short[M * width]) : dev.upload(r0);
@@ -354,6 +364,8 @@ final class LlamaCases {
     PLAIN,
     /** llama_flash_attention. */
     FLASH,
+    /** llama_flash_attention_128. */
+    FLASH_WIDE,
     /** llama_flash_decode + llama_flash_combine, splits from {@link LlamaKernels#decodeSplits}. */
     DECODE
   }
@@ -382,6 +394,7 @@ final class LlamaCases {
     String name = switch (kernel) {
       case PLAIN -> "llama_attention";
       case FLASH -> "llama_flash_attention";
+      case FLASH_WIDE -> "llama_flash_attention_128";
       case DECODE -> "llama_flash_decode+combine splits=" + split;
     };
     return new Case(String.format("%s %s M=%d Hq=%d Hkv=%d D=%d maxT=%d", name, type, M, Hq, Hkv, D, maxT)) {
@@ -396,7 +409,8 @@ final class LlamaCases {
         long rows = dev.upload(cacheRows);
         switch (kernel) {
           case PLAIN -> k.attention(dev.stream, q, kk, vv, out, pos, rows, M, Hq, Hkv, D, maxT, scale);
-          case FLASH -> k.flashAttention(dev.stream, q, kk, vv, out, pos, rows, M, Hq, Hkv, D, maxT, scale);
+          case FLASH, FLASH_WIDE -> k.flashAttention(dev.stream, kernel == AttentionKernel.FLASH_WIDE, q, kk, vv,
+              out, pos, rows, M, Hq, Hkv, D, maxT, scale);
           case DECODE -> {
             long partial = dev.upload(new float[(int) LlamaKernels.decodePartialFloats(M, Hq, D, split)]);
             k.flashDecode(dev.stream, q, kk, vv, partial, out, pos, rows, M, Hq, Hkv, D, maxT, scale, split);
@@ -412,6 +426,11 @@ final class LlamaCases {
         double[] k = values(type, kc);
         double[] v = values(type, vc);
         double[] out = new double[M * Hq * D];
+        // Flash prefill rounds each weight to the 16-bit type before P.V (the denominator keeps fp32): with u half
+        // an ulp of the type (relative), out[d] carries at most u * sum_t p_t |v_t[d]| beyond fp32 noise.
+        boolean flash = kernel == AttentionKernel.FLASH || kernel == AttentionKernel.FLASH_WIDE;
+        double[] allowance = flash ? new double[M * Hq * D] : null;
+        double u = type == HalfType.BF16 ? 0x1p-8 : 0x1p-11;
         for (int m = 0; m < M; m++) {
           int len = positions[m] + 1;
           for (int h = 0; h < Hq; h++) {
@@ -433,14 +452,20 @@ final class LlamaCases {
             }
             for (int d = 0; d < D; d++) {
               double o = 0;
+              double magnitude = 0;
               for (int t = 0; t < len; t++) {
                 o += p[t] * v[head + t * D + d];
+                magnitude += p[t] * Math.abs(v[head + t * D + d]);
               }
               out[m * Hq * D + h * D + d] = o / sum;
+              if (allowance != null) {
+                allowance[m * Hq * D + h * D + d] = u * magnitude / sum;
+              }
             }
           }
         }
-        return List.of(tolerant(type, "out", floats(out), Hq * D));
+        Output o = tolerant(type, "out", floats(out), Hq * D);
+        return List.of(allowance != null ? o.withAllowance(allowance) : o);
       }
     };
   }

@@ -26,7 +26,8 @@ import org.junit.jupiter.params.provider.MethodSource;
  * identical inputs, and the outputs must agree (exactly for embed, the v copy and argmax; 16-bit / fp32
  * tolerances otherwise). Real Llama-3.1-8B, Qwen2.5-0.5B and Mistral shapes included: the 8B's qkv, o, gate|up
  * and down products at decode, a 4096-wide matmul at prompt size, 128-wide heads at 8:1 and 7:1 GQA; the three
- * mma.sync product tiles with every epilogue (fused SwiGLU included), flash prefill over ragged prompts and a
+ * mma.sync product tiles and (on compute capability 9.0) the three wgmma ones with every epilogue (fused SwiGLU
+ * included), flash prefill over ragged prompts and a
  * cached prefix, split-KV decode up to 16k positions. Skipped, with the reason, where no GPU is usable.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
@@ -128,10 +129,27 @@ class LlamaKernelsGpuTest {
         LlamaCases.gemm(231, bf, GemmTile.SMALL, 16, 6144, 4096, Epilogue.STORE, false),    // 8B qkv, 16 rows
         LlamaCases.gemm(232, bf, GemmTile.SMALL, 12, 4096, 4096, Epilogue.SWIGLU, false),
         LlamaCases.gemm(233, fp, GemmTile.SMALL, 9, 1152, 896, Epilogue.STORE, true),       // Qwen 0.5B qkv
+        // The wgmma tiles (H100/H200 only; skipped elsewhere): partial row and column tiles, a K of 2080 (a half
+        // step at the end), every epilogue, 8B widths, and prompts of two raster groups (17 and 18 row tiles).
+        LlamaCases.gemm(240, bf, GemmTile.WGMMA_LARGE, 700, 1024, 4096, Epilogue.STORE, false),
+        LlamaCases.gemm(241, bf, GemmTile.WGMMA_LARGE, 129, 1000, 14336, Epilogue.RESIDUAL, false),
+        LlamaCases.gemm(242, bf, GemmTile.WGMMA_LARGE, 300, 2048, 4096, Epilogue.SWIGLU, false),
+        LlamaCases.gemm(243, bf, GemmTile.WGMMA_LARGE, 2100, 512, 256, Epilogue.STORE, true),
+        LlamaCases.gemm(244, fp, GemmTile.WGMMA_MEDIUM, 100, 1280, 1280, Epilogue.STORE, true),  // GPT-2-large
+        LlamaCases.gemm(245, bf, GemmTile.WGMMA_MEDIUM, 65, 1000, 2080, Epilogue.FLOAT, false),
+        LlamaCases.gemm(246, bf, GemmTile.WGMMA_MEDIUM, 257, 2048, 4096, Epilogue.SWIGLU, false),
+        LlamaCases.gemm(247, bf, GemmTile.WGMMA_SMALL, 16, 6144, 4096, Epilogue.STORE, false),   // 8B qkv, 16 rows
+        LlamaCases.gemm(248, bf, GemmTile.WGMMA_SMALL, 40, 4096, 896, Epilogue.SWIGLU, false),
+        LlamaCases.gemm(249, fp, GemmTile.WGMMA_SMALL, 9, 1152, 896, Epilogue.STORE, true),      // Qwen 0.5B qkv
+        LlamaCases.gemm(250, bf, GemmTile.WGMMA_SMALL, 1100, 384, 128, Epilogue.RESIDUAL, false),
         // Flash prefill: 8B heads (8:1 GQA, D 128), a tile spanning two prompts, a cached prefix; Qwen's D 64.
         attention(234, bf, 32, 8, 128, 1024, new int[] {300, 200}, new int[] {0, 0}, AttentionKernel.FLASH),
         attention(235, bf, 32, 8, 128, 4096, new int[] {64, 1}, new int[] {2000, 4095}, AttentionKernel.FLASH),
         attention(236, fp, 14, 2, 64, 256, new int[] {130}, new int[] {0}, AttentionKernel.FLASH),
+        // The same on 128-row blocks: three tiles over two prompts, a one-row tile after a cached prefix.
+        attention(251, bf, 32, 8, 128, 1024, new int[] {300, 200}, new int[] {0, 0}, AttentionKernel.FLASH_WIDE),
+        attention(252, bf, 32, 8, 128, 4096, new int[] {128, 1}, new int[] {2000, 4095}, AttentionKernel.FLASH_WIDE),
+        attention(253, fp, 14, 2, 64, 256, new int[] {130}, new int[] {0}, AttentionKernel.FLASH_WIDE),
         // Split-KV decode: 8B heads at 4k and 16k context, Qwen-7B's 7:1 groups (two head slices).
         LlamaCases.attention(237, bf, 2, 32, 8, 128, 4096, new int[] {0, 1, 1}, new int[] {4095, 0, 2999},
             AttentionKernel.DECODE, 0),
@@ -150,6 +168,8 @@ class LlamaKernelsGpuTest {
   @ParameterizedTest(name = "{0}")
   @MethodSource("cases")
   void cudaMatchesSim(LlamaCases.Case c) {
+    Assumptions.assumeTrue(!c.wgmma() || cuda.kernels(HalfType.BF16).wgmma(),
+        () -> c.name + ": wgmma runs on compute capability 9.0 only; this GPU is " + cuda.context.device().smArch());
     assertNull(Gpt2Cases.compare(c.name + " [" + cuda.context.device().name() + "]", "sim", c.run(sim), "cuda",
         c.run(cuda)));
   }

@@ -18,10 +18,10 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
- * Every Java twin on the sim device against a plain fp64 reference: both 16-bit types, the gemv, the WMMA matmul
- * and the three mma.sync tiles with every epilogue (fused SwiGLU included), partial tiles, GQA, flash attention
- * over ragged prompts (a tile spanning two sequences, a cached prefix), split-KV decode with empty and uneven
- * ranges, llama3 rotary frequencies, ids outside the vocabulary.
+ * Every Java twin on the sim device against a plain fp64 reference: both 16-bit types, the gemv, the WMMA matmul,
+ * the three mma.sync tiles and the three wgmma ones with every epilogue (fused SwiGLU included), partial tiles,
+ * GQA, flash attention on 64- and 128-row blocks over ragged prompts (a tile spanning two sequences, a cached
+ * prefix), split-KV decode with empty and uneven ranges, llama3 rotary frequencies, ids outside the vocabulary.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class LlamaKernelsSimTest {
@@ -74,8 +74,17 @@ class LlamaKernelsSimTest {
         LlamaCases.gemm(20, bf, GemmTile.SMALL, 9, 101, 32, Epilogue.FLOAT, false),
         LlamaCases.gemm(21, bf, GemmTile.LARGE, 65, 200, 64, Epilogue.SWIGLU, false),
         LlamaCases.gemm(22, fp, GemmTile.SMALL, 33, 84, 64, Epilogue.SWIGLU, false),
+        // The wgmma tiles (the sim device is compute capability 9.0: the sm_90a module): partial row, column and
+        // K steps (K = 96 and 32 are one and a half and half a 64-wide step), every epilogue, two raster groups.
+        LlamaCases.gemm(27, bf, GemmTile.WGMMA_LARGE, 130, 600, 96, Epilogue.STORE, true),
+        LlamaCases.gemm(28, fp, GemmTile.WGMMA_MEDIUM, 70, 130, 64, Epilogue.RESIDUAL, false),
+        LlamaCases.gemm(29, bf, GemmTile.WGMMA_SMALL, 9, 101, 32, Epilogue.FLOAT, false),
+        LlamaCases.gemm(30, bf, GemmTile.WGMMA_LARGE, 65, 600, 64, Epilogue.SWIGLU, false),
+        LlamaCases.gemm(31, bf, GemmTile.WGMMA_SMALL, 1100, 260, 32, Epilogue.SWIGLU, false),
         attention(23, bf, 4, 2, 64, 192, new int[] {70, 30}, new int[] {0, 100}, AttentionKernel.FLASH, 0),
         attention(24, fp, 8, 8, 128, 80, new int[] {1, 17}, new int[] {40, 0}, AttentionKernel.FLASH, 0),
+        attention(32, bf, 4, 2, 64, 400, new int[] {150, 30}, new int[] {0, 100}, AttentionKernel.FLASH_WIDE, 0),
+        attention(33, fp, 8, 8, 128, 80, new int[] {1, 17}, new int[] {40, 0}, AttentionKernel.FLASH_WIDE, 0),
         LlamaCases.attention(25, bf, 3, 8, 2, 16, 300, new int[] {0, 1, 2}, new int[] {299, 0, 40},
             AttentionKernel.DECODE, 5),
         LlamaCases.attention(26, fp, 2, 12, 1, 32, 600, new int[] {1, 0}, new int[] {599, 260},

@@ -1,6 +1,7 @@
 package dev.thaw.examples.llama.kernels;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.File;
@@ -15,13 +16,15 @@ import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
 /**
- * The checked-in {@code llama.ptx} is what {@code build-llama-ptx.sh} makes of {@code llama.cu} today, and it
- * assembles for sm_90 (H100/H200) and sm_80.
+ * The checked-in {@code llama.ptx} and {@code llama_sm90a.ptx} are what {@code build-llama-ptx.sh} makes of
+ * {@code llama.cu} today; the first assembles for sm_90 (H100/H200) and sm_80, the second for sm_90a with every
+ * entry of the first and the wgmma products, none of them spilling registers.
  */
 class LlamaPtxTest {
 
   private static final Path SCRIPT = Path.of("src/main/cuda/build-llama-ptx.sh");
   private static final Pattern RELEASE = Pattern.compile("Cuda compilation tools, release [^\\n]*");
+  private static final Pattern SPILLS = Pattern.compile("(\\d+) bytes spill stores, (\\d+) bytes spill loads");
 
   @Test
   void checkedInPtxIsUpToDateAndAssembles() throws Exception {
@@ -33,25 +36,54 @@ class LlamaPtxTest {
     String release = find(checkedIn);
     Assumptions.assumeTrue(release != null && version.contains(release),
         () -> "the checked-in PTX was made by '" + release + "'; this nvcc is another: " + version.trim());
-    Path out = Files.createTempFile("llama", ".ptx");
-    Path cubin = Files.createTempFile("llama", ".cubin");
+    Path dir = Files.createTempDirectory("llama-ptx");
+    Path cubin = dir.resolve("llama.cubin");
     try {
-      run("bash", SCRIPT.toString(), out.toString());
-      String fresh = Files.readString(out, StandardCharsets.UTF_8);
+      run("bash", SCRIPT.toString(), dir.toString());
+      String fresh = Files.readString(dir.resolve("llama.ptx"), StandardCharsets.UTF_8);
+      String freshHopper = Files.readString(dir.resolve("llama_sm90a.ptx"), StandardCharsets.UTF_8);
       assertEquals(checkedIn, fresh, "llama.ptx is stale: run src/main/cuda/build-llama-ptx.sh and commit it");
+      assertEquals(LlamaKernels.hopperPtx(), freshHopper,
+          "llama_sm90a.ptx is stale: run src/main/cuda/build-llama-ptx.sh and commit it");
       for (String entry : LlamaKernels.ENTRIES) {
         assertTrue(fresh.contains(".visible .entry " + entry + "("), entry);
+        assertTrue(freshHopper.contains(".visible .entry " + entry + "("), entry);
+      }
+      for (String entry : LlamaKernels.HOPPER_ENTRIES) {
+        assertFalse(fresh.contains(".visible .entry " + entry + "("), entry + " only in the sm_90a build");
+        assertTrue(freshHopper.contains(".visible .entry " + entry + "("), entry);
       }
       Path ptxas = tool("ptxas");
       if (ptxas != null) {
         for (String arch : new String[] {"sm_90", "sm_80"}) {
-          run(ptxas.toString(), "-arch=" + arch, out.toString(), "-o", cubin.toString());
+          assertNoSpills(run(ptxas.toString(), "-arch=" + arch, "-v", dir.resolve("llama.ptx").toString(), "-o",
+              cubin.toString()), arch);
         }
+        assertNoSpills(run(ptxas.toString(), "-arch=sm_90a", "-v", dir.resolve("llama_sm90a.ptx").toString(),
+            "-o", cubin.toString()), "sm_90a");
       }
     } finally {
-      Files.deleteIfExists(out);
-      Files.deleteIfExists(cubin);
+      try (var files = Files.list(dir)) {
+        for (Path f : files.toList()) {
+          Files.delete(f);
+        }
+      }
+      Files.delete(dir);
     }
+  }
+
+  /** ptxas -v says, per function, "N bytes spill stores": every N is 0. */
+  private static void assertNoSpills(String log, String arch) {
+    Matcher m = SPILLS.matcher(log);
+    int functions = 0;
+    while (m.find()) {
+      functions++;
+      assertEquals("0", m.group(1), "a kernel spills registers on " + arch + ":\n" + log);
+      assertEquals("0", m.group(2), "a kernel spills registers on " + arch + ":\n" + log);
+    }
+    assertTrue(functions > 0, "ptxas -v printed no spill counts:\n" + log);
+    assertFalse(log.contains("wgmma.mma_async instructions are serialized"), "wgmma serialized on " + arch
+        + ":\n" + log);
   }
 
   private static String find(String ptx) {

@@ -11,6 +11,11 @@ final class CudaKernel extends AbstractKernel {
 
   private final CudaModule module;
   private final long function;
+  /**
+   * The most dynamic shared memory set through {@link #setMaxDynamicSharedMemory}, -1 before the first call (the
+   * driver's default then depends on the kernel's static shared memory); launches are checked by the driver.
+   */
+  private volatile int maxDynamicShared = -1;
 
   CudaKernel(CudaModule module, String name, long function, ParamLayout params) {
     super(module, name, params);
@@ -35,6 +40,21 @@ final class CudaKernel extends AbstractKernel {
     if (r != CudaNative.CUDA_SUCCESS) {
       throw CudaNative.error("cuLaunchKernel", r);
     }
+  }
+
+  @Override
+  public synchronized void setMaxDynamicSharedMemory(int bytes) {
+    if (bytes < 0) {
+      throw new IllegalArgumentException("dynamic shared memory bytes must not be negative: " + bytes);
+    }
+    if (bytes <= maxDynamicShared) {
+      return;
+    }
+    module.checkOpen();
+    module.context.ensureCurrent();
+    CudaNative.check(CudaNative.cuFuncSetAttribute(function,
+        CudaNative.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes), "cuFuncSetAttribute");
+    maxDynamicShared = bytes;
   }
 
   @Override

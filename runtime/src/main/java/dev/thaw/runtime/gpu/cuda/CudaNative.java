@@ -39,6 +39,9 @@ final class CudaNative {
   static final int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
   static final int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 
+  // ---- CUfunction_attribute ----
+  static final int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+
   // ---- flags ----
   static final int CU_CTX_SCHED_AUTO = 0x00;
   static final int CU_STREAM_NON_BLOCKING = 0x1;
@@ -231,6 +234,8 @@ final class CudaNative {
   static native int cuModuleGetFunction(long functionOut, long module, long name);
 
   static native int cuFuncGetParamInfo(long function, long paramIndex, long paramOffsetOut, long paramSizeOut);
+
+  static native int cuFuncSetAttribute(long hfunc, int attrib, int value);
 
   static native int cuLaunchKernel(long f, int gridDimX, int gridDimY, int gridDimZ, int blockDimX, int blockDimY,
       int blockDimZ, int sharedMemBytes, long stream, long kernelParams, long extra);

@@ -22,7 +22,8 @@ import java.util.concurrent.locks.LockSupport;
  * the SPI offers and the same error codes. Nothing it measures is GPU performance.
  *
  * <ul>
- *   <li>One device (ordinal 0), or {@link SimOptions#deviceCount()}, described by {@link SimOptions}, with 132 SMs,
+ *   <li>One device (ordinal 0), or {@link SimOptions#deviceCount()}, described by {@link SimOptions}, with 132 SMs
+ *       unless {@link SimOptions#multiprocessorCount()} says otherwise,
  *       a fixed UUID per ordinal ({@link #DEVICE_UUID} for 0), and
  *       {@link #driverVersion()} 13000 (the CUDA version it mimics).
  *   <li>Device memory is host memory, counted per device against {@link SimOptions#memoryBytes()}; asking for more
@@ -44,7 +45,6 @@ public final class SimDriver implements GpuDriver {
 
   /** The CUDA version the simulated device reports. */
   public static final int DRIVER_VERSION = 13000;
-  public static final int MULTIPROCESSOR_COUNT = 132;
   public static final String DEVICE_UUID = "GPU-5a1e0000-0000-4000-8000-000000000000";
 
   private final SimOptions options;
@@ -66,7 +66,7 @@ public final class SimDriver implements GpuDriver {
     for (int i = 0; i < options.deviceCount(); i++) {
       list.add(new DeviceInfo(i, options.deviceName(), options.computeCapabilityMajor(),
           options.computeCapabilityMinor(), options.memoryBytes(),
-          String.format("GPU-5a1e0000-%04x-4000-8000-000000000000", i), MULTIPROCESSOR_COUNT));
+          String.format("GPU-5a1e0000-%04x-4000-8000-000000000000", i), options.multiprocessorCount()));
     }
     this.devices = List.copyOf(list);
     this.space = new SimAddressSpace(devices.size());

@@ -10,11 +10,12 @@ import dev.thaw.runtime.gpu.impl.AbstractKernel;
 /** A kernel of a sim module, bound to its Java implementation. */
 final class SimFunction extends AbstractKernel {
 
-  /** What a launch may ask for without opting in (sm_90 limits). */
-  static final int MAX_DYNAMIC_SHARED = 48 << 10;
+  /** What one block may opt in to on sm_90 (228 KiB per SM less 1 KiB the system reserves per block). */
+  static final int MAX_DYNAMIC_SHARED_OPTIN = 227 << 10;
 
   private final SimModule module;
   private final SimKernel impl;
+  private volatile int maxDynamicShared = DEFAULT_MAX_DYNAMIC_SHARED_MEMORY;
 
   SimFunction(SimModule module, String name, ParamLayout params, SimKernel impl) {
     super(module, name, params);
@@ -29,14 +30,29 @@ final class SimFunction extends AbstractKernel {
     module.checkOpen();
     SimContext context = module.context();
     SimStream s = context.ownStream(stream, call);
-    if (sharedMemBytes > MAX_DYNAMIC_SHARED) {
+    int allowed = maxDynamicShared;
+    if (sharedMemBytes > allowed) {
       throw CudaError.exception(call, CudaError.CUDA_ERROR_INVALID_VALUE, sharedMemBytes
-          + " bytes of dynamic shared memory exceed " + MAX_DYNAMIC_SHARED);
+          + " bytes of dynamic shared memory exceed the " + allowed + " this kernel allows"
+          + (allowed < MAX_DYNAMIC_SHARED_OPTIN ? " (cuFuncSetAttribute raises it)" : ""));
     }
     // The copy makes args reusable as soon as this returns, as cuLaunchKernel does.
     byte[] slab = new byte[params().totalSize()];
     args.slab().get(0, slab);
     s.enqueue(() -> context.runLaunch(name(), impl, grid, block, sharedMemBytes, params(), slab));
+  }
+
+  @Override
+  public synchronized void setMaxDynamicSharedMemory(int bytes) {
+    if (bytes < 0) {
+      throw new IllegalArgumentException("dynamic shared memory bytes must not be negative: " + bytes);
+    }
+    module.checkOpen();
+    if (bytes > MAX_DYNAMIC_SHARED_OPTIN) {
+      throw CudaError.exception("cuFuncSetAttribute", CudaError.CUDA_ERROR_INVALID_VALUE, bytes
+          + " bytes of dynamic shared memory exceed the " + MAX_DYNAMIC_SHARED_OPTIN + " a block may opt in to");
+    }
+    maxDynamicShared = Math.max(maxDynamicShared, bytes);
   }
 
   @Override

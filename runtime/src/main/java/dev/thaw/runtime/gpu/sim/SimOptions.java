@@ -28,6 +28,8 @@ public final class SimOptions {
   public static final int DEFAULT_COMPUTE_CAPABILITY_MAJOR = 9;
   public static final int DEFAULT_COMPUTE_CAPABILITY_MINOR = 0;
   public static final int DEFAULT_DEVICE_COUNT = 1;
+  /** An H100/H200's streaming multiprocessors. */
+  public static final int DEFAULT_MULTIPROCESSOR_COUNT = 132;
   public static final double DEFAULT_PEER_GBPS = 0;
   public static final boolean DEFAULT_PEER_ACCESS = true;
   /** More simulated devices than a host has GPUs is a typo, not a test. */
@@ -41,6 +43,7 @@ public final class SimOptions {
   @JsonProperty private int computeCapabilityMajor = DEFAULT_COMPUTE_CAPABILITY_MAJOR;
   @JsonProperty private int computeCapabilityMinor = DEFAULT_COMPUTE_CAPABILITY_MINOR;
   @JsonProperty private int deviceCount = DEFAULT_DEVICE_COUNT;
+  @JsonProperty private int multiprocessorCount = DEFAULT_MULTIPROCESSOR_COUNT;
   @JsonProperty private double peerGBps = DEFAULT_PEER_GBPS;
   @JsonProperty private boolean peerAccess = DEFAULT_PEER_ACCESS;
 
@@ -107,6 +110,22 @@ public final class SimOptions {
       throw new IllegalArgumentException("simulated devices: 1 to " + MAX_DEVICE_COUNT + ", not " + n);
     }
     this.deviceCount = n;
+    return this;
+  }
+
+  /**
+   * The SMs each device reports ({@link dev.thaw.runtime.gpu.DeviceInfo#multiprocessorCount()}): code that sizes
+   * its launches by them (a grid per wave) sees a smaller or larger GPU. Nothing runs faster or slower.
+   */
+  public int multiprocessorCount() {
+    return multiprocessorCount;
+  }
+
+  public SimOptions multiprocessorCount(int n) {
+    if (n < 1 || n > 1024) {
+      throw new IllegalArgumentException("simulated SMs: 1 to 1024, not " + n);
+    }
+    this.multiprocessorCount = n;
     return this;
   }
 
@@ -220,6 +239,7 @@ public final class SimOptions {
       // Re-validate through the setters: JSON is input.
       return new SimOptions().memoryBytes(o.memoryBytes).copyGBps(o.copyGBps).deviceName(o.deviceName)
           .computeCapability(o.computeCapabilityMajor, o.computeCapabilityMinor).deviceCount(o.deviceCount)
+          .multiprocessorCount(o.multiprocessorCount)
           .peerGBps(o.peerGBps).peerAccess(o.peerAccess);
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("not a SimOptions JSON object: " + e.getOriginalMessage());

@@ -113,6 +113,11 @@ public final class GuardedModule implements GpuModule {
     }
 
     @Override
+    public void setMaxDynamicSharedMemory(int bytes) {
+      target.setMaxDynamicSharedMemory(bytes);
+    }
+
+    @Override
     public void launch(Dim3 grid, Dim3 block, int sharedMemBytes, GpuStream stream, KernelArgs args) {
       if (guard != null) {
         ValidatingLauncher.checkLayouts(args.layout(), target.params(), target.name());

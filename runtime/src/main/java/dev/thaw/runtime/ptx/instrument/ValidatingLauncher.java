@@ -48,6 +48,10 @@ public final class ValidatingLauncher implements AutoCloseable {
       guard.load(allowed);
     }
     args.set(originalArgs.layout().count(), guard.address());
+    // The plain kernel's launcher raised its own limit; the instrumented twin is another function.
+    if (sharedMemBytes > Kernel.DEFAULT_MAX_DYNAMIC_SHARED_MEMORY) {
+      instrumented.setMaxDynamicSharedMemory(sharedMemBytes);
+    }
     instrumented.launch(grid, block, sharedMemBytes, stream, args);
     stream.synchronize();
     return guard.read();

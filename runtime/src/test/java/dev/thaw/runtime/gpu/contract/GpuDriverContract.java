@@ -782,6 +782,27 @@ public abstract class GpuDriverContract {
     }
   }
 
+  @Test
+  void aLaunchGetsMoreThan48KiBOfDynamicSharedMemoryOnlyOnceTheKernelAllowsIt() {
+    Kernel empty = module.kernel(ContractKernels.EMPTY);
+    int bytes = 100 << 10;
+    try (GpuStream s = ctx.createStream()) {
+      KernelArgs args = empty.newArgs();
+      CudaException refused = assertThrows(CudaException.class,
+          () -> empty.launch(Dim3.of(1), Dim3.of(32), bytes, s, args));
+      assertEquals(CudaError.CUDA_ERROR_INVALID_VALUE, refused.code(), refused.getMessage());
+      empty.setMaxDynamicSharedMemory(bytes);
+      empty.setMaxDynamicSharedMemory(bytes / 2);
+      empty.launch(Dim3.of(2), Dim3.of(32), bytes, s, args);
+      s.synchronize();
+      CudaException tooMuch = assertThrows(CudaException.class, () -> empty.setMaxDynamicSharedMemory(1 << 20));
+      assertEquals(CudaError.CUDA_ERROR_INVALID_VALUE, tooMuch.code(), tooMuch.getMessage());
+      empty.launch(Dim3.of(1), Dim3.of(32), bytes, s, args);
+      s.synchronize();
+      assertThrows(IllegalArgumentException.class, () -> empty.setMaxDynamicSharedMemory(-1));
+    }
+  }
+
   // ---- bad input ----
 
   @Test

@@ -54,10 +54,16 @@ class SimOptionsTest {
 
   @Test
   void roundTripsThroughJson() {
-    SimOptions o = new SimOptions().memoryBytes(1L << 30).copyGBps(12.5).deviceName("test").deviceCount(3);
+    SimOptions o = new SimOptions().memoryBytes(1L << 30).copyGBps(12.5).deviceName("test").deviceCount(3)
+        .multiprocessorCount(2);
     SimOptions back = SimOptions.fromJson(o.toJson());
     assertEquals(o.toJson(), back.toJson());
     assertEquals(3, back.deviceCount());
+    assertEquals(2, back.multiprocessorCount());
+    try (SimDriver driver = SimDriver.open(back)) {
+      assertEquals(2, driver.devices().get(2).multiprocessorCount());
+    }
+    assertThrows(IllegalArgumentException.class, () -> new SimOptions().multiprocessorCount(0));
     assertThrows(IllegalArgumentException.class, () -> SimOptions.fromJson("{\"memoryBytes\": -5}"));
     assertThrows(IllegalArgumentException.class, () -> SimOptions.fromJson("not json"));
   }
