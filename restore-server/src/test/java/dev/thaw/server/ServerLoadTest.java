@@ -72,7 +72,9 @@ class ServerLoadTest {
           assertTrue(r.requests() > 0, r.output());
           assertEquals(0, r.errors(), "every response a 200: " + r.output());
         }
-        assertEquals(threads, settledThreads(), "threads after a second run");
+        // Nothing left behind: no more threads than after the first run (fewer is fine: a pool's idle threads time out).
+        int after = settledThreads();
+        assertTrue(after <= threads, "threads after a second run: " + after + ", after the first: " + threads);
         assertEquals(fds, settledFds(), "file descriptors after a second run");
         assertEquals(1, server.instanceCount(), "one instance served it all");
         assertEquals(memory, driver.memoryInUse(), "device memory after a second run");
