@@ -81,4 +81,14 @@ public interface ThawFunction<S> {
   default FunctionSignature signature(S state) {
     return FunctionSignature.UNDECLARED;
   }
+
+  /**
+   * The tokenizer of a language model that brings its own (one of tiktoken's is named by
+   * {@link FunctionSignature.LanguageModel#encoding} instead), for a server that speaks text. Read from the host
+   * state alone, like {@link #signature}; it may read files the state names, so a server calls it off its event
+   * loops and keeps the result. Empty by default.
+   */
+  default java.util.Optional<Tokenizer> tokenizer(S state) {
+    return java.util.Optional.empty();
+  }
 }
