@@ -61,11 +61,13 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
   public static final int DEFAULT_MAX_NEW_TOKENS = TokenRequest.DEFAULT_MAX_NEW_TOKENS;
   /** A bound on maxBatch: the KV cache and scratch grow with it, and the request loop is per sequence. */
   public static final int MAX_BATCH_LIMIT = 64;
+  /** GPT-2's {@code <|endoftext|>}: a completion ends there. */
+  static final int END_OF_TEXT = 50256;
   /** Pinned staging for the weight upload: two halves of this size, filled and copied alternately. */
   static final int STAGING_BYTES = 8 << 20;
 
   private static final Set<String> CONFIG_FIELDS = Set.of("model", "seed", "path", "maxBatch", "maxTokens");
-  private static final Set<String> REQUEST_FIELDS = Set.of("tokens", "maxNewTokens", "returnLogits");
+  private static final Set<String> REQUEST_FIELDS = fields("tokens", "maxNewTokens", "returnLogits");
 
   /**
    * The host state: the model's shape, sizes, and references to every buffer (weights by their tensor names).
@@ -97,6 +99,12 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
   public record Scratch(BufferRef tokens, BufferRef positions, BufferRef cacheRows, BufferRef x, BufferRef ln,
       BufferRef qkv, BufferRef attn, BufferRef fc, BufferRef last, BufferRef logits) {}
 
+  private static Set<String> fields(String... own) {
+    Set<String> all = new java.util.HashSet<>(Set.of(own));
+    all.addAll(dev.thaw.examples.function.Sampling.FIELDS);
+    return Set.copyOf(all);
+  }
+
   @Override
   public Class<State> stateType() {
     return State.class;
@@ -104,13 +112,15 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
 
   /**
    * {@code tokens} INT32 [batch, prompt] in, {@code tokens} INT32 [batch, new] out; a language model on GPT-2's
-   * byte-pair encoding ({@code r50k_base}), whose requests and responses are this function's own.
+   * byte-pair encoding ({@code r50k_base}), whose requests and responses are this function's own, sampling included;
+   * a completion stops at {@code <|endoftext|>} when the vocabulary has it.
    */
   @Override
   public FunctionSignature signature(State s) {
     return new FunctionSignature(List.of(TensorSpec.of("tokens", "INT32", -1, -1)),
         List.of(TensorSpec.of("tokens", "INT32", -1, -1)),
-        Optional.of(new FunctionSignature.LanguageModel("r50k_base", s.config().vocabSize(), s.maxTokens())));
+        Optional.of(new FunctionSignature.LanguageModel("r50k_base", s.config().vocabSize(), s.maxTokens(),
+            s.maxBatch(), null, s.config().vocabSize() > END_OF_TEXT ? List.of(END_OF_TEXT) : List.of(), true)));
   }
 
   // ---- init ----
@@ -354,20 +364,28 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
       for (int b = 0; b < batch; b++) {
         k.layernorm(stream, x + 4L * c * gen.lastRow(b), lnfW, lnfB, last + 2L * c * b, 1, c, eps);
       }
-      head(0);
+      if (!head(0)) {
+        return;
+      }
       // Each step feeds the ids the previous one chose, one row per sequence.
       for (int step = 1; step < steps; step++) {
         forward(batch, tokens + gen.stepRows(step), positions + gen.stepRows(step),
             cacheRows + gen.decodeCacheRows());
         k.layernorm(stream, x, lnfW, lnfB, last, batch, c, eps);
-        head(step);
+        if (!head(step)) {
+          return;
+        }
       }
     }
 
-    /** Logits of the rows in {@code last}, and their argmax into step {@code step}'s ids. */
-    private void head(int step) {
+    /**
+     * Logits of the rows in {@code last}, their argmax into step {@code step}'s ids, and the host's part
+     * ({@link Generation#afterHead}); false when every sequence has ended.
+     */
+    private boolean head(int step) {
       k.lmHead(stream, last, wte, logits, batch, vocab, c);
       k.argmax(stream, logits, tokens + gen.stepOutput(step), batch, vocab);
+      return gen.afterHead(session, step, s.scratch().tokens(), s.scratch().logits(), vocab);
     }
 
     private void forward(int rows, long tok, long pos, long cacheRow) {

@@ -15,6 +15,7 @@ import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.ThawFunction;
@@ -74,8 +75,8 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
   private static final Set<String> CONFIG_FIELDS = Set.of("model", "seed", "dtype", "layers", "path", "maxBatch",
       "maxTokens");
-  private static final Set<String> REQUEST_FIELDS = Set.of("tokens", "maxNewTokens", "returnLogits");
-  private static final Set<String> TEXT_FIELDS = Set.of("text", "maxNewTokens", "returnLogits");
+  private static final Set<String> REQUEST_FIELDS = fields("tokens", "maxNewTokens", "returnLogits");
+  private static final Set<String> TEXT_FIELDS = fields("text", "maxNewTokens", "returnLogits");
   /** The checkpoint file text requests are tokenized with. */
   public static final String TOKENIZER_FILE = "tokenizer.json";
   /** Tokenizers by path, loaded on the first text request (a restored instance may never see one). */
@@ -87,14 +88,41 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
    * @param weights where the weights came from (a path, or {@code seeded:<model>:<type>:<seed>})
    * @param tokenizer the checkpoint's {@code tokenizer.json} when it is one {@link ByteLevelBpe} reads, else null
    * @param noText why text requests are refused (no tokenizer, or which field of it is unsupported), or null
+   * @param chat the checkpoint's chat template and special tokens, or null
+   * @param stopTokens the ids the checkpoint's generation ends at (its end-of-sequence tokens)
    */
   public record State(LlamaConfig config, String weights, int maxBatch, int maxTokens, String module,
-      Scratch scratch, List<BufferRef> kCache, List<BufferRef> vCache, String tokenizer, String noText) {
+      Scratch scratch, List<BufferRef> kCache, List<BufferRef> vCache, String tokenizer, String noText,
+      FunctionSignature.ChatFormat chat, List<Integer> stopTokens) {
 
     public State {
       kCache = List.copyOf(kCache);
       vCache = List.copyOf(vCache);
+      stopTokens = stopTokens == null ? List.of() : List.copyOf(stopTokens);
     }
+  }
+
+  private static Set<String> fields(String... own) {
+    Set<String> all = new java.util.HashSet<>(Set.of(own));
+    all.addAll(dev.thaw.examples.function.Sampling.FIELDS);
+    return Set.copyOf(all);
+  }
+
+  /**
+   * A language model that samples, on the checkpoint's {@code tokenizer.json} when {@link ByteLevelBpe} reads it
+   * (token ids only otherwise), with the checkpoint's chat template and end-of-sequence ids.
+   */
+  @Override
+  public FunctionSignature signature(State s) {
+    return new FunctionSignature(List.of(), List.of(), java.util.Optional.of(new FunctionSignature.LanguageModel(
+        s.tokenizer() == null ? null : TOKENIZER_FILE, s.config().vocabSize(), s.maxTokens(), s.maxBatch(), s.chat(),
+        s.stopTokens(), true)));
+  }
+
+  /** The checkpoint's tokenizer, read again from its path (a restored instance's first use pays for it). */
+  @Override
+  public java.util.Optional<dev.thaw.runtime.function.Tokenizer> tokenizer(State s) {
+    return s.tokenizer() == null ? java.util.Optional.empty() : java.util.Optional.of(textTokenizer(s));
   }
 
   /**
@@ -240,17 +268,28 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       String tokenizer = null;
       String noText = "these weights have no " + TOKENIZER_FILE + ": send 'tokens'";
       JsonNode path = config.get("path");
+      ByteLevelBpe bpe = null;
       if (path != null && java.nio.file.Files.isRegularFile(Path.of(path.asText(), TOKENIZER_FILE))) {
         Path file = Path.of(path.asText(), TOKENIZER_FILE).toAbsolutePath();
         try {
-          TOKENIZERS.put(file.toString(), ByteLevelBpe.load(file));
+          bpe = ByteLevelBpe.load(file);
+          TOKENIZERS.put(file.toString(), bpe);
           tokenizer = file.toString();
           noText = null;
         } catch (InvalidConfigException e) {
           noText = e.getMessage() + ": send 'tokens'";
         }
       }
-      State state = new State(c, weights.describe(), maxBatch, maxTokens, MODULE, scratch, k, v, tokenizer, noText);
+      FunctionSignature.ChatFormat chat = null;
+      List<Integer> stops = List.of();
+      if (path != null) {
+        Path dir = Path.of(path.asText());
+        chat = ChatFiles.chat(dir);
+        ByteLevelBpe known = bpe;
+        stops = ChatFiles.stopTokens(dir, text -> known == null ? -1 : known.id(text));
+      }
+      State state = new State(c, weights.describe(), maxBatch, maxTokens, MODULE, scratch, k, v, tokenizer, noText,
+          chat, stops);
       warmUp(session, state);
       return state;
     }
@@ -339,7 +378,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
   @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
     JsonNode json = request.json();
-    ByteLevelBpe text = json != null && json.has("text") ? tokenizer(s) : null;
+    ByteLevelBpe text = json != null && json.has("text") ? textTokenizer(s) : null;
     TokenRequest req = parse(s, text == null ? json : encode(text, json));
     Run run = new Run(session, s, req);
     run.execute();
@@ -357,7 +396,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     return FunctionResponse.of(out);
   }
 
-  private static ByteLevelBpe tokenizer(State s) {
+  private static ByteLevelBpe textTokenizer(State s) {
     if (s.tokenizer() == null) {
       throw new InvalidRequestException("'text' needs a tokenizer: " + s.noText());
     }
@@ -496,7 +535,9 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       for (int b = 0; b < batch; b++) {
         k.rmsnorm(stream, x + 4L * c * gen.lastRow(b), finalNorm, last + 2L * c * b, 1, c, cfg.rmsNormEps());
       }
-      head(0);
+      if (!head(0)) {
+        return;
+      }
       // Each step feeds the ids the previous one chose, one row per sequence.
       int longestPrompt = 0;
       for (int[] p : req.prompts()) {
@@ -506,14 +547,20 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
         forward(batch, tokens + gen.stepRows(step), positions + gen.stepRows(step),
             cacheRows + gen.decodeCacheRows(), longestPrompt + step);
         k.rmsnorm(stream, x, finalNorm, last, batch, c, cfg.rmsNormEps());
-        head(step);
+        if (!head(step)) {
+          return;
+        }
       }
     }
 
-    /** Logits of the rows in {@code last}, and their argmax into step {@code step}'s ids. */
-    private void head(int step) {
+    /**
+     * Logits of the rows in {@code last}, their argmax into step {@code step}'s ids, and the host's part
+     * ({@link Generation#afterHead}); false when every sequence has ended.
+     */
+    private boolean head(int step) {
       k.linear(stream, last, lmHead, 0, logits, batch, cfg.vocabSize(), cfg.hiddenSize(), Epilogue.FLOAT);
       k.argmax(stream, logits, tokens + gen.stepOutput(step), batch, cfg.vocabSize());
+      return gen.afterHead(session, step, s.scratch().tokens(), s.scratch().logits(), cfg.vocabSize());
     }
 
     /**
