@@ -56,7 +56,8 @@ import picocli.CommandLine.Spec;
 @Command(name = "serve",
     description = {
         "Serve functions from the image store over HTTP: the native API (/v1/functions),",
-        "KServe v2 (/v2), OpenAI-style completions (/v1/completions) and /metrics.",
+        "KServe v2 (/v2), OpenAI's completions, chat and models (/v1/completions, /v1/chat/completions,",
+        "/v1/models) and /metrics.",
         "Runs until SIGTERM or SIGINT, then drains and exits 0.",
         ""},
     footerHeading = "%nEnvironment:%n",
