@@ -59,7 +59,12 @@ import java.util.Set;
  * {@code tokens}; the response then adds {@code "text"}, the new tokens decoded (special tokens left out); the
  * tokenizer is read again on the first text request of a restored instance, from the same path. Prompts may
  * have different lengths: each sequence
- * has its own positions and cache row, no padding. The prompt runs in one pass of M = Σ len rows (tensor-core
+ * has its own positions and cache row, no padding. The fields of {@link dev.thaw.examples.function.Sampling}
+ * ({@code temperature}, {@code topK}, {@code topP}, {@code seed}, penalties, {@code logitBias}, {@code stopTokens},
+ * {@code logprobs}) pick tokens on the host step by step, and the response then adds {@code finish} (and
+ * {@code logprobs}); without them the ids stay on the device and the host waits once. The signature names the
+ * checkpoint's chat template ({@code chat_template.jinja} or {@code tokenizer_config.json}) and end-of-sequence ids
+ * ({@code generation_config.json}) for a server that speaks OpenAI's API. The prompt runs in one pass of M = Σ len rows (tensor-core
  * products), then each step runs one row per sequence (the weight-streaming products). Everything about a
  * request is checked before anything is launched, so a refused request leaves the device as it was.
  */

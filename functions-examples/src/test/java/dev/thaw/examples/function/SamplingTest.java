@@ -31,9 +31,15 @@ class SamplingTest {
   void greedyTakesTheFirstLargestAndTopKOfOneIsGreedyAtAnyTemperature() throws Exception {
     assertEquals(1, Sampling.GREEDY.pick(logits(), Map.of(), 0, 0).id());
     Sampling topOne = parse("{\"temperature\": 1.5, \"topK\": 1, \"seed\": 3}");
+    Set<Integer> tied = new HashSet<>();
     for (int step = 0; step < 50; step++) {
-      assertEquals(1, topOne.pick(logits(), Map.of(), 0, step).id(), "the first of the two largest");
+      float[] l = logits();
+      l[4] = 2.9f;
+      assertEquals(1, topOne.pick(l, Map.of(), 0, step).id());
+      // As transformers' top-k: a tie with the k-th largest stays in.
+      tied.add(topOne.pick(logits(), Map.of(), 0, step).id());
     }
+    assertEquals(Set.of(1, 4), tied);
   }
 
   @Test
