@@ -26,8 +26,9 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * The official OpenAI JS SDK (npm {@code openai} 6.x, installed by {@code scripts/install-test-tools.sh openai} into
  * {@code target/}) against a {@code thaw serve} child on loopback, on the sim device, serving a tiny Llama with a
- * tokenizer and a chat template: models, completions, sampling, chat, a stream with its usage, and the SDK's error
- * classes for an unknown model, a bad parameter, a prompt past the context and an unknown path. Skipped, saying why,
+ * tokenizer and a chat template: models, completions, sampling, chat, a stream with its usage, a longer stream whose
+ * chunks arrive spread over its generation (one by one as tokens are decoded, not in one burst at the end), and the
+ * SDK's error classes for an unknown model, a bad parameter, a prompt past the context and an unknown path. Skipped, saying why,
  * where node or the SDK cannot be had.
  */
 class OpenAiSdkTest {
@@ -88,7 +89,7 @@ class OpenAiSdkTest {
       Files.write(script, in.readAllBytes());
     }
     Process node = new ProcessBuilder("node", script.toString(), modules.toString(), "http://127.0.0.1:" + port
-        + "/v1", "chat").redirectErrorStream(true).start();
+        + "/v1", "chat", Integer.toString(ChatModel.EOT)).redirectErrorStream(true).start();
     String out = new String(node.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
     assertTrue(node.waitFor(120, TimeUnit.SECONDS), "the SDK check hung");
     assertEquals(0, node.exitValue(), () -> out + "\n" + read());
@@ -99,6 +100,7 @@ class OpenAiSdkTest {
     assertEquals("model_not_found", result.get("seen").get("unknown model").get("code").asText());
     assertEquals(400, result.get("seen").get("bad temperature").get("status").asInt());
     assertTrue(result.get("seen").get("stream").get("chunks").asInt() >= 3, out);
+    assertTrue(result.get("seen").get("paced").get("apart").asInt() > 0, out);
   }
 
   private void awaitReady(int port) throws Exception {

@@ -5,7 +5,7 @@
 import { createRequire } from "node:module";
 import path from "node:path";
 
-const [modules, baseURL, model] = process.argv.slice(2);
+const [modules, baseURL, model, endOfTurn] = process.argv.slice(2);
 const require = createRequire(path.join(modules, "noop.js"));
 const OpenAI = require("openai").default ?? require("openai");
 const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 60_000 });
@@ -69,6 +69,27 @@ const whole = await client.chat.completions.create({ model, max_tokens: 6, tempe
   messages: [{ role: "user", content: "hello" }] });
 check(text === whole.choices[0].message.content, "streamed deltas add up to the completion");
 check(usage && usage.completion_tokens === whole.usage.completion_tokens, "stream_options.include_usage");
+
+// A longer stream whose tokens leave as they are decoded: their chunks arrive spread over the generation (a decode
+// step apart, each its own read), not in one burst at its end, which the SDK would hand over in one tick. The end of
+// turn is banned so that it runs to max_tokens.
+const paced = await client.completions.create({ model, prompt: "hello", max_tokens: 40, temperature: 0,
+  stream: true, logit_bias: { [endOfTurn]: -100 } });
+const times = [];
+for await (const chunk of paced) {
+  if (chunk.choices.some((c) => c.text)) {
+    times.push(performance.now());
+  }
+}
+let apart = 0;
+for (let i = 1; i < times.length; i++) {
+  if (times[i] - times[i - 1] >= 0.2) {
+    apart++;
+  }
+}
+seen.paced = { events: times.length, spreadMillis: times[times.length - 1] - times[0], apart };
+check(times.length >= 10 && apart >= times.length / 2,
+  `streamed chunks arrive one by one as tokens are decoded (${JSON.stringify(seen.paced)})`);
 
 await expectError("unknown model", OpenAI.NotFoundError,
   () => client.completions.create({ model: "no-such-model", prompt: "a" }));

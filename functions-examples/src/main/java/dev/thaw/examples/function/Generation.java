@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.ResponseStream;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
@@ -20,21 +21,31 @@ import java.util.Map;
  * s − 1 wrote at {@link #stepOutput}(s − 1). So ids stay on the device and the host waits once, at the end.
  * {@code tokens} needs promptRows + steps × batch ints (the last step's ids too), the others promptRows +
  * (steps − 1) × batch, and cacheRows promptRows + batch.
+ *
+ * <p>A streamed request ({@link ResponseStream#streamed()}) brings every step's ids to the host and sends them as a
+ * part ({@link #part}); a cancelled one ends after the step under way.
  */
 public final class Generation {
 
   private final TokenRequest request;
+  private final ResponseStream stream;
   private final int batch;
   private final int promptRows;
   private final int[] lastRow;
   /** With {@link #perStep()}: each sequence's ids so far, whether it stopped, its picks' log-probabilities. */
   private final List<List<Integer>> ids = new ArrayList<>();
   private final boolean[] stopped;
+  private boolean cancelled;
   private final List<List<Sampling.Pick>> picks = new ArrayList<>();
   private final List<Map<Integer, Integer>> counts = new ArrayList<>();
 
   public Generation(TokenRequest request) {
+    this(request, ResponseStream.unstreamed());
+  }
+
+  public Generation(TokenRequest request, ResponseStream stream) {
     this.request = request;
+    this.stream = stream;
     this.batch = request.prompts().length;
     int rows = 0;
     for (int[] p : request.prompts()) {
@@ -55,7 +66,7 @@ public final class Generation {
    * see a stop token and end early. Else the ids stay on the device and the host waits once, at the end.
    */
   public boolean perStep() {
-    return !request.sampling().greedy() || request.sampling().stopTokens().length > 0;
+    return !request.sampling().greedy() || request.sampling().stopTokens().length > 0 || stream.streamed();
   }
 
   /**
@@ -70,6 +81,10 @@ public final class Generation {
       return true;
     }
     if (step >= request.maxNewTokens()) {
+      return false;
+    }
+    if (stream.cancelled()) {
+      cancelled = true;
       return false;
     }
     Sampling sampling = request.sampling();
@@ -98,15 +113,61 @@ public final class Generation {
       session.upload(tokens, stepOutput(step), ints(chosen));
     }
     boolean going = false;
+    int[][] added = new int[batch][];
+    Sampling.Pick[][] addedPicks = new Sampling.Pick[batch][];
     for (int b = 0; b < batch; b++) {
+      added[b] = new int[0];
+      addedPicks[b] = new Sampling.Pick[0];
       if (!stopped[b]) {
         ids.get(b).add(chosen[b]);
         counts.get(b).merge(chosen[b], 1, Integer::sum);
         stopped[b] = sampling.stops(chosen[b]);
         going |= !stopped[b];
+        added[b] = new int[] {chosen[b]};
+        List<Sampling.Pick> own = picks.get(b);
+        addedPicks[b] = own.size() == ids.get(b).size() ? new Sampling.Pick[] {own.get(own.size() - 1)}
+            : new Sampling.Pick[0];
       }
     }
+    if (stream.streamed()) {
+      stream.part(part(added, sampling.logprobs() >= 0 ? addedPicks : null));
+    }
     return going;
+  }
+
+  /**
+   * A streamed part: per sequence of the request, the ids it added since the last part ({@code {"tokens": [[id], [],
+   * ...]}}: an empty list for one that added none) and, when the request asked for them, their log-probabilities in
+   * the response's form ({@code "logprobs"}).
+   */
+  public static ObjectNode part(int[][] added, Sampling.Pick[][] picks) {
+    ObjectNode part = JsonNodeFactory.instance.objectNode();
+    ArrayNode tokens = part.putArray("tokens");
+    for (int[] seq : added) {
+      ArrayNode row = tokens.addArray();
+      for (int id : seq) {
+        row.add(id);
+      }
+    }
+    if (picks != null) {
+      ArrayNode lp = part.putArray("logprobs");
+      for (Sampling.Pick[] seq : picks) {
+        ArrayNode row = lp.addArray();
+        for (Sampling.Pick p : seq) {
+          logprob(row.addObject(), p);
+        }
+      }
+    }
+    return part;
+  }
+
+  /** One token's log-probability and its alternatives: {@code {"logprob": x, "top": [[id, logprob], ...]}}. */
+  public static void logprob(ObjectNode into, Sampling.Pick p) {
+    into.put("logprob", p.logprob());
+    ArrayNode top = into.putArray("top");
+    for (int i = 0; i < p.topIds().length; i++) {
+      top.addArray().add(p.topIds()[i]).add(p.topLogprobs()[i]);
+    }
   }
 
   public int batch() {
@@ -212,18 +273,14 @@ public final class Generation {
     for (int b = 0; b < batch; b++) {
       ArrayNode row = all.addArray();
       ids.get(b).forEach(row::add);
-      finish.add(stopped[b] ? "stop" : "length");
+      finish.add(stopped[b] ? "stop" : cancelled ? "cancelled" : "length");
     }
     if (request.sampling().logprobs() >= 0) {
       ArrayNode lp = out.putArray("logprobs");
       for (int b = 0; b < batch; b++) {
         ArrayNode row = lp.addArray();
         for (Sampling.Pick p : picks.get(b)) {
-          ObjectNode t = row.addObject().put("logprob", p.logprob());
-          ArrayNode top = t.putArray("top");
-          for (int i = 0; i < p.topIds().length; i++) {
-            top.addArray().add(p.topIds()[i]).add(p.topLogprobs()[i]);
-          }
+          logprob(row.addObject(), p);
         }
       }
     }

@@ -15,6 +15,7 @@ import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.TensorSpec;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.GpuStream;
@@ -264,8 +265,14 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
 
   @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
+    return invoke(session, s, request, ResponseStream.unstreamed());
+  }
+
+  /** One request alone; each step's ids go out as a part when the stream is streamed, and a cancel ends it. */
+  @Override
+  public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request, ResponseStream stream) {
     TokenRequest req = parse(s, request.json());
-    Run run = new Run(session, s, req);
+    Run run = new Run(session, s, req, stream);
     run.execute();
     return FunctionResponse.of(run.response());
   }
@@ -308,13 +315,13 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
         "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
         "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
 
-    Run(FunctionSession session, State s, TokenRequest req) {
+    Run(FunctionSession session, State s, TokenRequest req, ResponseStream parts) {
       this.session = session;
       this.s = s;
       this.req = req;
       this.k = new Gpt2Kernels(new SessionModule(session, s.module(), Gpt2Kernels.EMBED));
       this.stream = session.stream();
-      this.gen = new Generation(req);
+      this.gen = new Generation(req, parts);
       this.batch = gen.batch();
       this.promptRows = gen.promptRows();
       Gpt2Config cfg = s.config();

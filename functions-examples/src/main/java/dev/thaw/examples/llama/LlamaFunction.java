@@ -18,6 +18,7 @@ import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.GpuStream;
 import java.io.IOException;
@@ -382,10 +383,16 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
   @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
+    return invoke(session, s, request, ResponseStream.unstreamed());
+  }
+
+  /** One request alone; each step's ids go out as a part when the stream is streamed, and a cancel ends it. */
+  @Override
+  public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request, ResponseStream stream) {
     JsonNode json = request.json();
     ByteLevelBpe text = json != null && json.has("text") ? textTokenizer(s) : null;
     TokenRequest req = parse(s, text == null ? json : encode(text, json));
-    Run run = new Run(session, s, req);
+    Run run = new Run(session, s, req, stream);
     run.execute();
     ObjectNode out = run.response();
     if (text != null) {
@@ -488,14 +495,14 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     private record Layer(long inNorm, long qkv, long qkvBias, long o, long postNorm, long gateUp, long down,
         long kCache, long vCache) {}
 
-    Run(FunctionSession session, State s, TokenRequest req) {
+    Run(FunctionSession session, State s, TokenRequest req, ResponseStream parts) {
       this.session = session;
       this.s = s;
       this.req = req;
       this.cfg = s.config();
       this.k = new LlamaKernels(new SessionModule(session, s.module(), LlamaKernels.EMBED), cfg.type());
       this.stream = session.stream();
-      this.gen = new Generation(req);
+      this.gen = new Generation(req, parts);
       this.batch = gen.batch();
       this.promptRows = gen.promptRows();
       this.scale = (float) (1.0 / Math.sqrt(cfg.headDim()));

@@ -4,11 +4,13 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.FunctionSignature.LanguageModel;
 import dev.thaw.runtime.function.Tokenizer;
 import dev.thaw.runtime.text.TemplateException;
 import dev.thaw.server.ServeException;
-import io.vertx.core.http.HttpServerResponse;
+import io.vertx.core.Context;
+import io.vertx.core.Vertx;
 import io.vertx.ext.web.Router;
 import io.vertx.ext.web.RoutingContext;
 import java.time.Instant;
@@ -315,9 +317,17 @@ final class OpenAiApi {
         ask.lm().stopTokens().forEach(stops::add);
       }
     }
-    Scheduler.Pending pending = scheduler.submit(ask.model(), FunctionRequest.of(request));
     String id = (ask.chat() ? "chatcmpl-" : "cmpl-") + Long.toHexString(ids.incrementAndGet());
     long created = System.currentTimeMillis() / 1000;
+    if (ask.stream()) {
+      Events events = new Events(ctx, id, created, ask, tokenizer, promptTexts, prompts);
+      Context context = Vertx.currentContext();
+      ResponseStream stream = ResponseStream.streamed(part -> context.runOnContext(v -> events.part(part)));
+      events.stream = stream;
+      Http.onInvocation(ctx, scheduler.submit(ask.model(), FunctionRequest.of(request), stream), events::done);
+      return;
+    }
+    Scheduler.Pending pending = scheduler.submit(ask.model(), FunctionRequest.of(request));
     Http.onInvocation(ctx, pending, (inv, e) -> {
       if (e != null) {
         sendError(ctx, e);
@@ -330,19 +340,15 @@ final class OpenAiApi {
       int completionTokens = choices.stream().mapToInt(c -> c.tokens).sum();
       ObjectNode usage = Http.object().put("prompt_tokens", promptTokens).put("completion_tokens", completionTokens)
           .put("total_tokens", promptTokens + completionTokens);
-      if (ask.stream()) {
-        stream(ctx, id, created, ask, choices, usage, tokenizer);
-      } else {
-        ObjectNode out = Http.object();
-        out.put("id", id).put("object", ask.chat() ? "chat.completion" : "text_completion").put("created", created)
-            .put("model", ask.model());
-        ArrayNode cs = out.putArray("choices");
-        for (Choice c : choices) {
-          cs.add(ask.chat() ? chatChoice(c, tokenizer, ask) : completionChoice(c, tokenizer, ask));
-        }
-        out.set("usage", usage);
-        Http.sendJson(ctx, 200, out);
+      ObjectNode out = Http.object();
+      out.put("id", id).put("object", ask.chat() ? "chat.completion" : "text_completion").put("created", created)
+          .put("model", ask.model());
+      ArrayNode cs = out.putArray("choices");
+      for (Choice c : choices) {
+        cs.add(ask.chat() ? chatChoice(c, tokenizer, ask) : completionChoice(c, tokenizer, ask));
       }
+      out.set("usage", usage);
+      Http.sendJson(ctx, 200, out);
     });
   }
 
@@ -458,63 +464,224 @@ final class OpenAiApi {
   }
 
   /**
-   * Server-sent events: per choice, its text in deltas as its tokens are decoded (a chat's first names the role),
-   * then its finish; with {@code include_usage} a last chunk with the usage and no choices; then {@code [DONE]}.
+   * A streamed request's server-sent events, written on its event loop as the function's parts arrive: first, per
+   * choice, a chat's role (or a completion's echoed prompt); then each token's text as a delta once it is safe to send
+   * ({@link ChoiceText}: never half a character, never the start of a stop string), with its log-probabilities when
+   * asked; a choice's finish when it ends; with {@code include_usage} a last chunk with the usage and no choices; then
+   * {@code [DONE]}. Tokens the response holds beyond the parts (a function that does not stream) are sent at its end.
+   * When every choice has ended at a stop string the request is cancelled: the function stops generating. A failure
+   * after the first event is an {@code error} event, since the status is gone.
    */
-  private static void stream(RoutingContext ctx, String id, long created, Ask ask, List<Choice> choices,
-      ObjectNode usage, Tokenizer tokenizer) {
-    HttpServerResponse r = ctx.response();
-    if (r.closed()) {
-      return;
+  private static final class Events {
+    private final RoutingContext ctx;
+    private final String id;
+    private final long created;
+    private final Ask ask;
+    private final Tokenizer tokenizer;
+    private final List<String> promptTexts;
+    private final int promptTokens;
+    private final ChoiceText[] texts;
+    /** Per choice: tokens seen, whether its finish was sent, the length of its text in log-probability offsets. */
+    private final int[] seen;
+    private final boolean[] ended;
+    private final int[] offsets;
+    /** The request's stream, cancelled once every choice ended at a stop string. */
+    ResponseStream stream;
+    private boolean started;
+
+    Events(RoutingContext ctx, String id, long created, Ask ask, Tokenizer tokenizer, List<String> promptTexts,
+        List<int[]> prompts) {
+      this.ctx = ctx;
+      this.id = id;
+      this.created = created;
+      this.ask = ask;
+      this.tokenizer = tokenizer;
+      this.promptTexts = promptTexts;
+      this.promptTokens = prompts.stream().mapToInt(p -> p.length).sum();
+      int choices = prompts.size() * ask.n();
+      this.texts = new ChoiceText[choices];
+      this.seen = new int[choices];
+      this.ended = new boolean[choices];
+      this.offsets = new int[choices];
+      for (int i = 0; i < choices; i++) {
+        texts[i] = tokenizer == null ? null : new ChoiceText(tokenizer, ask.stops());
+      }
     }
-    r.setChunked(true).putHeader("Content-Type", "text/event-stream").putHeader("Cache-Control", "no-cache");
-    for (Choice c : choices) {
+
+    private boolean gone() {
+      return ctx.response().closed() || ctx.response().ended();
+    }
+
+    /** One part of the function's response: per sequence, the ids it added (and their log-probabilities). */
+    void part(JsonNode part) {
+      if (gone()) {
+        return;
+      }
+      start();
+      JsonNode tokens = part.path("tokens");
+      for (int i = 0; i < Math.min(tokens.size(), texts.length); i++) {
+        JsonNode added = tokens.get(i);
+        for (int k = 0; k < added.size(); k++) {
+          token(i, added.get(k).asInt(), part.path("logprobs").path(i).path(k));
+        }
+      }
+      boolean all = true;
+      for (boolean e : ended) {
+        all &= e;
+      }
+      if (all) {
+        stream.cancel();
+      }
+    }
+
+    private void token(int i, int tokenId, JsonNode logprob) {
+      seen[i]++;
+      if (ended[i]) {
+        return;
+      }
+      String delta = texts[i] == null ? "" : texts[i].add(tokenId);
+      JsonNode lp = ask.logprobs() < 0 || tokenizer == null ? null : logprobs(tokenId, logprob, i);
+      if (!delta.isEmpty() || lp != null) {
+        send(delta(delta, lp, i, null));
+      }
+      if (texts[i] != null && texts[i].stopped()) {
+        ended[i] = true;
+        send(delta("", null, i, "stop"));
+      }
+    }
+
+    /** This token's log-probabilities in the chunk's form (chat: {@code content}; completions: OpenAI's lists). */
+    private JsonNode logprobs(int tokenId, JsonNode p, int i) {
+      String s = ChoiceText.tokenString(tokenizer, tokenId);
       if (ask.chat()) {
-        ObjectNode first = chunk(id, created, ask, usage, false);
-        ObjectNode choice = ((ArrayNode) first.get("choices")).addObject().put("index", c.index);
-        choice.putObject("delta").put("role", "assistant").put("content", "");
-        choice.putNull("logprobs").putNull("finish_reason");
-        send(r, first);
-      } else if (ask.echo()) {
-        send(r, delta(id, created, ask, usage, c, c.prompt, null, null));
-      }
-      ChoiceText text = tokenizer == null ? null : new ChoiceText(tokenizer, ask.stops());
-      for (int k = 0; k < c.ids.length; k++) {
-        String delta = text == null ? "" : text.add(c.ids[k]);
-        if (k == c.ids.length - 1 && text != null) {
-          delta += text.flush();
+        ArrayNode content = Http.object().arrayNode();
+        ObjectNode t = content.addObject();
+        OpenAiApi.token(t, tokenizer, tokenId, p.path("logprob").asDouble());
+        ArrayNode top = t.putArray("top_logprobs");
+        for (JsonNode a : p.path("top")) {
+          OpenAiApi.token(top.addObject(), tokenizer, a.get(0).asInt(), a.get(1).asDouble());
         }
-        JsonNode lp = ask.logprobs() < 0 ? null : ask.chat()
-            ? Http.object().set("content", chatLogprobs(c, tokenizer, k, k + 1))
-            : completionChoice(oneToken(c, k), tokenizer, ask).get("logprobs");
-        if (!delta.isEmpty() || lp != null) {
-          send(r, delta(id, created, ask, usage, c, delta, lp, null));
+        return Http.object().set("content", content);
+      }
+      ObjectNode lp = Http.object();
+      lp.putArray("tokens").add(s);
+      lp.putArray("token_logprobs").add(p.path("logprob").asDouble());
+      ObjectNode alternatives = lp.putArray("top_logprobs").addObject();
+      for (JsonNode a : p.path("top")) {
+        alternatives.put(ChoiceText.tokenString(tokenizer, a.get(0).asInt()), a.get(1).asDouble());
+      }
+      lp.putArray("text_offset").add(offsets[i]);
+      offsets[i] += s.length();
+      return lp;
+    }
+
+    /** The answer: the tokens no part carried, each unfinished choice's rest and finish, the usage, {@code [DONE]}. */
+    void done(Invocation inv, Throwable failure) {
+      if (failure != null) {
+        if (!started) {
+          sendError(ctx, failure);
+        } else if (!gone()) {
+          ServeException e = Http.asServeException(failure);
+          ObjectNode error = Http.object();
+          error.putObject("error").put("message", e.getMessage()).put("type", e.status() >= 500 ? "server_error"
+              : "invalid_request_error").putNull("param").put("code", e.code());
+          send(error);
+          ctx.response().end();
+        }
+        return;
+      }
+      ctx.put(Http.INVOCATION, inv);
+      if (gone()) {
+        return;
+      }
+      if (!started) {
+        NativeApi.timingHeaders(ctx, inv);
+      }
+      start();
+      JsonNode response = inv.response().json();
+      int completionTokens = 0;
+      for (int i = 0; i < texts.length; i++) {
+        JsonNode row = response.path("tokens").path(i);
+        for (int k = seen[i]; k < row.size(); k++) {
+          token(i, row.get(k).asInt(), response.path("logprobs").path(i).path(k));
+        }
+        completionTokens += texts[i] == null ? seen[i] : texts[i].tokens();
+        if (!ended[i]) {
+          String rest = texts[i] == null ? "" : texts[i].flush();
+          if (!rest.isEmpty()) {
+            send(delta(rest, null, i, null));
+          }
+          ended[i] = true;
+          send(delta("", null, i, texts[i] != null && texts[i].stopped() ? "stop"
+              : response.path("finish").path(i).asText("length")));
         }
       }
-      send(r, delta(id, created, ask, usage, c, "", null, c.finish));
+      if (ask.includeUsage()) {
+        ObjectNode last = chunk(true);
+        last.putObject("usage").put("prompt_tokens", promptTokens).put("completion_tokens", completionTokens)
+            .put("total_tokens", promptTokens + completionTokens);
+        send(last);
+      }
+      ctx.response().end("data: [DONE]\n\n");
     }
-    if (ask.includeUsage()) {
-      ObjectNode last = chunk(id, created, ask, usage, true);
-      last.set("usage", usage);
-      send(r, last);
+
+    /** The headers, then per choice a chat's role or a completion's echoed prompt. */
+    private void start() {
+      if (started) {
+        return;
+      }
+      started = true;
+      ctx.response().setChunked(true).putHeader("Content-Type", "text/event-stream")
+          .putHeader("Cache-Control", "no-cache");
+      for (int i = 0; i < texts.length; i++) {
+        if (ask.chat()) {
+          ObjectNode first = chunk(false);
+          ObjectNode choice = ((ArrayNode) first.get("choices")).addObject().put("index", i);
+          choice.putObject("delta").put("role", "assistant").put("content", "");
+          choice.putNull("logprobs").putNull("finish_reason");
+          send(first);
+        } else if (ask.echo()) {
+          send(delta(promptTexts.get(i / ask.n()), null, i, null));
+        }
+      }
     }
-    r.end("data: [DONE]\n\n");
+
+    private ObjectNode chunk(boolean usageChunk) {
+      return OpenAiApi.chunk(id, created, ask, usageChunk);
+    }
+
+    private ObjectNode delta(String text, JsonNode logprobs, int index, String finish) {
+      ObjectNode chunk = chunk(false);
+      ObjectNode choice = ((ArrayNode) chunk.get("choices")).addObject().put("index", index);
+      if (ask.chat()) {
+        ObjectNode d = choice.putObject("delta");
+        if (finish == null) {
+          d.put("content", text);
+        }
+      } else {
+        choice.put("text", text);
+      }
+      if (logprobs == null) {
+        choice.putNull("logprobs");
+      } else {
+        choice.set("logprobs", logprobs);
+      }
+      if (finish == null) {
+        choice.putNull("finish_reason");
+      } else {
+        choice.put("finish_reason", finish);
+      }
+      return chunk;
+    }
+
+    private void send(JsonNode chunk) {
+      if (!gone()) {
+        ctx.response().write("data: " + chunk + "\n\n");
+      }
+    }
   }
 
-  private static Choice oneToken(Choice c, int k) {
-    Choice one = new Choice();
-    one.index = c.index;
-    one.ids = new int[] {c.ids[k]};
-    ArrayNode lp = Http.object().arrayNode();
-    lp.add(c.logprobs.path(k));
-    one.logprobs = lp;
-    one.text = "";
-    one.prompt = "";
-    one.finish = c.finish;
-    return one;
-  }
-
-  private static ObjectNode chunk(String id, long created, Ask ask, ObjectNode usage, boolean usageChunk) {
+  private static ObjectNode chunk(String id, long created, Ask ask, boolean usageChunk) {
     ObjectNode chunk = Http.object();
     chunk.put("id", id).put("object", ask.chat() ? "chat.completion.chunk" : "text_completion")
         .put("created", created).put("model", ask.model());
@@ -523,35 +690,6 @@ final class OpenAiApi {
       chunk.putNull("usage");
     }
     return chunk;
-  }
-
-  private static ObjectNode delta(String id, long created, Ask ask, ObjectNode usage, Choice c, String text,
-      JsonNode logprobs, String finish) {
-    ObjectNode chunk = chunk(id, created, ask, usage, false);
-    ObjectNode choice = ((ArrayNode) chunk.get("choices")).addObject().put("index", c.index);
-    if (ask.chat()) {
-      ObjectNode d = choice.putObject("delta");
-      if (finish == null) {
-        d.put("content", text);
-      }
-    } else {
-      choice.put("text", text);
-    }
-    if (logprobs == null) {
-      choice.putNull("logprobs");
-    } else {
-      choice.set("logprobs", logprobs);
-    }
-    if (finish == null) {
-      choice.putNull("finish_reason");
-    } else {
-      choice.put("finish_reason", finish);
-    }
-    return chunk;
-  }
-
-  private static void send(HttpServerResponse r, JsonNode chunk) {
-    r.write("data: " + chunk + "\n\n");
   }
 
   // ---- prompts ----
