@@ -12,9 +12,12 @@ import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.server.impl.InProcessInstances;
+import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
 import java.util.function.IntSupplier;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
@@ -27,7 +30,8 @@ import org.junit.jupiter.api.io.TempDir;
  * Streamed completions end to end on a model whose pace the test holds ({@link EchoModel}: it generates its prompt's
  * tokens and waits at a gate): each token leaves the server as its event while the function still runs; a client that
  * leaves mid-stream cancels its generation while the request beside it on the same instance finishes whole; a stop
- * string ends the choice and the generation. In process on the sim device, from the real store, over a plain socket.
+ * string ends the choice and the generation; the scheduler sends an instance as many requests as it serves at once,
+ * queues one more and refuses the next with 429. In process on the sim device, from the real store, over a plain socket.
  * Nothing waits on a timing: the function holds until the test releases it or the request is cancelled.
  */
 class StreamingTest {
@@ -48,7 +52,8 @@ class StreamingTest {
     ServerFixture.build(store, "echo:1", EchoModel.class.getName(), "{}", null, 0);
     driver = SimDriver.open(new SimOptions());
     server = ThawServer.start(new ServerOptions().setPort(0).setStorePath(dir.resolve("store"))
-        .addFunction("echo", new FunctionOptions().setImage("echo:1")), store, new InProcessInstances(driver, store));
+        .addFunction("echo", new FunctionOptions().setImage("echo:1").setMaxInstances(1).setQueueCapacity(1)),
+        store, new InProcessInstances(driver, store));
     port = server.port();
   }
 
@@ -178,6 +183,30 @@ class StreamingTest {
       assertTrue(r.done());
     }
     await(EchoModel.CANCELLED::get, cancelledBefore + 1, "the generation stopped at the stop string");
+  }
+
+  @Test
+  void anInstanceTakesAsManyRequestsAsItServesAtOnceAndTheQueueTheRest() throws Exception {
+    EchoModel.holdAfter = 0;
+    String ask = "{\"model\": \"echo\", \"prompt\": \"" + PROMPT + "\", \"max_tokens\": 2}";
+    List<CompletableFuture<HttpResponse<String>>> running = new ArrayList<>();
+    for (int i = 0; i < 2; i++) {
+      running.add(ServerFixture.background(() -> postJson(port, "/v1/completions", ask)));
+    }
+    await(EchoModel.HELD::get, 2, "its one instance serves two at once (maxInstances 1)");
+    running.add(ServerFixture.background(() -> postJson(port, "/v1/completions", ask)));
+    awaitState(port, "echo", s -> s.get("queued").asInt() == 1);
+    HttpResponse<String> refused = postJson(port, "/v1/completions", ask);
+    assertEquals(429, refused.statusCode(), refused.body());
+    assertTrue(refused.headers().firstValue("Retry-After").isPresent());
+    assertEquals("rate_limit_error", json(refused).get("error").get("type").asText());
+    EchoModel.holdAfter = Integer.MAX_VALUE;
+    EchoModel.GATE.release(2);
+    for (CompletableFuture<HttpResponse<String>> r : running) {
+      HttpResponse<String> got = r.get(60, TimeUnit.SECONDS);
+      assertEquals(200, got.statusCode(), got.body());
+      assertEquals(" one two", json(got).get("choices").get(0).get("text").asText());
+    }
   }
 
   @Test

@@ -5,13 +5,13 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.examples.function.Generation;
-import dev.thaw.examples.function.SessionModule;
 import dev.thaw.examples.function.StagedUpload;
+import dev.thaw.examples.function.TokenEngine;
 import dev.thaw.examples.function.TokenRequest;
 import dev.thaw.examples.llama.kernels.HalfType;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
-import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
 import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.runtime.function.FunctionEngine;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
@@ -20,7 +20,6 @@ import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.ThawFunction;
-import dev.thaw.runtime.gpu.GpuStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -68,6 +67,13 @@ import java.util.Set;
  * ({@code generation_config.json}) for a server that speaks OpenAI's API. The prompt runs in one pass of M = Σ len rows (tensor-core
  * products), then each step runs one row per sequence (the weight-streaming products). Everything about a
  * request is checked before anything is launched, so a refused request leaves the device as it was.
+ *
+ * <h2>Serving</h2>
+ * An instance serves up to maxBatch requests at once ({@link #concurrency}): a server hands them to its
+ * {@link TokenEngine} ({@link #engine}), which batches every sequence in flight into each decode step, requests joining
+ * and leaving between steps, each sequence in a KV-cache row of its own; a streamed request gets each step's ids as a
+ * part, and a cancelled one ends within a step. {@link #invoke} serves one request alone (a build's profiling, the
+ * CLI's {@code thaw run}).
  */
 public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
@@ -395,17 +401,39 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     Run run = new Run(session, s, req, stream);
     run.execute();
     ObjectNode out = run.response();
-    if (text != null) {
-      ArrayNode texts = out.putArray("text");
-      for (JsonNode ids : out.get("tokens")) {
-        int[] v = new int[ids.size()];
-        for (int i = 0; i < v.length; i++) {
-          v[i] = ids.get(i).asInt();
-        }
-        texts.add(text.decode(v, true));
+    return FunctionResponse.of(text != null ? withText(text, out) : out);
+  }
+
+  /** An instance serves up to maxBatch requests at once: their sequences share its KV-cache rows. */
+  @Override
+  public int concurrency(State s) {
+    return s.maxBatch();
+  }
+
+  /**
+   * Continuous batching over the instance's maxBatch KV-cache rows ({@link TokenEngine}): requests join and leave
+   * between decode steps, each sequence in a row of its own at its own length.
+   */
+  @Override
+  public FunctionEngine engine(FunctionSession session, State s) {
+    return new TokenEngine(session, new LlamaPasses(session, s), json -> {
+      ByteLevelBpe text = json != null && json.has("text") ? textTokenizer(s) : null;
+      TokenRequest req = parse(s, text == null ? json : encode(text, json));
+      return new TokenEngine.Parsed(req, text == null ? out -> out : out -> withText(text, out));
+    }, TokenEngine.DEFAULT_PREFILL_ROWS, MODULE);
+  }
+
+  /** The response with {@code text}: each sequence's new tokens decoded, special tokens left out. */
+  private static ObjectNode withText(ByteLevelBpe text, ObjectNode out) {
+    ArrayNode texts = out.putArray("text");
+    for (JsonNode ids : out.get("tokens")) {
+      int[] v = new int[ids.size()];
+      for (int i = 0; i < v.length; i++) {
+        v[i] = ids.get(i).asInt();
       }
+      texts.add(text.decode(v, true));
     }
-    return FunctionResponse.of(out);
+    return out;
   }
 
   private static ByteLevelBpe textTokenizer(State s) {
@@ -461,80 +489,22 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     return out;
   }
 
-  /** One request's device work, and the addresses it uses. */
+  /** One request alone: its prompt pass and its steps, the host waiting once unless it picks per step. */
   private static final class Run {
     private final FunctionSession session;
     private final State s;
     private final TokenRequest req;
-    private final LlamaKernels k;
-    private final GpuStream stream;
-    private final LlamaConfig cfg;
+    private final LlamaPasses p;
     private final Generation gen;
     private final int batch;
-    private final int promptRows;
-    private final float scale;
-    private final long embed;
-    private final long lmHead;
-    private final long finalNorm;
-    private final Layer[] layers;
-    private final long tokens;
-    private final long positions;
-    private final long cacheRows;
-    private final long invFreq;
-    private final long x;
-    private final long h;
-    private final long qkv;
-    private final long attn;
-    private final long attnPartial;
-    private final long gateUp;
-    private final long act;
-    private final long last;
-    private final long logits;
-
-    /** A layer's weight and cache addresses; qkvBias is 0 without biases. */
-    private record Layer(long inNorm, long qkv, long qkvBias, long o, long postNorm, long gateUp, long down,
-        long kCache, long vCache) {}
 
     Run(FunctionSession session, State s, TokenRequest req, ResponseStream parts) {
       this.session = session;
       this.s = s;
       this.req = req;
-      this.cfg = s.config();
-      this.k = new LlamaKernels(new SessionModule(session, s.module(), LlamaKernels.EMBED), cfg.type());
-      this.stream = session.stream();
+      this.p = new LlamaPasses(session, s);
       this.gen = new Generation(req, parts);
       this.batch = gen.batch();
-      this.promptRows = gen.promptRows();
-      this.scale = (float) (1.0 / Math.sqrt(cfg.headDim()));
-      this.embed = addr("model.embed_tokens.weight");
-      this.lmHead = cfg.tieEmbeddings() ? embed : addr("lm_head.weight");
-      this.finalNorm = addr("model.norm.weight");
-      this.layers = new Layer[cfg.layers()];
-      for (int i = 0; i < layers.length; i++) {
-        layers[i] = new Layer(addr(LlamaTensor.layer(i, "input_layernorm.weight")), addr(qkvWeight(i)),
-            cfg.qkvBias() ? addr(qkvBias(i)) : 0, addr(LlamaTensor.layer(i, "self_attn.o_proj.weight")),
-            addr(LlamaTensor.layer(i, "post_attention_layernorm.weight")), addr(gateUpWeight(i)),
-            addr(LlamaTensor.layer(i, "mlp.down_proj.weight")), session.address(s.kCache().get(i)),
-            session.address(s.vCache().get(i)));
-      }
-      Scratch sc = s.scratch();
-      this.tokens = session.address(sc.tokens());
-      this.positions = session.address(sc.positions());
-      this.cacheRows = session.address(sc.cacheRows());
-      this.invFreq = session.address(sc.invFreq());
-      this.x = session.address(sc.x());
-      this.h = session.address(sc.h());
-      this.qkv = session.address(sc.qkv());
-      this.attn = session.address(sc.attn());
-      this.attnPartial = session.address(sc.attnPartial());
-      this.gateUp = session.address(sc.gateUp());
-      this.act = session.address(sc.act());
-      this.last = session.address(sc.last());
-      this.logits = session.address(sc.logits());
-    }
-
-    private long addr(String buffer) {
-      return session.address(new BufferRef(buffer));
     }
 
     void execute() {
@@ -542,23 +512,21 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       gen.upload(session, s.scratch().tokens(), s.scratch().positions(), s.scratch().cacheRows());
 
       // Prompt: one pass over all rows; the head runs on each sequence's last row only.
-      forward(promptRows, tokens, positions, cacheRows, 0);
-      int c = cfg.hiddenSize();
+      p.forward(gen.promptRows(), 0, 0, 0, 0);
       for (int b = 0; b < batch; b++) {
-        k.rmsnorm(stream, x + 4L * c * gen.lastRow(b), finalNorm, last + 2L * c * b, 1, c, cfg.rmsNormEps());
+        p.finalNorm(gen.lastRow(b), b, 1);
       }
       if (!head(0)) {
         return;
       }
       // Each step feeds the ids the previous one chose, one row per sequence.
       int longestPrompt = 0;
-      for (int[] p : req.prompts()) {
-        longestPrompt = Math.max(longestPrompt, p.length);
+      for (int[] prompt : req.prompts()) {
+        longestPrompt = Math.max(longestPrompt, prompt.length);
       }
       for (int step = 1; step < steps; step++) {
-        forward(batch, tokens + gen.stepRows(step), positions + gen.stepRows(step),
-            cacheRows + gen.decodeCacheRows(), longestPrompt + step);
-        k.rmsnorm(stream, x, finalNorm, last, batch, c, cfg.rmsNormEps());
+        p.forward(batch, gen.stepRows(step), gen.stepRows(step), gen.decodeCacheRows(), longestPrompt + step);
+        p.finalNorm(0, 0, batch);
         if (!head(step)) {
           return;
         }
@@ -570,52 +538,12 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
      * ({@link Generation#afterHead}); false when every sequence has ended.
      */
     private boolean head(int step) {
-      k.linear(stream, last, lmHead, 0, logits, batch, cfg.vocabSize(), cfg.hiddenSize(), Epilogue.FLOAT);
-      k.argmax(stream, logits, tokens + gen.stepOutput(step), batch, cfg.vocabSize());
-      return gen.afterHead(session, step, s.scratch().tokens(), s.scratch().logits(), cfg.vocabSize());
-    }
-
-    /**
-     * One pass over {@code rows} rows: a prompt pass when {@code decodeKeys} is 0, else a decode step (one row per
-     * sequence) in which no row attends to more than {@code decodeKeys} positions.
-     */
-    private void forward(int rows, long tok, long pos, long cacheRow, int decodeKeys) {
-      int c = cfg.hiddenSize();
-      int hq = cfg.heads();
-      int hkv = cfg.kvHeads();
-      int d = cfg.headDim();
-      int inter = cfg.intermediateSize();
-      int maxT = s.maxTokens();
-      float eps = cfg.rmsNormEps();
-      boolean flash = flashPrefill(cfg);
-      int splits = decodeKeys > 0 ? LlamaKernels.decodeSplits(decodeKeys, rows, hq, hkv) : 0;
-      k.embed(stream, embed, tok, x, rows, c, cfg.vocabSize());
-      for (Layer l : layers) {
-        k.rmsnorm(stream, x, l.inNorm(), h, rows, c, eps);
-        k.linear(stream, h, l.qkv(), l.qkvBias(), qkv, rows, cfg.qkvWidth(), c, Epilogue.STORE);
-        k.ropeKv(stream, qkv, l.kCache(), l.vCache(), invFreq, pos, cacheRow, rows, hq, hkv, d, maxT);
-        if (decodeKeys > 0) {
-          k.flashDecode(stream, qkv, l.kCache(), l.vCache(), attnPartial, attn, pos, cacheRow, rows, hq, hkv, d,
-              maxT, scale, splits);
-        } else if (flash) {
-          k.flashAttention(stream, qkv, l.kCache(), l.vCache(), attn, pos, cacheRow, rows, hq, hkv, d, maxT, scale);
-        } else {
-          k.attention(stream, qkv, l.kCache(), l.vCache(), attn, pos, cacheRow, rows, hq, hkv, d, maxT, scale);
-        }
-        k.linear(stream, attn, l.o(), 0, x, rows, c, cfg.attentionWidth(), Epilogue.RESIDUAL);
-        k.rmsnorm(stream, x, l.postNorm(), h, rows, c, eps);
-        if (rows > LlamaKernels.GEMV_MAX_ROWS) {
-          k.linear(stream, h, l.gateUp(), 0, act, rows, 2 * inter, c, Epilogue.SWIGLU);
-        } else {
-          k.linear(stream, h, l.gateUp(), 0, gateUp, rows, 2 * inter, c, Epilogue.STORE);
-          k.swiglu(stream, gateUp, act, rows, inter);
-        }
-        k.linear(stream, act, l.down(), 0, x, rows, c, inter, Epilogue.RESIDUAL);
-      }
+      p.head(batch, gen.stepOutput(step));
+      return gen.afterHead(session, step, s.scratch().tokens(), s.scratch().logits(), s.config().vocabSize());
     }
 
     ObjectNode response() {
-      return gen.response(session, s.scratch().tokens(), s.scratch().logits(), cfg.vocabSize());
+      return gen.response(session, s.scratch().tokens(), s.scratch().logits(), s.config().vocabSize());
     }
   }
 }
