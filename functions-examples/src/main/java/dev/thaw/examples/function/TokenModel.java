@@ -36,5 +36,28 @@ public interface TokenModel {
    * {@code tokens[rows + i]}. A prompt pass has {@code decodeKeys} 0 (rows of one sequence consecutive); a decode step
    * has one row per sequence, no row attending to more than {@code decodeKeys} positions. Nothing is waited for.
    */
-  void pass(int rows, int[] heads, int decodeKeys);
+  default void pass(int rows, int[] heads, int decodeKeys) {
+    forward(rows, decodeKeys);
+    boolean inOrder = heads.length == rows;
+    for (int i = 0; i < heads.length && inOrder; i++) {
+      inOrder = heads[i] == i;
+    }
+    if (inOrder) {
+      finalNorm(0, 0, rows);
+    } else {
+      for (int i = 0; i < heads.length; i++) {
+        finalNorm(heads[i], i, 1);
+      }
+    }
+    head(heads.length, 4L * rows);
+  }
+
+  /** The layers over rows [0, rows) of the io buffers: a prompt pass for {@code decodeKeys} 0, else a decode step. */
+  void forward(int rows, int decodeKeys);
+
+  /** The final norm of {@code n} rows of the residual stream from row {@code row} into head rows from {@code into}. */
+  void finalNorm(int row, int into, int n);
+
+  /** Logits of the first {@code n} head rows, their argmax into the tokens buffer at byte {@code idsAt}. */
+  void head(int n, long idsAt);
 }

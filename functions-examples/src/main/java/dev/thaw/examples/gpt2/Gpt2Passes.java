@@ -121,21 +121,10 @@ final class Gpt2Passes implements TokenModel {
   }
 
   /** GPT-2's attention reads every row's keys up to its position whatever the pass: decodeKeys changes nothing. */
+  /** GPT-2's attention reads every row's keys up to its position whatever the pass: decodeKeys changes nothing. */
   @Override
-  public void pass(int rows, int[] heads, int decodeKeys) {
+  public void forward(int rows, int decodeKeys) {
     forward(rows, 0, 0, 0);
-    boolean inOrder = heads.length == rows;
-    for (int i = 0; i < heads.length && inOrder; i++) {
-      inOrder = heads[i] == i;
-    }
-    if (inOrder) {
-      finalNorm(0, 0, rows);
-    } else {
-      for (int i = 0; i < heads.length; i++) {
-        finalNorm(heads[i], i, 1);
-      }
-    }
-    head(heads.length, 4L * rows);
   }
 
   // ---- the kernels ----
@@ -160,12 +149,14 @@ final class Gpt2Passes implements TokenModel {
   }
 
   /** The final norm of {@code n} rows of {@code x} from row {@code row} into rows of {@code last} from {@code into}. */
-  void finalNorm(int row, int into, int n) {
+  @Override
+  public void finalNorm(int row, int into, int n) {
     k.layernorm(stream, x + 4L * c * row, lnfW, lnfB, last + 2L * c * into, n, c, eps);
   }
 
   /** Logits of the first {@code n} rows of {@code last}, their argmax into the tokens buffer at byte {@code idsAt}. */
-  void head(int n, long idsAt) {
+  @Override
+  public void head(int n, long idsAt) {
     k.lmHead(stream, last, wte, logits, n, vocab, c);
     k.argmax(stream, logits, tokens + idsAt, n, vocab);
   }

@@ -117,20 +117,8 @@ final class LlamaPasses implements TokenModel {
   }
 
   @Override
-  public void pass(int rows, int[] heads, int decodeKeys) {
+  public void forward(int rows, int decodeKeys) {
     forward(rows, 0, 0, 0, decodeKeys);
-    boolean inOrder = heads.length == rows;
-    for (int i = 0; i < heads.length && inOrder; i++) {
-      inOrder = heads[i] == i;
-    }
-    if (inOrder) {
-      finalNorm(0, 0, rows);
-    } else {
-      for (int i = 0; i < heads.length; i++) {
-        finalNorm(heads[i], i, 1);
-      }
-    }
-    head(heads.length, 4L * rows);
   }
 
   // ---- the kernels ----
@@ -179,13 +167,15 @@ final class LlamaPasses implements TokenModel {
   }
 
   /** The final norm of {@code n} rows of {@code x} from row {@code row} into rows of {@code last} from {@code into}. */
-  void finalNorm(int row, int into, int n) {
+  @Override
+  public void finalNorm(int row, int into, int n) {
     int c = cfg.hiddenSize();
     k.rmsnorm(stream, x + 4L * c * row, finalNorm, last + 2L * c * into, n, c, cfg.rmsNormEps());
   }
 
   /** Logits of the first {@code n} rows of {@code last}, their argmax into the tokens buffer at byte {@code idsAt}. */
-  void head(int n, long idsAt) {
+  @Override
+  public void head(int n, long idsAt) {
     k.linear(stream, last, lmHead, 0, logits, n, cfg.vocabSize(), cfg.hiddenSize(), Epilogue.FLOAT);
     k.argmax(stream, logits, tokens + idsAt, n, cfg.vocabSize());
   }
