@@ -179,7 +179,7 @@ final class WorkerImage implements WorkerLoop.Work {
     } catch (IOException e) {
       throw new IllegalArgumentException("a response part that is not JSON: " + e.getMessage(), e);
     }
-    out.send(id, new Part(), body);
+    out.sendLater(Frame.of(id, new Part(), body));
   }
 
   @Override
@@ -209,10 +209,13 @@ final class WorkerImage implements WorkerLoop.Work {
       // Handed to the function's engine, which answers it.
       return;
     }
-    if (f.type() == FrameType.INVOKE) {
-      calls.remove(f.id());
+    ResponseStream streamed = f.type() == FrameType.INVOKE ? calls.remove(f.id()) : null;
+    if (streamed != null && streamed.streamed()) {
+      // After its parts, which the writer thread sends.
+      out.sendLater(reply);
+    } else {
+      out.send(reply);
     }
-    out.send(reply);
     if (f.type() == FrameType.INVOKE) {
       protectWhenIdle();
     }
@@ -551,7 +554,12 @@ final class WorkerImage implements WorkerLoop.Work {
         return;
       }
       leftEngine(true);
-      out.send(reply);
+      if (stream.streamed()) {
+        // After its parts, which the writer thread sends.
+        out.sendLater(reply);
+      } else {
+        out.send(reply);
+      }
     });
     return null;
   }
