@@ -1,10 +1,30 @@
 #!/usr/bin/env bash
 # Installs the Debian packages some tests use, when their command is missing: wrk (the server's load trial) and
-# promtool from the prometheus package (the /metrics exposition checked as Prometheus checks it).
+# promtool from the prometheus package (the /metrics exposition checked as Prometheus checks it); and `openai`, the
+# official OpenAI JS SDK (npm `openai` 6.x) into target/test-tools/openai under the repository (never committed),
+# for the SDK trial of the OpenAI API.
 # Tests call it themselves and skip with its reason when it fails (no root, no package index reachable).
 # Usage: scripts/install-test-tools.sh [COMMAND...]   (default: wrk)
 set -euo pipefail
 commands=("${@:-wrk}")
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+rest=()
+for c in "${commands[@]}"; do
+  if [[ $c == openai ]]; then
+    dir="$repo/target/test-tools/openai"
+    if [[ ! -f $dir/node_modules/openai/package.json ]]; then
+      command -v node > /dev/null 2>&1 || { echo "cannot install the openai SDK: no node on this system" >&2; exit 1; }
+      command -v npm > /dev/null 2>&1 || { echo "cannot install the openai SDK: no npm on this system" >&2; exit 1; }
+      mkdir -p "$dir"
+      npm install --prefix "$dir" --no-audit --no-fund --silent 'openai@^6' > /dev/null 2>&1 \
+          || { echo "cannot install the openai SDK: npm install openai@^6 failed (registry unreachable?)" >&2; exit 1; }
+    fi
+  else
+    rest+=("$c")
+  fi
+done
+[[ ${#rest[@]} -eq 0 ]] && exit 0
+commands=("${rest[@]}")
 package_of() {
   case "$1" in
     promtool) echo prometheus ;;

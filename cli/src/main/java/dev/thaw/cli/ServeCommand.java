@@ -67,8 +67,9 @@ import picocli.CommandLine.Spec;
 @Command(name = "serve",
     header = "Serve functions from the image store over HTTP.",
     description = {
-        "The native API (/v1/functions), KServe v2 (/v2), OpenAI-style completions (/v1/completions) and /metrics "
-            + "(docs/design/server.md). Runs until SIGTERM or SIGINT, then drains and exits 0.",
+        "The native API (/v1/functions), KServe v2 (/v2), OpenAI's completions, chat and models (/v1/completions, "
+            + "/v1/chat/completions, /v1/models) and /metrics (docs/design/server.md). Runs until SIGTERM or SIGINT, "
+            + "then drains and exits 0.",
         "",
         "Error bodies name the request (requestId, also in the Thaw-Request-Id header); a server-side failure's "
             + "detail is in the log under that id.",

@@ -1,5 +1,6 @@
 package dev.thaw.pool;
 
+import dev.thaw.runtime.function.ResponseStream;
 import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
@@ -8,8 +9,9 @@ import java.util.concurrent.CompletableFuture;
  * A pooled worker process handed out by {@link ContextPool#acquire}: warm, with a context on one device,
  * belonging to its caller alone until {@link #release()} or {@link #evict()}.
  *
- * <p>A worker becomes <em>one</em> image in its life ({@link #become}), then serves requests ({@link #invoke}),
- * one at a time. Async methods return a {@link CompletableFuture}; each has a blocking twin. Every operation
+ * <p>A worker becomes <em>one</em> image in its life ({@link #become}), then serves requests ({@link #invoke}).
+ * Requests may overlap: a worker whose function serves several at once batches them, any other serves them in the
+ * order sent; nothing else (a BECOME, an export) overlaps a request. Async methods return a {@link CompletableFuture}; each has a blocking twin. Every operation
  * has a deadline (from {@link ContextPoolOptions}, or given): a worker that misses it is killed.
  *
  * <p>Failures are {@link WorkerException}s. When {@link WorkerException#workerLost()} — the process crashed,
@@ -83,13 +85,23 @@ public interface Worker extends AutoCloseable {
    * @param json the request's JSON object, UTF-8
    * @param binary raw bytes beside it, or null
    * @param deadline how long the worker may take, or null for {@link ContextPoolOptions#invokeTimeout()}
-   * @throws IllegalStateException (at once) if the worker has not become an image or is busy
+   * @throws IllegalStateException (at once) if the worker has not become an image, or a BECOME or export runs
    */
   CompletableFuture<InvokeResult> invoke(byte[] json, ByteBuffer binary, Duration deadline);
 
   default CompletableFuture<InvokeResult> invoke(byte[] json) {
     return invoke(json, null, null);
   }
+
+  /**
+   * Serves one request whose response may come in parts: each part the function sends reaches {@code stream} (on the
+   * pool's reader thread, in order, before the future completes) when {@link ResponseStream#streamed()}; cancelling
+   * {@code stream} asks the worker to end the request (the function stops at its next step and answers with what it
+   * has, completing the future as usual). A streamed request's deadline starts again at each part.
+   *
+   * @throws IllegalStateException (at once) if the worker has not become an image, or a BECOME or export runs
+   */
+  CompletableFuture<InvokeResult> invoke(byte[] json, ByteBuffer binary, Duration deadline, ResponseStream stream);
 
   InvokeResult invokeBlocking(byte[] json, ByteBuffer binary, Duration deadline);
 

@@ -10,6 +10,7 @@ import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.KernelRef;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.DeviceBuffer;
 import dev.thaw.runtime.gpu.Dim3;
@@ -35,7 +36,8 @@ import java.util.List;
  * slab stays writable after a restore, and a {@code fill} can dirty it; profiled with {@code echo} only, {@code secret}
  * is read-only and a {@code fill} is refused once the worker has protected it), {@code access} (the access of
  * {@code secret}'s slab at the request's start and end, with a read of {@code secret} and a hold of {@code holdMillis}
- * between).
+ * between), {@code stream} ({@code parts} parts {@code {"n": i}}, one every {@code everyMillis}, then a wait of up to
+ * {@code holdMillis} that a cancel ends; answers how many parts it sent and whether it was cancelled).
  */
 public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.State> {
 
@@ -70,6 +72,27 @@ public final class PoolProbeFunction implements ThawFunction<PoolProbeFunction.S
       }
     }
     return "none";
+  }
+
+  @Override
+  public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request, ResponseStream stream)
+      throws Exception {
+    JsonNode r = request.json();
+    if (!r.path("op").asText().equals("stream")) {
+      return invoke(session, s, request);
+    }
+    int parts = r.path("parts").asInt(1);
+    int sent = 0;
+    for (; sent < parts && !stream.cancelled(); sent++) {
+      stream.part(JsonNodeFactory.instance.objectNode().put("n", sent));
+      Thread.sleep(r.path("everyMillis").asLong(0));
+    }
+    long until = System.nanoTime() + r.path("holdMillis").asLong(0) * 1_000_000;
+    while (!stream.cancelled() && System.nanoTime() < until) {
+      Thread.sleep(1);
+    }
+    return FunctionResponse.of(JsonNodeFactory.instance.objectNode().put("parts", sent)
+        .put("cancelled", stream.cancelled()));
   }
 
   @Override

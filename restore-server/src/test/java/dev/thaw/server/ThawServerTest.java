@@ -276,7 +276,7 @@ class ThawServerTest {
   }
 
   @Test
-  void completionsRunGpt2GreedilyOnTokenIdsOrTextAndRefuseWhatIsNotSupported() throws Exception {
+  void completionsRunGpt2OnTokenIdsOrTextAndRefuseWhatIsNotSupported() throws Exception {
     HttpResponse<String> ids = postJson(port, "/v1/completions",
         "{\"model\": \"gpt2\", \"prompt\": [5, 17, 33], \"max_tokens\": 4, \"temperature\": 0}");
     assertEquals(200, ids.statusCode(), ids.body());
@@ -293,12 +293,12 @@ class ThawServerTest {
     assertEquals(text, c.get("choices").get(0).get("text").asText());
 
     // "A" is r50k_base token 32, inside the tiny model's 97-token vocabulary.
-    HttpResponse<String> prompt = postJson(port, "/v1/completions", "{\"model\": \"gpt2\", \"prompt\": \"A\", \"max_tokens\": 2}");
+    HttpResponse<String> prompt = postJson(port, "/v1/completions", "{\"model\": \"gpt2\", \"prompt\": \"A\", \"max_tokens\": 2, \"temperature\": 0}");
     assertEquals(200, prompt.statusCode(), prompt.body());
     assertEquals(1, json(prompt).get("usage").get("prompt_tokens").asInt());
 
     HttpResponse<String> stream = postJson(port, "/v1/completions",
-        "{\"model\": \"gpt2\", \"prompt\": [5, 17, 33], \"max_tokens\": 4, \"stream\": true}");
+        "{\"model\": \"gpt2\", \"prompt\": [5, 17, 33], \"max_tokens\": 4, \"stream\": true, \"temperature\": 0}");
     assertEquals(200, stream.statusCode());
     assertEquals("text/event-stream", stream.headers().firstValue("Content-Type").orElseThrow());
     List<String> events = stream.body().lines().filter(l -> l.startsWith("data: ")).toList();
@@ -309,16 +309,16 @@ class ThawServerTest {
     }
     assertEquals(text, streamed.toString());
 
-    for (String bad : List.of("{\"model\": \"gpt2\", \"prompt\": \"A\", \"temperature\": 0.7}",
-        "{\"model\": \"gpt2\", \"prompt\": \"A\", \"top_p\": 0.9}", "{\"model\": \"gpt2\", \"prompt\": \"A\", \"n\": 2}",
-        "{\"model\": \"gpt2\", \"prompt\": \"A\", \"logprobs\": 3}", "{\"model\": \"gpt2\", \"prompt\": \"A\", \"stop\": \".\"}",
+    for (String bad : List.of("{\"model\": \"gpt2\", \"prompt\": \"A\", \"temperature\": 2.7}",
+        "{\"model\": \"gpt2\", \"prompt\": \"A\", \"top_p\": 0}", "{\"model\": \"gpt2\", \"prompt\": \"A\", \"n\": 3}",
+        "{\"model\": \"gpt2\", \"prompt\": \"A\", \"logprobs\": 9}", "{\"model\": \"gpt2\", \"prompt\": \"A\", \"stop\": 1}",
         "{\"model\": \"gpt2\", \"prompt\": [500]}", "{\"model\": \"gpt2\"}")) {
       HttpResponse<String> r = postJson(port, "/v1/completions", bad);
       assertEquals(400, r.statusCode(), bad);
       assertEquals("invalid_request_error", json(r).get("error").get("type").asText(), r.body());
     }
     HttpResponse<String> unknown = postJson(port, "/v1/completions", "{\"model\": \"gpt9\", \"prompt\": \"A\"}");
-    assertEquals(400, unknown.statusCode());
+    assertEquals(404, unknown.statusCode());
     assertEquals("model_not_found", json(unknown).get("error").get("code").asText());
     HttpResponse<String> notLm = postJson(port, "/v1/completions", "{\"model\": \"mlp\", \"prompt\": \"A\"}");
     assertEquals(400, notLm.statusCode());

@@ -5,6 +5,7 @@ import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.pool.protocol.FrameType;
 import dev.thaw.pool.protocol.ProtocolException;
+import dev.thaw.pool.protocol.WorkerMessages.Cancel;
 import dev.thaw.pool.protocol.WorkerMessages.Exit;
 import dev.thaw.pool.protocol.WorkerMessages.Failure;
 import dev.thaw.pool.protocol.WorkerMessages.Ready;
@@ -18,6 +19,7 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayDeque;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
@@ -27,12 +29,15 @@ import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Consumer;
 
 /**
- * The parent's end of one worker's pipes: requests out (one writer at a time, a large one off the caller's thread),
- * and a reader thread that hands each answer to its request's future by id and each report (READY, RESIDENT, an
- * ERROR of the worker itself) to {@link Reports}. Every request has a deadline. The pipe decides nothing about the
- * worker: a read that fails, a deadline passed or an id-0 ERROR is reported, and the owner ends the worker.
+ * The parent's end of one worker's pipes: requests out (in the order they were sent, one writer at a time, a large one
+ * off the caller's thread), and a reader thread that hands each answer to its request's future by id, each PART to
+ * its request's receiver, and each report (READY, RESIDENT, an ERROR of the worker itself) to {@link Reports}. Every
+ * request has a deadline; a streamed one's starts again at each of its parts (a long generation that keeps sending is
+ * alive). The pipe decides nothing about the worker: a read that fails, a deadline passed or an id-0 ERROR is
+ * reported, and the owner ends the worker.
  */
 final class WorkerPipe {
 
@@ -59,12 +64,26 @@ final class WorkerPipe {
   }
 
   /**
-   * An INVOKE frame up to this size is written on the caller's thread: a pipe holds at least one page even when the
-   * user's pipe budget is spent, and it is empty then (the worker's reader drains it, and one request at a time means
-   * everything sent before was read). A worker that stopped reading is still ended by the deadline: killing it closes
-   * the pipe, which fails the write.
+   * An INVOKE or CANCEL frame up to this size is written on the caller's thread when nothing waits to be written before
+   * it: a pipe holds at least one page even when the user's pipe budget is spent, and the worker's reader drains it
+   * (it reads on while another thread executes). A worker that stopped reading is still ended by the deadline: killing
+   * it closes the pipe, which fails the write.
    */
   static final int INLINE_WRITE_BYTES = 4096;
+
+  /** A request sent and not yet answered: its future, where its parts go (or null), when the worker last spoke of it. */
+  private static final class Call {
+    final CompletableFuture<Frame> answer = new CompletableFuture<>();
+    final Consumer<byte[]> parts;
+    volatile long heardNanos = System.nanoTime();
+
+    Call(Consumer<byte[]> parts) {
+      this.parts = parts;
+    }
+  }
+
+  /** A request sent with its parts streamed: its id (what a CANCEL names) and its answer. */
+  record Streamed(int id, CompletableFuture<Frame> answer) {}
 
   private final OutputStream out;
   private final DataInputStream in;
@@ -73,7 +92,10 @@ final class WorkerPipe {
   private final Executor io;
   private final Reports reports;
   private final long wakeAheadNanos;
-  private final Map<Integer, CompletableFuture<Frame>> pending = new ConcurrentHashMap<>();
+  private final Map<Integer, Call> pending = new ConcurrentHashMap<>();
+  /** Frames waiting for the writer, in order; guarded by itself. {@link #writing}: a drain is under way. */
+  private final ArrayDeque<Frame> outbox = new ArrayDeque<>();
+  private boolean writing;
   private final AtomicInteger ids = new AtomicInteger();
   /** The first failure the owner reported: requests sent after it fail at once with it. */
   private volatile WorkerException failed;
@@ -109,27 +131,90 @@ final class WorkerPipe {
 
   /** Sends a request; the future completes with its answer, or fails with the worker's ERROR or its end. */
   CompletableFuture<Frame> send(Request head, byte[] body, Duration timeout) {
+    return sendStreamed(head, body, timeout, null).answer();
+  }
+
+  /**
+   * Sends a request whose PART frames go to {@code parts} (on the reader thread, in order, before its answer); null for
+   * none. Its deadline starts again at each part.
+   */
+  Streamed sendStreamed(Request head, byte[] body, Duration timeout, Consumer<byte[]> parts) {
     int id = ids.incrementAndGet();
-    CompletableFuture<Frame> f = new CompletableFuture<>();
-    pending.put(id, f);
+    Call call = new Call(parts);
+    CompletableFuture<Frame> f = call.answer;
+    pending.put(id, call);
     WorkerException e = failed;
     if (e != null) {
       f.completeExceptionally(e);
     }
-    ScheduledFuture<?> deadline = timer.schedule(() -> reports.deadline(head.type(), timeout), timeout.toMillis(),
-        TimeUnit.MILLISECONDS);
+    ScheduledFuture<?> deadline = armDeadline(call, head.type(), timeout, timeout.toNanos());
     f.whenComplete((r, x) -> {
       deadline.cancel(false);
       pending.remove(id);
     });
     Frame frame = Frame.of(id, head, body == null ? new byte[0] : body);
-    if (head.type() == FrameType.INVOKE && frame.body().length + FrameCodec.HEADER_BYTES + 256 <= INLINE_WRITE_BYTES) {
-      write(frame);
-    } else {
-      // Off the caller's thread: a worker that stops reading fills the pipe, and only its deadline may end that.
-      io.execute(() -> write(frame));
+    enqueue(frame, head.type() == FrameType.INVOKE);
+    return new Streamed(id, f);
+  }
+
+  /**
+   * Ends a request that misses its deadline; one whose worker sent a part within the last {@code timeout} is given
+   * until {@code timeout} after that part.
+   */
+  private ScheduledFuture<?> armDeadline(Call call, FrameType type, Duration timeout, long waitNanos) {
+    return timer.schedule(() -> {
+      long quiet = System.nanoTime() - call.heardNanos;
+      if (call.answer.isDone()) {
+        return;
+      }
+      if (call.parts != null && quiet < timeout.toNanos()) {
+        ScheduledFuture<?> again = armDeadline(call, type, timeout, timeout.toNanos() - quiet);
+        call.answer.whenComplete((r, x) -> again.cancel(false));
+        return;
+      }
+      reports.deadline(type, timeout);
+    }, waitNanos, TimeUnit.NANOSECONDS);
+  }
+
+  /** Asks the worker to end the request {@code id} (sent by {@link #sendStreamed}); nothing once it was answered. */
+  void cancel(int id) {
+    if (pending.containsKey(id)) {
+      enqueue(Frame.of(id, new Cancel()), true);
     }
-    return f;
+  }
+
+  /**
+   * Writes {@code frame} after every frame sent before it: on this thread when it is small, {@code inline} and nothing
+   * waits, else from the I/O executor (a worker that stops reading fills the pipe, and only its deadline may end that).
+   */
+  private void enqueue(Frame frame, boolean inline) {
+    synchronized (outbox) {
+      if (inline && !writing && outbox.isEmpty()
+          && frame.body().length + FrameCodec.HEADER_BYTES + 256 <= INLINE_WRITE_BYTES) {
+        write(frame);
+        return;
+      }
+      outbox.add(frame);
+      if (writing) {
+        return;
+      }
+      writing = true;
+    }
+    io.execute(this::drain);
+  }
+
+  private void drain() {
+    while (true) {
+      Frame next;
+      synchronized (outbox) {
+        next = outbox.poll();
+        if (next == null) {
+          writing = false;
+          return;
+        }
+      }
+      write(next);
+    }
   }
 
   /** Asks the worker to exit, off the caller's thread; a pipe already closed is fine. */
@@ -148,16 +233,16 @@ final class WorkerPipe {
   /** Fails every request pending and every one sent from now on with {@code e}. */
   void failAll(WorkerException e) {
     failed = e;
-    for (CompletableFuture<Frame> f : pending.values()) {
-      f.completeExceptionally(e);
+    for (Call c : pending.values()) {
+      c.answer.completeExceptionally(e);
     }
   }
 
   /** The request {@code id} failed with {@code e} (the worker lives on). */
   void fail(int id, Throwable e) {
-    CompletableFuture<Frame> p = pending.get(id);
-    if (p != null) {
-      p.completeExceptionally(e);
+    Call c = pending.get(id);
+    if (c != null) {
+      c.answer.completeExceptionally(e);
     }
   }
 
@@ -183,6 +268,7 @@ final class WorkerPipe {
           case READY -> reports.ready(Ready.from(f.head()));
           case RESULT -> complete(f);
           case NEAR -> awaitAwake(f.id());
+          case PART -> part(f);
           case RESIDENT -> reports.resident(Resident.from(f.head()));
           case ERROR -> reports.failed(f.id(), Failure.from(f.head()));
           default -> throw new ProtocolException(f.type() + " is not a frame a worker sends");
@@ -200,9 +286,18 @@ final class WorkerPipe {
   }
 
   private void complete(Frame f) {
-    CompletableFuture<Frame> p = pending.get(f.id());
-    if (p != null) {
-      p.complete(f);
+    Call c = pending.get(f.id());
+    if (c != null) {
+      c.answer.complete(f);
+    }
+  }
+
+  /** A part of a streamed request's response; one of a request not streamed, or already answered, is dropped. */
+  private void part(Frame f) {
+    Call c = pending.get(f.id());
+    if (c != null && c.parts != null) {
+      c.heardNanos = System.nanoTime();
+      c.parts.accept(f.body());
     }
   }
 

@@ -36,6 +36,7 @@ import dev.thaw.pool.protocol.WorkerMessages.StatusAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Trace;
 import dev.thaw.pool.protocol.WorkerMessages.TraceAnswer;
 import dev.thaw.pool.worker.WorkerConfig;
+import dev.thaw.runtime.function.ResponseStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
@@ -55,6 +56,7 @@ import java.util.concurrent.Executor;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -107,7 +109,10 @@ final class WorkerProcess implements Worker {
   private final CompletableFuture<WorkerException> endedFuture = new CompletableFuture<>();
   /** The host cache lease of the image this worker restores: held until the restore is complete or the worker ends. */
   private final AtomicReference<CacheLease> lease = new AtomicReference<>();
+  /** A BECOME or an export runs: nothing else may be sent. */
   private final AtomicBoolean busy = new AtomicBoolean();
+  /** Requests sent and not yet answered (they may overlap each other, never a BECOME or an export). */
+  private final AtomicInteger invoking = new AtomicInteger();
   private final AtomicReference<WorkerException> ended = new AtomicReference<>();
   private volatile boolean becameAnImage;
   /** Set when a BECOME succeeded: only then may requests be sent. */
@@ -372,12 +377,19 @@ final class WorkerProcess implements Worker {
 
   @Override
   public CompletableFuture<InvokeResult> invoke(byte[] json, ByteBuffer binary, Duration deadline) {
+    return invoke(json, binary, deadline, null);
+  }
+
+  /** A request; with a {@code stream}, its parts (when streamed) go there and its cancel sends CANCEL. */
+  @Override
+  public CompletableFuture<InvokeResult> invoke(byte[] json, ByteBuffer binary, Duration deadline,
+      ResponseStream stream) {
     checkUsable();
     if (!invocable) {
       throw new IllegalStateException("worker " + pid + (becameAnImage ? " did not become '" + image + "' (its "
           + "BECOME failed or has not answered)" : " has not become an image"));
     }
-    claim();
+    claimInvoke();
     byte[] body = json;
     if (binary != null && binary.hasRemaining()) {
       ByteBuffer b = binary.duplicate();
@@ -385,15 +397,34 @@ final class WorkerProcess implements Worker {
       b.get(body, json.length, b.remaining());
     }
     long t = System.nanoTime();
-    Invoke head = new Invoke(json.length, nearMicros());
-    return release(pipe.send(head, body, deadline == null ? options.invokeTimeout() : deadline).thenApply(f -> {
+    boolean streamed = stream != null && stream.streamed();
+    // A streamed request's end is its last part's business: no NEAR (the reader is awake for its parts anyway).
+    Invoke head = new Invoke(json.length, streamed ? 0 : nearMicros(), streamed);
+    WorkerPipe.Streamed sent = pipe.sendStreamed(head, body, deadline == null ? options.invokeTimeout() : deadline,
+        streamed ? bytes -> stream.part(parsePart(bytes)) : null);
+    if (stream != null) {
+      stream.onCancel(() -> pipe.cancel(sent.id()));
+    }
+    return sent.answer().whenComplete((r, e) -> invoking.decrementAndGet()).thenApply(f -> {
       InvokeAnswer a = InvokeAnswer.from(f.head(), f.body().length);
       int n = a.jsonBytes();
       byte[] responseJson = n == f.body().length ? f.body() : Arrays.copyOf(f.body(), n);
       ByteBuffer rest = ByteBuffer.wrap(f.body(), n, f.body().length - n).slice().asReadOnlyBuffer();
-      learnInvoke(a.phases());
+      if (!streamed) {
+        learnInvoke(a.phases());
+      }
       return new InvokeResult(responseJson, rest, a.phases(), millisSince(t));
-    }));
+    });
+  }
+
+  /** A PART's body as JSON; one that is not is the worker's fault: it is lost. */
+  private JsonNode parsePart(byte[] body) {
+    try {
+      return Json.MAPPER.readTree(body);
+    } catch (IOException e) {
+      lose(WorkerErrorKind.PROTOCOL, null, "a PART that is not JSON (" + e.getMessage() + "); killed");
+      return Json.MAPPER.nullNode();
+    }
   }
 
   /**
@@ -494,7 +525,7 @@ final class WorkerProcess implements Worker {
     if (ended.get() != null) {
       return;
     }
-    if (!becameAnImage && !busy.get() && process.isAlive()) {
+    if (!becameAnImage && !busy.get() && invoking.get() == 0 && process.isAlive()) {
       listener.returned(this);
     } else {
       retire("released after becoming '" + image + "'");
@@ -564,10 +595,19 @@ final class WorkerProcess implements Worker {
     }
   }
 
+  /** Claims the worker alone, for a BECOME or an export: no request may run. */
   private void claim() {
-    if (!busy.compareAndSet(false, true)) {
-      throw new IllegalStateException("worker " + pid + " is busy: one BECOME or INVOKE at a time");
+    if (invoking.get() > 0 || !busy.compareAndSet(false, true)) {
+      throw new IllegalStateException("worker " + pid + " is busy: a BECOME or an export runs alone");
     }
+  }
+
+  /** A request joins those in flight; none while a BECOME or an export runs. */
+  private void claimInvoke() {
+    if (busy.get()) {
+      throw new IllegalStateException("worker " + pid + " is busy: a BECOME or an export runs");
+    }
+    invoking.incrementAndGet();
   }
 
   private <T> CompletableFuture<T> release(CompletableFuture<T> f) {

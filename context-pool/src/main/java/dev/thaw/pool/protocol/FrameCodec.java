@@ -28,7 +28,7 @@ import java.nio.ByteBuffer;
 public final class FrameCodec {
 
   public static final int MAGIC = 0x5457;
-  public static final int VERSION = 4;
+  public static final int VERSION = 5;
   public static final int HEADER_BYTES = 16;
   /** Heads carry control fields only. */
   public static final int MAX_HEAD_BYTES = 1 << 20;
@@ -39,6 +39,14 @@ public final class FrameCodec {
 
   /** Writes one frame and flushes. Not thread-safe: callers serialize writes to one stream. */
   public static void write(OutputStream out, Frame f) throws IOException {
+    write(out, f, true);
+  }
+
+  /**
+   * Writes one frame, and flushes when {@code flush} (a writer sending several frames at once flushes after the last).
+   * Not thread-safe: callers serialize writes to one stream.
+   */
+  public static void write(OutputStream out, Frame f, boolean flush) throws IOException {
     byte[] head = JSON.writeValueAsBytes(f.head());
     ByteBuffer h = ByteBuffer.allocate(HEADER_BYTES);
     h.putShort((short) MAGIC).put((byte) VERSION).put((byte) f.type().code()).putInt(f.id()).putInt(head.length)
@@ -46,7 +54,9 @@ public final class FrameCodec {
     out.write(h.array());
     out.write(head);
     out.write(f.body());
-    out.flush();
+    if (flush) {
+      out.flush();
+    }
   }
 
   /**

@@ -48,6 +48,17 @@ public enum FrameType {
    * prepares ahead). The RESULT names those it held.
    */
   FORGET(11),
+  /**
+   * Worker → parent, with the id of an INVOKE whose head asked to {@code stream}, while it runs: one part of its
+   * response (the body, JSON), in the order the function sent them, all before its RESULT.
+   */
+  PART(12),
+  /**
+   * Parent → worker, with the id of an INVOKE it sent: the caller went away. The worker's reader takes it at once (it
+   * never waits behind work); the function ends that request at its next safe point and answers it as usual. Ignored
+   * for a request already answered. Never answered itself.
+   */
+  CANCEL(13),
   /** Worker → parent: the answer to the request with the same id. */
   RESULT(16),
   /** Worker → parent: the request with the same id failed (id 0: the worker itself failed and exits). */

@@ -35,11 +35,11 @@ public final class WorkerMessages {
 
   /** What the parent sends a worker. */
   public sealed interface Request extends Head
-      permits Become, Invoke, Status, Exit, Export, Prepare, Forget, Trace {}
+      permits Become, Invoke, Cancel, Status, Exit, Export, Prepare, Forget, Trace {}
 
   /** What a worker sends its parent: an answer (RESULT) or a report of its own. */
   public sealed interface Reply extends Head
-      permits Ready, Near, Resident, BecomeAnswer, InvokeAnswer, PrepareAnswer, ForgetAnswer, ExportAnswer,
+      permits Ready, Near, Part, Resident, BecomeAnswer, InvokeAnswer, PrepareAnswer, ForgetAnswer, ExportAnswer,
       TraceAnswer, StatusAnswer, ExitAnswer, Failure {}
 
   // ---- parent → worker ----
@@ -155,8 +155,9 @@ public final class WorkerMessages {
    * One request: the body is {@code jsonBytes} of request JSON, then raw bytes.
    *
    * @param nearMicros send NEAR this long after beginning it; 0 for none
+   * @param stream send the parts of the response as PART frames while it runs
    */
-  public record Invoke(int jsonBytes, long nearMicros) implements Request {
+  public record Invoke(int jsonBytes, long nearMicros, boolean stream) implements Request {
     @Override
     public FrameType type() {
       return FrameType.INVOKE;
@@ -169,11 +170,28 @@ public final class WorkerMessages {
       if (nearMicros > 0) {
         h.put("nearMicros", nearMicros);
       }
+      if (stream) {
+        h.put("stream", true);
+      }
       return h;
     }
 
     public static Invoke from(JsonNode h, int bodyLength) {
-      return new Invoke(h.path("jsonBytes").asInt(bodyLength), h.path("nearMicros").asLong(0));
+      return new Invoke(h.path("jsonBytes").asInt(bodyLength), h.path("nearMicros").asLong(0),
+          h.path("stream").asBoolean(false));
+    }
+  }
+
+  /** The caller of the INVOKE with this frame's id went away: end it (it is answered as usual). */
+  public record Cancel() implements Request {
+    @Override
+    public FrameType type() {
+      return FrameType.CANCEL;
+    }
+
+    @Override
+    public ObjectNode toJson() {
+      return FrameCodec.head();
     }
   }
 
@@ -350,6 +368,19 @@ public final class WorkerMessages {
     @Override
     public FrameType type() {
       return FrameType.NEAR;
+    }
+
+    @Override
+    public ObjectNode toJson() {
+      return FrameCodec.head();
+    }
+  }
+
+  /** One part of the response of the INVOKE with this frame's id: the body is its JSON. */
+  public record Part() implements Reply {
+    @Override
+    public FrameType type() {
+      return FrameType.PART;
     }
 
     @Override

@@ -35,16 +35,19 @@ import dev.thaw.pool.protocol.WorkerMessages.Hbm;
 import dev.thaw.pool.protocol.WorkerMessages.Invoke;
 import dev.thaw.pool.protocol.WorkerMessages.InvokeAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Near;
+import dev.thaw.pool.protocol.WorkerMessages.Part;
 import dev.thaw.pool.protocol.WorkerMessages.Prepare;
 import dev.thaw.pool.protocol.WorkerMessages.Resident;
 import dev.thaw.pool.protocol.WorkerMessages.StatusAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Trace;
 import dev.thaw.pool.protocol.WorkerMessages.TraceAnswer;
 import dev.thaw.pool.worker.PreparedImages.Prepared;
+import dev.thaw.runtime.function.FunctionEngine;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
 import dev.thaw.runtime.gpu.GpuContext;
@@ -56,6 +59,8 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
@@ -64,11 +69,13 @@ import java.util.concurrent.TimeUnit;
  * A worker's image life cycle, on the executing thread: prepare images while blank (or forget them), become one
  * (an on-demand restore: answered once the function is invocable, RESIDENT sent when the last byte landed), then
  * serve INVOKEs, EXPORT its read-only slabs for the HBM tier and give its restore's TRACE. A worker becomes one image
- * in its life.
+ * in its life. The INVOKEs of a function that serves several requests at once ({@code concurrency} above 1) go to its
+ * engine and are answered from the engine's thread as each completes; any other function's run one at a time here.
  *
  * <p>Invariants: a BECOME's answer is written before anything else is arranged for it (its RESIDENT report comes
  * after it, always); the image's read-only slabs are write-protected only while no request runs (a mapping's access
- * changed under a kernel faulted on the GPU), once the worker has been idle {@code protectAfterIdleMillis}.
+ * changed under a kernel faulted on the GPU), once the worker has been idle {@code protectAfterIdleMillis}; an
+ * INVOKE's PART frames are all written before its RESULT (the function sends them before it answers).
  */
 final class WorkerImage implements WorkerLoop.Work {
 
@@ -110,6 +117,10 @@ final class WorkerImage implements WorkerLoop.Work {
   private volatile String image;
   private volatile long invocations;
   private volatile ScheduledThreadPoolExecutor nearTimer;
+  /** The INVOKEs read and not yet answered, by frame id: their streams, for PART frames and CANCEL. */
+  private final Map<Integer, ResponseStream> calls = new ConcurrentHashMap<>();
+  /** INVOKEs handed to the function's engine and not yet answered; guarded by {@code this}. */
+  private int inEngine;
   private OnDemandRestore restored;
   /** The BECOME that made {@link #restored}: when it was read (time zero of its trace), and its answer. */
   private Became became;
@@ -154,6 +165,31 @@ final class WorkerImage implements WorkerLoop.Work {
   }
 
   @Override
+  public void arrived(Frame invoke) {
+    int id = invoke.id();
+    calls.put(id, Invoke.from(invoke.head(), invoke.body().length).stream()
+        ? ResponseStream.streamed(part -> sendPart(id, part)) : ResponseStream.unstreamed());
+  }
+
+  @Override
+  public void cancel(int id) {
+    ResponseStream s = calls.get(id);
+    if (s != null) {
+      s.cancel();
+    }
+  }
+
+  private void sendPart(int id, JsonNode part) {
+    byte[] body;
+    try {
+      body = json.writeValueAsBytes(part);
+    } catch (IOException e) {
+      throw new IllegalArgumentException("a response part that is not JSON: " + e.getMessage(), e);
+    }
+    out.sendLater(Frame.of(id, new Part(), body));
+  }
+
+  @Override
   public void execute(Frame f) {
     long taken = System.nanoTime();
     if (f.type() == FrameType.BECOME) {
@@ -170,13 +206,35 @@ final class WorkerImage implements WorkerLoop.Work {
         default -> invoke(f);
       };
     } catch (Throwable e) {
+      if (f.type() == FrameType.INVOKE) {
+        calls.remove(f.id());
+      }
       failed(f, e, false);
       return;
     }
-    out.send(reply);
-    if (f.type() == FrameType.INVOKE && !slabsProtected && restored != null) {
-      // Not after a BECOME (the first request is on its way), and not at once either (a request right behind this
-      // one must not wait): once the worker has been idle a while.
+    if (reply == null) {
+      // Handed to the function's engine, which answers it.
+      return;
+    }
+    ResponseStream streamed = f.type() == FrameType.INVOKE ? calls.remove(f.id()) : null;
+    if (streamed != null && streamed.streamed()) {
+      // After its parts, which the writer thread sends.
+      out.sendLater(reply);
+    } else {
+      out.send(reply);
+    }
+    if (f.type() == FrameType.INVOKE) {
+      protectWhenIdle();
+    }
+  }
+
+  /**
+   * Arranges for the read-only slabs to be protected after a request: not after a BECOME (the first request is on its
+   * way), and not at once either (a request right behind this one must not wait): once the worker has been idle a
+   * while.
+   */
+  private void protectWhenIdle() {
+    if (!slabsProtected && restored != null) {
       if (config.protectAfterIdleMillis() == 0) {
         idle();
       } else {
@@ -219,8 +277,12 @@ final class WorkerImage implements WorkerLoop.Work {
     if (restoring && state == State.BECOMING) {
       state = State.BLANK;
       image = null;
-    } else if (state == State.INVOKING) {
-      state = State.READY;
+    } else if (state == State.INVOKING && !restoring && f.type() == FrameType.INVOKE) {
+      synchronized (this) {
+        if (inEngine == 0) {
+          state = State.READY;
+        }
+      }
     }
   }
 
@@ -480,44 +542,132 @@ final class WorkerImage implements WorkerLoop.Work {
 
   // ---- INVOKE ----
 
+  /**
+   * Runs the request here, or hands it to the function's engine (then returns null: the engine's thread answers it).
+   */
   private Frame invoke(Frame f) throws Exception {
-    if (state != State.READY) {
+    if (state != State.READY && !(state == State.INVOKING && engineOn())) {
       return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "INVOKE before this worker became an image"));
     }
-    state = State.INVOKING;
     long start = System.nanoTime();
     Invoke request = Invoke.from(f.head(), f.body().length);
+    ResponseStream stream = calls.computeIfAbsent(f.id(), id -> request.stream()
+        ? ResponseStream.streamed(part -> sendPart(id, part)) : ResponseStream.unstreamed());
+    FunctionRequest fr = request(f, request);
+    double decodeMs = (System.nanoTime() - start) / 1e6;
+    if (engineOn()) {
+      return submit(f, fr, stream, decodeMs);
+    }
+    state = State.INVOKING;
     // The parent's reader sleeps in a read while this runs; NEAR wakes it a little before the RESULT is due.
     ScheduledFuture<?> near = request.nearMicros() <= 0 ? null : nearTimer().schedule(
         () -> out.send(f.id(), new Near()), request.nearMicros() * 1000, TimeUnit.NANOSECONDS);
     try {
-      int jsonBytes = request.jsonBytes();
-      if (jsonBytes < 0 || jsonBytes > f.body().length) {
-        throw new ProtocolException("jsonBytes " + jsonBytes + " outside the body's " + f.body().length);
-      }
-      JsonNode body = json.readTree(f.body(), 0, jsonBytes);
-      if (body == null || !body.isObject()) {
-        throw new InvalidRequestException("the request is not a JSON object");
-      }
-      Optional<ByteBuffer> binary = jsonBytes == f.body().length ? Optional.empty()
-          : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
       long t = System.nanoTime();
-      double decodeMs = (t - start) / 1e6;
-      FunctionResponse r = restored.function().invoke(new FunctionRequest(body, binary));
-      long t2 = System.nanoTime();
-      byte[] responseJson = json.writeValueAsBytes(r.json());
-      byte[] bytes = withBinary(responseJson, r.binary());
+      FunctionResponse r = restored.function().invoke(fr, stream);
+      Frame answer = answer(f.id(), r, decodeMs, t);
       invocations++;
       state = State.READY;
-      Map<String, Double> phases = new LinkedHashMap<>();
-      phases.put("decode", decodeMs);
-      phases.put("invoke", (t2 - t) / 1e6);
-      phases.put("encode", (System.nanoTime() - t2) / 1e6);
-      return Frame.of(f.id(), new InvokeAnswer(responseJson.length, phases), bytes);
+      return answer;
     } finally {
       if (near != null) {
         near.cancel(false);
       }
+    }
+  }
+
+  /** True when the function serves several requests at once, through its engine. */
+  private boolean engineOn() {
+    return restored != null && restored.function().concurrency() > 1;
+  }
+
+  private FunctionRequest request(Frame f, Invoke request) throws IOException {
+    int jsonBytes = request.jsonBytes();
+    if (jsonBytes < 0 || jsonBytes > f.body().length) {
+      throw new ProtocolException("jsonBytes " + jsonBytes + " outside the body's " + f.body().length);
+    }
+    JsonNode body = json.readTree(f.body(), 0, jsonBytes);
+    if (body == null || !body.isObject()) {
+      throw new InvalidRequestException("the request is not a JSON object");
+    }
+    Optional<ByteBuffer> binary = jsonBytes == f.body().length ? Optional.empty()
+        : Optional.of(ByteBuffer.wrap(f.body(), jsonBytes, f.body().length - jsonBytes).slice());
+    return new FunctionRequest(body, binary);
+  }
+
+  /** The RESULT for a response the function made from {@code functionStart} until now. */
+  private Frame answer(int id, FunctionResponse r, double decodeMs, long functionStart) throws IOException {
+    long t2 = System.nanoTime();
+    byte[] responseJson = json.writeValueAsBytes(r.json());
+    byte[] bytes = withBinary(responseJson, r.binary());
+    Map<String, Double> phases = new LinkedHashMap<>();
+    phases.put("decode", decodeMs);
+    phases.put("invoke", (t2 - functionStart) / 1e6);
+    phases.put("encode", (System.nanoTime() - t2) / 1e6);
+    return Frame.of(id, new InvokeAnswer(responseJson.length, phases), bytes);
+  }
+
+  /**
+   * Hands the request to the function's engine; its thread sends the answer. The worker is INVOKING while any request
+   * is in the engine, so nothing protects slabs or exports under a step.
+   */
+  private Frame submit(Frame f, FunctionRequest request, ResponseStream stream, double decodeMs) {
+    FunctionEngine engine = restored.function().engine();
+    synchronized (this) {
+      inEngine++;
+      state = State.INVOKING;
+    }
+    long t = System.nanoTime();
+    CompletableFuture<FunctionResponse> served;
+    try {
+      served = engine.submit(request, stream);
+    } catch (RuntimeException | Error e) {
+      leftEngine(false);
+      throw e;
+    }
+    served.whenComplete((r, e) -> {
+      calls.remove(f.id());
+      if (e != null) {
+        leftEngine(false);
+        failed(f, WorkerFailures.unwrap(e), false);
+        return;
+      }
+      Frame reply;
+      try {
+        reply = answer(f.id(), r, decodeMs, t);
+      } catch (IOException | RuntimeException x) {
+        leftEngine(false);
+        failed(f, x, false);
+        return;
+      }
+      leftEngine(true);
+      if (stream.streamed()) {
+        // After its parts, which the writer thread sends.
+        out.sendLater(reply);
+      } else {
+        out.send(reply);
+      }
+    });
+    return null;
+  }
+
+  /** A request left the engine; the last one out makes the worker READY and arranges the slabs' protection. */
+  private void leftEngine(boolean served) {
+    boolean idle;
+    synchronized (this) {
+      inEngine--;
+      if (served) {
+        invocations++;
+      }
+      idle = inEngine == 0;
+      if (idle) {
+        state = State.READY;
+      }
+    }
+    if (idle && !slabsProtected) {
+      // Off this (the engine's) thread: the loop's thread protects them holding the executing turn, so that no
+      // request is handed to the engine meanwhile.
+      loop.idleIn(config.protectAfterIdleMillis());
     }
   }
 

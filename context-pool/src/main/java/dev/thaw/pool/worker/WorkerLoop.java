@@ -15,8 +15,9 @@ import java.util.ArrayDeque;
 
 /**
  * The worker's two threads and its stdin. One thread reads stdin at a time and answers STATUS and EXIT itself, so a
- * busy worker still answers them; the other executes the work frames (PREPARE, FORGET, BECOME, INVOKE, EXPORT,
- * TRACE), one at a time, in the order they came. An INVOKE read while nothing executes runs on the thread that read
+ * busy worker still answers them, and passes CANCEL on at once; the other executes the work frames (PREPARE, FORGET,
+ * BECOME, INVOKE, EXPORT, TRACE), one at a time, in the order they came (an INVOKE of a function that batches is
+ * handed to its engine, so executing it takes no longer than that). An INVOKE read while nothing executes runs on the thread that read
  * it, and the other thread takes over reading: a warm request waits for no thread to wake up.
  *
  * <p>Until {@link #serve} nothing executes: work read during start-up waits in the queue, except PREPAREs, which a
@@ -28,8 +29,17 @@ final class WorkerLoop {
 
   /** What the loop hands its work to. */
   interface Work {
-    /** Executes one work frame and sends its answer. */
+    /** Executes one work frame and sends its answer (or arranges for it to be sent, for an INVOKE handed on). */
     void execute(Frame f);
+
+    /**
+     * An INVOKE was read off stdin, on the reading thread, before it is queued or executed: from now on a CANCEL with
+     * its id finds it.
+     */
+    void arrived(Frame invoke);
+
+    /** A CANCEL for the INVOKE with id {@code id}, on the reading thread; one already answered is ignored. */
+    void cancel(int id);
 
     /** Called by the thread waiting for work once the worker has been idle as long as {@link #idleIn} asked. */
     void idle();
@@ -215,6 +225,15 @@ final class WorkerLoop {
       if (!aheadOfTime(f.type())) {
         requested = true;
       }
+      if (f.type() == FrameType.INVOKE) {
+        Work h;
+        synchronized (turn) {
+          h = handler;
+        }
+        if (h != null) {
+          h.arrived(f);
+        }
+      }
       synchronized (turn) {
         if (f.type() == FrameType.INVOKE && serving && !executing && work.isEmpty()) {
           executing = true;
@@ -247,6 +266,15 @@ final class WorkerLoop {
       }
       switch (f.type()) {
         case STATUS -> out.send(f.id(), status());
+        case CANCEL -> {
+          Work h;
+          synchronized (turn) {
+            h = handler;
+          }
+          if (h != null) {
+            h.cancel(f.id());
+          }
+        }
         case EXIT -> {
           out.send(f.id(), new ExitAnswer());
           Runtime.getRuntime().halt(0);

@@ -7,17 +7,62 @@ import dev.thaw.pool.protocol.WorkerMessages.Failure;
 import dev.thaw.pool.protocol.WorkerMessages.Reply;
 import java.io.IOException;
 import java.io.OutputStream;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.LinkedBlockingQueue;
 
 /**
  * The worker's stdout: frames only, one writer at a time. A write that fails means the parent is gone, and nothing of
- * the worker may outlive it: the process halts.
+ * the worker may outlive it: the process halts. Frames {@link #sendLater sent later} leave from a writer thread of their
+ * own, in the order given, several in one flush: a function's engine hands a streamed request's parts (and then its
+ * answer) over without waiting for the pipe, and launches its next step meanwhile.
  */
 final class WorkerReplies {
 
   private final OutputStream out;
+  private final LinkedBlockingQueue<Frame> later = new LinkedBlockingQueue<>();
+  private Thread writer;
 
   WorkerReplies(OutputStream out) {
     this.out = out;
+  }
+
+  /**
+   * Queues a frame for the writer thread: frames queued here leave in the order queued, but may leave after frames
+   * {@link #send sent} directly since (a request's parts and its answer go the same way).
+   */
+  void sendLater(Frame f) {
+    synchronized (later) {
+      if (writer == null) {
+        writer = new Thread(this::writeLater, "thaw-worker-writer");
+        writer.setDaemon(true);
+        writer.start();
+      }
+    }
+    later.add(f);
+  }
+
+  private void writeLater() {
+    List<Frame> batch = new ArrayList<>();
+    while (true) {
+      try {
+        batch.add(later.take());
+      } catch (InterruptedException e) {
+        return;
+      }
+      later.drainTo(batch);
+      synchronized (out) {
+        try {
+          for (Frame f : batch) {
+            FrameCodec.write(out, f, false);
+          }
+          out.flush();
+        } catch (IOException e) {
+          Runtime.getRuntime().halt(WorkerMain.EXIT_PARENT_GONE);
+        }
+      }
+      batch.clear();
+    }
   }
 
   void send(int id, Reply reply) {

@@ -8,6 +8,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.protocol.WorkerMessages.Become;
 import dev.thaw.pool.protocol.WorkerMessages.BecomeAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Cancel;
 import dev.thaw.pool.protocol.WorkerMessages.Device;
 import dev.thaw.pool.protocol.WorkerMessages.Exit;
 import dev.thaw.pool.protocol.WorkerMessages.ExitAnswer;
@@ -21,6 +22,7 @@ import dev.thaw.pool.protocol.WorkerMessages.Head;
 import dev.thaw.pool.protocol.WorkerMessages.Invoke;
 import dev.thaw.pool.protocol.WorkerMessages.InvokeAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Near;
+import dev.thaw.pool.protocol.WorkerMessages.Part;
 import dev.thaw.pool.protocol.WorkerMessages.Prepare;
 import dev.thaw.pool.protocol.WorkerMessages.PrepareAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Ready;
@@ -72,7 +74,8 @@ class WorkerMessagesTest {
         List.of("a@1", "b@2"), List.of(1)), f -> Ready.from(f.head()));
     m.put(new Become("gpt2", new Source("cache", "/store", new Hbm(7, "1000:2097152:9:w\n"), List.of(1, 3), 0.5,
         new Hbm(7, "1000:2097152:11:w\n")), 0, true, "gpt2@1", true), f -> Become.from(f.head()));
-    m.put(new Invoke(12, 900), f -> Invoke.from(f.head(), f.body().length));
+    m.put(new Invoke(12, 900, true), f -> Invoke.from(f.head(), f.body().length));
+    m.put(new Cancel(), f -> new Cancel());
     m.put(new Status(), f -> new Status());
     m.put(new Exit(), f -> new Exit());
     m.put(new Export(), f -> new Export());
@@ -80,6 +83,7 @@ class WorkerMessagesTest {
     m.put(new Forget(List.of("a@1")), f -> Forget.from(f.head()));
     m.put(new Trace(64), f -> Trace.from(f.head(), 512));
     m.put(new Near(), f -> new Near());
+    m.put(new Part(), f -> new Part());
     m.put(new Resident(30.5, 100, 60, 30, 10, 4, 1, 2, 8, 20), f -> Resident.from(f.head()));
     m.put(new BecomeAnswer(PHASES, 1 << 20, "hbm", List.of(1), false, 0.5, 123456789L, 123456999L),
         f -> BecomeAnswer.from(f.head()));

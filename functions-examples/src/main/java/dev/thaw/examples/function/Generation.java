@@ -5,8 +5,13 @@ import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.ResponseStream;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
 
 /**
  * The host side of greedy generation over ragged prompts, as the language-model examples lay it out on the
@@ -16,16 +21,31 @@ import java.nio.ByteOrder;
  * s − 1 wrote at {@link #stepOutput}(s − 1). So ids stay on the device and the host waits once, at the end.
  * {@code tokens} needs promptRows + steps × batch ints (the last step's ids too), the others promptRows +
  * (steps − 1) × batch, and cacheRows promptRows + batch.
+ *
+ * <p>A streamed request ({@link ResponseStream#streamed()}) brings every step's ids to the host and sends them as a
+ * part ({@link #part}); a cancelled one ends after the step under way.
  */
 public final class Generation {
 
   private final TokenRequest request;
+  private final ResponseStream stream;
   private final int batch;
   private final int promptRows;
   private final int[] lastRow;
+  /** With {@link #perStep()}: each sequence's ids so far, whether it stopped, its picks' log-probabilities. */
+  private final List<List<Integer>> ids = new ArrayList<>();
+  private final boolean[] stopped;
+  private boolean cancelled;
+  private final List<List<Sampling.Pick>> picks = new ArrayList<>();
+  private final List<Map<Integer, Integer>> counts = new ArrayList<>();
 
   public Generation(TokenRequest request) {
+    this(request, ResponseStream.unstreamed());
+  }
+
+  public Generation(TokenRequest request, ResponseStream stream) {
     this.request = request;
+    this.stream = stream;
     this.batch = request.prompts().length;
     int rows = 0;
     for (int[] p : request.prompts()) {
@@ -33,6 +53,121 @@ public final class Generation {
     }
     this.promptRows = rows;
     this.lastRow = new int[batch];
+    this.stopped = new boolean[batch];
+    for (int b = 0; b < batch; b++) {
+      ids.add(new ArrayList<>());
+      picks.add(new ArrayList<>());
+      counts.add(new HashMap<>());
+    }
+  }
+
+  /**
+   * True when every step's ids come to the host: to pick them there (sampling, penalties, log-probabilities), or to
+   * see a stop token and end early. Else the ids stay on the device and the host waits once, at the end.
+   */
+  public boolean perStep() {
+    return !request.sampling().greedy() || request.sampling().stopTokens().length > 0 || stream.streamed();
+  }
+
+  /**
+   * After step {@code step}'s head (0: the prompt's) has written its logits and its argmax: with {@link #perStep()},
+   * the host picks each sequence's token from the logits and writes it where the next step reads it, or reads the
+   * device's picks; a sequence that picked a stop token ends (its rows still run, unread).
+   *
+   * @return false when every sequence has ended: no step follows
+   */
+  public boolean afterHead(FunctionSession session, int step, BufferRef tokens, BufferRef logits, int vocab) {
+    if (!perStep()) {
+      return true;
+    }
+    if (step >= request.maxNewTokens()) {
+      return false;
+    }
+    if (stream.cancelled()) {
+      cancelled = true;
+      return false;
+    }
+    Sampling sampling = request.sampling();
+    int[] chosen = new int[batch];
+    if (sampling.greedy()) {
+      ByteBuffer got = ByteBuffer.allocateDirect(4 * batch).order(ByteOrder.LITTLE_ENDIAN);
+      session.download(tokens, stepOutput(step), got);
+      for (int b = 0; b < batch; b++) {
+        chosen[b] = got.getInt(4 * b);
+      }
+    } else {
+      ByteBuffer l = ByteBuffer.allocateDirect(4 * batch * vocab).order(ByteOrder.LITTLE_ENDIAN);
+      session.download(logits, 0, l);
+      float[] row = new float[vocab];
+      for (int b = 0; b < batch; b++) {
+        if (stopped[b]) {
+          List<Integer> own = ids.get(b);
+          chosen[b] = own.get(own.size() - 1);
+          continue;
+        }
+        l.asFloatBuffer().get(b * vocab, row, 0, vocab);
+        Sampling.Pick p = sampling.pick(row, counts.get(b), b, step);
+        chosen[b] = p.id();
+        picks.get(b).add(p);
+      }
+      session.upload(tokens, stepOutput(step), ints(chosen));
+    }
+    boolean going = false;
+    int[][] added = new int[batch][];
+    Sampling.Pick[][] addedPicks = new Sampling.Pick[batch][];
+    for (int b = 0; b < batch; b++) {
+      added[b] = new int[0];
+      addedPicks[b] = new Sampling.Pick[0];
+      if (!stopped[b]) {
+        ids.get(b).add(chosen[b]);
+        counts.get(b).merge(chosen[b], 1, Integer::sum);
+        stopped[b] = sampling.stops(chosen[b]);
+        going |= !stopped[b];
+        added[b] = new int[] {chosen[b]};
+        List<Sampling.Pick> own = picks.get(b);
+        addedPicks[b] = own.size() == ids.get(b).size() ? new Sampling.Pick[] {own.get(own.size() - 1)}
+            : new Sampling.Pick[0];
+      }
+    }
+    if (stream.streamed()) {
+      stream.part(part(added, sampling.logprobs() >= 0 ? addedPicks : null));
+    }
+    return going;
+  }
+
+  /**
+   * A streamed part: per sequence of the request, the ids it added since the last part ({@code {"tokens": [[id], [],
+   * ...]}}: an empty list for one that added none) and, when the request asked for them, their log-probabilities in
+   * the response's form ({@code "logprobs"}).
+   */
+  public static ObjectNode part(int[][] added, Sampling.Pick[][] picks) {
+    ObjectNode part = JsonNodeFactory.instance.objectNode();
+    ArrayNode tokens = part.putArray("tokens");
+    for (int[] seq : added) {
+      ArrayNode row = tokens.addArray();
+      for (int id : seq) {
+        row.add(id);
+      }
+    }
+    if (picks != null) {
+      ArrayNode lp = part.putArray("logprobs");
+      for (Sampling.Pick[] seq : picks) {
+        ArrayNode row = lp.addArray();
+        for (Sampling.Pick p : seq) {
+          logprob(row.addObject(), p);
+        }
+      }
+    }
+    return part;
+  }
+
+  /** One token's log-probability and its alternatives: {@code {"logprob": x, "top": [[id, logprob], ...]}}. */
+  public static void logprob(ObjectNode into, Sampling.Pick p) {
+    into.put("logprob", p.logprob());
+    ArrayNode top = into.putArray("top");
+    for (int i = 0; i < p.topIds().length; i++) {
+      top.addArray().add(p.topIds()[i]).add(p.topLogprobs()[i]);
+    }
   }
 
   public int batch() {
@@ -94,6 +229,9 @@ public final class Generation {
    * when the request asked; waits for the request's device work either way.
    */
   public ObjectNode response(FunctionSession session, BufferRef tokens, BufferRef logits, int vocab) {
+    if (perStep()) {
+      return perStepResponse(session, logits, vocab);
+    }
     int steps = request.maxNewTokens();
     ObjectNode out = JsonNodeFactory.instance.objectNode();
     ArrayNode ids = out.putArray("tokens");
@@ -119,6 +257,44 @@ public final class Generation {
       }
     } else {
       // Nothing to download: still wait, so the request's device work is done when it returns.
+      session.synchronize();
+    }
+    return out;
+  }
+
+  /**
+   * The ids the host saw step by step, each sequence's {@code finish} ({@code "stop"} at a stop token, else
+   * {@code "length"}) and, when asked, each token's log-probability with its alternatives.
+   */
+  private ObjectNode perStepResponse(FunctionSession session, BufferRef logits, int vocab) {
+    ObjectNode out = JsonNodeFactory.instance.objectNode();
+    ArrayNode all = out.putArray("tokens");
+    ArrayNode finish = out.putArray("finish");
+    for (int b = 0; b < batch; b++) {
+      ArrayNode row = all.addArray();
+      ids.get(b).forEach(row::add);
+      finish.add(stopped[b] ? "stop" : cancelled ? "cancelled" : "length");
+    }
+    if (request.sampling().logprobs() >= 0) {
+      ArrayNode lp = out.putArray("logprobs");
+      for (int b = 0; b < batch; b++) {
+        ArrayNode row = lp.addArray();
+        for (Sampling.Pick p : picks.get(b)) {
+          logprob(row.addObject(), p);
+        }
+      }
+    }
+    if (request.returnLogits()) {
+      ByteBuffer l = ByteBuffer.allocateDirect(4 * batch * vocab).order(ByteOrder.LITTLE_ENDIAN);
+      session.download(logits, 0, l);
+      ArrayNode rows = out.putArray("logits");
+      for (int b = 0; b < batch; b++) {
+        ArrayNode row = rows.addArray();
+        for (int v = 0; v < vocab; v++) {
+          row.add(l.getFloat(4 * (b * vocab + v)));
+        }
+      }
+    } else {
       session.synchronize();
     }
     return out;

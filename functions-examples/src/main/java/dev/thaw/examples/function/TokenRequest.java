@@ -14,7 +14,11 @@ import java.util.Set;
  *
  * <pre>{@code {"tokens": [[464, 2068, 7586], [15496, 11]], "maxNewTokens": 16, "returnLogits": false}}</pre>
  */
-public record TokenRequest(int[][] prompts, int maxNewTokens, boolean returnLogits) {
+public record TokenRequest(int[][] prompts, int maxNewTokens, boolean returnLogits, Sampling sampling) {
+
+  public TokenRequest(int[][] prompts, int maxNewTokens, boolean returnLogits) {
+    this(prompts, maxNewTokens, returnLogits, Sampling.GREEDY);
+  }
 
   public static final int DEFAULT_MAX_NEW_TOKENS = 16;
 
@@ -24,8 +28,8 @@ public record TokenRequest(int[][] prompts, int maxNewTokens, boolean returnLogi
   /**
    * Checks {@code json} against {@code limits}.
    *
-   * @param fields the top-level fields allowed ({@code tokens}, {@code maxNewTokens}, {@code returnLogits} and
-   *     any the caller handles itself)
+   * @param fields the top-level fields allowed ({@code tokens}, {@code maxNewTokens}, {@code returnLogits}, those of
+   *     {@link Sampling#FIELDS} when the caller samples, and any the caller handles itself)
    * @throws InvalidRequestException naming the first thing that is wrong
    */
   public static TokenRequest parse(JsonNode json, Set<String> fields, Limits limits) {
@@ -89,7 +93,8 @@ public record TokenRequest(int[][] prompts, int maxNewTokens, boolean returnLogi
         prompts[b][t] = id.asInt();
       }
     }
-    return new TokenRequest(prompts, maxNew, returnLogits);
+    Sampling sampling = fields.containsAll(Sampling.FIELDS) ? Sampling.parse(json, vocab) : Sampling.GREEDY;
+    return new TokenRequest(prompts, maxNew, returnLogits, sampling);
   }
 
   /** A request body: {@code {"tokens": prompts, "maxNewTokens": n, "returnLogits": logits}}. */

@@ -4,20 +4,21 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.examples.function.Generation;
-import dev.thaw.examples.function.SessionModule;
 import dev.thaw.examples.function.StagedUpload;
+import dev.thaw.examples.function.TokenEngine;
 import dev.thaw.examples.function.TokenRequest;
 import dev.thaw.examples.gpt2.kernels.Gpt2Kernels;
 import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.runtime.function.FunctionEngine;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.TensorSpec;
 import dev.thaw.runtime.function.ThawFunction;
-import dev.thaw.runtime.gpu.GpuStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -53,6 +54,11 @@ import java.util.Set;
  * {@code logits} are those of the last step: the one that chose the last token, or the prompt's last position
  * when {@code maxNewTokens} is 0. Everything about a request is checked before anything is launched, so an
  * {@link InvalidRequestException} leaves the device as it was.
+ *
+ * <h2>Serving</h2>
+ * An instance serves up to maxBatch requests at once ({@link #concurrency}) through its
+ * {@link dev.thaw.examples.function.TokenEngine} ({@link #engine}): every sequence in flight shares each decode step,
+ * requests joining and leaving between steps, each in a KV-cache row of its own.
  */
 public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
 
@@ -61,11 +67,13 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
   public static final int DEFAULT_MAX_NEW_TOKENS = TokenRequest.DEFAULT_MAX_NEW_TOKENS;
   /** A bound on maxBatch: the KV cache and scratch grow with it, and the request loop is per sequence. */
   public static final int MAX_BATCH_LIMIT = 64;
+  /** GPT-2's {@code <|endoftext|>}: a completion ends there. */
+  static final int END_OF_TEXT = 50256;
   /** Pinned staging for the weight upload: two halves of this size, filled and copied alternately. */
   static final int STAGING_BYTES = 8 << 20;
 
   private static final Set<String> CONFIG_FIELDS = Set.of("model", "seed", "path", "maxBatch", "maxTokens");
-  private static final Set<String> REQUEST_FIELDS = Set.of("tokens", "maxNewTokens", "returnLogits");
+  private static final Set<String> REQUEST_FIELDS = fields("tokens", "maxNewTokens", "returnLogits");
 
   /**
    * The host state: the model's shape, sizes, and references to every buffer (weights by their tensor names).
@@ -97,6 +105,12 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
   public record Scratch(BufferRef tokens, BufferRef positions, BufferRef cacheRows, BufferRef x, BufferRef ln,
       BufferRef qkv, BufferRef attn, BufferRef fc, BufferRef last, BufferRef logits) {}
 
+  private static Set<String> fields(String... own) {
+    Set<String> all = new java.util.HashSet<>(Set.of(own));
+    all.addAll(dev.thaw.examples.function.Sampling.FIELDS);
+    return Set.copyOf(all);
+  }
+
   @Override
   public Class<State> stateType() {
     return State.class;
@@ -104,13 +118,15 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
 
   /**
    * {@code tokens} INT32 [batch, prompt] in, {@code tokens} INT32 [batch, new] out; a language model on GPT-2's
-   * byte-pair encoding ({@code r50k_base}), whose requests and responses are this function's own.
+   * byte-pair encoding ({@code r50k_base}), whose requests and responses are this function's own, sampling included;
+   * a completion stops at {@code <|endoftext|>} when the vocabulary has it.
    */
   @Override
   public FunctionSignature signature(State s) {
     return new FunctionSignature(List.of(TensorSpec.of("tokens", "INT32", -1, -1)),
         List.of(TensorSpec.of("tokens", "INT32", -1, -1)),
-        Optional.of(new FunctionSignature.LanguageModel("r50k_base", s.config().vocabSize(), s.maxTokens())));
+        Optional.of(new FunctionSignature.LanguageModel("r50k_base", s.config().vocabSize(), s.maxTokens(),
+            s.maxBatch(), null, s.config().vocabSize() > END_OF_TEXT ? List.of(END_OF_TEXT) : List.of(), true)));
   }
 
   // ---- init ----
@@ -254,95 +270,47 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
 
   @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
+    return invoke(session, s, request, ResponseStream.unstreamed());
+  }
+
+  /** An instance serves up to maxBatch requests at once: their sequences share its KV-cache rows. */
+  @Override
+  public int concurrency(State s) {
+    return s.maxBatch();
+  }
+
+  /** Continuous batching over the instance's maxBatch KV-cache rows ({@link TokenEngine}). */
+  @Override
+  public FunctionEngine engine(FunctionSession session, State s) {
+    return new TokenEngine(session, new Gpt2Passes(session, s),
+        json -> new TokenEngine.Parsed(parse(s, json), out -> out), TokenEngine.DEFAULT_PREFILL_ROWS, MODULE);
+  }
+
+  /** One request alone; each step's ids go out as a part when the stream is streamed, and a cancel ends it. */
+  @Override
+  public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request, ResponseStream stream) {
     TokenRequest req = parse(s, request.json());
-    Run run = new Run(session, s, req);
+    Run run = new Run(session, s, req, stream);
     run.execute();
     return FunctionResponse.of(run.response());
   }
 
-  /** One request's device work, and the addresses it uses. */
+  /** One request alone: its prompt pass and its steps, the host waiting once unless it picks per step. */
   private static final class Run {
     private final FunctionSession session;
     private final State s;
     private final TokenRequest req;
-    private final Gpt2Kernels k;
-    private final GpuStream stream;
+    private final Gpt2Passes p;
     private final Generation gen;
     private final int batch;
-    private final int promptRows;
-    private final int c;
-    private final int h;
-    private final int d;
-    private final int vocab;
-    private final float eps;
-    private final float scale;
-    private final long wte;
-    private final long wpe;
-    private final long[][] layers;
-    private final long lnfW;
-    private final long lnfB;
-    private final long tokens;
-    private final long positions;
-    private final long cacheRows;
-    private final long x;
-    private final long ln;
-    private final long qkv;
-    private final long attn;
-    private final long fc;
-    private final long last;
-    private final long logits;
-    private final long[] kCache;
-    private final long[] vCache;
 
-    private static final String[] LAYER_TENSORS = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight",
-        "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-        "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
-
-    Run(FunctionSession session, State s, TokenRequest req) {
+    Run(FunctionSession session, State s, TokenRequest req, ResponseStream parts) {
       this.session = session;
       this.s = s;
       this.req = req;
-      this.k = new Gpt2Kernels(new SessionModule(session, s.module(), Gpt2Kernels.EMBED));
-      this.stream = session.stream();
-      this.gen = new Generation(req);
+      this.p = new Gpt2Passes(session, s);
+      this.gen = new Generation(req, parts);
       this.batch = gen.batch();
-      this.promptRows = gen.promptRows();
-      Gpt2Config cfg = s.config();
-      this.c = cfg.nEmbd();
-      this.h = cfg.nHead();
-      this.d = cfg.headSize();
-      this.vocab = cfg.vocabSize();
-      this.eps = cfg.layerNormEpsilon();
-      this.scale = (float) (1.0 / Math.sqrt(d));
-      this.wte = addr(s.weight("wte.weight"));
-      this.wpe = addr(s.weight("wpe.weight"));
-      this.layers = new long[cfg.nLayer()][LAYER_TENSORS.length];
-      this.kCache = new long[cfg.nLayer()];
-      this.vCache = new long[cfg.nLayer()];
-      for (int i = 0; i < cfg.nLayer(); i++) {
-        for (int j = 0; j < LAYER_TENSORS.length; j++) {
-          layers[i][j] = addr(s.layer(i, LAYER_TENSORS[j]));
-        }
-        kCache[i] = addr(s.kCache().get(i));
-        vCache[i] = addr(s.vCache().get(i));
-      }
-      this.lnfW = addr(s.weight("ln_f.weight"));
-      this.lnfB = addr(s.weight("ln_f.bias"));
-      Scratch sc = s.scratch();
-      this.tokens = addr(sc.tokens());
-      this.positions = addr(sc.positions());
-      this.cacheRows = addr(sc.cacheRows());
-      this.x = addr(sc.x());
-      this.ln = addr(sc.ln());
-      this.qkv = addr(sc.qkv());
-      this.attn = addr(sc.attn());
-      this.fc = addr(sc.fc());
-      this.last = addr(sc.last());
-      this.logits = addr(sc.logits());
-    }
-
-    private long addr(BufferRef ref) {
-      return session.address(ref);
     }
 
     void execute() {
@@ -350,43 +318,34 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
       gen.upload(session, s.scratch().tokens(), s.scratch().positions(), s.scratch().cacheRows());
 
       // Prompt: one pass over all rows; the head runs on each sequence's last row only.
-      forward(promptRows, tokens, positions, cacheRows);
+      p.forward(gen.promptRows(), 0, 0, 0);
       for (int b = 0; b < batch; b++) {
-        k.layernorm(stream, x + 4L * c * gen.lastRow(b), lnfW, lnfB, last + 2L * c * b, 1, c, eps);
+        p.finalNorm(gen.lastRow(b), b, 1);
       }
-      head(0);
+      if (!head(0)) {
+        return;
+      }
       // Each step feeds the ids the previous one chose, one row per sequence.
       for (int step = 1; step < steps; step++) {
-        forward(batch, tokens + gen.stepRows(step), positions + gen.stepRows(step),
-            cacheRows + gen.decodeCacheRows());
-        k.layernorm(stream, x, lnfW, lnfB, last, batch, c, eps);
-        head(step);
+        p.forward(batch, gen.stepRows(step), gen.stepRows(step), gen.decodeCacheRows());
+        p.finalNorm(0, 0, batch);
+        if (!head(step)) {
+          return;
+        }
       }
     }
 
-    /** Logits of the rows in {@code last}, and their argmax into step {@code step}'s ids. */
-    private void head(int step) {
-      k.lmHead(stream, last, wte, logits, batch, vocab, c);
-      k.argmax(stream, logits, tokens + gen.stepOutput(step), batch, vocab);
-    }
-
-    private void forward(int rows, long tok, long pos, long cacheRow) {
-      k.embed(stream, wte, wpe, tok, pos, x, rows, c);
-      for (int i = 0; i < layers.length; i++) {
-        long[] w = layers[i];
-        k.layernorm(stream, x, w[0], w[1], ln, rows, c, eps);
-        k.matmul(stream, ln, w[2], w[3], qkv, rows, 3 * c, c, false);
-        k.kvAppend(stream, qkv, kCache[i], vCache[i], pos, cacheRow, rows, h, d, s.maxTokens());
-        k.attention(stream, qkv, kCache[i], vCache[i], attn, pos, cacheRow, rows, h, d, s.maxTokens(), scale);
-        k.matmulResidual(stream, attn, w[4], w[5], x, rows, c, c);
-        k.layernorm(stream, x, w[6], w[7], ln, rows, c, eps);
-        k.matmul(stream, ln, w[8], w[9], fc, rows, 4 * c, c, true);
-        k.matmulResidual(stream, fc, w[10], w[11], x, rows, c, 4 * c);
-      }
+    /**
+     * Logits of the rows in {@code last}, their argmax into step {@code step}'s ids, and the host's part
+     * ({@link Generation#afterHead}); false when every sequence has ended.
+     */
+    private boolean head(int step) {
+      p.head(batch, gen.stepOutput(step));
+      return gen.afterHead(session, step, s.scratch().tokens(), s.scratch().logits(), s.config().vocabSize());
     }
 
     ObjectNode response() {
-      return gen.response(session, s.scratch().tokens(), s.scratch().logits(), vocab);
+      return gen.response(session, s.scratch().tokens(), s.scratch().logits(), s.config().vocabSize());
     }
   }
 }

@@ -3,6 +3,7 @@ package dev.thaw.examples.llama;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.runtime.function.InvalidConfigException;
+import dev.thaw.runtime.function.Tokenizer;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -30,7 +31,7 @@ import java.util.regex.Pattern;
  * <p>Anything else (SentencePiece-style BPE with byte fallback, WordPiece, other normalisers or pre-tokenizers)
  * is refused by {@link #load} naming the field. Thread-safe once loaded.
  */
-public final class ByteLevelBpe {
+public final class ByteLevelBpe implements Tokenizer {
 
   private static final ObjectMapper JSON = new ObjectMapper();
   /** GPT-2's pre-tokenizer regex: what {@code ByteLevel} with {@code use_regex: true} splits by. */
@@ -239,8 +240,49 @@ public final class ByteLevelBpe {
 
   /** Ids of {@code text}, with the post-processor's special tokens around them. */
   public int[] encode(String text) {
+    return encode(text, true);
+  }
+
+  /** The id of an added or vocabulary token given by its text, or -1. */
+  public int id(String token) {
+    Integer id = added.get(token);
+    if (id == null) {
+      id = vocab.get(token);
+    }
+    return id == null ? -1 : id;
+  }
+
+  @Override
+  public boolean special(int id) {
+    return id >= 0 && id < special.length && special[id];
+  }
+
+  @Override
+  public byte[] bytes(int id) {
+    if (id < 0 || id >= tokens.length || tokens[id] == null) {
+      return new byte[0];
+    }
+    String t = tokens[id];
+    if (added.containsKey(t) && !vocab.containsKey(t)) {
+      return t.getBytes(StandardCharsets.UTF_8);
+    }
+    ByteArrayOutputStream b = new ByteArrayOutputStream();
+    for (int i = 0; i < t.length(); i++) {
+      Integer x = CHAR_TO_BYTE.get(t.charAt(i));
+      if (x != null) {
+        b.write(x);
+      } else {
+        b.writeBytes(String.valueOf(t.charAt(i)).getBytes(StandardCharsets.UTF_8));
+      }
+    }
+    return b.toByteArray();
+  }
+
+  /** Ids of {@code text}; with {@code addSpecial}, the post-processor's special tokens around them. */
+  @Override
+  public int[] encode(String text, boolean addSpecial) {
     List<Integer> out = new ArrayList<>();
-    for (int id : prefix) {
+    for (int id : addSpecial ? prefix : new int[0]) {
       out.add(id);
     }
     int at = 0;
@@ -253,7 +295,7 @@ public final class ByteLevelBpe {
       }
     }
     encodeOrdinary(text.substring(at), out);
-    for (int id : suffix) {
+    for (int id : addSpecial ? suffix : new int[0]) {
       out.add(id);
     }
     return out.stream().mapToInt(Integer::intValue).toArray();
@@ -346,6 +388,7 @@ public final class ByteLevelBpe {
   }
 
   /** The text of {@code ids}; special tokens left out when {@code skipSpecial}. Invalid UTF-8 becomes U+FFFD. */
+  @Override
   public String decode(int[] ids, boolean skipSpecial) {
     ByteArrayOutputStream bytes = new ByteArrayOutputStream();
     for (int id : ids) {

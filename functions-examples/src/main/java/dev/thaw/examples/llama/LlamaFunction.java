@@ -5,20 +5,21 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.examples.function.Generation;
-import dev.thaw.examples.function.SessionModule;
 import dev.thaw.examples.function.StagedUpload;
+import dev.thaw.examples.function.TokenEngine;
 import dev.thaw.examples.function.TokenRequest;
 import dev.thaw.examples.llama.kernels.HalfType;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
-import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
 import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.runtime.function.FunctionEngine;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.ThawFunction;
-import dev.thaw.runtime.gpu.GpuStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -58,9 +59,21 @@ import java.util.Set;
  * {@code tokens}; the response then adds {@code "text"}, the new tokens decoded (special tokens left out); the
  * tokenizer is read again on the first text request of a restored instance, from the same path. Prompts may
  * have different lengths: each sequence
- * has its own positions and cache row, no padding. The prompt runs in one pass of M = Σ len rows (tensor-core
+ * has its own positions and cache row, no padding. The fields of {@link dev.thaw.examples.function.Sampling}
+ * ({@code temperature}, {@code topK}, {@code topP}, {@code seed}, penalties, {@code logitBias}, {@code stopTokens},
+ * {@code logprobs}) pick tokens on the host step by step, and the response then adds {@code finish} (and
+ * {@code logprobs}); without them the ids stay on the device and the host waits once. The signature names the
+ * checkpoint's chat template ({@code chat_template.jinja} or {@code tokenizer_config.json}) and end-of-sequence ids
+ * ({@code generation_config.json}) for a server that speaks OpenAI's API. The prompt runs in one pass of M = Σ len rows (tensor-core
  * products), then each step runs one row per sequence (the weight-streaming products). Everything about a
  * request is checked before anything is launched, so a refused request leaves the device as it was.
+ *
+ * <h2>Serving</h2>
+ * An instance serves up to maxBatch requests at once ({@link #concurrency}): a server hands them to its
+ * {@link TokenEngine} ({@link #engine}), which batches every sequence in flight into each decode step, requests joining
+ * and leaving between steps, each sequence in a KV-cache row of its own; a streamed request gets each step's ids as a
+ * part, and a cancelled one ends within a step. {@link #invoke} serves one request alone (a build's profiling, the
+ * CLI's {@code thaw run}).
  */
 public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
@@ -74,8 +87,8 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
   private static final Set<String> CONFIG_FIELDS = Set.of("model", "seed", "dtype", "layers", "path", "maxBatch",
       "maxTokens");
-  private static final Set<String> REQUEST_FIELDS = Set.of("tokens", "maxNewTokens", "returnLogits");
-  private static final Set<String> TEXT_FIELDS = Set.of("text", "maxNewTokens", "returnLogits");
+  private static final Set<String> REQUEST_FIELDS = fields("tokens", "maxNewTokens", "returnLogits");
+  private static final Set<String> TEXT_FIELDS = fields("text", "maxNewTokens", "returnLogits");
   /** The checkpoint file text requests are tokenized with. */
   public static final String TOKENIZER_FILE = "tokenizer.json";
   /** Tokenizers by path, loaded on the first text request (a restored instance may never see one). */
@@ -87,14 +100,41 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
    * @param weights where the weights came from (a path, or {@code seeded:<model>:<type>:<seed>})
    * @param tokenizer the checkpoint's {@code tokenizer.json} when it is one {@link ByteLevelBpe} reads, else null
    * @param noText why text requests are refused (no tokenizer, or which field of it is unsupported), or null
+   * @param chat the checkpoint's chat template and special tokens, or null
+   * @param stopTokens the ids the checkpoint's generation ends at (its end-of-sequence tokens)
    */
   public record State(LlamaConfig config, String weights, int maxBatch, int maxTokens, String module,
-      Scratch scratch, List<BufferRef> kCache, List<BufferRef> vCache, String tokenizer, String noText) {
+      Scratch scratch, List<BufferRef> kCache, List<BufferRef> vCache, String tokenizer, String noText,
+      FunctionSignature.ChatFormat chat, List<Integer> stopTokens) {
 
     public State {
       kCache = List.copyOf(kCache);
       vCache = List.copyOf(vCache);
+      stopTokens = stopTokens == null ? List.of() : List.copyOf(stopTokens);
     }
+  }
+
+  private static Set<String> fields(String... own) {
+    Set<String> all = new java.util.HashSet<>(Set.of(own));
+    all.addAll(dev.thaw.examples.function.Sampling.FIELDS);
+    return Set.copyOf(all);
+  }
+
+  /**
+   * A language model that samples, on the checkpoint's {@code tokenizer.json} when {@link ByteLevelBpe} reads it
+   * (token ids only otherwise), with the checkpoint's chat template and end-of-sequence ids.
+   */
+  @Override
+  public FunctionSignature signature(State s) {
+    return new FunctionSignature(List.of(), List.of(), java.util.Optional.of(new FunctionSignature.LanguageModel(
+        s.tokenizer() == null ? null : TOKENIZER_FILE, s.config().vocabSize(), s.maxTokens(), s.maxBatch(), s.chat(),
+        s.stopTokens(), true)));
+  }
+
+  /** The checkpoint's tokenizer, read again from its path (a restored instance's first use pays for it). */
+  @Override
+  public java.util.Optional<dev.thaw.runtime.function.Tokenizer> tokenizer(State s) {
+    return s.tokenizer() == null ? java.util.Optional.empty() : java.util.Optional.of(textTokenizer(s));
   }
 
   /**
@@ -240,17 +280,28 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       String tokenizer = null;
       String noText = "these weights have no " + TOKENIZER_FILE + ": send 'tokens'";
       JsonNode path = config.get("path");
+      ByteLevelBpe bpe = null;
       if (path != null && java.nio.file.Files.isRegularFile(Path.of(path.asText(), TOKENIZER_FILE))) {
         Path file = Path.of(path.asText(), TOKENIZER_FILE).toAbsolutePath();
         try {
-          TOKENIZERS.put(file.toString(), ByteLevelBpe.load(file));
+          bpe = ByteLevelBpe.load(file);
+          TOKENIZERS.put(file.toString(), bpe);
           tokenizer = file.toString();
           noText = null;
         } catch (InvalidConfigException e) {
           noText = e.getMessage() + ": send 'tokens'";
         }
       }
-      State state = new State(c, weights.describe(), maxBatch, maxTokens, MODULE, scratch, k, v, tokenizer, noText);
+      FunctionSignature.ChatFormat chat = null;
+      List<Integer> stops = List.of();
+      if (path != null) {
+        Path dir = Path.of(path.asText());
+        chat = ChatFiles.chat(dir);
+        ByteLevelBpe known = bpe;
+        stops = ChatFiles.stopTokens(dir, text -> known == null ? -1 : known.id(text));
+      }
+      State state = new State(c, weights.describe(), maxBatch, maxTokens, MODULE, scratch, k, v, tokenizer, noText,
+          chat, stops);
       warmUp(session, state);
       return state;
     }
@@ -338,26 +389,54 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
   @Override
   public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request) {
-    JsonNode json = request.json();
-    ByteLevelBpe text = json != null && json.has("text") ? tokenizer(s) : null;
-    TokenRequest req = parse(s, text == null ? json : encode(text, json));
-    Run run = new Run(session, s, req);
-    run.execute();
-    ObjectNode out = run.response();
-    if (text != null) {
-      ArrayNode texts = out.putArray("text");
-      for (JsonNode ids : out.get("tokens")) {
-        int[] v = new int[ids.size()];
-        for (int i = 0; i < v.length; i++) {
-          v[i] = ids.get(i).asInt();
-        }
-        texts.add(text.decode(v, true));
-      }
-    }
-    return FunctionResponse.of(out);
+    return invoke(session, s, request, ResponseStream.unstreamed());
   }
 
-  private static ByteLevelBpe tokenizer(State s) {
+  /** One request alone; each step's ids go out as a part when the stream is streamed, and a cancel ends it. */
+  @Override
+  public FunctionResponse invoke(FunctionSession session, State s, FunctionRequest request, ResponseStream stream) {
+    JsonNode json = request.json();
+    ByteLevelBpe text = json != null && json.has("text") ? textTokenizer(s) : null;
+    TokenRequest req = parse(s, text == null ? json : encode(text, json));
+    Run run = new Run(session, s, req, stream);
+    run.execute();
+    ObjectNode out = run.response();
+    return FunctionResponse.of(text != null ? withText(text, out) : out);
+  }
+
+  /** An instance serves up to maxBatch requests at once: their sequences share its KV-cache rows. */
+  @Override
+  public int concurrency(State s) {
+    return s.maxBatch();
+  }
+
+  /**
+   * Continuous batching over the instance's maxBatch KV-cache rows ({@link TokenEngine}): requests join and leave
+   * between decode steps, each sequence in a row of its own at its own length.
+   */
+  @Override
+  public FunctionEngine engine(FunctionSession session, State s) {
+    return new TokenEngine(session, new LlamaPasses(session, s), json -> {
+      ByteLevelBpe text = json != null && json.has("text") ? textTokenizer(s) : null;
+      TokenRequest req = parse(s, text == null ? json : encode(text, json));
+      return new TokenEngine.Parsed(req, text == null ? out -> out : out -> withText(text, out));
+    }, TokenEngine.DEFAULT_PREFILL_ROWS, MODULE);
+  }
+
+  /** The response with {@code text}: each sequence's new tokens decoded, special tokens left out. */
+  private static ObjectNode withText(ByteLevelBpe text, ObjectNode out) {
+    ArrayNode texts = out.putArray("text");
+    for (JsonNode ids : out.get("tokens")) {
+      int[] v = new int[ids.size()];
+      for (int i = 0; i < v.length; i++) {
+        v[i] = ids.get(i).asInt();
+      }
+      texts.add(text.decode(v, true));
+    }
+    return out;
+  }
+
+  private static ByteLevelBpe textTokenizer(State s) {
     if (s.tokenizer() == null) {
       throw new InvalidRequestException("'text' needs a tokenizer: " + s.noText());
     }
@@ -410,81 +489,22 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     return out;
   }
 
-  /** One request's device work, and the addresses it uses. */
+  /** One request alone: its prompt pass and its steps, the host waiting once unless it picks per step. */
   private static final class Run {
     private final FunctionSession session;
     private final State s;
     private final TokenRequest req;
-    private final LlamaKernels k;
-    private final GpuStream stream;
-    private final LlamaConfig cfg;
+    private final LlamaPasses p;
     private final Generation gen;
     private final int batch;
-    private final int promptRows;
-    private final float scale;
-    private final long embed;
-    private final long lmHead;
-    private final long finalNorm;
-    private final Layer[] layers;
-    private final long tokens;
-    private final long positions;
-    private final long cacheRows;
-    private final long invFreq;
-    private final long x;
-    private final long h;
-    private final long qkv;
-    private final long attn;
-    private final long attnPartial;
-    private final long gateUp;
-    private final long act;
-    private final long last;
-    private final long logits;
 
-    /** A layer's weight and cache addresses; qkvBias is 0 without biases. */
-    private record Layer(long inNorm, long qkv, long qkvBias, long o, long postNorm, long gateUp, long down,
-        long kCache, long vCache) {}
-
-    Run(FunctionSession session, State s, TokenRequest req) {
+    Run(FunctionSession session, State s, TokenRequest req, ResponseStream parts) {
       this.session = session;
       this.s = s;
       this.req = req;
-      this.cfg = s.config();
-      this.k = new LlamaKernels(new SessionModule(session, s.module(), LlamaKernels.EMBED), cfg.type(),
-          session.context().device());
-      this.stream = session.stream();
-      this.gen = new Generation(req);
+      this.p = new LlamaPasses(session, s);
+      this.gen = new Generation(req, parts);
       this.batch = gen.batch();
-      this.promptRows = gen.promptRows();
-      this.scale = (float) (1.0 / Math.sqrt(cfg.headDim()));
-      this.embed = addr("model.embed_tokens.weight");
-      this.lmHead = cfg.tieEmbeddings() ? embed : addr("lm_head.weight");
-      this.finalNorm = addr("model.norm.weight");
-      this.layers = new Layer[cfg.layers()];
-      for (int i = 0; i < layers.length; i++) {
-        layers[i] = new Layer(addr(LlamaTensor.layer(i, "input_layernorm.weight")), addr(qkvWeight(i)),
-            cfg.qkvBias() ? addr(qkvBias(i)) : 0, addr(LlamaTensor.layer(i, "self_attn.o_proj.weight")),
-            addr(LlamaTensor.layer(i, "post_attention_layernorm.weight")), addr(gateUpWeight(i)),
-            addr(LlamaTensor.layer(i, "mlp.down_proj.weight")), session.address(s.kCache().get(i)),
-            session.address(s.vCache().get(i)));
-      }
-      Scratch sc = s.scratch();
-      this.tokens = session.address(sc.tokens());
-      this.positions = session.address(sc.positions());
-      this.cacheRows = session.address(sc.cacheRows());
-      this.invFreq = session.address(sc.invFreq());
-      this.x = session.address(sc.x());
-      this.h = session.address(sc.h());
-      this.qkv = session.address(sc.qkv());
-      this.attn = session.address(sc.attn());
-      this.attnPartial = session.address(sc.attnPartial());
-      this.gateUp = session.address(sc.gateUp());
-      this.act = session.address(sc.act());
-      this.last = session.address(sc.last());
-      this.logits = session.address(sc.logits());
-    }
-
-    private long addr(String buffer) {
-      return session.address(new BufferRef(buffer));
     }
 
     void execute() {
@@ -492,72 +512,38 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       gen.upload(session, s.scratch().tokens(), s.scratch().positions(), s.scratch().cacheRows());
 
       // Prompt: one pass over all rows; the head runs on each sequence's last row only.
-      forward(promptRows, tokens, positions, cacheRows, 0);
-      int c = cfg.hiddenSize();
+      p.forward(gen.promptRows(), 0, 0, 0, 0);
       for (int b = 0; b < batch; b++) {
-        k.rmsnorm(stream, x + 4L * c * gen.lastRow(b), finalNorm, last + 2L * c * b, 1, c, cfg.rmsNormEps());
+        p.finalNorm(gen.lastRow(b), b, 1);
       }
-      head(0);
+      if (!head(0)) {
+        return;
+      }
       // Each step feeds the ids the previous one chose, one row per sequence.
       int longestPrompt = 0;
-      for (int[] p : req.prompts()) {
-        longestPrompt = Math.max(longestPrompt, p.length);
+      for (int[] prompt : req.prompts()) {
+        longestPrompt = Math.max(longestPrompt, prompt.length);
       }
       for (int step = 1; step < steps; step++) {
-        forward(batch, tokens + gen.stepRows(step), positions + gen.stepRows(step),
-            cacheRows + gen.decodeCacheRows(), longestPrompt + step);
-        k.rmsnorm(stream, x, finalNorm, last, batch, c, cfg.rmsNormEps());
-        head(step);
+        p.forward(batch, gen.stepRows(step), gen.stepRows(step), gen.decodeCacheRows(), longestPrompt + step);
+        p.finalNorm(0, 0, batch);
+        if (!head(step)) {
+          return;
+        }
       }
-    }
-
-    /** Logits of the rows in {@code last}, and their argmax into step {@code step}'s ids. */
-    private void head(int step) {
-      k.linear(stream, last, lmHead, 0, logits, batch, cfg.vocabSize(), cfg.hiddenSize(), Epilogue.FLOAT);
-      k.argmax(stream, logits, tokens + gen.stepOutput(step), batch, cfg.vocabSize());
     }
 
     /**
-     * One pass over {@code rows} rows: a prompt pass when {@code decodeKeys} is 0, else a decode step (one row per
-     * sequence) in which no row attends to more than {@code decodeKeys} positions.
+     * Logits of the rows in {@code last}, their argmax into step {@code step}'s ids, and the host's part
+     * ({@link Generation#afterHead}); false when every sequence has ended.
      */
-    private void forward(int rows, long tok, long pos, long cacheRow, int decodeKeys) {
-      int c = cfg.hiddenSize();
-      int hq = cfg.heads();
-      int hkv = cfg.kvHeads();
-      int d = cfg.headDim();
-      int inter = cfg.intermediateSize();
-      int maxT = s.maxTokens();
-      float eps = cfg.rmsNormEps();
-      boolean flash = flashPrefill(cfg);
-      int splits = decodeKeys > 0 ? LlamaKernels.decodeSplits(decodeKeys, rows, hq, hkv) : 0;
-      k.embed(stream, embed, tok, x, rows, c, cfg.vocabSize());
-      for (Layer l : layers) {
-        k.rmsnorm(stream, x, l.inNorm(), h, rows, c, eps);
-        k.linear(stream, h, l.qkv(), l.qkvBias(), qkv, rows, cfg.qkvWidth(), c, Epilogue.STORE);
-        k.ropeKv(stream, qkv, l.kCache(), l.vCache(), invFreq, pos, cacheRow, rows, hq, hkv, d, maxT);
-        if (decodeKeys > 0) {
-          k.flashDecode(stream, qkv, l.kCache(), l.vCache(), attnPartial, attn, pos, cacheRow, rows, hq, hkv, d,
-              maxT, scale, splits);
-        } else if (flash) {
-          k.flashAttention(stream, qkv, l.kCache(), l.vCache(), attn, pos, cacheRow, rows, hq, hkv, d, maxT, scale);
-        } else {
-          k.attention(stream, qkv, l.kCache(), l.vCache(), attn, pos, cacheRow, rows, hq, hkv, d, maxT, scale);
-        }
-        k.linear(stream, attn, l.o(), 0, x, rows, c, cfg.attentionWidth(), Epilogue.RESIDUAL);
-        k.rmsnorm(stream, x, l.postNorm(), h, rows, c, eps);
-        if (rows > LlamaKernels.GEMV_MAX_ROWS) {
-          k.linear(stream, h, l.gateUp(), 0, act, rows, 2 * inter, c, Epilogue.SWIGLU);
-        } else {
-          k.linear(stream, h, l.gateUp(), 0, gateUp, rows, 2 * inter, c, Epilogue.STORE);
-          k.swiglu(stream, gateUp, act, rows, inter);
-        }
-        k.linear(stream, act, l.down(), 0, x, rows, c, inter, Epilogue.RESIDUAL);
-      }
+    private boolean head(int step) {
+      p.head(batch, gen.stepOutput(step));
+      return gen.afterHead(session, step, s.scratch().tokens(), s.scratch().logits(), s.config().vocabSize());
     }
 
     ObjectNode response() {
-      return gen.response(session, s.scratch().tokens(), s.scratch().logits(), cfg.vocabSize());
+      return gen.response(session, s.scratch().tokens(), s.scratch().logits(), s.config().vocabSize());
     }
   }
 }

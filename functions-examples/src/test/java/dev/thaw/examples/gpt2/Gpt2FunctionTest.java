@@ -10,11 +10,14 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.AllocationRecord;
 import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.runtime.function.FunctionEngine;
 import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.HostStates;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.SessionTable;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
@@ -23,6 +26,8 @@ import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -111,6 +116,33 @@ class Gpt2FunctionTest {
   void raggedPromptsMatchTheReferenceOnAWiderModel() throws Exception {
     int[][] prompts = {{5, 17, 200, 3}, {250}, {9, 9, 9, 9, 9, 9, 9, 9, 100}};
     checkAgainstReference("tiny-wide", prompts, 6, 4);
+  }
+
+  @Test
+  void itsEngineBatchesRequestsThatEachAnswerAsTheReferenceDoesAlone() throws Exception {
+    int[][] prompts = {{5, 17, 200, 3}, {250}, {9, 9, 9, 9, 9, 9, 9, 9, 100}};
+    int[] maxNew = {6, 3, 5};
+    Gpt2Reference ref = Gpt2Reference.load(new SeededWeights(Gpt2Config.named("tiny-wide"), 7));
+    Gpt2Function f = new Gpt2Function();
+    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
+        FunctionSession session = FunctionSession.record(ctx)) {
+      Gpt2Function.State s = f.init(session, json("{\"model\": \"tiny-wide\", \"seed\": 7, \"maxBatch\": 3, "
+          + "\"maxTokens\": 32}"));
+      assertEquals(3, f.concurrency(s));
+      try (FunctionEngine engine = f.engine(session, s)) {
+        List<CompletableFuture<FunctionResponse>> all = new ArrayList<>();
+        for (int b = 0; b < prompts.length; b++) {
+          all.add(engine.submit(FunctionRequest.of(request(new int[][] {prompts[b]}, maxNew[b], true)),
+              ResponseStream.unstreamed()));
+        }
+        for (int b = 0; b < prompts.length; b++) {
+          JsonNode got = all.get(b).get(60, TimeUnit.SECONDS).json();
+          Gpt2Reference.Result expected = ref.generate(new int[][] {prompts[b]}, maxNew[b]);
+          assertArrayEquals(expected.tokens()[0], tokens(got)[0], "request " + b + ": greedy tokens");
+          assertLogitsClose(expected.logits()[0], got.get("logits").get(0), "request " + b);
+        }
+      }
+    }
   }
 
   @Test

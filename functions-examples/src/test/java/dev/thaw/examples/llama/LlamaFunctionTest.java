@@ -216,10 +216,10 @@ class LlamaFunctionTest {
           "{\"tokens\": [[1], [2], [3]]}",
           "{\"tokens\": [[1, 2]], \"maxNewTokens\": 31}",
           "{\"tokens\": [[]]}",
-          "{\"tokens\": [[1, 2]], \"temperature\": 1}",
+          "{\"tokens\": [[1, 2]], \"temperature\": 3}",
       };
       String[] says = {"97 is not a token id in [0, 97)", "-1 is not a token id", "1 to 2 (maxBatch)",
-          "exceeds the 32 positions", "prompt 0 is empty", "unknown field 'temperature'"};
+          "exceeds the 32 positions", "prompt 0 is empty", "'temperature' must be a number in [0, 2]"};
       int before = launches.get();
       for (int i = 0; i < bad.length; i++) {
         JsonNode r = json(bad[i]);

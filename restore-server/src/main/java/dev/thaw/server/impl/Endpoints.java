@@ -26,9 +26,10 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The server's routes, on one router or split over two ports: the invoke endpoints (native invoke, KServe v2,
- * completions, health) and the rest (admin API, function state and traces, metrics); and for the node socket, the
- * invoke endpoints, a function's state and tenant registration ({@link NodeApi}), never the admin API or metrics.
- * On every router a tenant's function answers only requests that carry its token. Every request is bounded
+ * OpenAI's completions, chat and models, health) and the rest (admin API, function state and traces, metrics); and
+ * for the node socket, the invoke endpoints, a function's state and tenant registration ({@link NodeApi}), never the
+ * admin API or metrics. On every router a tenant's function answers only requests that carry its token. Every
+ * request is bounded
  * ({@link ServerOptions#maxBodyBytes()}, {@link ServerOptions#maxJsonDepth()}) and logged in one line with its
  * phases.
  */
@@ -53,7 +54,7 @@ public final class Endpoints implements AutoCloseable {
   private final NativeApi nativeApi;
   private final NodeApi nodeApi;
   private final KServeApi kserve;
-  private final CompletionsApi completions;
+  private final OpenAiApi openAi;
   private final String labels;
   private final RequestLog requestLog = new RequestLog(LOG);
   private final HttpWarmup warmup = new HttpWarmup();
@@ -78,7 +79,7 @@ public final class Endpoints implements AutoCloseable {
     this.nativeApi = new NativeApi(scheduler, registrations, http, adminToken);
     this.nodeApi = new NodeApi(registrations, http, nativeApi::isAdmin);
     this.kserve = new KServeApi(scheduler, http);
-    this.completions = new CompletionsApi(scheduler, http);
+    this.openAi = new OpenAiApi(scheduler, http);
     this.labels = options.labels().isEmpty() ? "" : " " + options.labels().entrySet().stream()
         .map(e -> e.getKey() + "=" + e.getValue()).collect(Collectors.joining(" "));
   }
@@ -159,7 +160,7 @@ public final class Endpoints implements AutoCloseable {
   private void invokeRoutes(Router r) {
     nativeApi.invoke(r);
     kserve.routes(r);
-    completions.routes(r);
+    openAi.routes(r);
   }
 
   private void adminRoutes(Router r) {
@@ -184,8 +185,14 @@ public final class Endpoints implements AutoCloseable {
   }
 
   private Router finish(Router r) {
-    r.route().last().handler(ctx -> Http.sendError(ctx, new ServeException(404, "not_found",
-        "no endpoint " + ctx.request().method() + " " + ctx.request().path())));
+    r.route().last().handler(ctx -> {
+      if (OpenAiApi.owns(ctx.request().path())) {
+        OpenAiApi.notFound(ctx);
+        return;
+      }
+      Http.sendError(ctx, new ServeException(404, "not_found", "no endpoint " + ctx.request().method() + " "
+          + ctx.request().path()));
+    });
     r.errorHandler(413, ctx -> Http.sendError(ctx, new ServeException(413, "body_too_large",
         "the body exceeds " + options.maxBodyBytes() + " bytes (maxBodyBytes)")));
     r.errorHandler(500, ctx -> Http.sendError(ctx, ctx.failure() == null

@@ -13,9 +13,11 @@ import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.restore.RestoreTimings;
 import dev.thaw.image.restore.RestoredFunction;
 import dev.thaw.image.store.ChunkStore;
+import dev.thaw.runtime.function.FunctionEngine;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.GpuContext;
@@ -32,6 +34,7 @@ import java.util.Map;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -416,6 +419,10 @@ public final class InProcessInstances implements InstanceFactory {
     private boolean closed;
     private boolean invoked;
     private volatile boolean healthy = true;
+    /** The function's engine when it serves several requests at once (made at the first), else null. */
+    private FunctionEngine engine;
+    /** Requests in the engine and not yet answered; guarded by this. */
+    private int inEngine;
 
     Instance(InProcessInstances factory, RestoredFunction<?> function, OnDemand onDemand, StartPhases phases,
         int device, List<AutoCloseable> owned) {
@@ -442,6 +449,10 @@ public final class InProcessInstances implements InstanceFactory {
 
     @Override
     public FunctionResponse invokeBlocking(FunctionRequest request) throws Exception {
+      return invokeBlocking(request, ResponseStream.unstreamed());
+    }
+
+    private FunctionResponse invokeBlocking(FunctionRequest request, ResponseStream stream) throws Exception {
       factory.checkNotPoisoned();
       try {
         if (onDemand != null && invoked) {
@@ -449,7 +460,7 @@ public final class InProcessInstances implements InstanceFactory {
           // slabs are protected here once resident, never under a request's kernels. A no-op after the first time.
           onDemand.restore().protectReadOnlySlabs();
         }
-        return function.invoke(request);
+        return function.invoke(request, stream);
       } catch (InvalidRequestException e) {
         throw e;
       } catch (Exception | Error e) {
@@ -465,6 +476,70 @@ public final class InProcessInstances implements InstanceFactory {
           onDemand.restore().resident().whenComplete((v, e) -> writeTrace());
         }
       }
+    }
+
+    /** The function batches: requests go to its engine, and this returns at once. */
+    @Override
+    public boolean invokesAsync() {
+      return function.concurrency() > 1;
+    }
+
+    @Override
+    public CompletableFuture<Invoked> invoke(FunctionRequest request, ResponseStream stream) {
+      if (!invokesAsync()) {
+        long t = System.nanoTime();
+        try {
+          return CompletableFuture.completedFuture(new Invoked(invokeBlocking(request, stream),
+              (System.nanoTime() - t) / 1e6));
+        } catch (Exception | Error e) {
+          return CompletableFuture.failedFuture(e);
+        }
+      }
+      long t = System.nanoTime();
+      CompletableFuture<FunctionResponse> served;
+      try {
+        served = submit(request, stream);
+      } catch (RuntimeException | Error e) {
+        return CompletableFuture.failedFuture(e);
+      }
+      return served.handle((r, e) -> {
+        synchronized (this) {
+          inEngine--;
+        }
+        if (e == null) {
+          return new Invoked(r, (System.nanoTime() - t) / 1e6);
+        }
+        Throwable c = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
+        if (!(c instanceof InvalidRequestException)) {
+          healthy = false;
+          factory.poisonIfSticky(c);
+        }
+        throw c instanceof RuntimeException x ? x : new CompletionException(c);
+      });
+    }
+
+    /**
+     * Hands the request to the engine. With no request in it the engine touches nothing on the device, so the read-only
+     * slabs are protected then, once resident, never under a step.
+     */
+    private synchronized CompletableFuture<FunctionResponse> submit(FunctionRequest request, ResponseStream stream) {
+      factory.checkNotPoisoned();
+      if (closed) {
+        throw new IllegalStateException("the instance is closed");
+      }
+      if (onDemand != null && inEngine == 0 && invoked) {
+        onDemand.restore().protectReadOnlySlabs();
+      }
+      if (engine == null) {
+        engine = function.engine();
+      }
+      if (onDemand != null && !invoked) {
+        invoked = true;
+        onDemand.restore().resident().whenComplete((v, e) -> writeTrace());
+      }
+      CompletableFuture<FunctionResponse> served = engine.submit(request, stream);
+      inEngine++;
+      return served;
     }
 
     private synchronized void writeTrace() {
@@ -495,9 +570,20 @@ public final class InProcessInstances implements InstanceFactory {
     }
 
     @Override
-    public synchronized void close() {
-      if (!closed) {
+    public void close() {
+      FunctionEngine e;
+      synchronized (this) {
+        if (closed) {
+          return;
+        }
         closed = true;
+        e = engine;
+      }
+      // The engine's thread stops first: nothing may run on the device while the restore and the session go.
+      if (e != null) {
+        e.close();
+      }
+      synchronized (this) {
         closeAll(owned, null);
         trace.complete(null);
       }

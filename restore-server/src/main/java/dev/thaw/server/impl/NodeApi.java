@@ -65,8 +65,7 @@ final class NodeApi {
     if (model == null || mayReach(ctx, model)) {
       ctx.next();
     } else {
-      CompletionsApi.sendError(ctx, CompletionsApi.invalid("the model '" + model + "' does not exist", "model",
-          "model_not_found"));
+      OpenAiApi.sendError(ctx, OpenAiApi.modelNotFound(model));
     }
   }
 

@@ -26,6 +26,7 @@ import dev.thaw.pool.tiers.ImageTiers;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.InvalidRequestException;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.host.Threads;
 import dev.thaw.server.ServeException;
@@ -476,9 +477,17 @@ public final class PoolInstances implements InstanceFactory {
       return true;
     }
 
-    /** The worker's answer completes it on the pool's reader thread; the caller's thread only writes the frame. */
     @Override
     public CompletableFuture<Invoked> invoke(FunctionRequest request) {
+      return invoke(request, ResponseStream.unstreamed());
+    }
+
+    /**
+     * The worker's answer completes it on the pool's reader thread, after its parts (PART frames) reached
+     * {@code stream}; the caller's thread only writes the frame. Cancelling the stream sends CANCEL.
+     */
+    @Override
+    public CompletableFuture<Invoked> invoke(FunctionRequest request, ResponseStream stream) {
       byte[] json;
       try {
         json = JSON.writeValueAsBytes(request.json());
@@ -488,7 +497,7 @@ public final class PoolInstances implements InstanceFactory {
       }
       CompletableFuture<InvokeResult> sent;
       try {
-        sent = worker.invoke(json, request.binary().orElse(null), null);
+        sent = worker.invoke(json, request.binary().orElse(null), null, stream);
       } catch (WorkerLostException e) {
         // Ended before the request was written: nothing of it reached the worker.
         healthy = false;

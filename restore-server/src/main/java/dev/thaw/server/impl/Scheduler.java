@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.pool.ColdStartPlacement;
 import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.server.FunctionOptions;
@@ -40,9 +41,9 @@ import org.slf4j.LoggerFactory;
  * most of the image, then the most free budget), evicting idle instances of other functions when memory (or,
  * in one address space, the image's addresses) is taken, and refusing with 503 when even that is not enough.
  *
- * <p>Invariants, all under this object's monitor: an instance serves one request at a time; a request is
- * dispatched only from the head of its function's queue, or straight to an idle instance when the queue is
- * empty; a device's reserved bytes are the sum of the footprints of the instances placed on it (starting ones
+ * <p>Invariants, all under this object's monitor: an instance serves at most its image's {@code concurrency}
+ * requests at a time (1 unless its function batches them); a request is dispatched only from the head of its
+ * function's queue, or straight to an instance with room when the queue is empty; a device's reserved bytes are the sum of the footprints of the instances placed on it (starting ones
  * included). Every instance's start, invokes and close run on that instance's own thread, never on an event
  * loop and never under the monitor — except the invoke of an instance that {@link FunctionInstance#invokesAsync()
  * invokes asynchronously} (a worker process), which the dispatching thread makes once it left the monitor; a request
@@ -247,12 +248,22 @@ public final class Scheduler implements AutoCloseable {
    * @throws ServeException 404 for no such function, 429 when its queue is full, 503 while draining
    */
   public Pending submit(String name, FunctionRequest request) {
-    Pending p = enqueue(name, request);
+    return submit(name, request, ResponseStream.unstreamed());
+  }
+
+  /**
+   * Queues a request whose response may stream: the function's parts reach {@code stream} as they are made, and
+   * {@link Pending#cancel()} cancels it once it runs.
+   *
+   * @throws ServeException 404 for no such function, 429 when its queue is full, 503 while draining
+   */
+  public Pending submit(String name, FunctionRequest request, ResponseStream stream) {
+    Pending p = enqueue(name, request, stream);
     p.sendDirect();
     return p;
   }
 
-  private synchronized Pending enqueue(String name, FunctionRequest request) {
+  private synchronized Pending enqueue(String name, FunctionRequest request, ResponseStream stream) {
     Deployment d = deployments.get(name);
     if (d == null) {
       throw missing(name);
@@ -264,13 +275,13 @@ public final class Scheduler implements AutoCloseable {
     if (damage != null && d.liveCount() == 0 && !damage.retryDue()) {
       throw damage.error();
     }
-    Pending p = new Pending(d, request);
+    Pending p = new Pending(d, request, stream);
     Slot idle = d.idleSlot();
     if (idle != null && d.queue.isEmpty()) {
       dispatch(idle, p);
       return p;
     }
-    if (d.queue.size() >= d.options.queueCapacity() + d.startingCount() + d.startable()) {
+    if (d.queue.size() >= d.options.queueCapacity() + (d.startingCount() + d.startable()) * d.image.concurrency()) {
       d.meters.queueFull.increment();
       throw new ServeException(429, "queue_full", "function '" + name + "' has " + d.queue.size()
           + " requests waiting (queueCapacity " + d.options.queueCapacity() + ")", retryAfterSeconds);
@@ -284,6 +295,7 @@ public final class Scheduler implements AutoCloseable {
   public final class Pending {
     final Deployment deployment;
     final FunctionRequest request;
+    final ResponseStream stream;
     final long enqueued = System.nanoTime();
     final CompletableFuture<Invocation> result = new CompletableFuture<>();
     boolean dispatched;
@@ -295,9 +307,10 @@ public final class Scheduler implements AutoCloseable {
     /** The wake-ahead armed for its invoke, or null. */
     volatile java.util.concurrent.ScheduledFuture<?> wake;
 
-    Pending(Deployment deployment, FunctionRequest request) {
+    Pending(Deployment deployment, FunctionRequest request, ResponseStream stream) {
       this.deployment = deployment;
       this.request = request;
+      this.stream = stream;
     }
 
     public CompletableFuture<Invocation> result() {
@@ -345,14 +358,19 @@ public final class Scheduler implements AutoCloseable {
       }
     }
 
-    /** The client went away: a queued request leaves the queue; one already running finishes unseen. */
+    /**
+     * The client went away: a queued request leaves the queue; one already running is cancelled in its function, which
+     * ends it at its next step (its instance is free again when it answers).
+     */
     public void cancel() {
       synchronized (Scheduler.this) {
         if (!dispatched && deployment.queue.remove(this)) {
           result.cancel(false);
           checkDrained();
+          return;
         }
       }
+      stream.cancel();
     }
   }
 
@@ -380,7 +398,7 @@ public final class Scheduler implements AutoCloseable {
       return;
     }
     for (Deployment d : allDeployments()) {
-      if (!d.queue.isEmpty() || d.slots.stream().anyMatch(s -> s.busy)) {
+      if (!d.queue.isEmpty() || d.slots.stream().anyMatch(Slot::busy)) {
         return;
       }
     }
@@ -421,13 +439,15 @@ public final class Scheduler implements AutoCloseable {
       this.meters = metrics.function(name);
     }
 
+    /** The live instance with the most room (at least one free place), or null. */
     Slot idleSlot() {
+      Slot best = null;
       for (Slot s : slots) {
-        if (s.instance != null && !s.busy) {
-          return s;
+        if (s.instance != null && s.running < image.concurrency() && (best == null || s.running < best.running)) {
+          best = s;
         }
       }
-      return null;
+      return best;
     }
 
     int startingCount() {
@@ -452,7 +472,8 @@ public final class Scheduler implements AutoCloseable {
     final ExecutorService thread;
     final long startNanos = System.nanoTime();
     FunctionInstance instance;
-    boolean busy;
+    /** Requests dispatched to it and not yet finished: at most its image's concurrency. */
+    int running;
     boolean evicted;
     long idleSince = System.nanoTime();
     long served;
@@ -465,8 +486,12 @@ public final class Scheduler implements AutoCloseable {
       this.thread = Executors.newSingleThreadExecutor(r -> daemon(r, threadName));
     }
 
+    boolean busy() {
+      return running > 0;
+    }
+
     String state() {
-      return instance == null ? "starting" : busy ? "busy" : "idle";
+      return instance == null ? "starting" : busy() ? "busy" : "idle";
     }
   }
 
@@ -480,7 +505,7 @@ public final class Scheduler implements AutoCloseable {
 
   /** Starts instances while requests wait that no starting instance will take, up to maxInstances. */
   private void scaleOut(Deployment d) {
-    while (d.queue.size() > d.startingCount() && d.slots.size() < d.options.maxInstances()) {
+    while (d.queue.size() > d.startingCount() * d.image.concurrency() && d.slots.size() < d.options.maxInstances()) {
       if (place(d).isEmpty()) {
         if (d.slots.isEmpty() && !fits(d.image)) {
           d.meters.noMemory.increment();
@@ -587,7 +612,7 @@ public final class Scheduler implements AutoCloseable {
     for (Deployment d : allDeployments()) {
       for (Slot s : d.slots) {
         boolean starting = s.instance == null;
-        if (s.device == device && (starting || s.busy || s.served > 0 && now - s.idleSince < RECENTLY_BUSY_NANOS)
+        if (s.device == device && (starting || s.busy() || s.served > 0 && now - s.idleSince < RECENTLY_BUSY_NANOS)
             || starting && s.choice.helpers().contains(device)) {
           return true;
         }
@@ -648,7 +673,7 @@ public final class Scheduler implements AutoCloseable {
     List<Slot> idle = new ArrayList<>();
     for (Deployment other : allDeployments()) {
       if (other != d) {
-        other.slots.stream().filter(s -> s.instance != null && !s.busy).forEach(idle::add);
+        other.slots.stream().filter(s -> s.instance != null && !s.busy()).forEach(idle::add);
       }
     }
     idle.sort(Comparator.comparingLong(s -> s.idleSince));
@@ -666,7 +691,7 @@ public final class Scheduler implements AutoCloseable {
       }
       return;
     }
-    Pending first;
+    List<Pending> first;
     synchronized (this) {
       if (slot.evicted || closed) {
         closeOnThread(slot, instance);
@@ -684,9 +709,7 @@ public final class Scheduler implements AutoCloseable {
       d.meters.restored(p.tier(), p.restoredBytes());
       first = next(slot);
     }
-    if (first != null) {
-      first.sendDirect();
-    }
+    first.forEach(Pending::sendDirect);
   }
 
   /**
@@ -694,7 +717,7 @@ public final class Scheduler implements AutoCloseable {
    * fresh one instead of failing on it; one serving a request is left to that request's end.
    */
   private synchronized void lost(Slot slot, String why) {
-    if (slot.evicted || slot.busy || closed) {
+    if (slot.evicted || slot.busy() || closed) {
       return;
     }
     Deployment d = slot.deployment;
@@ -756,12 +779,12 @@ public final class Scheduler implements AutoCloseable {
    * monitor ({@link Pending#sendDirect}), saving a thread hop.
    */
   private void dispatch(Slot slot, Pending p) {
-    slot.busy = true;
+    slot.running++;
     p.dispatched = true;
     boolean cold = slot.served == 0;
     slot.served++;
     invoking++;
-    if (!cold) {
+    if (!cold && !p.stream.streamed()) {
       armWakeAhead(p);
     }
     if (slot.instance.invokesAsync()) {
@@ -795,7 +818,7 @@ public final class Scheduler implements AutoCloseable {
     long invokeStart = System.nanoTime();
     CompletableFuture<FunctionInstance.Invoked> served;
     try {
-      served = slot.instance.invoke(p.request);
+      served = slot.instance.invoke(p.request, p.stream);
     } catch (Exception | Error e) {
       served = CompletableFuture.failedFuture(e);
     }
@@ -845,9 +868,9 @@ public final class Scheduler implements AutoCloseable {
     if (p.wake != null) {
       p.wake.cancel(false);
     }
-    Pending following = null;
+    List<Pending> following = List.of();
     synchronized (this) {
-      slot.busy = false;
+      slot.running--;
       slot.idleSince = done;
       invoking--;
       if (!cold && failure == null) {
@@ -877,9 +900,7 @@ public final class Scheduler implements AutoCloseable {
       }
       checkDrained();
     }
-    if (following != null) {
-      following.sendDirect();
-    }
+    following.forEach(Pending::sendDirect);
   }
 
   /**
@@ -892,7 +913,7 @@ public final class Scheduler implements AutoCloseable {
         return false;
       }
       p.resends++;
-      slot.busy = false;
+      slot.running--;
       invoking--;
       evict(slot);
       slot.deployment.meters.evicted("lost");
@@ -906,19 +927,25 @@ public final class Scheduler implements AutoCloseable {
     return true;
   }
 
-  /** The slot is free: it takes the head of its function's queue (returned: the caller sends it), or idles. */
-  private Pending next(Slot slot) {
+  /**
+   * The slot has room: it takes requests from the head of its function's queue while it has room (returned: the caller
+   * sends them), or idles.
+   */
+  private List<Pending> next(Slot slot) {
     Deployment d = slot.deployment;
-    Pending p = d.queue.pollFirst();
-    if (p != null) {
+    List<Pending> taken = new ArrayList<>(1);
+    Pending p;
+    while (slot.running < d.image.concurrency() && (p = d.queue.pollFirst()) != null) {
       dispatch(slot, p);
-    } else {
+      taken.add(p);
+    }
+    if (!slot.busy()) {
       finishRetire(d);
       if (d.retire) {
         evict(slot);
       }
     }
-    return p;
+    return taken;
   }
 
   private void evict(Slot slot) {
@@ -952,7 +979,7 @@ public final class Scheduler implements AutoCloseable {
     d.retire = true;
     retiring.add(d);
     for (Slot s : List.copyOf(d.slots)) {
-      if (s.instance != null && !s.busy) {
+      if (s.instance != null && !s.busy()) {
         evict(s);
       }
     }
@@ -960,7 +987,7 @@ public final class Scheduler implements AutoCloseable {
   }
 
   private void finishRetire(Deployment d) {
-    if (d.retire && d.queue.isEmpty() && d.slots.stream().noneMatch(s -> s.busy)) {
+    if (d.retire && d.queue.isEmpty() && d.slots.stream().noneMatch(Slot::busy)) {
       for (Slot s : List.copyOf(d.slots)) {
         evict(s);
       }
@@ -985,7 +1012,7 @@ public final class Scheduler implements AutoCloseable {
         if (d.slots.size() <= d.options.minInstances()) {
           break;
         }
-        if (s.instance != null && !s.busy && now - s.idleSince >= d.options.keepAlive().toNanos()) {
+        if (s.instance != null && !s.busy() && now - s.idleSince >= d.options.keepAlive().toNanos()) {
           evict(s);
           d.meters.evicted("keep_alive");
         }
@@ -1061,6 +1088,7 @@ public final class Scheduler implements AutoCloseable {
       i.put("state", slot.state());
       i.put("device", slot.device);
       i.put("served", slot.served);
+      i.put("running", slot.running);
       if (slot.instance != null) {
         StartPhases p = slot.instance.startPhases();
         i.put("runs", slot.instance.describe());

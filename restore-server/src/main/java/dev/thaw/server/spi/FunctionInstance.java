@@ -2,12 +2,14 @@ package dev.thaw.server.spi;
 
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.ResponseStream;
 import java.util.concurrent.CompletableFuture;
 
 /**
- * One instance of a function: an image restored onto a device, serving one request at a time. The server
- * owns the thread every call of an instance runs on (never an event loop), so an implementation may block; the
- * one exception is {@link #invoke} of an instance that {@link #invokesAsync() invokes asynchronously}.
+ * One instance of a function: an image restored onto a device, serving one request at a time, or as many at once as
+ * its function's {@code concurrency} (then it {@link #invokesAsync() invokes asynchronously}: the function batches
+ * them). The server owns the thread every call of an instance runs on (never an event loop), so an implementation may
+ * block; the one exception is {@link #invoke} of an instance that invokes asynchronously.
  *
  * <p>Lifecycle: an {@link InstanceFactory} starts it (the cold start); {@link #invoke} serves requests;
  * {@link #close()} evicts it and frees what it holds. After a failure that leaves the instance unfit (a fault on
@@ -46,6 +48,16 @@ public interface FunctionInstance extends AutoCloseable {
     } catch (Exception | Error e) {
       return CompletableFuture.failedFuture(e);
     }
+  }
+
+  /**
+   * Serves one request whose response may stream: the parts the function sends reach {@code stream} as they are made
+   * (when it is {@link ResponseStream#streamed()}), and cancelling {@code stream} ends the request early; it still
+   * completes, with what the function had. By default {@link #invoke(FunctionRequest)}: the response whole, and no
+   * early end.
+   */
+  default CompletableFuture<Invoked> invoke(FunctionRequest request, ResponseStream stream) {
+    return invoke(request);
   }
 
   /**

@@ -36,7 +36,13 @@ import com.fasterxml.jackson.databind.JsonNode;
  *
  * <h2>Threads</h2>
  * A function instance serves one request at a time on the session's thread; {@code invoke} may keep per-
- * request scratch memory in the state as buffers allocated at {@code init}.
+ * request scratch memory in the state as buffers allocated at {@code init}. A function whose instance serves several
+ * at once (a language model batching its sequences) says how many ({@link #concurrency}) and serves them through its
+ * {@link #engine}, which owns the session while it runs.
+ *
+ * <h2>Streaming</h2>
+ * A response may be sent in parts as it is made ({@link ResponseStream}: a language model's tokens as they are
+ * decoded); the caller may cancel a request in flight, and the function then ends it at its next safe point.
  *
  * <p>Implementations need a public no-argument constructor: Thaw instantiates them by class name.
  *
@@ -65,6 +71,38 @@ public interface ThawFunction<S> {
   FunctionResponse invoke(FunctionSession session, S state, FunctionRequest request) throws Exception;
 
   /**
+   * Serves one request, sending parts of its response through {@code stream} as they are made, and ending early when
+   * the stream is cancelled. By default the response comes whole, from {@link #invoke(FunctionSession, Object,
+   * FunctionRequest)}.
+   *
+   * @throws InvalidRequestException if the request cannot be served, naming what is wrong
+   */
+  default FunctionResponse invoke(FunctionSession session, S state, FunctionRequest request, ResponseStream stream)
+      throws Exception {
+    return invoke(session, state, request);
+  }
+
+  /**
+   * How many requests one instance serves at once: 1 (the default) serves them one at a time through {@link #invoke};
+   * more, and a server hands up to that many to the instance's {@link #engine} together. Read from the host state alone,
+   * like {@link #signature}: a server calls it without restoring the image.
+   */
+  default int concurrency(S state) {
+    return 1;
+  }
+
+  /**
+   * The engine that serves an instance's concurrent requests, for a function whose {@link #concurrency} is above 1:
+   * made once per instance after its restore (never at {@code init}: a thread is no part of an image), owning the
+   * session until it is closed, before the session is.
+   *
+   * @throws UnsupportedOperationException for a function that serves one request at a time (the default)
+   */
+  default FunctionEngine engine(FunctionSession session, S state) {
+    throw new UnsupportedOperationException(getClass().getName() + " serves one request at a time");
+  }
+
+  /**
    * Checks a request against the host state alone, with no device work, so that a cold start refuses a
    * request it cannot serve before it restores anything. {@link #invoke} must still check what it relies on;
    * the default accepts every request.
@@ -80,5 +118,15 @@ public interface ThawFunction<S> {
    */
   default FunctionSignature signature(S state) {
     return FunctionSignature.UNDECLARED;
+  }
+
+  /**
+   * The tokenizer of a language model that brings its own (one of tiktoken's is named by
+   * {@link FunctionSignature.LanguageModel#encoding} instead), for a server that speaks text. Read from the host
+   * state alone, like {@link #signature}; it may read files the state names, so a server calls it off its event
+   * loops and keeps the result. Empty by default.
+   */
+  default java.util.Optional<Tokenizer> tokenizer(S state) {
+    return java.util.Optional.empty();
   }
 }

@@ -1,0 +1,458 @@
+package dev.thaw.bench.serving;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Locale;
+import java.util.Random;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * Measures a language model served by {@code thaw serve} as OpenAI's streaming clients see it (the GPU half of
+ * {@code scripts/gpu/serving-run.sh}), one phase per run, each writing {@code <out>/<phase>.json} and a
+ * {@code SUMMARY} line:
+ * <pre>
+ * java -cp 'thaw/lib/*:thaw/lib/bench/*' dev.thaw.bench.serving.ServingHarness PHASE --url http://127.0.0.1:8080
+ *     --model llama [--prompt-tokens 32] [--tokens 256] [--streams 32] [--runs 3] [--vocab 128000] --out DIR
+ *   baseline      the function's own prompt pass with its head (a native invoke of 1 new token) and its warm decode
+ *                 step ((1 + 64 tokens) − (1 token)) / 64), from Server-Timing's function time, medians of --runs
+ *   single        --runs streamed completions alone: time to first token, inter-token latency (median, p99)
+ *   load          --streams streamed completions at once, --tokens each: tokens/s, time to first token and
+ *                 inter-token latency (p50, p99), failures
+ *   cold          the function registered again (PUT, THAW_ADMIN_TOKEN; --image), so its next request starts an
+ *                 instance: one streamed completion alone; registered again, --streams at once: the first token of
+ *                 the first of them against the single one's
+ *   report        the goals against what the phases (and the PyTorch side's torch.json) wrote
+ * </pre>
+ * Prompts are random token ids below {@code --vocab} (the model's tokenizer decodes every id it may draw), greedy, no stop: every completion
+ * runs to {@code --tokens}. Exit status 0 when the phase ran without a failed request (report: always 0 once the
+ * files read), 1 when one failed, 2 when it could not run.
+ */
+public final class ServingHarness {
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final Pattern FUNCTION = Pattern.compile("function;dur=([0-9.]+)");
+  private static final Pattern IDLE = Pattern.compile("(?m)^thaw_pool_workers\\{[^}]*state=\"idle\"[^}]*\\} ([0-9.eE+-]+)");
+
+  private final URI url;
+  private final String model;
+  private final int promptTokens;
+  private final int tokens;
+  private final int streams;
+  private final int runs;
+  private final int vocab;
+  private final String image;
+  private final Path out;
+  private final HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10))
+      .version(HttpClient.Version.HTTP_1_1).build();
+
+  private ServingHarness(URI url, String model, int promptTokens, int tokens, int streams, int runs, int vocab,
+      String image, Path out) {
+    this.url = url;
+    this.model = model;
+    this.promptTokens = promptTokens;
+    this.tokens = tokens;
+    this.streams = streams;
+    this.runs = runs;
+    this.vocab = vocab;
+    this.image = image;
+    this.out = out;
+  }
+
+  public static void main(String[] args) {
+    try {
+      System.exit(run(args));
+    } catch (Exception e) {
+      System.err.println("ServingHarness failed: " + e);
+      e.printStackTrace();
+      System.exit(2);
+    }
+  }
+
+  static int run(String[] args) throws Exception {
+    if (args.length == 0) {
+      System.err.println("usage: ServingHarness baseline|single|load|cold|report --url URL --model NAME --out DIR "
+          + "[--prompt-tokens 32] [--tokens 256] [--streams 32] [--runs 3] [--vocab 128000] [--image TAG]");
+      return 2;
+    }
+    String phase = args[0];
+    String url = "http://127.0.0.1:8080";
+    String model = "llama";
+    String image = null;
+    Path out = Path.of(".");
+    int promptTokens = 32;
+    int tokens = 256;
+    int streams = 32;
+    int runs = 3;
+    int vocab = 128_000;
+    for (int i = 1; i < args.length; i += 2) {
+      String v = i + 1 < args.length ? args[i + 1] : "";
+      switch (args[i]) {
+        case "--url" -> url = v;
+        case "--model" -> model = v;
+        case "--image" -> image = v;
+        case "--out" -> out = Path.of(v);
+        case "--prompt-tokens" -> promptTokens = Integer.parseInt(v);
+        case "--tokens" -> tokens = Integer.parseInt(v);
+        case "--streams" -> streams = Integer.parseInt(v);
+        case "--runs" -> runs = Integer.parseInt(v);
+        case "--vocab" -> vocab = Integer.parseInt(v);
+        default -> {
+          System.err.println("unknown argument " + args[i]);
+          return 2;
+        }
+      }
+    }
+    Files.createDirectories(out);
+    ServingHarness h = new ServingHarness(URI.create(url), model, promptTokens, tokens, streams, runs, vocab, image,
+        out);
+    return switch (phase) {
+      case "baseline" -> h.baseline();
+      case "single" -> h.single();
+      case "load" -> h.load();
+      case "cold" -> h.cold();
+      case "report" -> h.report();
+      default -> {
+        System.err.println("unknown phase " + phase);
+        yield 2;
+      }
+    };
+  }
+
+  // ---- phases ----
+
+  /** The function's own prompt pass and decode step, as the server's Server-Timing reports its time. */
+  private int baseline() throws Exception {
+    int decode = Math.min(64, tokens);
+    int[] prompt = prompt(0);
+    functionMillis(prompt, 1);
+    functionMillis(prompt, 1 + decode);
+    List<Double> prefill = new ArrayList<>();
+    List<Double> full = new ArrayList<>();
+    for (int r = 0; r < Math.max(3, runs); r++) {
+      prefill.add(functionMillis(prompt, 1));
+      full.add(functionMillis(prompt, 1 + decode));
+    }
+    double prefillMs = median(prefill);
+    double stepMs = (median(full) - prefillMs) / decode;
+    ObjectNode o = JSON.createObjectNode().put("promptTokens", promptTokens).put("prefillMs", prefillMs)
+        .put("decodeStepMs", stepMs).put("decodeTokens", decode);
+    write("baseline", o);
+    System.out.printf(Locale.ROOT, "SUMMARY baseline: prompt pass of %d tokens with its head %.2f ms; warm decode step "
+        + "%.3f ms (medians of %d, the function's own time)%n", promptTokens, prefillMs, stepMs, prefill.size());
+    return 0;
+  }
+
+  /** Streamed completions alone, one after another (the first a warm-up, not counted). */
+  private int single() throws Exception {
+    stream(prompt(99));
+    List<Double> ttft = new ArrayList<>();
+    List<Double> gaps = new ArrayList<>();
+    int failed = 0;
+    for (int r = 0; r < runs; r++) {
+      SseStream.Seen s = stream(prompt(r));
+      if (s.error() != null) {
+        failed++;
+        System.out.println("failed: " + s.error());
+        continue;
+      }
+      ttft.add(s.ttftMillis());
+      gaps.addAll(s.gapsMillis());
+    }
+    ObjectNode o = JSON.createObjectNode().put("runs", runs).put("failed", failed)
+        .put("ttftMs", median(ttft)).put("itlMs", median(gaps)).put("itlP99Ms", percentile(gaps, 99))
+        .put("tokensPerS", 1000 / median(gaps));
+    write("single", o);
+    System.out.printf(Locale.ROOT, "SUMMARY single stream: time to first token %.2f ms (median of %d); inter-token "
+        + "%.3f ms median, %.3f ms p99 (%.0f tokens/s); %d failed%n", median(ttft), ttft.size(), median(gaps),
+        percentile(gaps, 99), 1000 / median(gaps), failed);
+    return failed == 0 ? 0 : 1;
+  }
+
+  /** {@code streams} streamed completions at once. */
+  private int load() throws Exception {
+    List<SseStream.Seen> seen = burst(streams, 1000);
+    ObjectNode o = loadStats(seen);
+    write("load-" + streams, o);
+    System.out.printf(Locale.ROOT, "SUMMARY %d streams of %d tokens: %.0f tokens/s; time to first token p50 %.1f ms, "
+        + "p99 %.1f ms; inter-token p50 %.3f ms, p99 %.3f ms; %d failed%n", streams, tokens,
+        o.get("tokensPerS").asDouble(), o.get("ttftP50Ms").asDouble(), o.get("ttftP99Ms").asDouble(),
+        o.get("itlP50Ms").asDouble(), o.get("itlP99Ms").asDouble(), o.get("failed").asInt());
+    return o.get("failed").asInt() == 0 ? 0 : 1;
+  }
+
+  /** A cold start alone, then a cold start under {@code streams} simultaneous requests. */
+  private int cold() throws Exception {
+    if (image == null) {
+      System.err.println("cold needs --image (the tag the function serves)");
+      return 2;
+    }
+    reregister();
+    SseStream.Seen alone = stream(prompt(500));
+    reregister();
+    List<SseStream.Seen> burst = burst(streams, 2000);
+    double first = Double.NaN;
+    int failed = alone.error() == null ? 0 : 1;
+    List<Double> ttft = new ArrayList<>();
+    for (SseStream.Seen s : burst) {
+      if (s.error() != null) {
+        failed++;
+        continue;
+      }
+      ttft.add(s.ttftMillis());
+      first = Double.isNaN(first) ? s.ttftMillis() : Math.min(first, s.ttftMillis());
+    }
+    JsonNode state = getJson("/v1/functions/" + model);
+    ObjectNode o = JSON.createObjectNode().put("coldAloneTtftMs", alone.ttftMillis())
+        .put("coldBurstFirstTtftMs", first).put("coldBurstTtftP50Ms", median(ttft))
+        .put("coldBurstTtftMaxMs", ttft.isEmpty() ? Double.NaN : (double) Collections.max(ttft)).put("streams", streams)
+        .put("failed", failed).put("instances", state.path("instances").size());
+    if (alone.error() != null) {
+      o.put("aloneError", alone.error());
+    }
+    write("cold", o);
+    System.out.printf(Locale.ROOT, "SUMMARY cold start: alone, first token %.1f ms; %d at once, the first's %.1f ms "
+        + "(%.3f x alone), median %.1f ms, last %.1f ms; %d instance(s); %d failed%n", alone.ttftMillis(), streams,
+        first, first / alone.ttftMillis(), median(ttft), o.get("coldBurstTtftMaxMs").asDouble(),
+        o.get("instances").asInt(), failed);
+    return failed == 0 ? 0 : 1;
+  }
+
+  /** Every goal against what the phases measured. */
+  private int report() throws IOException {
+    JsonNode base = read("baseline");
+    JsonNode single = read("single");
+    JsonNode l32 = read("load-32");
+    JsonNode l64 = read("load-64");
+    JsonNode cold = read("cold");
+    JsonNode torch = read("torch");
+    List<String> lines = new ArrayList<>();
+    if (base != null && single != null) {
+      double over = single.get("ttftMs").asDouble() - base.get("prefillMs").asDouble();
+      lines.add(goal(over <= 2, "time to first token %.2f ms = prompt pass %.2f ms + %.2f ms (goal: + <= 2 ms)",
+          single.get("ttftMs").asDouble(), base.get("prefillMs").asDouble(), over));
+      double ratio = single.get("itlMs").asDouble() / base.get("decodeStepMs").asDouble();
+      lines.add(goal(ratio <= 1.1, "one stream's inter-token %.3f ms = %.3f x the warm decode step %.3f ms "
+          + "(goal: <= 1.1 x)", single.get("itlMs").asDouble(), ratio, base.get("decodeStepMs").asDouble()));
+    }
+    if (single != null && l32 != null) {
+      double speedup = l32.get("tokensPerS").asDouble() / single.get("tokensPerS").asDouble();
+      double p99 = l32.get("itlP99Ms").asDouble() / single.get("itlP99Ms").asDouble();
+      lines.add(goal(speedup >= 20, "32 streams: %.0f tokens/s = %.1f x one stream's %.0f (goal: >= 20 x)",
+          l32.get("tokensPerS").asDouble(), speedup, single.get("tokensPerS").asDouble()));
+      lines.add(goal(p99 <= 2, "32 streams: inter-token p99 %.3f ms = %.2f x one stream's %.3f ms (goal: <= 2 x)",
+          l32.get("itlP99Ms").asDouble(), p99, single.get("itlP99Ms").asDouble()));
+    }
+    if (l64 != null) {
+      lines.add(goal(l64.get("failed").asInt() == 0, "64 streams: %d failed of 64, %.0f tokens/s (goal: none fails)",
+          l64.get("failed").asInt(), l64.get("tokensPerS").asDouble()));
+    }
+    if (torch != null && l32 != null) {
+      lines.add(String.format(Locale.ROOT, "against PyTorch generate (sdpa, bf16) in this run: 32 x %d tokens %.0f "
+          + "tokens/s (Thaw %.1f x), one stream %.0f tokens/s (Thaw %.1f x)", torch.get("tokens").asInt(),
+          torch.get("batched_tokens_per_s").asDouble(), l32.get("tokensPerS").asDouble()
+          / torch.get("batched_tokens_per_s").asDouble(), torch.get("alone_tokens_per_s").asDouble(),
+          single == null ? Double.NaN : single.get("tokensPerS").asDouble()
+          / torch.get("alone_tokens_per_s").asDouble()));
+    }
+    if (cold != null) {
+      double ratio = cold.get("coldBurstFirstTtftMs").asDouble() / cold.get("coldAloneTtftMs").asDouble();
+      lines.add(goal(ratio <= 1.1, "cold start under load: the first of %d gets its first token in %.1f ms = %.3f x "
+          + "a cold request alone (%.1f ms) (goal: <= 1.1 x)", cold.get("streams").asInt(),
+          cold.get("coldBurstFirstTtftMs").asDouble(), ratio, cold.get("coldAloneTtftMs").asDouble()));
+    }
+    lines.forEach(l -> System.out.println("SUMMARY " + l));
+    Files.write(out.resolve("goals.txt"), lines);
+    return 0;
+  }
+
+  private static String goal(boolean met, String format, Object... args) {
+    return (met ? "[met]    " : "[missed] ") + String.format(Locale.ROOT, format, args);
+  }
+
+  // ---- requests ----
+
+  /** A prompt of random ids below the regular vocabulary, seeded by {@code seed}. */
+  private int[] prompt(int seed) {
+    Random r = new Random(1000L + seed);
+    int[] p = new int[promptTokens];
+    for (int i = 0; i < p.length; i++) {
+      p[i] = r.nextInt(vocab);
+    }
+    return p;
+  }
+
+  private SseStream.Seen stream(int[] prompt) {
+    ObjectNode body = JSON.createObjectNode().put("model", model).put("max_tokens", tokens).put("temperature", 0)
+        .put("stream", true);
+    body.putObject("stream_options").put("include_usage", true);
+    ArrayNode ids = body.putArray("prompt");
+    for (int id : prompt) {
+      ids.add(id);
+    }
+    return SseStream.post(url.getHost(), url.getPort(), "/v1/completions", body.toString());
+  }
+
+  /** {@code n} streams released together (a latch), each on a thread of its own. */
+  private List<SseStream.Seen> burst(int n, int seedBase) throws Exception {
+    ExecutorService threads = Executors.newFixedThreadPool(n);
+    try {
+      CountDownLatch go = new CountDownLatch(1);
+      List<Future<SseStream.Seen>> all = new ArrayList<>();
+      for (int i = 0; i < n; i++) {
+        int[] p = prompt(seedBase + i);
+        all.add(threads.submit(() -> {
+          go.await();
+          return stream(p);
+        }));
+      }
+      go.countDown();
+      List<SseStream.Seen> seen = new ArrayList<>();
+      for (Future<SseStream.Seen> f : all) {
+        seen.add(f.get());
+      }
+      return seen;
+    } finally {
+      threads.shutdownNow();
+    }
+  }
+
+  private ObjectNode loadStats(List<SseStream.Seen> seen) {
+    List<Double> ttft = new ArrayList<>();
+    List<Double> gaps = new ArrayList<>();
+    long start = Long.MAX_VALUE;
+    long end = Long.MIN_VALUE;
+    long generated = 0;
+    int failed = 0;
+    for (SseStream.Seen s : seen) {
+      if (s.error() != null) {
+        failed++;
+        System.out.println("failed: " + s.error());
+        continue;
+      }
+      ttft.add(s.ttftMillis());
+      gaps.addAll(s.gapsMillis());
+      start = Math.min(start, s.sentNanos());
+      end = Math.max(end, s.endNanos());
+      generated += Math.max(0, s.completionTokens());
+    }
+    double seconds = (end - start) / 1e9;
+    return JSON.createObjectNode().put("streams", seen.size()).put("failed", failed).put("tokens", generated)
+        .put("seconds", seconds).put("tokensPerS", generated / seconds).put("ttftP50Ms", median(ttft))
+        .put("ttftP99Ms", percentile(ttft, 99)).put("itlP50Ms", median(gaps)).put("itlP99Ms", percentile(gaps, 99));
+  }
+
+  /** The function's own time (Server-Timing {@code function}) for a native invoke of {@code newTokens}. */
+  private double functionMillis(int[] prompt, int newTokens) throws Exception {
+    ObjectNode body = JSON.createObjectNode().put("maxNewTokens", newTokens);
+    ArrayNode row = body.putArray("tokens").addArray();
+    for (int id : prompt) {
+      row.add(id);
+    }
+    HttpResponse<String> r = http.send(HttpRequest.newBuilder(url.resolve("/v1/functions/" + model + "/invoke"))
+        .timeout(Duration.ofSeconds(120)).header("Content-Type", "application/json")
+        .POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(), HttpResponse.BodyHandlers.ofString());
+    if (r.statusCode() != 200) {
+      throw new IOException("invoke answered " + r.statusCode() + ": " + r.body());
+    }
+    Matcher m = FUNCTION.matcher(r.headers().firstValue("Server-Timing").orElse(""));
+    if (!m.find()) {
+      throw new IOException("no function time in Server-Timing: " + r.headers().map());
+    }
+    return Double.parseDouble(m.group(1));
+  }
+
+  /** Registers the function again: its instance retires, and its next request starts a fresh one (cold). */
+  private void reregister() throws Exception {
+    String token = System.getenv("THAW_ADMIN_TOKEN");
+    HttpRequest.Builder b = HttpRequest.newBuilder(url.resolve("/v1/functions/" + model))
+        .timeout(Duration.ofSeconds(60)).header("Content-Type", "application/json")
+        .PUT(HttpRequest.BodyPublishers.ofString(JSON.createObjectNode().put("image", image).toString()));
+    if (token != null) {
+      b.header("Authorization", "Bearer " + token);
+    }
+    HttpResponse<String> r = http.send(b.build(), HttpResponse.BodyHandlers.ofString());
+    if (r.statusCode() / 100 != 2) {
+      throw new IOException("PUT /v1/functions/" + model + " answered " + r.statusCode() + ": " + r.body());
+    }
+    // Ready for a cold start like any other: the retired instance gone (its weights handed to the HBM tier, where the
+    // server keeps one), and a warm worker idle in the pool for the next start.
+    long until = System.nanoTime() + 30_000_000_000L;
+    while (System.nanoTime() < until) {
+      JsonNode state = getJson("/v1/functions/" + model);
+      boolean gone = state.path("instances").isEmpty();
+      boolean held = false;
+      for (JsonNode bytes : state.path("image").path("hbmBytes")) {
+        held |= bytes.asLong() > 0;
+      }
+      boolean noTier = state.path("image").isMissingNode() || state.path("image").path("hbmBytes").isEmpty();
+      if (gone && (held || noTier) && idleWorkers() > 0) {
+        return;
+      }
+      Thread.sleep(50);
+    }
+    throw new IOException("the function was not ready for a cold start 30 s after it was registered again: "
+        + getJson("/v1/functions/" + model));
+  }
+
+  /** Idle workers of the pool, all devices ({@code thaw_pool_workers{state="idle"}}); 1 without a pool. */
+  private int idleWorkers() throws Exception {
+    HttpResponse<String> r = http.send(HttpRequest.newBuilder(url.resolve("/metrics")).timeout(Duration.ofSeconds(30))
+        .GET().build(), HttpResponse.BodyHandlers.ofString());
+    Matcher m = IDLE.matcher(r.body());
+    int idle = 0;
+    boolean any = false;
+    while (m.find()) {
+      any = true;
+      idle += (int) Double.parseDouble(m.group(1));
+    }
+    return any ? idle : 1;
+  }
+
+  private JsonNode getJson(String path) throws Exception {
+    HttpResponse<String> r = http.send(HttpRequest.newBuilder(url.resolve(path)).timeout(Duration.ofSeconds(30))
+        .GET().build(), HttpResponse.BodyHandlers.ofString());
+    return JSON.readTree(r.body());
+  }
+
+  private void write(String phase, ObjectNode o) throws IOException {
+    JSON.writerWithDefaultPrettyPrinter().writeValue(out.resolve(phase + ".json").toFile(), o);
+  }
+
+  private JsonNode read(String phase) throws IOException {
+    Path p = out.resolve(phase + ".json");
+    return Files.isRegularFile(p) ? JSON.readTree(p.toFile()) : null;
+  }
+
+  static double median(List<Double> v) {
+    return percentile(v, 50);
+  }
+
+  /** The nearest-rank percentile; NaN for none. */
+  static double percentile(List<Double> v, double p) {
+    if (v.isEmpty()) {
+      return Double.NaN;
+    }
+    List<Double> s = new ArrayList<>(v);
+    Collections.sort(s);
+    int rank = (int) Math.ceil(p / 100 * s.size());
+    return s.get(Math.max(0, Math.min(s.size() - 1, rank - 1)));
+  }
+}
