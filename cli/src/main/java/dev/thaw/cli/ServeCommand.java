@@ -176,7 +176,7 @@ final class ServeCommand implements Callable<Integer> {
 
   @Option(names = "--helper-share", paramLabel = "SHARE",
       description = {"The part of a borrowed GPU's link a cold start may use, over (0, 1].",
-          "Default: helperShare of the config, else 1."})
+          "Default: helperShare of the config, else 0.5."})
   Double helperShare;
 
   @Option(names = "--wake-ahead", paramLabel = "DURATION",
