@@ -79,11 +79,7 @@ class PeerSlabsTest {
           r.awaitResident();
         }
         try (r) {
-          OnDemandRestore.Stats stats = r.stats();
-          assertEquals(m.allocations().get(0).size(), stats.peerBytes(), stats.toString());
-          assertEquals(m.totalBytes() - stats.peerBytes(), stats.hostBytes(), stats.toString());
-          assertEquals(Long.valueOf(stats.peerBytes()), r.linkBytes().get("peer"), r.linkBytes().toString());
-          assertDeviceHoldsTheImage(zero, m);
+          assertA0PulledTheRestFromTheHost(r, m, zero);
         }
       }
     }
@@ -121,11 +117,7 @@ class PeerSlabsTest {
             r.awaitResident();
           }
           try (r) {
-            OnDemandRestore.Stats stats = r.stats();
-            assertEquals(m.allocations().get(0).size(), stats.peerBytes(), stats.toString());
-            assertEquals(m.totalBytes() - stats.peerBytes(), stats.hostBytes(), stats.toString());
-            assertEquals(Long.valueOf(stats.peerBytes()), r.linkBytes().get("peer"), r.linkBytes().toString());
-            assertDeviceHoldsTheImage(zero, m);
+            assertA0PulledTheRestFromTheHost(r, m, zero);
           }
         } finally {
           HbmExport.close(held);
@@ -157,7 +149,12 @@ class PeerSlabsTest {
     }
   }
 
-  private static void assertDeviceHoldsTheImage(GpuContext device, ImageManifest m) {
+  /** a0 came over the peer link, the rest from the host cache, and every byte on {@code device} is the image's. */
+  private static void assertA0PulledTheRestFromTheHost(OnDemandRestore r, ImageManifest m, GpuContext device) {
+    OnDemandRestore.Stats stats = r.stats();
+    assertEquals(m.allocations().get(0).size(), stats.peerBytes(), stats.toString());
+    assertEquals(m.totalBytes() - stats.peerBytes(), stats.hostBytes(), stats.toString());
+    assertEquals(Long.valueOf(stats.peerBytes()), r.linkBytes().get("peer"), r.linkBytes().toString());
     for (ImageManifest.Allocation a : m.allocations()) {
       for (ImageManifest.Chunk c : a.chunks()) {
         ByteBuffer b = ByteBuffer.allocateDirect(c.length());

@@ -28,6 +28,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.ToLongFunction;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -116,9 +117,10 @@ class MultiLinkRestoreTest {
     try (Node node = new Node(3, new SimOptions().copyGBps(COPY_GBPS).peerGBps(1)); Spaced source =
         new Spaced(manifest, node.target)) {
       List<HelperLink> links = List.of(node.link(1, new HelperLink.Options()), node.link(2, new HelperLink.Options()));
-      // A small window: each link takes the next allocation as soon as it drains the one before.
+      // A small window: each link takes the next allocation as soon as it drains the one before (each helper lent
+      // whole, as fast as the target's link).
       OnDemandOptions options = new OnDemandOptions().streamInBackground(background).windowBytes(4096)
-          .helpers(links);
+          .helpers(links).helperShare(1.0);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options); ResidencyProbe probe = new ResidencyProbe(restore.function().session(), true)) {
         JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
@@ -148,7 +150,8 @@ class MultiLinkRestoreTest {
     HelperLink.Options rated = new HelperLink.Options().rates(3, 1, 50);
     try (Node node = new Node(2, new SimOptions().copyGBps(0.01).peerGBps(1));
         Spaced source = new Spaced(manifest, node.target)) {
-      OnDemandOptions options = new OnDemandOptions().windowBytes(Long.MAX_VALUE).helpers(List.of(node.link(1, rated)));
+      OnDemandOptions options = new OnDemandOptions().windowBytes(Long.MAX_VALUE).helpers(List.of(node.link(1, rated)))
+          .helperShare(1.0);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         restore.awaitResident();
@@ -198,25 +201,7 @@ class MultiLinkRestoreTest {
         offset += (a.size() + 255) / 256 * 256;
       }
       elsewhere.setAccessFor(0, MemoryAccess.READ);
-      RestoreSource fromPeer = m -> {
-        RestoreSource.Lease inner = host.lease(m);
-        return new RestoreSource.Lease() {
-          @Override
-          public RestoreSource.HostChunk find(Digest digest) {
-            return inner.find(digest);
-          }
-
-          @Override
-          public long peerCopy(ImageManifest.Allocation allocation) {
-            return at.getOrDefault(allocation.name(), 0L);
-          }
-
-          @Override
-          public void close() {
-            inner.close();
-          }
-        };
-      };
+      RestoreSource fromPeer = fromPeer(host, a -> at.getOrDefault(a.name(), 0L), null);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, fromPeer,
           node.resources, new OnDemandOptions()); ResidencyProbe probe =
           new ResidencyProbe(restore.function().session(), true)) {
@@ -243,31 +228,11 @@ class MultiLinkRestoreTest {
         MirroredSlab slab = new MirroredSlab(manifest, node.contexts.get(1))) {
       slab.grant(0);
       RestoreSource fromPeer = slab.over(host, null);
-      // Copies lagging the kernels: every launch waits for the run its allocations are in, never less.
-      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, fromPeer,
-          node.resources, new OnDemandOptions()); ResidencyProbe probe =
-          new ResidencyProbe(restore.function().session(), true)) {
-        JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
-        restore.awaitResident();
-        assertEquals(responses.get(tag), got);
-        List<String> violations = probe.violations(restore);
-        assertTrue(violations.isEmpty(), String.join("\n", violations));
-        assertEquals(manifest.totalBytes(), restore.stats().peerBytes(), restore.stats().toString());
-        assertImage(node.target, manifest);
-      }
-      // Nothing launched before it is resident: one copy per stretch of the plan that lies back to back.
-      RestorePlan plan = RestorePlan.of(manifest);
-      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, fromPeer,
-          node.resources, new OnDemandOptions())) {
-        restore.awaitResident();
-        assertEquals(0, restore.stats().promotions(), restore.stats().toString());
-        List<Long> stretches = stretches(plan, Residency.PEER_MERGE_BYTES);
-        assertEquals(stretches.size(), restore.stats().copies(), "copies of " + plan.unitCount() + " allocations in "
-            + stretches.size() + " stretches: " + restore.stats());
-        assertTrue(stretches.size() < plan.unitCount(), "some allocations lie back to back: " + stretches.size()
-            + " stretches of " + plan.unitCount());
-        assertImage(node.target, manifest);
-      }
+      invokedWhileCopying(node, tag, fromPeer);
+      List<Long> stretches = stretches(RestorePlan.of(manifest), Residency.PEER_MERGE_BYTES);
+      assertEquals(stretches.size(), restoredUntouched(node, manifest, fromPeer).copies(), "one copy per stretch");
+      assertTrue(stretches.size() < manifest.allocations().size(), "some allocations lie back to back: "
+          + stretches.size() + " stretches of " + manifest.allocations().size());
     }
   }
 
@@ -281,21 +246,9 @@ class MultiLinkRestoreTest {
     try (Node node = new Node(2, new SimOptions().peerGBps(0.05)); Spaced host = new Spaced(manifest, node.target);
         MirroredSlab slab = new MirroredSlab(manifest, node.contexts.get(1))) {
       slab.grant(0);
-      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target,
-          slab.over(host, null), node.resources, new OnDemandOptions()); ResidencyProbe probe =
-          new ResidencyProbe(restore.function().session(), true)) {
-        JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get("mlp-wide"))).json();
-        restore.awaitResident();
-        assertEquals(responses.get("mlp-wide"), got);
-        List<String> violations = probe.violations(restore);
-        assertTrue(violations.isEmpty(), String.join("\n", violations));
-      }
-      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target,
-          slab.over(host, null), node.resources, new OnDemandOptions())) {
-        restore.awaitResident();
-        assertEquals(peerRuns.size(), restore.stats().copies(), peerRuns + ": " + restore.stats());
-        assertImage(node.target, manifest);
-      }
+      invokedWhileCopying(node, "mlp-wide", slab.over(host, null));
+      assertEquals(peerRuns.size(), restoredUntouched(node, manifest, slab.over(host, null)).copies(),
+          peerRuns.toString());
     }
   }
 
@@ -312,32 +265,15 @@ class MultiLinkRestoreTest {
           slab.buffer.address()));
       HelperLink relay = node.link(1, new HelperLink.Options());
       RestoreSource fromPeer = slab.over(host, relay);
-      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, fromPeer,
-          node.resources, new OnDemandOptions()); ResidencyProbe probe =
-          new ResidencyProbe(restore.function().session(), true)) {
-        JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
-        restore.awaitResident();
-        assertEquals(responses.get(tag), got);
-        List<String> violations = probe.violations(restore);
-        assertTrue(violations.isEmpty(), String.join("\n", violations));
-        assertEquals(manifest.totalBytes(), restore.stats().peerBytes(), restore.stats().toString());
-        assertEquals(manifest.totalBytes(), restore.linkBytes().get("peer"), restore.linkBytes().toString());
-        assertImage(node.target, manifest);
-      }
+      // Promotions too: the target cannot read that memory.
+      assertEquals(manifest.totalBytes(), invokedWhileCopying(node, tag, fromPeer).get("peer"));
       // Each run: one copy into a slot of the ring and one pull out of it, per slot it fills.
-      RestorePlan plan = RestorePlan.of(manifest);
       long slot = relay.options().slotBytes();
-      try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, fromPeer,
-          node.resources, new OnDemandOptions())) {
-        restore.awaitResident();
-        long expected = 0;
-        for (long bytes : stretches(plan, Residency.PEER_MERGE_BYTES)) {
-          expected += 2 * ((bytes + slot - 1) / slot);
-        }
-        assertEquals(0, restore.stats().promotions(), restore.stats().toString());
-        assertEquals(expected, restore.stats().copies(), restore.stats().toString());
-        assertImage(node.target, manifest);
+      long expected = 0;
+      for (long bytes : stretches(RestorePlan.of(manifest), Residency.PEER_MERGE_BYTES)) {
+        expected += 2 * ((bytes + slot - 1) / slot);
       }
+      assertEquals(expected, restoredUntouched(node, manifest, fromPeer).copies());
       relay.borrow();
       relay.giveBack();
     }
@@ -370,7 +306,7 @@ class MultiLinkRestoreTest {
     try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(1));
         Spaced source = new Spaced(manifest, node.target)) {
       HelperLink link = node.link(1, new HelperLink.Options());
-      OnDemandOptions options = new OnDemandOptions().windowBytes(4096).helpers(List.of(link));
+      OnDemandOptions options = new OnDemandOptions().windowBytes(4096).helpers(List.of(link)).helperShare(1.0);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         assertThrows(IllegalStateException.class, link::borrow, "lent while the restore copies");
@@ -498,6 +434,39 @@ class MultiLinkRestoreTest {
   }
 
   /**
+   * Restores {@code tag} onto the node's target from {@code source} and invokes it at once, copies lagging the kernels:
+   * no launch touched a byte before it was resident, the answer is the build's, every read-only byte landed, and
+   * every byte came from another device's memory. Returns the restore's bytes by lane.
+   */
+  private static Map<String, Long> invokedWhileCopying(Node node, String tag, RestoreSource source)
+      throws Exception {
+    ImageManifest manifest = Images.manifest(store, tag);
+    try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
+        node.resources, new OnDemandOptions()); ResidencyProbe probe =
+        new ResidencyProbe(restore.function().session(), true)) {
+      JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
+      restore.awaitResident();
+      assertEquals(responses.get(tag), got);
+      List<String> violations = probe.violations(restore);
+      assertTrue(violations.isEmpty(), String.join("\n", violations));
+      assertEquals(manifest.totalBytes(), restore.stats().peerBytes(), restore.stats().toString());
+      assertImage(node.target, manifest);
+      return restore.linkBytes();
+    }
+  }
+
+  /** Restores the image from {@code source} with nothing launched until it is resident; returns its figures. */
+  private static OnDemandRestore.Stats restoredUntouched(Node node, ImageManifest manifest, RestoreSource source) {
+    try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
+        node.resources, new OnDemandOptions())) {
+      restore.awaitResident();
+      assertEquals(0, restore.stats().promotions(), restore.stats().toString());
+      assertImage(node.target, manifest);
+      return restore.stats();
+    }
+  }
+
+  /**
    * The bytes of {@code plan}'s runs from another device's slab: each a stretch of units in plan order that lie back to
    * back (on the target, and so in a slab laid out as the target), closed once it holds {@code merge} bytes.
    */
@@ -518,6 +487,38 @@ class MultiLinkRestoreTest {
     }
     out.add(bytes);
     return out;
+  }
+
+  /**
+   * {@code host}'s chunks, and each allocation's bytes in another device's memory at {@code at} (0: none), read by the
+   * target or, with {@code link}, by that link's helper.
+   */
+  private static RestoreSource fromPeer(RestoreSource host, ToLongFunction<ImageManifest.Allocation> at,
+      HelperLink link) {
+    return m -> {
+      RestoreSource.Lease inner = host.lease(m);
+      return new RestoreSource.Lease() {
+        @Override
+        public RestoreSource.HostChunk find(Digest digest) {
+          return inner.find(digest);
+        }
+
+        @Override
+        public long peerCopy(ImageManifest.Allocation allocation) {
+          return at.applyAsLong(allocation);
+        }
+
+        @Override
+        public HelperLink peerLink() {
+          return link;
+        }
+
+        @Override
+        public void close() {
+          inner.close();
+        }
+      };
+    };
   }
 
   /**
@@ -545,30 +546,7 @@ class MultiLinkRestoreTest {
 
     /** {@code host} for what has no copy here (none), this slab for every allocation, read through {@code link}. */
     RestoreSource over(RestoreSource host, HelperLink link) {
-      return m -> {
-        RestoreSource.Lease inner = host.lease(m);
-        return new RestoreSource.Lease() {
-          @Override
-          public RestoreSource.HostChunk find(Digest digest) {
-            return inner.find(digest);
-          }
-
-          @Override
-          public long peerCopy(ImageManifest.Allocation allocation) {
-            return buffer.address() + allocation.address() - lowest;
-          }
-
-          @Override
-          public HelperLink peerLink() {
-            return link;
-          }
-
-          @Override
-          public void close() {
-            inner.close();
-          }
-        };
-      };
+      return fromPeer(host, a -> buffer.address() + a.address() - lowest, link);
     }
 
     @Override
