@@ -68,8 +68,9 @@ import java.util.function.Supplier;
  *       {@code cuMemcpyPeerAsync};
  *   <li><b>restore</b>, per shape: one link, two links, two links with everything queued at once: ready, resident (by
  *       the events), GB/s, the helper's part;
- *   <li><b>hbm</b>, per shape: from GPU 0's own HBM tier; from GPU 1's tier by a peer copy ({@link PeerSlabs}); from
- *       GPU 1's tier mapped as it is (kernels then read the weights over NVLink), with a read kernel's GB/s on local
+ *   <li><b>hbm</b>, per shape: from GPU 0's own HBM tier; from GPU 1's tier by a peer copy ({@link PeerSlabs}), the
+ *       slabs mapped on GPU 1 and relayed through its link's ring, then mapped for GPU 0 (each with its mapping time);
+ *       from GPU 1's tier mapped as it is (kernels then read the weights over NVLink), with a read kernel's GB/s on local
  *       and on peer-mapped weights; the goal: other GPU's ≤ 1.1 × own + the weights at 300 GB/s;
  *   <li><b>impact</b>: a warm GPT-2-large on GPU 1, alone and while two-link restores of the largest shape run through
  *       its GPU, at the helper's whole link and at half;
