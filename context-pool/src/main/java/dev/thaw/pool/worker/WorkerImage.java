@@ -295,8 +295,15 @@ final class WorkerImage implements WorkerLoop.Work {
       t = WorkerMain.phase(phases, "peer take", t);
     }
     HelperLink relay = peer == null ? null : peer.link();
-    List<HelperLink> links = helpers == null || b.source().helpers().isEmpty() ? List.of()
-        : helpers.lend(b.source().helpers()).stream().filter(l -> l != relay).toList();
+    List<HelperLink> links = new ArrayList<>();
+    if (helpers != null && !b.source().helpers().isEmpty()) {
+      // A loop, not a stream: a lambda's first call in this JVM would be on the cold path.
+      for (HelperLink l : helpers.lend(b.source().helpers())) {
+        if (l != relay) {
+          links.add(l);
+        }
+      }
+    }
     if (!links.isEmpty()) {
       onDemand.helpers(links).helperShare(b.source().helperShare());
     }
@@ -338,7 +345,10 @@ final class WorkerImage implements WorkerLoop.Work {
     long totalEnd = System.nanoTime();
     phases.put("total", queued + (totalEnd - start) / 1e6);
     String from = fromHbm ? "hbm" : peer != null ? "hbm-peer" : tiers.from();
-    List<Integer> lent = new ArrayList<>(links.stream().map(l -> l.helper().device().ordinal()).toList());
+    List<Integer> lent = new ArrayList<>();
+    for (HelperLink l : links) {
+      lent.add(l.helper().device().ordinal());
+    }
     if (relay != null) {
       lent.add(relay.helper().device().ordinal());
     }
