@@ -177,7 +177,7 @@ final class ServeCommand implements Callable<Integer> {
 
   @Option(names = "--helper-share", paramLabel = "SHARE",
       description = {"The part of a borrowed GPU's link a cold start may use, over (0, 1].",
-          "Default: helperShare of the config, else 1."})
+          "Default: helperShare of the config, else 0.5."})
   Double helperShare;
 
   @Option(names = "--wake-ahead", paramLabel = "DURATION",
@@ -314,6 +314,11 @@ final class ServeCommand implements Callable<Integer> {
       out.printf("cache    %s%n", options.hostCacheBytes() == 0 ? "none (workers read the store)"
           : (options.hostCacheBytes() >> 20) + " MiB pinned host cache; images staged at registration; HBM tier "
           + (options.hbmTierBytes() >> 20) + " MiB per GPU");
+      if (options.hostCacheBytes() > 0 && driver.devices().size() > 1) {
+        out.println(options.maxHelpers() == 0 ? "helpers  none: a cold start copies through its own GPU's link"
+            : String.format(Locale.ROOT, "helpers  a cold start borrows up to %d idle GPUs' links, each at share %.2f",
+            options.maxHelpers(), options.helperShare()));
+      }
     }
     options.functions().forEach((name, f) -> out.printf("function %s = %s%s%n", name, f.image(),
         RegistryReference.looksLikeReference(f.image()) ? " (pulled in the background)" : ""));

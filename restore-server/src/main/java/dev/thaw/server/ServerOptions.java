@@ -22,7 +22,7 @@ import java.util.regex.Pattern;
  * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "socket": null, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
  *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184, "wakeAhead": "500us",
- *  "maxWorkers": 8, "maxStarting": 4, "tierPolicy": "recency", "maxHelpers": 3, "helperShare": 1.0,
+ *  "maxWorkers": 8, "maxStarting": 4, "tierPolicy": "recency", "maxHelpers": 3, "helperShare": 0.5,
  *  "maxConnections": 4096, "headerTimeout": "10s", "bodyTimeout": "30s", "idleTimeout": "60s",
  *  "maxPulls": 2, "tenants": {"maxFunctions": 64, ...}, "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
@@ -75,8 +75,8 @@ public final class ServerOptions {
   /** {@link #maxHelpers()}: other devices' links one cold start may borrow. */
   public static final int DEFAULT_MAX_HELPERS = PlacementCosts.DEFAULT_MAX_HELPERS;
   /**
-   * {@link #helperShare()}: an idle helper lends its whole link. The GPU run ({@code scripts/gpu/multilink-run.sh})
-   * measures what that costs a warm function on the helper; lower it if that is over 5% of its warm latency.
+   * {@link #helperShare()}: an idle helper lends half its link, so that a request reaching a function on it meanwhile
+   * stays within 5% of its warm latency ({@code scripts/gpu/multilink-run.sh} measures that cost at the share in use).
    */
   public static final double DEFAULT_HELPER_SHARE = PlacementCosts.DEFAULT_HELPER_SHARE;
 

@@ -127,12 +127,12 @@ class MultiLinkServingTest {
 
   @Test
   void theHelperOptionsRoundTripAndBadOnesAreRefusedSayingWhy() {
-    ServerOptions o = ServerOptions.fromJson(JSON.createObjectNode().put("maxHelpers", 1).put("helperShare", 0.5));
+    ServerOptions o = ServerOptions.fromJson(JSON.createObjectNode().put("maxHelpers", 1).put("helperShare", 0.25));
     assertEquals(1, o.maxHelpers());
-    assertEquals(0.5, o.helperShare());
+    assertEquals(0.25, o.helperShare());
     ServerOptions back = ServerOptions.fromJson(o.toJson());
     assertEquals(1, back.maxHelpers());
-    assertEquals(0.5, back.helperShare());
+    assertEquals(0.25, back.helperShare());
     assertEquals(ServerOptions.DEFAULT_HELPER_SHARE, new ServerOptions().helperShare());
     for (String bad : List.of("{\"helperShare\": 0}", "{\"helperShare\": 1.5}", "{\"helperShare\": \"half\"}",
         "{\"maxHelpers\": -1}", "{\"maxHelpers\": 16}")) {

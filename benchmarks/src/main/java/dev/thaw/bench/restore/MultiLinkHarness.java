@@ -68,8 +68,9 @@ import java.util.function.Supplier;
  *       {@code cuMemcpyPeerAsync};
  *   <li><b>restore</b>, per shape: one link, two links, two links with everything queued at once: ready, resident (by
  *       the events), GB/s, the helper's part;
- *   <li><b>hbm</b>, per shape: from GPU 0's own HBM tier; from GPU 1's tier by a peer copy ({@link PeerSlabs}); from
- *       GPU 1's tier mapped as it is (kernels then read the weights over NVLink), with a read kernel's GB/s on local
+ *   <li><b>hbm</b>, per shape: from GPU 0's own HBM tier; from GPU 1's tier by a peer copy ({@link PeerSlabs}), the
+ *       slabs mapped on GPU 1 and relayed through its link's ring, then mapped for GPU 0 (each with its mapping time);
+ *       from GPU 1's tier mapped as it is (kernels then read the weights over NVLink), with a read kernel's GB/s on local
  *       and on peer-mapped weights; the goal: other GPU's ≤ 1.1 × own + the weights at 300 GB/s;
  *   <li><b>impact</b>: a warm GPT-2-large on GPU 1, alone and while two-link restores of the largest shape run through
  *       its GPU, at the helper's whole link and at half;
@@ -339,13 +340,13 @@ public final class MultiLinkHarness {
     if (first.mismatch() != null) {
       failures.add(image.shape() + " " + name + ": " + first.mismatch());
     }
-    System.out.printf(Locale.ROOT, "| %s | %s | %.2f | %.2f (%.2f-%.2f) | %.1f | %s | %s |%n", image.shape(), name,
-        ready[ready.length / 2], median, resident[0], resident[resident.length - 1], image.bytes() / (median * 1e6),
-        first.links(), check);
+    System.out.printf(Locale.ROOT, "| %s | %s | %.2f | %.2f (%.2f-%.2f) | %.1f | %s, %d copies | %s |%n",
+        image.shape(), name, ready[ready.length / 2], median, resident[0], resident[resident.length - 1],
+        image.bytes() / (median * 1e6), first.links(), first.stats().copies(), check);
     ObjectNode v = shape.putObject(name);
     v.put("readyMillis", ready[ready.length / 2]).put("residentMillis", median).put("minMillis", resident[0])
         .put("maxMillis", resident[resident.length - 1]).put("gbps", image.bytes() / (median * 1e6))
-        .put("checked", first.mismatch() == null);
+        .put("copies", first.stats().copies()).put("checked", first.mismatch() == null);
     v.putPOJO("links", first.links());
     ArrayNode all = v.putArray("rounds");
     runs.forEach(r -> all.add(r.residentMillis()));
@@ -462,27 +463,17 @@ public final class MultiLinkHarness {
     }
     List<ExportedSlab> other = leaveInTier(1, image);
     double peer;
+    double direct;
     double mapped;
+    double[] relayMap = new double[rounds];
+    double[] directMap = new double[rounds];
     try {
-      boolean[] firstPeer = {true};
-      double[] mapMillis = new double[rounds];
-      int[] k = {0};
-      peer = variant(shape, image, "hbm: GPU 1's tier, peer copy", () -> {
-        long t0 = System.nanoTime();
-        PeerSlabs slabs = PeerSlabs.map(contexts.get(0), other);
-        try {
-          double map = (System.nanoTime() - t0) / 1e6;
-          Run r = restore(0, m, slabs.over(image.source()), new OnDemandOptions(), takeFirst(firstPeer) ? image : null,
-              null, null);
-          if (k[0] < mapMillis.length) {
-            mapMillis[k[0]++] = map;
-          }
-          return new Run(r.readyMillis() + map, r.residentMillis() + map, r.wallMillis() + map, r.stats(), r.links(),
-              r.mismatch());
-        } finally {
-          slabs.close();
-        }
-      });
+      // GPU 1's slabs mapped on GPU 1 alone and relayed through its link's ring; then mapped for GPU 0, which reads
+      // GPU 1's memory itself (the way without a link).
+      peer = variant(shape, image, "hbm: GPU 1's tier, peer copy through GPU 1's ring",
+          peerCopy(image, () -> PeerSlabs.map(link, other), relayMap));
+      direct = variant(shape, image, "hbm: GPU 1's tier, peer copy, mapped for GPU 0",
+          peerCopy(image, () -> PeerSlabs.map(contexts.get(0), other), directMap));
       boolean[] firstMapped = {true};
       mapped = variant(shape, image, "hbm: GPU 1's tier, peer-mapped", () -> fromTier(image, other,
           takeFirst(firstMapped), r -> readGBps[1] = Math.max(readGBps[1], readKernel(r, image, "peer-mapped"))));
@@ -490,16 +481,52 @@ public final class MultiLinkHarness {
       HbmExport.close(other);
     }
     double goal = 1.1 * same + image.readOnlyBytes() / 300e6;
-    shape.put("peerGoalMillis", goal).put("peerMeetsGoal", peer <= goal);
+    double relayMapMillis = median(relayMap);
+    double directMapMillis = median(directMap);
+    shape.put("peerGoalMillis", goal).put("peerMeetsGoal", peer <= goal).put("peerRelayMapMillis", relayMapMillis)
+        .put("peerDirectMapMillis", directMapMillis);
     if (readGBps[0] > 0) {
       shape.put("readKernelLocalGBps", readGBps[0]).put("readKernelPeerMappedGBps", readGBps[1]);
     }
-    summary(String.format(Locale.ROOT, "%s HBM tier: GPU 0's own %.2f ms; GPU 1's by peer copy %.2f ms (%.1f GB/s"
-        + " of weights; goal <= 1.1 x %.2f + %.2f GB at 300 GB/s = %.2f ms: %s); GPU 1's peer-mapped %.2f ms%s",
+    summary(String.format(Locale.ROOT, "%s HBM tier: GPU 0's own %.2f ms; GPU 1's by peer copy %.2f ms through GPU 1's"
+        + " ring (%.1f GB/s of weights; goal <= 1.1 x %.2f + %.2f GB at 300 GB/s = %.2f ms: %s), %.2f ms mapped for"
+        + " GPU 0 (mapping GPU 1's slabs: %.2f ms on GPU 1, %.2f ms for GPU 0); GPU 1's peer-mapped %.2f ms%s",
         image.shape(), same, peer, image.readOnlyBytes() / (peer * 1e6), same, image.readOnlyBytes() / 1e9, goal,
-        peer <= goal ? "met" : "NOT met", mapped, readGBps[0] > 0 ? String.format(Locale.ROOT,
+        peer <= goal ? "met" : "NOT met", direct, relayMapMillis, directMapMillis, mapped,
+        readGBps[0] > 0 ? String.format(Locale.ROOT,
         "; a kernel reads local weights at %.0f GB/s, peer-mapped at %.0f GB/s", readGBps[0], readGBps[1]) : ""));
     return null;
+  }
+
+  /**
+   * One round of a restore onto GPU 0 from GPU 1's tier by a peer copy, the slabs mapped by {@code map} (timed into
+   * {@code mapMillis}, and counted in the round's figures): the first round checks every byte.
+   */
+  private Supplier<Run> peerCopy(SyntheticImage image, Supplier<PeerSlabs> map, double[] mapMillis) {
+    boolean[] first = {true};
+    int[] k = {0};
+    return () -> {
+      long t0 = System.nanoTime();
+      PeerSlabs slabs = map.get();
+      try {
+        double millis = (System.nanoTime() - t0) / 1e6;
+        Run r = restore(0, image.manifest(), slabs.over(image.source()), new OnDemandOptions(),
+            takeFirst(first) ? image : null, null, null);
+        if (k[0] < mapMillis.length) {
+          mapMillis[k[0]++] = millis;
+        }
+        return new Run(r.readyMillis() + millis, r.residentMillis() + millis, r.wallMillis() + millis, r.stats(),
+            r.links(), r.mismatch());
+      } finally {
+        slabs.close();
+      }
+    };
+  }
+
+  private static double median(double[] values) {
+    double[] sorted = values.clone();
+    Arrays.sort(sorted);
+    return sorted.length == 0 ? Double.NaN : sorted[sorted.length / 2];
   }
 
   private static boolean takeFirst(boolean[] first) {

@@ -295,7 +295,7 @@ public final class ImageTiers implements AutoCloseable {
       HbmTier other = hbm.get(choice.tierDevice());
       List<ExportedSlab> theirs = other == null ? List.of() : other.slabs(tag).orElse(List.of());
       if (!theirs.isEmpty()) {
-        source = source.withPeer(theirs);
+        source = source.withPeer(choice.tierDevice(), theirs);
         way = "hbm-peer";
       }
     }

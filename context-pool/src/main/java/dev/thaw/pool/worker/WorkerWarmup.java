@@ -24,6 +24,12 @@ import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.hbm.HbmExport;
 import dev.thaw.pool.hbm.ResidentSlabs;
 import dev.thaw.pool.hbm.TieredRestoreSource;
+import dev.thaw.pool.protocol.Frame;
+import dev.thaw.pool.protocol.FrameCodec;
+import dev.thaw.pool.protocol.WorkerMessages.Become;
+import dev.thaw.pool.protocol.WorkerMessages.BecomeAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Hbm;
+import dev.thaw.pool.protocol.WorkerMessages.Source;
 import dev.thaw.runtime.check.CheckKernels;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
@@ -33,10 +39,14 @@ import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import dev.thaw.runtime.host.ProcessFds;
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.function.BooleanSupplier;
@@ -88,17 +98,40 @@ final class WorkerWarmup {
     return true;
   }
 
-  /** The request and response path: JSON in, a tree, JSON out. Needs no context. */
+  /**
+   * The request and response path: JSON in, a tree, JSON out; and the BECOME's frames, which a worker reads and answers
+   * once in its life, so a cold start would otherwise be the first to load and run their code (its head parsed, its
+   * answer made and written: milliseconds in a fresh JVM). Needs no context.
+   */
   static void json(ObjectMapper json, BooleanSupplier stop) {
     for (int i = 0; i < 200 && !stop.getAsBoolean(); i++) {
       try {
         JsonNode tree = json.readTree("{\"tokens\": [[464, 2068, " + i + "]], \"maxNewTokens\": 1, \"x\": [0.5, 1.5]}");
         FunctionRequest.of(tree);
         json.writeValueAsBytes(tree);
+        if (i % 10 == 0) {
+          becomeFrames(i);
+        }
       } catch (java.io.IOException e) {
         throw new java.io.UncheckedIOException(e);
       }
     }
+  }
+
+  /** A BECOME with every optional part, written and read back as the pipe carries it, and an answer to it written. */
+  private static void becomeFrames(int i) throws IOException {
+    Become sent = new Become("warmup", new Source("cache", "/", new Hbm(1, ""), List.of(1), 0.5, new Hbm(1, "", 1)),
+        i, false, "warmup@" + i, true);
+    ByteArrayOutputStream pipe = new ByteArrayOutputStream();
+    FrameCodec.write(pipe, Frame.of(i, sent));
+    Frame read = FrameCodec.read(new ByteArrayInputStream(pipe.toByteArray()), 1 << 20);
+    Become b = Become.from(read.head());
+    Map<String, Double> phases = new LinkedHashMap<>();
+    phases.put("queued", 0.0);
+    phases.put("total", 0.0);
+    BecomeAnswer answer = new BecomeAnswer(phases, b.manifestBytes(), b.source().kind(), b.source().helpers(), false,
+        -1, System.nanoTime(), 0).sentAt(System.nanoTime());
+    FrameCodec.write(new ByteArrayOutputStream(), Frame.of(read.id(), answer));
   }
 
   /**

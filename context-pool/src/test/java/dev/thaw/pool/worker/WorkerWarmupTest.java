@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.restore.RestoreResources;
 import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
@@ -32,6 +33,21 @@ class WorkerWarmupTest {
     assertEquals(440, m.allocations().size());
     assertEquals(440 * 12, m.allocations().stream().mapToInt(a -> a.chunks().size()).sum());
     assertEquals(440, m.profile().firstAccessOrder().size());
+  }
+
+  /**
+   * The JSON warm-up writes and reads back a BECOME with every optional part and writes its answer (the code a cold
+   * start would otherwise be the first to run): frames the codec refuses would throw here, not warm; and it stops at
+   * once when a request waits.
+   */
+  @Test
+  void theJsonWarmupRoundTripsABecomeAndStopsWhenARequestWaits() {
+    int[] asked = {0};
+    WorkerWarmup.json(FrameCodec.json(), () -> asked[0]++ > 1_000);
+    assertEquals(200, asked[0], "asked before each of its rounds");
+    asked[0] = 0;
+    WorkerWarmup.json(FrameCodec.json(), () -> ++asked[0] > 0);
+    assertEquals(1, asked[0], "stopped at once");
   }
 
   /**

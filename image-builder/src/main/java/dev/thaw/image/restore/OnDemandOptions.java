@@ -8,8 +8,12 @@ public final class OnDemandOptions {
   /** Bytes queued on the restore stream ahead of the copy engine: about 1.2 ms at 53 GB/s. */
   public static final long DEFAULT_WINDOW_BYTES = 64L << 20;
   public static final long DEFAULT_POLL_NANOS = 20_000;
-  /** A helper lent for a restore gives it its whole link: an idle helper's function waits for nothing of it. */
-  public static final double DEFAULT_HELPER_SHARE = 1.0;
+  /**
+   * A helper lent for a restore gives it half its link: the other half keeps a request that reaches a function on the
+   * helper meanwhile within 5% of its warm latency (the bound the share is chosen by; measured figures:
+   * docs/design/memory-tiers.md, "The helper's share").
+   */
+  public static final double DEFAULT_HELPER_SHARE = 0.5;
 
   private long windowBytes = DEFAULT_WINDOW_BYTES;
   private boolean streamInBackground = true;

@@ -56,13 +56,24 @@ public interface RestoreSource {
     }
 
     /**
-     * A device address this restore's device may read {@code allocation}'s bytes from, all of them, in another GPU's
-     * memory (the node-wide HBM tier: another device's slab mapped here with access for this one), or 0. The restore
-     * then copies the allocation over the peer link instead of from the host, on a stream of its own, gated like any
-     * other. 0 by default.
+     * A device address holding {@code allocation}'s bytes, all of them, in another GPU's memory (the node-wide HBM
+     * tier: another device's slab mapped in this process), or 0. Read by this restore's device, or, with a {@link
+     * #peerLink}, by that link's helper. The restore then copies the allocation over the peer link instead of from
+     * the host, on a lane of its own, runs of allocations that lie back to back on both sides in one copy, each
+     * allocation gated by its event on this device like any other. 0 by default.
      */
     default long peerCopy(ImageManifest.Allocation allocation) {
       return 0;
+    }
+
+    /**
+     * The link whose helper device reads {@link #peerCopy}'s addresses, or null (the default) when this restore's
+     * device reads them itself. With one, the memory is mapped for the helper alone (its own memory: a local
+     * mapping), the helper copies each run into its ring and the target pulls it from there ({@link HelperLink});
+     * the restore borrows the link for as long as it copies, so it must not be among its helpers as well.
+     */
+    default HelperLink peerLink() {
+      return null;
     }
 
     /** Releases what the lease held on to. Idempotent. */
