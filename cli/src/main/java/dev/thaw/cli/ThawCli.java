@@ -126,10 +126,10 @@ public final class ThawCli implements Callable<Integer> {
   /** When this class was loaded: {@code main} is about to run ({@code thaw serve}'s startup timeline). */
   static final long MAIN_NANOS = System.nanoTime();
 
-  /** How a command gets its driver: {@link GpuDrivers#open(DeviceChoice, SimOptions)}, or a stand-in in tests. */
+  /** How a command gets its driver: {@link GpuDrivers#open(DeviceChoice, Map)}, or a stand-in in tests. */
   @FunctionalInterface
   interface DriverOpener {
-    GpuDriver open(DeviceChoice choice, SimOptions simOptions);
+    GpuDriver open(DeviceChoice choice, Map<String, String> environment);
   }
 
   @Spec
@@ -304,10 +304,10 @@ public final class ThawCli implements Callable<Integer> {
    */
   GpuDriver openDriver(DeviceChoice override, CommandSpec caller) {
     DeviceChoice choice;
-    SimOptions simOptions;
     try {
       choice = override != null ? override : DeviceChoice.parse(environment.get(DeviceChoice.ENV));
-      simOptions = SimOptions.fromEnvironment();
+      // A malformed THAW_SIM_* is a usage error whichever driver opens.
+      SimOptions.fromEnvironment();
     } catch (IllegalArgumentException e) {
       throw new ParameterException(caller.commandLine(), e.getMessage(), e);
     }
@@ -320,7 +320,7 @@ public final class ThawCli implements Callable<Integer> {
       }
     }
     try {
-      return opener.open(choice, simOptions);
+      return opener.open(choice, System.getenv());
     } catch (GpuUnavailableException | CudaException e) {
       throw new NoDeviceException(e.getMessage());
     } catch (RuntimeException | LinkageError e) {

@@ -33,7 +33,6 @@ import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.Kernel;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import dev.thaw.runtime.gpu.VirtualRange;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.runtime.host.ProcessFds;
 import java.io.IOException;
 import java.io.InputStream;
@@ -43,7 +42,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -119,7 +117,7 @@ public final class MultiLinkHarness {
     Set<String> skip = Set.of(a.getOrDefault("skip", "").split(","));
     Path tmp = Files.createTempDirectory("thaw-multilink");
     int status;
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment());
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment());
         RocksChunkStore store = RocksChunkStore.open(tmp.resolve("store"))) {
       MultiLinkHarness h = new MultiLinkHarness(driver, store, rounds, skip,
           a.getOrDefault("impact-model", driver.isSimulated() ? "tiny" : "gpt2-large"));

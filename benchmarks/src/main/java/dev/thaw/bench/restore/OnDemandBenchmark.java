@@ -22,7 +22,6 @@ import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Arrays;
@@ -84,7 +83,7 @@ public final class OnDemandBenchmark {
         : PROMPT);
     ObjectNode results = JSON.createObjectNode();
     ArrayNode rows = results.putArray("rows");
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment());
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment());
         GpuContext ctx = driver.createContext(0);
         RocksChunkStore store = RocksChunkStore.open(storeDir)) {
       results.put("device", ctx.device().name());

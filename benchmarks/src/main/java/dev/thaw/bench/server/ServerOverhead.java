@@ -20,7 +20,6 @@ import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.server.FunctionOptions;
 import dev.thaw.server.ServerOptions;
 import dev.thaw.server.ThawServer;
@@ -212,7 +211,7 @@ public final class ServerOverhead {
         .put("spinClient", o.spinClient());
     List<Step> steps = steps(o);
     Path storePath = work.resolve("store");
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment())) {
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment())) {
       result.put("device", driver.devices().get(0).name() + (driver.isSimulated() ? " (SIMULATED)" : ""));
       result.put("simulated", driver.isSimulated());
       build(driver, storePath, o);

@@ -24,7 +24,6 @@ import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;
 import java.io.ByteArrayOutputStream;
@@ -200,7 +199,7 @@ public final class WorkerMain {
   private long openDevice(Map<String, Double> phases) throws Exception {
     long t = System.nanoTime();
     driver = GpuDrivers.open(config.device() == null ? DeviceChoice.fromEnvironment()
-        : DeviceChoice.parse(config.device()), SimOptions.fromEnvironment());
+        : DeviceChoice.parse(config.device()));
     t = phase(phases, "driver", t);
     CompletableFuture<Double> arena = CompletableFuture.supplyAsync(() -> {
       long a = System.nanoTime();

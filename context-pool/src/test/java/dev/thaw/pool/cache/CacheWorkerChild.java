@@ -9,7 +9,6 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import dev.thaw.runtime.gpu.GpuStream;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
 import java.nio.ReadOnlyBufferException;
 import java.nio.file.Files;
@@ -26,7 +25,7 @@ public final class CacheWorkerChild {
   public static void main(String[] args) throws Exception {
     ImageManifest m = ImageManifest.read(Files.readAllBytes(Path.of(args[2])));
     ChunkPlacement placement = ChunkPlacement.fromBytes(Files.readAllBytes(Path.of(args[3])));
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[0]), SimOptions.fromEnvironment());
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[0]));
         GpuContext ctx = driver.createContext(0); HostCacheView view = HostCacheView.attach(Path.of(args[1]), ctx);
         GpuStream stream = ctx.createStream()) {
       System.out.println("result.readOnly=" + view.isReadOnly());

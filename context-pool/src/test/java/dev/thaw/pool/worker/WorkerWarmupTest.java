@@ -10,7 +10,7 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import dev.thaw.runtime.gpu.VirtualRange;
-import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.util.Map;
 import java.nio.file.Path;
 import java.io.InputStream;
 import org.junit.jupiter.api.Test;
@@ -42,7 +42,7 @@ class WorkerWarmupTest {
   @Test
   void theRehearsalRestoresASyntheticImageAndLeavesNothingMapped(@TempDir Path dir) throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(dir.resolve("store"));
-        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, new SimOptions());
+        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, Map.of());
         GpuContext context = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(context)) {
       WorkerWarmup.rehearse(context, resources, store);
@@ -67,7 +67,7 @@ class WorkerWarmupTest {
   @Test
   void theHbmRehearsalImportsItsOwnSlabsChecksTheBytesAndLeavesNothingBehind(@TempDir Path dir) throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(dir.resolve("store"));
-        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, new SimOptions());
+        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, Map.of());
         GpuContext context = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(context)) {
       long fds = openDescriptors();

@@ -19,7 +19,6 @@ import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.gpu.PhysicalMemory;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import dev.thaw.runtime.gpu.VirtualRange;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.Map;
@@ -47,7 +46,7 @@ public final class SlabProtectionChild {
   private static final long MIB = 1L << 20;
 
   public static void main(String[] args) throws Exception {
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[1]), SimOptions.fromEnvironment());
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[1]));
         GpuContext ctx = driver.createContext(0)) {
       switch (args[0]) {
         case "restore" -> restore(ctx, Path.of(args[2]), args[3], args[4].equals("whole"));
