@@ -72,7 +72,7 @@ public final class ImageVerifier {
           }
         } catch (ChunkNotFoundException e) {
           damage.add(new Damage(digest, "missing"));
-        } catch (dev.thaw.image.store.CorruptChunkException e) {
+        } catch (dev.thaw.image.store.ChunkHashMismatchException e) {
           damage.add(new Damage(digest, "its bytes hash to " + e.actual()));
         } catch (StoreException e) {
           // The store's own checks (a blob or block checksum) caught the damage before the hash could.

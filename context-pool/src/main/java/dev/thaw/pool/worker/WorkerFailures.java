@@ -31,7 +31,7 @@ final class WorkerFailures {
     for (Throwable c = t; c != null; c = c.getCause()) {
       // A restore that stops on a damaged chunk wraps it: the kind is still the chunk's.
       if (c instanceof dev.thaw.image.restore.CorruptChunkException
-          || c instanceof dev.thaw.image.store.CorruptChunkException) {
+          || c instanceof dev.thaw.image.store.ChunkHashMismatchException) {
         return WorkerErrorKind.CORRUPT_CHUNK;
       }
     }

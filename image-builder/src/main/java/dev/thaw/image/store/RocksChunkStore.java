@@ -373,7 +373,7 @@ public final class RocksChunkStore implements ChunkStore {
    * fit, the bytes from {@code dst}'s position to its limit may have been overwritten with a prefix of it; its
    * position and limit are unchanged.
    *
-   * @throws CorruptChunkException if verifying and the bytes don't hash to {@code digest} (position unchanged)
+   * @throws ChunkHashMismatchException if verifying and the bytes don't hash to {@code digest} (position unchanged)
    * @throws StoreException if the chunk cannot be read (its pack file missing or short: the store is damaged)
    */
   @Override
@@ -439,7 +439,7 @@ public final class RocksChunkStore implements ChunkStore {
   private void checkDigest(Digest digest, ByteBuffer bytes) {
     Digest actual = Digest.of(bytes);
     if (!actual.equals(digest)) {
-      throw new CorruptChunkException(path, digest, actual);
+      throw new ChunkHashMismatchException(path, digest, actual);
     }
   }
 

@@ -220,7 +220,7 @@ class RocksChunkStoreTest {
 
     try (RocksChunkStore s = open()) {
       assertEquals(List.of(d), s.verify());
-      CorruptChunkException e = assertThrows(CorruptChunkException.class,
+      ChunkHashMismatchException e = assertThrows(ChunkHashMismatchException.class,
           () -> s.readChunk(d, ByteBuffer.allocateDirect(30_000)));
       assertEquals(d, e.digest());
       assertTrue(e.getMessage().contains(d.toString()));

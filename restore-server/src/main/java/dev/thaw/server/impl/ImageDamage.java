@@ -24,7 +24,7 @@ record ImageDamage(String tag, String detail, long sinceNanos) {
         return new ImageDamage(tag, w.detail(), System.nanoTime());
       }
       if (c instanceof dev.thaw.image.restore.CorruptChunkException
-          || c instanceof dev.thaw.image.store.CorruptChunkException) {
+          || c instanceof dev.thaw.image.store.ChunkHashMismatchException) {
         return new ImageDamage(tag, c.getMessage(), System.nanoTime());
       }
     }
