@@ -13,7 +13,7 @@ import dev.thaw.runtime.gpu.KernelArgs;
 import dev.thaw.runtime.ptx.instrument.GuardTable;
 import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
 import dev.thaw.runtime.ptx.instrument.ValidatingLauncher;
-import dev.thaw.runtime.ptx.instrument.Violation;
+import dev.thaw.runtime.ptx.instrument.GuardViolation;
 import dev.thaw.runtime.ptx.instrument.ViolationReport;
 import dev.thaw.runtime.speculation.AllocationIndex;
 import java.nio.ByteBuffer;
@@ -77,7 +77,7 @@ final class ResidencyValidator implements LaunchRedirect, CopyInterceptor {
     ViolationReport report = launcher.launch(twin, grid, block, sharedMemBytes, stream, args, allowed.build());
     checked++;
     violationCount += report.total();
-    for (Violation v : report.recorded()) {
+    for (GuardViolation v : report.recorded()) {
       if (violations.size() == MAX_DESCRIBED) {
         break;
       }

@@ -347,7 +347,7 @@ public final class GpuProfiler implements AccessProfiler {
     }
     AllocationIndex index = set.allocations();
     Map<Key, Group> groups = new LinkedHashMap<>();
-    for (dev.thaw.runtime.ptx.instrument.Violation v : report.recorded()) {
+    for (dev.thaw.runtime.ptx.instrument.GuardViolation v : report.recorded()) {
       int need = v.kind().mask();
       Offending o = offending(set, v.address(), v.size(), need);
       AccessKind access;
@@ -367,7 +367,7 @@ public final class GpuProfiler implements AccessProfiler {
     groups.forEach((k, g) -> {
       AccessSite site = sites.get(k.site);
       if (site == null) {
-        site = new AccessSite(k.site, "?", 0, dev.thaw.runtime.ptx.instrument.AccessKind.ofCode(
+        site = new AccessSite(k.site, "?", 0, dev.thaw.runtime.ptx.instrument.AccessOp.ofCode(
             k.access == AccessKind.READ_WRITE ? 3 : k.access.bits), false, "(no such site in the instrumented module)");
       }
       out.add(new SiteViolation(new Violation(kernel, launch, k.access, g.start, g.end - g.start,

@@ -207,14 +207,14 @@ class GpuProfilerTest {
       long t = s.address(t0);
       long tb = s.address(tables);
       long o = s.address(out);
-      List<dev.thaw.runtime.ptx.instrument.Violation> recorded = List.of(
+      List<dev.thaw.runtime.ptx.instrument.GuardViolation> recorded = List.of(
           read(7, t + 4, 4), read(7, t, 4), read(7, t + 28, 4),
-          new dev.thaw.runtime.ptx.instrument.Violation(9, tb, 8, dev.thaw.runtime.ptx.instrument.AccessKind.WRITE),
-          new dev.thaw.runtime.ptx.instrument.Violation(11, o + 4, 4, dev.thaw.runtime.ptx.instrument.AccessKind.ATOMIC),
+          new dev.thaw.runtime.ptx.instrument.GuardViolation(9, tb, 8, dev.thaw.runtime.ptx.instrument.AccessOp.WRITE),
+          new dev.thaw.runtime.ptx.instrument.GuardViolation(11, o + 4, 4, dev.thaw.runtime.ptx.instrument.AccessOp.ATOMIC),
           read(7, t + 32, 4),
           read(5, tb + 4, 8));
       Map<Integer, AccessSite> sites = Map.of(7, new AccessSite(7, "spec_pointer_table", 45,
-          dev.thaw.runtime.ptx.instrument.AccessKind.READ, false, "ld.global.f32 %f1, [%rd10];"));
+          dev.thaw.runtime.ptx.instrument.AccessOp.READ, false, "ld.global.f32 %f1, [%rd10];"));
       List<SiteViolation> got = GpuProfiler.violations(table, 3, set, new ViolationReport(9, recorded), sites);
 
       assertEquals(5, got.size(), got.toString());
@@ -264,8 +264,8 @@ class GpuProfilerTest {
     }
   }
 
-  private static dev.thaw.runtime.ptx.instrument.Violation read(int site, long address, int size) {
-    return new dev.thaw.runtime.ptx.instrument.Violation(site, address, size,
-        dev.thaw.runtime.ptx.instrument.AccessKind.READ);
+  private static dev.thaw.runtime.ptx.instrument.GuardViolation read(int site, long address, int size) {
+    return new dev.thaw.runtime.ptx.instrument.GuardViolation(site, address, size,
+        dev.thaw.runtime.ptx.instrument.AccessOp.READ);
   }
 }
