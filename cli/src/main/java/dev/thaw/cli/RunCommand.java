@@ -7,6 +7,7 @@ import dev.thaw.image.StrictJson;
 import dev.thaw.image.registry.ImagePull;
 import dev.thaw.image.registry.RegistryReference;
 import dev.thaw.image.restore.ImageRestorer;
+import dev.thaw.image.restore.RequestValidation;
 import dev.thaw.image.restore.RestoreCheck;
 import dev.thaw.image.restore.RestoredFunction;
 import dev.thaw.image.store.ChunkStore;
@@ -96,7 +97,7 @@ final class RunCommand implements Callable<Integer> {
             RegistryReference.looksLikeReference(tag) ? StoreAccess.CREATE : StoreAccess.READ);
         RegistrySource source = RegistrySource.open(cli, s, tag, registry, spec)) {
       // Before any device work: a missing image or a request the function refuses costs no restore.
-      Images.checkRequest(source.tag(), Images.manifest(source.store(), source.tag()), FunctionRequest.of(body));
+      RequestValidation.check(source.tag(), Images.manifest(source.store(), source.tag()), FunctionRequest.of(body));
       return restoreAndInvoke(source, body, out, started);
     }
   }

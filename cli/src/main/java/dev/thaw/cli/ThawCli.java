@@ -5,7 +5,7 @@ import dev.thaw.image.InvalidManifestException;
 import dev.thaw.image.build.Chunker;
 import dev.thaw.image.registry.RegistryException;
 import dev.thaw.image.build.FastCdcChunker;
-import dev.thaw.image.store.ArchiveException;
+import dev.thaw.image.archive.ArchiveException;
 import dev.thaw.image.store.StoreException;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;

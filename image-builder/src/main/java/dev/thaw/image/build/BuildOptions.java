@@ -6,7 +6,7 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
-import dev.thaw.image.Staging;
+import dev.thaw.image.staging.Staging;
 import dev.thaw.image.StrictJson;
 import java.io.IOException;
 import java.nio.file.Files;

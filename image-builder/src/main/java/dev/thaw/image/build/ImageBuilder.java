@@ -3,7 +3,7 @@ package dev.thaw.image.build;
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ProgressListener;
-import dev.thaw.image.StagingRing;
+import dev.thaw.image.staging.StagingRing;
 import dev.thaw.image.ThawVersion;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;

@@ -3,7 +3,7 @@ package dev.thaw.image.restore;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.Images;
 import dev.thaw.image.ProgressListener;
-import dev.thaw.image.StagingRing;
+import dev.thaw.image.staging.StagingRing;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.function.FunctionLoader;

@@ -1,5 +1,6 @@
 package dev.thaw.image.store;
 
+import dev.thaw.runtime.host.IoErrors;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -157,7 +158,7 @@ public final class RocksChunkStore implements ChunkStore {
           try {
             Files.createDirectories(path);
           } catch (IOException e) {
-            throw new StoreException(path, "cannot create the store: " + StoreDirectory.describe(e), null, e);
+            throw new StoreException(path, "cannot create the store: " + IoErrors.describe(e), null, e);
           }
         }
         dbOptions.setCreateIfMissing(!exists).setCreateMissingColumnFamilies(true);
@@ -313,7 +314,7 @@ public final class RocksChunkStore implements ChunkStore {
     } catch (RocksDBException e) {
       throw error("cannot store chunk " + digest, e);
     } catch (IOException e) {
-      throw new StoreException(path, "cannot store chunk " + digest + ": " + StoreDirectory.describe(e), null, e);
+      throw new StoreException(path, "cannot store chunk " + digest + ": " + IoErrors.describe(e), null, e);
     } finally {
       sweepLock.readLock().unlock();
     }
@@ -346,7 +347,7 @@ public final class RocksChunkStore implements ChunkStore {
           db.write(sync, wb);
         }
       } catch (IOException e) {
-        throw new StoreException(path, "cannot make the chunks durable: " + StoreDirectory.describe(e), null, e);
+        throw new StoreException(path, "cannot make the chunks durable: " + IoErrors.describe(e), null, e);
       } catch (RocksDBException e) {
         throw error("cannot make the chunks durable", e);
       }
@@ -411,7 +412,7 @@ public final class RocksChunkStore implements ChunkStore {
       throw new StoreException(path, "chunk " + digest + " is damaged: its pack file "
           + path.relativize(Path.of(e.getFile())) + " is missing", null, e);
     } catch (IOException e) {
-      throw new StoreException(path, "chunk " + digest + " is damaged: " + StoreDirectory.describe(e), null, e);
+      throw new StoreException(path, "chunk " + digest + " is damaged: " + IoErrors.describe(e), null, e);
     }
     if (n > dst.remaining()) {
       throw new IllegalArgumentException(
@@ -665,7 +666,7 @@ public final class RocksChunkStore implements ChunkStore {
       } catch (RocksDBException e) {
         throw error("garbage collection failed", e);
       } catch (IOException e) {
-        throw new StoreException(path, "garbage collection failed: " + StoreDirectory.describe(e), null, e);
+        throw new StoreException(path, "garbage collection failed: " + IoErrors.describe(e), null, e);
       }
     }
   }
@@ -815,7 +816,7 @@ public final class RocksChunkStore implements ChunkStore {
     } catch (RocksDBException e) {
       throw error("cannot start a pack file", e);
     } catch (IOException e) {
-      throw new StoreException(path, "cannot start a pack file: " + StoreDirectory.describe(e), null, e);
+      throw new StoreException(path, "cannot start a pack file: " + IoErrors.describe(e), null, e);
     }
   }
 

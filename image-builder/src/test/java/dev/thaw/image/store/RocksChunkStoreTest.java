@@ -24,17 +24,19 @@ import org.rocksdb.DBOptions;
 import org.rocksdb.RocksDB;
 
 /** Pins the {@link ChunkStore} contract on RocksDB: chunks, commits, GC, integrity, lifecycle. */
-class RocksChunkStoreTest {
+public class RocksChunkStoreTest {
 
   @TempDir Path dir;
 
-  static byte[] random(long seed, int n) {
+  /** {@code n} random bytes from {@code seed}; for the archive's tests too. */
+  public static byte[] random(long seed, int n) {
     byte[] b = new byte[n];
     new Random(seed).nextBytes(b);
     return b;
   }
 
-  static Digest put(ChunkStore store, byte[] data) {
+  /** Stores {@code data} under its digest; for the archive's tests too. */
+  public static Digest put(ChunkStore store, byte[] data) {
     Digest d = Digest.of(data);
     store.putChunk(d, ByteBuffer.wrap(data));
     return d;

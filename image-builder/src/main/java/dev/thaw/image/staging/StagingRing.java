@@ -1,5 +1,6 @@
-package dev.thaw.image;
+package dev.thaw.image.staging;
 
+import dev.thaw.image.staging.Staging;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;

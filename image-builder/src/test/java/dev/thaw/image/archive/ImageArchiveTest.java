@@ -1,10 +1,16 @@
-package dev.thaw.image.store;
+package dev.thaw.image.archive;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.thaw.image.archive.ArchiveException;
+import dev.thaw.image.archive.ImageArchive;
+import dev.thaw.image.archive.Tar;
+import dev.thaw.image.store.Digest;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.RocksChunkStoreTest;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;

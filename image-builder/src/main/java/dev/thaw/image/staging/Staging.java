@@ -1,9 +1,9 @@
-package dev.thaw.image;
+package dev.thaw.image.staging;
+
 
 /**
  * The defaults and limits of the pinned staging ({@link StagingRing}) that builds and restores stream device memory
- * through, shared by {@link dev.thaw.image.build.BuildOptions}, {@link dev.thaw.image.restore.RestoreOptions} and
- * {@link dev.thaw.image.restore.RestoreResources}.
+ * through: one set for both, so a build's options and a restore's check their staging alike.
  */
 public final class Staging {
 
