@@ -10,9 +10,9 @@ import dev.thaw.image.store.Tags;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.server.FunctionOptions;
+import dev.thaw.server.ServerLogs;
 import dev.thaw.server.ServerOptions;
 import dev.thaw.server.ThawServer;
-import dev.thaw.server.impl.Endpoints;
 import dev.thaw.server.impl.InProcessInstances;
 import dev.thaw.server.impl.PoolInstances;
 import dev.thaw.server.spi.InstanceFactory;
@@ -225,10 +225,10 @@ final class ServeCommand implements Callable<Integer> {
     timeline.mark("options");
     // One INFO line per request, one per cold start (the worker's phases), one per server-side failure; the rest stay
     // at the CLI's WARN.
-    System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.REQUEST_LOG, "info");
-    System.setProperty("org.slf4j.simpleLogger.log.dev.thaw.server.instances", "info");
+    System.setProperty("org.slf4j.simpleLogger.log." + ServerLogs.REQUESTS, "info");
+    System.setProperty("org.slf4j.simpleLogger.log." + ServerLogs.INSTANCES, "info");
     // A 5xx body names only its request's id: the detail an operator looks up by it is in this log.
-    System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.ERROR_LOG, "info");
+    System.setProperty("org.slf4j.simpleLogger.log." + ServerLogs.ERRORS, "info");
     PrintWriter out = spec.commandLine().getOut();
 
     // The way to the first response is the first instance's: for the pool, a worker's JVM, cuInit and context;

@@ -10,6 +10,7 @@ import dev.thaw.image.registry.ThawArtifact;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.server.ServeException;
+import dev.thaw.server.ServerLogs;
 import dev.thaw.server.TenantLimits;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -39,7 +40,7 @@ import org.slf4j.LoggerFactory;
  */
 public final class ImagePulls implements AutoCloseable {
 
-  private static final Logger LOG = LoggerFactory.getLogger("dev.thaw.server.instances");
+  private static final Logger LOG = LoggerFactory.getLogger(ServerLogs.INSTANCES);
   private static final String TAG_PREFIX = "sha256-";
   /** Pulls remembered (done or failed ones beyond it are forgotten, oldest first; their images stay in the store). */
   static final int MAX_REMEMBERED = 1024;
