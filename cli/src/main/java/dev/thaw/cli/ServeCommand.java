@@ -29,6 +29,7 @@ import io.micrometer.core.instrument.Timer;
 import io.micrometer.prometheusmetrics.PrometheusConfig;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.core.Vertx;
+import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.util.Locale;
 import java.util.concurrent.CompletableFuture;
@@ -45,6 +46,8 @@ import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
@@ -52,6 +55,7 @@ import picocli.CommandLine.Option;
 import picocli.CommandLine.ParameterException;
 import picocli.CommandLine.ParentCommand;
 import picocli.CommandLine.Spec;
+import sun.misc.Signal;
 
 /**
  * {@code thaw serve}: the restore server in the foreground until SIGTERM or SIGINT, which drain it (new requests
@@ -343,7 +347,7 @@ final class ServeCommand implements Callable<Integer> {
     // SIGTERM and SIGINT are handled, not left to shutdown hooks: hooks run all at once, and the pool's would kill
     // the workers of in-flight requests while the drain waits for them.
     for (String signal : new String[] {"TERM", "INT"}) {
-      sun.misc.Signal.handle(new sun.misc.Signal(signal), sig -> new Thread(stop, "thaw-serve-drain").start());
+      Signal.handle(new Signal(signal), sig -> new Thread(stop, "thaw-serve-drain").start());
     }
     stopped.await();
     return ThawCli.EXIT_OK;
@@ -371,7 +375,7 @@ final class ServeCommand implements Callable<Integer> {
         Timer.builder("thaw.warmup").publishPercentileHistogram().register(registry)
             .record(Duration.ofMillis(1));
         registry.close();
-        try (java.io.InputStream in = ServeCommand.class.getResourceAsStream(WARM_MANIFEST)) {
+        try (InputStream in = ServeCommand.class.getResourceAsStream(WARM_MANIFEST)) {
           if (in != null) {
             ImageManifest.read(in.readAllBytes());
           }
@@ -615,11 +619,11 @@ final class ServeCommand implements Callable<Integer> {
 
   /** {@code 8g}, {@code 512m}, {@code 64k} or a number of bytes. */
   static long bytes(String size, String option) {
-    java.util.regex.Matcher m = java.util.regex.Pattern.compile("([0-9]+)([kKmMgGtT]?)[iI]?[bB]?").matcher(size.trim());
+    Matcher m = Pattern.compile("([0-9]+)([kKmMgGtT]?)[iI]?[bB]?").matcher(size.trim());
     if (!m.matches()) {
       throw new IllegalArgumentException(option + " takes a size such as 8g, 512m or 0, not '" + size + "'");
     }
-    int shift = switch (m.group(2).toLowerCase(java.util.Locale.ROOT)) {
+    int shift = switch (m.group(2).toLowerCase(Locale.ROOT)) {
       case "k" -> 10;
       case "m" -> 20;
       case "g" -> 30;

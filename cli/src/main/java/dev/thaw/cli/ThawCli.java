@@ -6,6 +6,7 @@ import dev.thaw.image.build.Chunker;
 import dev.thaw.image.registry.RegistryException;
 import dev.thaw.image.build.FastCdcChunker;
 import dev.thaw.image.archive.ArchiveException;
+import dev.thaw.image.store.RocksNative;
 import dev.thaw.image.store.StoreException;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
@@ -14,6 +15,8 @@ import dev.thaw.image.restore.CorruptChunkException;
 import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
+import dev.thaw.pool.ContextPool;
+import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.DeviceChoice;
@@ -184,7 +187,7 @@ public final class ThawCli implements Callable<Integer> {
     }
     if (args.length > 0 && args[0].equals("serve")) {
       // The store opens after the options are parsed; its native library can load while they are.
-      dev.thaw.image.store.RocksNative.loadAhead();
+      RocksNative.loadAhead();
     }
     // THAW_PRELAUNCH=0: the pool starts its first worker itself, after option parsing (the GPU record compares both).
     String pooledDevice = "0".equals(System.getenv("THAW_PRELAUNCH")) ? null
@@ -192,8 +195,8 @@ public final class ThawCli implements Callable<Integer> {
     if (pooledDevice != null) {
       // The pool's first worker JVM starts (and runs its cuInit) while picocli parses: ~140 ms on the H200.
       try {
-        dev.thaw.pool.ContextPool.prelaunch(new dev.thaw.pool.ContextPoolOptions().setDeviceChoice(pooledDevice));
-      } catch (java.io.IOException | RuntimeException e) {
+        ContextPool.prelaunch(new ContextPoolOptions().setDeviceChoice(pooledDevice));
+      } catch (IOException | RuntimeException e) {
         // The pool spawns its first worker itself, as without a prelaunch.
       }
     }

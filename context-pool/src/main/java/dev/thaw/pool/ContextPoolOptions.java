@@ -7,6 +7,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.restore.HelperLink;
+import dev.thaw.runtime.gpu.DeviceChoice;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -171,7 +172,7 @@ public final class ContextPoolOptions {
 
   public ContextPoolOptions setDeviceChoice(String deviceChoice) {
     if (deviceChoice != null) {
-      dev.thaw.runtime.gpu.DeviceChoice.parse(deviceChoice);
+      DeviceChoice.parse(deviceChoice);
     }
     this.deviceChoice = deviceChoice;
     return this;

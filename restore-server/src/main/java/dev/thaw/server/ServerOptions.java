@@ -3,7 +3,9 @@ package dev.thaw.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.management.OperatingSystemMXBean;
 import dev.thaw.image.registry.RegistryOptions;
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import dev.thaw.pool.PlacementCosts;
 import java.nio.file.Path;
@@ -386,8 +388,7 @@ public final class ServerOptions {
   }
 
   private static long physicalMemory() {
-    java.lang.management.OperatingSystemMXBean os = java.lang.management.ManagementFactory.getOperatingSystemMXBean();
-    if (os instanceof com.sun.management.OperatingSystemMXBean sun) {
+    if (ManagementFactory.getOperatingSystemMXBean() instanceof OperatingSystemMXBean sun) {
       return sun.getTotalMemorySize();
     }
     return 32L << 30;

@@ -1,6 +1,9 @@
 package dev.thaw.server;
 
 import dev.thaw.pool.WorkerStart;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
@@ -58,15 +61,15 @@ public final class StartupTimeline {
   /** Nanoseconds since this process started, from {@code /proc}; empty where that cannot be read. */
   static Optional<Long> sinceBootAgo() {
     try {
-      String stat = java.nio.file.Files.readString(java.nio.file.Path.of("/proc/self/stat"));
+      String stat = Files.readString(Path.of("/proc/self/stat"));
       // Field 22, counted after the command name's closing parenthesis (the name may hold spaces).
       String[] f = stat.substring(stat.lastIndexOf(')') + 2).trim().split(" ");
       long startTicks = Long.parseLong(f[19]);
-      String uptime = java.nio.file.Files.readString(java.nio.file.Path.of("/proc/uptime")).trim().split(" ")[0];
+      String uptime = Files.readString(Path.of("/proc/uptime")).trim().split(" ")[0];
       double upSeconds = Double.parseDouble(uptime);
       long ago = Math.round((upSeconds - (double) startTicks / USER_HZ) * 1e9);
       return ago >= 0 ? Optional.of(ago) : Optional.empty();
-    } catch (java.io.IOException | RuntimeException e) {
+    } catch (IOException | RuntimeException e) {
       return Optional.empty();
     }
   }

@@ -18,6 +18,7 @@ import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.server.impl.InProcessInstances;
 import dev.thaw.server.impl.PoolInstances;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
@@ -164,7 +165,7 @@ class ReadOnlyWeightsTest {
       ServerFixture.build(store, "probe:1", MemoryProbeFunction.class.getName(), CONFIG, READ, 0);
       try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
               .addFunction("probe", new FunctionOptions().setImage("probe:1")),
-          store, new dev.thaw.server.impl.InProcessInstances(driver, store))) {
+          store, new InProcessInstances(driver, store))) {
         int port = server.port();
         HttpResponse<String> first = postJson(port, INVOKE, READ);
         assertValues(first, 1000, 1001, 1002, 1003);

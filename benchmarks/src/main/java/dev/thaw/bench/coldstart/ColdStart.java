@@ -2,6 +2,8 @@ package dev.thaw.bench.coldstart;
 
 import java.io.IOException;
 import java.io.PrintStream;
+import java.io.PrintWriter;
+import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -121,8 +123,8 @@ public final class ColdStart implements Callable<Integer> {
 
   static int execute(String[] args, PrintStream out, PrintStream err) {
     CommandLine cmd = new CommandLine(new ColdStart(List.of(args), out));
-    cmd.setOut(new java.io.PrintWriter(out, true));
-    cmd.setErr(new java.io.PrintWriter(err, true));
+    cmd.setOut(new PrintWriter(out, true));
+    cmd.setErr(new PrintWriter(err, true));
     return cmd.execute(args);
   }
 
@@ -157,7 +159,7 @@ public final class ColdStart implements Callable<Integer> {
       try {
         partial.write(json);
       } catch (IOException e) {
-        throw new java.io.UncheckedIOException(e);
+        throw new UncheckedIOException(e);
       }
     }).execute();
     result.write(out.resolve(JSON_FILE));

@@ -31,6 +31,7 @@ import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.Kernel;
+import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import dev.thaw.runtime.gpu.VirtualRange;
 import dev.thaw.runtime.host.ProcessFds;
@@ -41,16 +42,19 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Consumer;
 import java.util.function.Supplier;
 
 /**
@@ -271,7 +275,7 @@ public final class MultiLinkHarness {
     try (DeviceBuffer theirs = helper.allocateScratch(bytes); DeviceBuffer mine = target.allocateScratch(bytes);
         GpuStream s = target.createStream(); GpuEvent a = target.createEvent(true);
         GpuEvent b = target.createEvent(true)) {
-      theirs.setAccessFor(target.device().ordinal(), dev.thaw.runtime.gpu.MemoryAccess.READ);
+      theirs.setAccessFor(target.device().ordinal(), MemoryAccess.READ);
       double[] best = new double[2];
       for (int round = 0; round < 3; round++) {
         for (int call = 0; call < 2; call++) {
@@ -302,7 +306,7 @@ public final class MultiLinkHarness {
    * {@code afterStart} was run right after the call returned (closing descriptors a worker closes then).
    */
   private Run restore(int device, ImageManifest m, RestoreSource source, OnDemandOptions options,
-      SyntheticImage check, Runnable afterStart, java.util.function.Consumer<OnDemandRestore> whileOpen) {
+      SyntheticImage check, Runnable afterStart, Consumer<OnDemandRestore> whileOpen) {
     GpuContext c = contexts.get(device);
     RestorePlan plan = plans.computeIfAbsent(m, RestorePlan::of);
     long t0 = System.nanoTime();
@@ -435,7 +439,7 @@ public final class MultiLinkHarness {
   }
 
   private Run fromTier(SyntheticImage image, List<ExportedSlab> held, boolean check,
-      java.util.function.Consumer<OnDemandRestore> whileOpen) {
+      Consumer<OnDemandRestore> whileOpen) {
     ResidentSlabs slabs = new ResidentSlabs(dup(held));
     try {
       return restore(0, image.manifest(), tiered(image, slabs), new OnDemandOptions().slabSource(slabs),
@@ -512,7 +516,7 @@ public final class MultiLinkHarness {
       return 0;
     }
     ImageManifest.Allocation largest = image.manifest().allocations().stream().filter(a -> a.name().startsWith("w."))
-        .max(java.util.Comparator.comparingLong(ImageManifest.Allocation::size)).orElseThrow();
+        .max(Comparator.comparingLong(ImageManifest.Allocation::size)).orElseThrow();
     GpuContext c = contexts.get(0);
     try (GpuModule module = c.loadPtx(readPtx()); GpuStream s = c.createStream();
         DeviceBuffer out = c.allocateScratch(4096); GpuEvent a = c.createEvent(true);
@@ -603,7 +607,7 @@ public final class MultiLinkHarness {
     parts.add(String.format(Locale.ROOT, "%s warm 16 -> 1 on GPU 1: p50 %.2f ms alone", impactModel, p(alone, 50)));
     for (double share : new double[] {1.0, 0.5}) {
       AtomicBoolean stop = new AtomicBoolean();
-      List<Double> restores = new java.util.concurrent.CopyOnWriteArrayList<>();
+      List<Double> restores = new CopyOnWriteArrayList<>();
       CountDownLatch started = new CountDownLatch(1);
       ExecutorService bg = Executors.newSingleThreadExecutor();
       Future<?> loop = bg.submit(() -> {

@@ -24,7 +24,9 @@ import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
 import java.util.Locale;
 
@@ -120,7 +122,7 @@ public final class OnDemandBenchmark {
                   manifest.profile().summary());
               loaded = c.image();
             }
-            List<Strategy> strategies = new java.util.ArrayList<>(STRATEGIES);
+            List<Strategy> strategies = new ArrayList<>(STRATEGIES);
             if (c == cases.get(0)) {
               strategies.addAll(REVERSED);
             }
@@ -265,8 +267,8 @@ public final class OnDemandBenchmark {
   }
 
   private static ImageManifest reversed(ImageManifest m) {
-    List<String> order = new java.util.ArrayList<>(m.profile().firstAccessOrder());
-    java.util.Collections.reverse(order);
+    List<String> order = new ArrayList<>(m.profile().firstAccessOrder());
+    Collections.reverse(order);
     return m.withProfile(new ImageManifest.Profile(m.profile().orderSource(), m.profile().launches(), order,
         m.profile().kernels()));
   }

@@ -34,6 +34,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
@@ -494,7 +495,7 @@ public final class ServerOverhead {
     }
     try (var walk = Files.walk(dir)) {
       List<Path> all = new ArrayList<>(walk.toList());
-      java.util.Collections.reverse(all);
+      Collections.reverse(all);
       for (Path p : all) {
         Files.deleteIfExists(p);
       }

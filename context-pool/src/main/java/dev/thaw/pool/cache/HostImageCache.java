@@ -3,6 +3,7 @@ package dev.thaw.pool.cache;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.restore.CorruptChunkException;
 import dev.thaw.image.restore.VerifiedChunks;
+import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.host.ProcessFds;
@@ -10,6 +11,7 @@ import dev.thaw.runtime.host.SharedMemory;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.IdentityHashMap;
@@ -80,7 +82,7 @@ public final class HostImageCache implements AutoCloseable {
   /** Free arena bytes, offset to length; disjoint, never adjacent (merged). Guarded by {@code this}. */
   private final TreeMap<Long, Long> free = new TreeMap<>();
   private final Map<Digest, Slot> index = new HashMap<>();
-  private final Set<Extent> extents = java.util.Collections.newSetFromMap(new IdentityHashMap<>());
+  private final Set<Extent> extents = Collections.newSetFromMap(new IdentityHashMap<>());
   /** Per image name, its last stage. Guarded by {@code this}. */
   private final Map<String, Staged> staged = new HashMap<>();
   private long clock;
@@ -141,7 +143,7 @@ public final class HostImageCache implements AutoCloseable {
    * @param image the image's name, for messages
    * @throws CorruptChunkException naming a chunk whose stored bytes do not match its digest (nothing of this
    *     stage stays in the cache)
-   * @throws dev.thaw.image.store.ChunkNotFoundException naming a chunk the store lacks
+   * @throws ChunkNotFoundException naming a chunk the store lacks
    * @throws HostCacheFullException if no room can be made without evicting pinned chunks
    */
   public CacheLease stage(String image, ImageManifest manifest, ChunkStore store) {
@@ -163,7 +165,7 @@ public final class HostImageCache implements AutoCloseable {
     Extent fresh = null;
     synchronized (this) {
       checkOpen();
-      Set<Extent> hit = java.util.Collections.newSetFromMap(new IdentityHashMap<>());
+      Set<Extent> hit = Collections.newSetFromMap(new IdentityHashMap<>());
       for (Digest d : order) {
         Slot s = index.get(d);
         if (s != null) {

@@ -2,11 +2,13 @@ package dev.thaw.pool.impl;
 
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.worker.WorkerMain;
+import dev.thaw.runtime.gpu.DeviceChoice;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Objects;
 
 /**
  * A worker JVM started before its pool exists: {@code thaw serve} starts one as its {@code main} begins, and the
@@ -59,7 +61,7 @@ final class Prelaunch {
         .redirectError(log.toFile());
     pb.environment().putAll(o.environment());
     if (o.deviceChoice() != null) {
-      pb.environment().put(dev.thaw.runtime.gpu.DeviceChoice.ENV, o.deviceChoice());
+      pb.environment().put(DeviceChoice.ENV, o.deviceChoice());
     }
     return pb;
   }
@@ -75,7 +77,7 @@ final class Prelaunch {
     }
     early = null;
     boolean same = e.process().isAlive() && e.command().equals(command(o)) && o.environment().isEmpty()
-        && java.util.Objects.equals(e.deviceEnv(), o.deviceChoice());
+        && Objects.equals(e.deviceEnv(), o.deviceChoice());
     if (!same) {
       kill(e);
       return null;

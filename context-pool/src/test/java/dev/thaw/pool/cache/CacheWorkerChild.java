@@ -14,6 +14,7 @@ import java.nio.ReadOnlyBufferException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
+import java.util.Map;
 
 /**
  * A worker process of the cache tests: {@code CacheWorkerChild DEVICE ARENA MANIFEST_FILE PLACEMENT_FILE} maps the
@@ -35,7 +36,7 @@ public final class CacheWorkerChild {
       } catch (ReadOnlyBufferException e) {
         System.out.println("result.hostWrite=refused");
       }
-      FunctionSession session = FunctionSession.rebuild(ctx, new SessionTable(m.sessionTable(java.util.Map.of())
+      FunctionSession session = FunctionSession.rebuild(ctx, new SessionTable(m.sessionTable(Map.of())
           .allocations(), List.of()));
       System.out.println("result.slabs=" + session.slabs().size());
       PinnedChunks chunks = view.chunks(placement);

@@ -22,6 +22,7 @@ import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
 import org.junit.jupiter.api.AfterEach;
@@ -246,7 +247,7 @@ class HostImageCacheTest {
     assertEquals(p.entries(), back.entries());
     assertEquals("/proc/1/fd/3", back.arena());
     assertNotNull(back.find(d));
-    byte[] cut = java.util.Arrays.copyOf(p.toBytes(), p.toBytes().length - 1);
+    byte[] cut = Arrays.copyOf(p.toBytes(), p.toBytes().length - 1);
     assertThrows(IllegalArgumentException.class, () -> ChunkPlacement.fromBytes(cut));
     assertThrows(IllegalArgumentException.class, () -> ChunkPlacement.fromBytes(new byte[] {1, 2, 3, 4}));
   }

@@ -38,6 +38,7 @@ import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -88,7 +89,7 @@ class TieredRestoreSourceTest {
       ImageManifest m = new ImageManifest(built.schemaVersion(), new ImageManifest.Function(Bytes.class.getName(),
           JsonNodeFactory.instance.objectNode()), built.device(), built.allocations(), built.modules(),
           built.hostState(), built.samples(), built.build(), built.profile());
-      assertEquals(java.util.Set.of("a0", "a1"), m.readOnlyAllocations());
+      assertEquals(Set.of("a0", "a1"), m.readOnlyAllocations());
       SessionTable table = new SessionTable(m.sessionTable(Map.of()).allocations(), List.of());
       try (CacheLease lease = cache.stage("img", m, store)) {
         PinnedChunks chunks = view.chunks(lease.placement());
@@ -116,7 +117,7 @@ class TieredRestoreSourceTest {
           r = new OnDemandRestorer(store).restore(m, ctx, source, resources, new OnDemandOptions().slabSource(resident));
         }
         try (r) {
-          assertEquals(java.util.Set.of("a0"), resident.residentBuffers(), "a1 is only partly in the imported slab");
+          assertEquals(Set.of("a0"), resident.residentBuffers(), "a1 is only partly in the imported slab");
           RestoreSource.Lease l = source.lease(m);
           assertTrue(l.resident(m.allocations().get(0)));
           assertFalse(l.resident(m.allocations().get(1)), "restored as a unit of its own: its fresh part");

@@ -10,9 +10,12 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import dev.thaw.runtime.gpu.VirtualRange;
+import java.io.IOException;
+import java.nio.file.Files;
 import java.util.Map;
 import java.nio.file.Path;
 import java.io.InputStream;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -84,8 +87,8 @@ class WorkerWarmupTest {
     }
   }
 
-  private static long openDescriptors() throws java.io.IOException {
-    try (java.util.stream.Stream<Path> s = java.nio.file.Files.list(Path.of("/proc/self/fd"))) {
+  private static long openDescriptors() throws IOException {
+    try (Stream<Path> s = Files.list(Path.of("/proc/self/fd"))) {
       return s.count();
     }
   }

@@ -8,11 +8,15 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import dev.thaw.image.staging.Staging;
 import dev.thaw.image.StrictJson;
+import dev.thaw.image.store.Tags;
 import java.io.IOException;
 import java.nio.file.Files;
+import java.nio.file.InvalidPathException;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 
 /**
  * What to build and how: the function, its config, the tag, sample requests, and the snapshot pipeline's
@@ -60,7 +64,7 @@ public final class BuildOptions {
   public BuildOptions config(JsonNode config) {
     if (config == null || !config.isObject()) {
       throw new IllegalArgumentException("the function config must be a JSON object, not "
-          + (config == null ? "null" : config.getNodeType().toString().toLowerCase(java.util.Locale.ROOT)));
+          + (config == null ? "null" : config.getNodeType().toString().toLowerCase(Locale.ROOT)));
     }
     this.config = config.deepCopy();
     return this;
@@ -84,7 +88,7 @@ public final class BuildOptions {
     try {
       file = Path.of(value);
       text = Files.readString(file);
-    } catch (java.nio.file.InvalidPathException | java.nio.file.NoSuchFileException e) {
+    } catch (InvalidPathException | NoSuchFileException e) {
       throw new IllegalArgumentException("config file " + value + " does not exist (give the config as a JSON"
           + " object inline, or the path of a file that holds one)", e);
     } catch (IOException e) {
@@ -111,9 +115,9 @@ public final class BuildOptions {
     return this;
   }
 
-  /** @throws IllegalArgumentException unless {@code tag} follows {@link dev.thaw.image.store.Tags#RULE}. */
+  /** @throws IllegalArgumentException unless {@code tag} follows {@link Tags#RULE}. */
   public static void checkTag(String tag) {
-    dev.thaw.image.store.Tags.check(tag);
+    Tags.check(tag);
   }
 
   public List<JsonNode> sampleRequests() {
@@ -136,7 +140,7 @@ public final class BuildOptions {
       node = StrictJson.read(Files.readString(file));
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("sample request " + file + " is not JSON: " + StrictJson.problem(e), e);
-    } catch (java.nio.file.NoSuchFileException e) {
+    } catch (NoSuchFileException e) {
       throw new IllegalArgumentException("cannot read sample request " + file + ": no such file", e);
     } catch (IOException e) {
       throw new IllegalArgumentException("cannot read sample request " + file + ": " + e.getMessage(), e);

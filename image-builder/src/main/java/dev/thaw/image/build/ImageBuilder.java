@@ -38,6 +38,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -346,7 +347,7 @@ public final class ImageBuilder {
     return e instanceof RuntimeException r ? r : new IllegalStateException(e.toString(), e);
   }
 
-  static java.util.concurrent.ThreadFactory daemon(String prefix) {
+  static ThreadFactory daemon(String prefix) {
     AtomicInteger n = new AtomicInteger();
     return r -> {
       Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());

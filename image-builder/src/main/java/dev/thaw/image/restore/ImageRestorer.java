@@ -1,9 +1,12 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.Images;
+import dev.thaw.image.InvalidManifestException;
 import dev.thaw.image.ProgressListener;
 import dev.thaw.image.staging.StagingRing;
+import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.function.FunctionLoader;
@@ -80,10 +83,10 @@ public final class ImageRestorer {
   /**
    * Restores the image {@code tag} points at into {@code context}.
    *
-   * @throws dev.thaw.image.ImageNotFoundException if no image has that tag
-   * @throws dev.thaw.image.InvalidManifestException if its manifest does not read
+   * @throws ImageNotFoundException if no image has that tag
+   * @throws InvalidManifestException if its manifest does not read
    * @throws CorruptChunkException naming the chunk whose bytes do not match its digest
-   * @throws dev.thaw.image.store.ChunkNotFoundException naming a chunk the store lacks
+   * @throws ChunkNotFoundException naming a chunk the store lacks
    * @throws ImageRestoreException if the function class cannot be loaded, an address is taken, or the state
    *     does not read
    */

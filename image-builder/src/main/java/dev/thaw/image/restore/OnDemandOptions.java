@@ -1,5 +1,10 @@
 package dev.thaw.image.restore;
 
+import dev.thaw.runtime.function.FunctionSession;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Objects;
+
 /**
  * How an on-demand restore streams: setters check and are fluent.
  */
@@ -17,7 +22,7 @@ public final class OnDemandOptions {
   private boolean validate;
   private long pollNanos = DEFAULT_POLL_NANOS;
   private Promotion promotion = Promotion.REORDER;
-  private java.util.List<HelperLink> helpers = java.util.List.of();
+  private List<HelperLink> helpers = List.of();
   private double helperShare = DEFAULT_HELPER_SHARE;
 
   /** Where an allocation a launch needs goes when it is not queued yet. */
@@ -36,7 +41,7 @@ public final class OnDemandOptions {
   }
 
   public OnDemandOptions promotion(Promotion p) {
-    this.promotion = java.util.Objects.requireNonNull(p);
+    this.promotion = Objects.requireNonNull(p);
     return this;
   }
 
@@ -108,7 +113,7 @@ public final class OnDemandOptions {
     return this;
   }
 
-  public java.util.List<HelperLink> helpers() {
+  public List<HelperLink> helpers() {
     return helpers;
   }
 
@@ -119,9 +124,9 @@ public final class OnDemandOptions {
    *
    * @throws IllegalArgumentException if a link is given twice
    */
-  public OnDemandOptions helpers(java.util.List<HelperLink> links) {
-    java.util.List<HelperLink> copy = java.util.List.copyOf(links);
-    if (new java.util.HashSet<>(copy).size() != copy.size()) {
+  public OnDemandOptions helpers(List<HelperLink> links) {
+    List<HelperLink> copy = List.copyOf(links);
+    if (new HashSet<>(copy).size() != copy.size()) {
       throw new IllegalArgumentException("a helper link is given twice: " + copy);
     }
     this.helpers = copy;
@@ -146,10 +151,10 @@ public final class OnDemandOptions {
     return this;
   }
 
-  private dev.thaw.runtime.function.FunctionSession.SlabSource slabSource;
+  private FunctionSession.SlabSource slabSource;
 
   /** Where the session's slabs get their memory, or null (the default) for fresh memory, one plan for all. */
-  public dev.thaw.runtime.function.FunctionSession.SlabSource slabSource() {
+  public FunctionSession.SlabSource slabSource() {
     return slabSource;
   }
 
@@ -158,7 +163,7 @@ public final class OnDemandOptions {
    * own, each slab's memory from {@code source}: the HBM tier's exportable memory, or memory imported from it. The
    * restore must then be told which allocations are resident already (its {@link RestoreSource}).
    */
-  public OnDemandOptions slabSource(dev.thaw.runtime.function.FunctionSession.SlabSource source) {
+  public OnDemandOptions slabSource(FunctionSession.SlabSource source) {
     this.slabSource = source;
     return this;
   }

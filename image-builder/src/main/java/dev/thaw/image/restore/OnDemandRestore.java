@@ -1,5 +1,6 @@
 package dev.thaw.image.restore;
 
+import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.GpuEvent;
 import java.util.List;
 import java.util.Map;
@@ -227,7 +228,7 @@ public final class OnDemandRestore implements AutoCloseable {
    *
    * @return true once the slabs are protected (or protection was tried and a slab refused: see {@link
    *     #protection()}), false while the restore still copies: call again at the next idle point
-   * @throws dev.thaw.runtime.gpu.CudaException with a sticky error: the context is lost
+   * @throws CudaException with a sticky error: the context is lost
    */
   public boolean protectReadOnlySlabs() {
     SlabProtection p = residency.protection();

@@ -1,6 +1,7 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.gpu.GpuContext;
@@ -10,6 +11,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -42,7 +44,7 @@ public final class PinnedImageSource implements RestoreSource, AutoCloseable {
    * {@code context}, with {@code threads} readers.
    *
    * @throws CorruptChunkException naming a chunk whose bytes do not match its digest
-   * @throws dev.thaw.image.store.ChunkNotFoundException naming a chunk the store lacks
+   * @throws ChunkNotFoundException naming a chunk the store lacks
    */
   public static PinnedImageSource load(RestorePlan plan, ChunkStore store, GpuContext context, int threads) {
     Map<Digest, Integer> lengths = new LinkedHashMap<>();
@@ -74,7 +76,7 @@ public final class PinnedImageSource implements RestoreSource, AutoCloseable {
       }
     } catch (Exception e) {
       buffer.close();
-      Throwable cause = e instanceof java.util.concurrent.ExecutionException ? e.getCause() : e;
+      Throwable cause = e instanceof ExecutionException ? e.getCause() : e;
       if (cause instanceof RuntimeException r) {
         throw r;
       }

@@ -8,11 +8,15 @@ import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
@@ -52,14 +56,14 @@ public final class RestoreResources implements AutoCloseable {
   /** What making each part took, in milliseconds, in order: where a worker's {@code restoreResources} phase went. */
   private final Map<String, Double> creationMillis = new LinkedHashMap<>();
   /** Completes once the events made behind the constructor are made (or it stopped). */
-  private final java.util.concurrent.CompletableFuture<Void> eventsMade = new java.util.concurrent.CompletableFuture<>();
+  private final CompletableFuture<Void> eventsMade = new CompletableFuture<>();
   private final AtomicBoolean lent = new AtomicBoolean();
   private final AtomicBoolean closed = new AtomicBoolean();
   /** Completed at {@link #close}: the events still waiting to be made behind are not made. */
-  private final java.util.concurrent.CompletableFuture<Void> closing = new java.util.concurrent.CompletableFuture<>();
+  private final CompletableFuture<Void> closing = new CompletableFuture<>();
 
   private RestoreResources(GpuContext context, int stagingBuffers, long stagingBytes, int readThreads,
-      long uploadArenaBytes, int events, java.util.concurrent.CompletionStage<?> behindAfter) {
+      long uploadArenaBytes, int events, CompletionStage<?> behindAfter) {
     this.context = context;
     List<AutoCloseable> made = new ArrayList<>();
     try {
@@ -105,7 +109,7 @@ public final class RestoreResources implements AutoCloseable {
     if (events > EVENTS_AHEAD) {
       Thread behind = new Thread(() -> {
         try {
-          java.util.concurrent.CompletableFuture.anyOf(behindAfter.toCompletableFuture(), closing).join();
+          CompletableFuture.anyOf(behindAfter.toCompletableFuture(), closing).join();
         } catch (RuntimeException e) {
           // Whatever it ended with, the events are made now (none once closed: makeEvents checks).
         }
@@ -138,7 +142,7 @@ public final class RestoreResources implements AutoCloseable {
   /** Defaults: {@link #DEFAULT_STAGING_BUFFERS} of {@link #DEFAULT_STAGING_BYTES}, {@link Staging}'s read threads, a
    * 1 MiB upload arena, 1024 events. */
   public static RestoreResources create(GpuContext context) {
-    return create(context, java.util.concurrent.CompletableFuture.completedFuture(null));
+    return create(context, CompletableFuture.completedFuture(null));
   }
 
   /**
@@ -147,7 +151,7 @@ public final class RestoreResources implements AutoCloseable {
    * (loading its modules needs the driver, which serialises them with the pinning; on the H200 that prepare took
    * 196-246 ms after the context with the pinning beside it).
    */
-  public static RestoreResources create(GpuContext context, java.util.concurrent.CompletionStage<?> behindAfter) {
+  public static RestoreResources create(GpuContext context, CompletionStage<?> behindAfter) {
     return new RestoreResources(context, DEFAULT_STAGING_BUFFERS, DEFAULT_STAGING_BYTES, Staging.DEFAULT_THREADS,
         DEFAULT_UPLOAD_ARENA_BYTES, DEFAULT_EVENTS, behindAfter);
   }
@@ -164,7 +168,7 @@ public final class RestoreResources implements AutoCloseable {
       throw new IllegalArgumentException("the upload arena must be at least 4 KiB, not " + uploadArenaBytes);
     }
     return new RestoreResources(context, stagingBuffers, stagingBytes, readThreads, uploadArenaBytes,
-        DEFAULT_EVENTS, java.util.concurrent.CompletableFuture.completedFuture(null));
+        DEFAULT_EVENTS, CompletableFuture.completedFuture(null));
   }
 
   public GpuContext context() {
@@ -177,7 +181,7 @@ public final class RestoreResources implements AutoCloseable {
    * are pinned behind, see {@link StagingRing#allocate(GpuContext, int, long, int)}).
    */
   public Map<String, Double> creationMillis() {
-    return java.util.Collections.unmodifiableMap(new LinkedHashMap<>(creationMillis));
+    return Collections.unmodifiableMap(new LinkedHashMap<>(creationMillis));
   }
 
   private long part(String name, long since) {
@@ -228,7 +232,7 @@ public final class RestoreResources implements AutoCloseable {
   }
 
   /** Completes once every event of the pool is made (the first few are made at once, the others behind). */
-  java.util.concurrent.CompletableFuture<Void> eventsMade() {
+  CompletableFuture<Void> eventsMade() {
     return eventsMade.copy();
   }
 
@@ -286,7 +290,7 @@ public final class RestoreResources implements AutoCloseable {
     }
   }
 
-  private static java.util.concurrent.ThreadFactory daemon(String prefix) {
+  private static ThreadFactory daemon(String prefix) {
     AtomicInteger n = new AtomicInteger();
     return r -> {
       Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());

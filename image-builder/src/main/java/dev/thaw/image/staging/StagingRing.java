@@ -9,6 +9,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.CompletionStage;
 import java.util.concurrent.Semaphore;
 
 /**
@@ -77,7 +78,7 @@ public final class StagingRing implements AutoCloseable {
    * keeps them out of the pinning's way, which the driver serialises with them.
    */
   public static StagingRing allocate(GpuContext context, int count, long bytes, int now,
-      java.util.concurrent.CompletionStage<?> behindAfter) {
+      CompletionStage<?> behindAfter) {
     Staging.checkBuffers(count);
     Staging.checkBytes(bytes);
     if (now < 1 || now > count) {

@@ -17,6 +17,7 @@ import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.LongSupplier;
@@ -267,7 +268,7 @@ final class PackFiles implements AutoCloseable {
     if (writeback != null) {
       writeback.shutdown();
       try {
-        writeback.awaitTermination(1, java.util.concurrent.TimeUnit.MINUTES);
+        writeback.awaitTermination(1, TimeUnit.MINUTES);
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
       }

@@ -4,7 +4,9 @@ import dev.thaw.runtime.host.IoErrors;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.util.ArrayList;
@@ -27,10 +29,13 @@ import org.rocksdb.ColumnFamilyHandle;
 import org.rocksdb.ColumnFamilyOptions;
 import org.rocksdb.CompressionType;
 import org.rocksdb.DBOptions;
+import org.rocksdb.FlushOptions;
+import org.rocksdb.Options;
 import org.rocksdb.ReadOptions;
 import org.rocksdb.RocksDB;
 import org.rocksdb.RocksDBException;
 import org.rocksdb.RocksIterator;
+import org.rocksdb.Status;
 import org.rocksdb.WriteBatch;
 import org.rocksdb.WriteOptions;
 
@@ -122,7 +127,7 @@ public final class RocksChunkStore implements ChunkStore {
       boolean exists = StoreDirectory.exists(path);
       List<String> present = new ArrayList<>(FAMILIES);
       if (exists) {
-        try (org.rocksdb.Options o = new org.rocksdb.Options()) {
+        try (Options o = new Options()) {
           present = RocksDB.listColumnFamilies(o, path.toString()).stream().map(RocksChunkStore::string).toList();
         }
         for (String name : FAMILIES) {
@@ -181,11 +186,11 @@ public final class RocksChunkStore implements ChunkStore {
       packs = new PackFiles(path, options.readOnly(), options.packFileSize(), this::newPackId);
     } catch (RocksDBException e) {
       closeResources();
-      if (e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.IOError
+      if (e.getStatus() != null && e.getStatus().getCode() == Status.Code.IOError
           && String.valueOf(e.getMessage()).contains("LOCK")) {
         throw new StoreLockedException(path, e);
       }
-      if (e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.Corruption) {
+      if (e.getStatus() != null && e.getStatus().getCode() == Status.Code.Corruption) {
         throw error("is damaged", e);
       }
       throw error("cannot open", e);
@@ -408,7 +413,7 @@ public final class RocksChunkStore implements ChunkStore {
       }
     } catch (RocksDBException e) {
       throw error(corruption(e) ? "chunk " + digest + " is damaged" : "cannot read chunk " + digest, e);
-    } catch (java.nio.file.NoSuchFileException e) {
+    } catch (NoSuchFileException e) {
       throw new StoreException(path, "chunk " + digest + " is damaged: its pack file "
           + path.relativize(Path.of(e.getFile())) + " is missing", null, e);
     } catch (IOException e) {
@@ -799,7 +804,7 @@ public final class RocksChunkStore implements ChunkStore {
   public void flush() {
     checkWritable();
     sync();
-    try (org.rocksdb.FlushOptions f = new org.rocksdb.FlushOptions().setWaitForFlush(true)) {
+    try (FlushOptions f = new FlushOptions().setWaitForFlush(true)) {
       db.flush(f, List.of(chunks, chunkSizes, manifests, refs, tags, meta, chunkPacks));
     } catch (RocksDBException e) {
       throw error("cannot flush", e);
@@ -884,7 +889,7 @@ public final class RocksChunkStore implements ChunkStore {
   }
 
   private static boolean corruption(RocksDBException e) {
-    return e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.Corruption;
+    return e.getStatus() != null && e.getStatus().getCode() == Status.Code.Corruption;
   }
 
   private StoreException error(String what, RocksDBException e) {
@@ -893,11 +898,11 @@ public final class RocksChunkStore implements ChunkStore {
   }
 
   private static byte[] bytes(String s) {
-    return s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    return s.getBytes(StandardCharsets.UTF_8);
   }
 
   private static String string(byte[] b) {
-    return new String(b, java.nio.charset.StandardCharsets.UTF_8);
+    return new String(b, StandardCharsets.UTF_8);
   }
 
   private static byte[] intBytes(int v) {

@@ -17,7 +17,9 @@ import dev.thaw.runtime.function.SaxpyFunction;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.runtime.speculation.AccessProfile;
 import java.nio.ByteBuffer;
+import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicLong;
 import org.junit.jupiter.api.Test;
@@ -80,7 +82,7 @@ class ImageBuilderTest {
       // The sample request was the profiling invocation: saxpy read x and read-wrote out, inside its arguments.
       assertEquals("recorded", m.profile().orderSource());
       assertEquals(List.of("x", "out"), m.profile().firstAccessOrder());
-      assertEquals(dev.thaw.runtime.speculation.AccessProfile.Verdict.EXACT,
+      assertEquals(AccessProfile.Verdict.EXACT,
           m.profile().kernels().get("contract/thaw_test_saxpy").verdict());
       assertEquals("1 exact, 0 unsafe", m.profile().summary());
       assertEquals(m.chunkDigests().size(), m.build().chunkCount());
@@ -196,7 +198,7 @@ class ImageBuilderTest {
   @Test
   void fixedChunksCoverTheSegment() {
     FixedSizeChunker c = new FixedSizeChunker(10);
-    assertEquals(List.of(10, 10, 5), java.util.Arrays.stream(c.cut(ByteBuffer.allocate(25))).boxed().toList());
+    assertEquals(List.of(10, 10, 5), Arrays.stream(c.cut(ByteBuffer.allocate(25))).boxed().toList());
     assertEquals(0, c.cut(ByteBuffer.allocate(0)).length);
   }
 }

@@ -24,6 +24,7 @@ import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -290,10 +291,10 @@ class MultiLinkRestoreTest {
   /** Simulated devices that are peers, a context on each, restore resources and helper links onto device 0. */
   private static final class Node implements AutoCloseable {
     final SimDriver driver;
-    final List<GpuContext> contexts = new java.util.ArrayList<>();
+    final List<GpuContext> contexts = new ArrayList<>();
     final GpuContext target;
     final RestoreResources resources;
-    final List<HelperLink> links = new java.util.ArrayList<>();
+    final List<HelperLink> links = new ArrayList<>();
 
     Node(int devices, SimOptions options) {
       driver = SimDriver.open(options.deviceCount(devices));

@@ -14,6 +14,7 @@ import dev.thaw.image.ProgressListener;
 import dev.thaw.image.build.BuildOptions;
 import dev.thaw.image.build.FixedSizeChunker;
 import dev.thaw.image.build.ImageBuilder;
+import dev.thaw.image.store.Digest;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
@@ -27,6 +28,8 @@ import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -34,9 +37,11 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.EnumSource;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
@@ -141,13 +146,13 @@ class OnDemandRestorerTest {
   }
 
   @ParameterizedTest(name = "{0}")
-  @org.junit.jupiter.params.provider.EnumSource(OnDemandOptions.Promotion.class)
+  @EnumSource(OnDemandOptions.Promotion.class)
   void promotionsOnEitherStreamKeepTheGatingExactEvenInAReversedOrder(OnDemandOptions.Promotion promotion)
       throws Exception {
     // The profile's order reversed: every launch needs what the background order has not queued yet.
     ImageManifest m = Images.manifest(store, "gpt2-tiny");
-    List<String> reversed = new java.util.ArrayList<>(m.profile().firstAccessOrder());
-    java.util.Collections.reverse(reversed);
+    List<String> reversed = new ArrayList<>(m.profile().firstAccessOrder());
+    Collections.reverse(reversed);
     ImageManifest manifest = m.withProfile(new ImageManifest.Profile(m.profile().orderSource(),
         m.profile().launches(), reversed, m.profile().kernels()));
     try (Restored r = restore(manifest, Source.HOST_CACHE,
@@ -197,7 +202,7 @@ class OnDemandRestorerTest {
       session.download(new BufferRef("act0"), 0, copied);
       byte[] got = new byte[n];
       copied.get(0, got);
-      assertArrayEquals(java.util.Arrays.copyOf(image, n), got, "act0 holds w0's restored bytes");
+      assertArrayEquals(Arrays.copyOf(image, n), got, "act0 holds w0's restored bytes");
       r.restore.streamRest();
       r.restore.awaitResident();
       // The fill came after w1 was restored, so the restore did not undo it.
@@ -362,7 +367,7 @@ class OnDemandRestorerTest {
 
   @Test
   // On a thread of its own, so that a restore stuck on a slot never handed back fails the test instead of hanging it.
-  @org.junit.jupiter.api.Timeout(value = 60, threadMode = org.junit.jupiter.api.Timeout.ThreadMode.SEPARATE_THREAD)
+  @Timeout(value = 60, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
   void aRestoreThatFailsWhileReadingAheadHandsItsStagingBackForTheNextRestore() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
     // The last allocation's first chunk made wrong: the restore fails with many of the chunks before it being read
@@ -392,7 +397,7 @@ class OnDemandRestorerTest {
   }
 
   @ParameterizedTest(name = "from {0}")
-  @org.junit.jupiter.params.provider.EnumSource(Source.class)
+  @EnumSource(Source.class)
   void bytesInTheLeasesResidentRangesAreNeverCopiedAndTheRestAre(Source from) throws Exception {
     // What the HBM tier hands a restore: device ranges that hold the image's bytes already and refuse writes. Here
     // they are fresh memory (it reads zero), so any copy into them would show; w0 lies partly in one, w1 wholly.
@@ -411,7 +416,7 @@ class OnDemandRestorerTest {
         RestoreSource.Lease inner = tiers.lease(m);
         return new RestoreSource.Lease() {
           @Override
-          public RestoreSource.HostChunk find(dev.thaw.image.store.Digest digest) {
+          public RestoreSource.HostChunk find(Digest digest) {
             return inner.find(digest);
           }
 
@@ -511,7 +516,7 @@ class OnDemandRestorerTest {
       if (!a.name().equals(allocation)) {
         return a;
       }
-      List<ImageManifest.Chunk> chunks = new java.util.ArrayList<>(a.chunks());
+      List<ImageManifest.Chunk> chunks = new ArrayList<>(a.chunks());
       chunks.set(index, chunk);
       return new ImageManifest.Allocation(a.name(), a.address(), a.size(), chunks);
     }).toList();

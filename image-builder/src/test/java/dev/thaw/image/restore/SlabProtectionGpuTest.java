@@ -15,6 +15,8 @@ import dev.thaw.image.build.FastCdcChunker;
 import dev.thaw.image.build.ImageBuilder;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.SessionTable;
 import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuEvent;
@@ -26,6 +28,7 @@ import dev.thaw.runtime.gpu.VirtualRange;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
 import java.nio.file.Path;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.junit.jupiter.api.AfterAll;
@@ -171,7 +174,7 @@ class SlabProtectionGpuTest {
       assertEquals(gpt2Response, got);
       // Idle now (the request returned): its owner protects the slabs here, never the restore thread under a kernel.
       assertTrue(r.protectReadOnlySlabs());
-      assertEquals(java.util.List.of(), r.mayHaveBeenWritten(), "GPT-2's kernels store into no weight: its slab may "
+      assertEquals(List.of(), r.mayHaveBeenWritten(), "GPT-2's kernels store into no weight: its slab may "
           + "go to the HBM tier");
       OnDemandRestore.Protection p = r.protection();
       assertEquals(p.of(), p.slabs(), "every read-only slab protected: " + p);
@@ -214,17 +217,17 @@ class SlabProtectionGpuTest {
     // What mapping the read-only weights in a slab of their own costs the restore (on its critical path): GPT-2 small's
     // allocations mapped as one slab, and split as every restore now maps them.
     ImageManifest gpt2 = Images.manifest(store, "gpt2");
-    dev.thaw.runtime.function.SessionTable table = new dev.thaw.runtime.function.SessionTable(
-        gpt2.sessionTable(Map.of()).allocations(), java.util.List.of());
+    SessionTable table = new SessionTable(
+        gpt2.sessionTable(Map.of()).allocations(), List.of());
     double[] one = new double[7];
     double[] split = new double[7];
     for (int i = 0; i < one.length; i++) {
       long t = System.nanoTime();
-      dev.thaw.runtime.function.FunctionSession.rebuild(ctx, table).close();
+      FunctionSession.rebuild(ctx, table).close();
       one[i] = (System.nanoTime() - t) / 1e6;
       t = System.nanoTime();
-      dev.thaw.runtime.function.FunctionSession.rebuild(ctx, table, gpt2.readOnlyAllocations(),
-          dev.thaw.runtime.function.FunctionSession.SlabSource.FRESH).close();
+      FunctionSession.rebuild(ctx, table, gpt2.readOnlyAllocations(),
+          FunctionSession.SlabSource.FRESH).close();
       split[i] = (System.nanoTime() - t) / 1e6;
     }
     System.out.printf("protect cost: GPT-2 small's %.1f MB mapped (and freed) as one slab %.3f ms median, with its "

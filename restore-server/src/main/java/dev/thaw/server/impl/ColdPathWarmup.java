@@ -3,6 +3,7 @@ package dev.thaw.server.impl;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.ImageManifest;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.gpu.DeviceInfo;
@@ -92,7 +93,7 @@ public final class ColdPathWarmup {
     }
 
     @Override
-    public FunctionInstance startBlocking(String tag, dev.thaw.image.ImageManifest manifest, int device) {
+    public FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) {
       return new StandIn(device);
     }
 

@@ -1,5 +1,6 @@
 package dev.thaw.runtime.ptx.instrument;
 
+import dev.thaw.runtime.ptx.PtxSyntaxException;
 import dev.thaw.runtime.ptx.instrument.PtxStatement.Directive;
 import dev.thaw.runtime.ptx.instrument.PtxStatement.Instruction;
 import dev.thaw.runtime.ptx.instrument.PtxStatement.Label;
@@ -90,7 +91,7 @@ public final class PtxInstrumenter {
    * Instruments {@code ptx}.
    *
    * @throws InstrumentationException for a construct it does not handle
-   * @throws dev.thaw.runtime.ptx.PtxSyntaxException if the text cannot be read
+   * @throws PtxSyntaxException if the text cannot be read
    */
   public static InstrumentedModule instrument(String ptx) {
     Matcher reserved = RESERVED.matcher(PtxModule.stripComments(ptx));

@@ -13,6 +13,7 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.MemoryAccess;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 
@@ -40,7 +41,7 @@ class SimPeerTest {
       theirs.setAccessFor(0, MemoryAccess.READ);
       stream.copyDeviceToDeviceAsync(mine.address(), theirs.address(), MIB);
       stream.synchronize();
-      ByteBuffer b = ByteBuffer.allocateDirect(16).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+      ByteBuffer b = ByteBuffer.allocateDirect(16).order(ByteOrder.LITTLE_ENDIAN);
       zero.copyDeviceToHost(b, mine.address());
       assertEquals(42, b.getInt(12));
       // Read access is not write access.

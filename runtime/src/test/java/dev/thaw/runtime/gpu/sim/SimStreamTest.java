@@ -15,6 +15,7 @@ import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.Kernel;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.Collectors;
@@ -43,7 +44,7 @@ class SimStreamTest {
   }
 
   private int readInt(DeviceBuffer b) {
-    ByteBuffer host = ByteBuffer.allocate(4).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+    ByteBuffer host = ByteBuffer.allocate(4).order(ByteOrder.LITTLE_ENDIAN);
     b.copyToHost(host);
     return host.getInt(0);
   }

@@ -11,6 +11,7 @@ import dev.thaw.runtime.gpu.ParamType;
 import dev.thaw.runtime.ptx.PtxEntries;
 import dev.thaw.runtime.ptx.PtxModuleInfo;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.regex.Matcher;
@@ -363,7 +364,7 @@ class PtxInstrumenterTest {
 
   private static List<Long> sizes(String ptx) {
     Matcher m = Pattern.compile("add\\.s64 \t%thaw_rd2, %thaw_rd1, (\\d+);").matcher(ptx);
-    List<Long> out = new java.util.ArrayList<>();
+    List<Long> out = new ArrayList<>();
     while (m.find()) {
       out.add(Long.parseLong(m.group(1)));
     }
