@@ -448,7 +448,7 @@ final class ServeCommand implements Callable<Integer> {
       HostImageCache cache = null;
       if (options.hostCacheBytes() > 0) {
         try {
-          cache = HostImageCache.create(new HostCacheOptions().capacityBytes(options.hostCacheBytes()));
+          cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(options.hostCacheBytes()));
         } catch (IOException e) {
           throw new UncheckedIOException("cannot create the host image cache (" + options.hostCacheBytes()
               + " bytes)", e);

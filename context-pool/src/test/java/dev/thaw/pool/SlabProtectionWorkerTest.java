@@ -44,7 +44,7 @@ class SlabProtectionWorkerTest {
     PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
     assertEquals(Set.of("secret"), probe.result().manifest().readOnlyAllocations());
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
       ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path())
           .setEnvironment(SLOW_COPIES).setWarmupLaunches(0));
@@ -90,7 +90,7 @@ class SlabProtectionWorkerTest {
     Path storePath = dir.resolve("store");
     PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
       ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path())
           .setEnvironment(SLOW_COPIES).setWarmupLaunches(0));

@@ -196,7 +196,7 @@ class ReadOnlyWeightsTest {
     }
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         SimDriver driver = SimDriver.open(new SimOptions())) {
-      HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32 << 20));
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32 << 20));
       ContextPool workers = ContextPool.create(pool.apply(ServerFixture.simPool(storePath, cache.path(), List.of(0))));
       try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
               .addFunction("probe", new FunctionOptions().setImage("probe:1")),

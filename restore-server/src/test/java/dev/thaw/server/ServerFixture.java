@@ -50,7 +50,7 @@ public final class ServerFixture {
    */
   public static void build(ChunkStore store, String tag, String function, String config, String sample,
       long skipBytes) throws Exception {
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag);
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag);
     if (sample != null) {
       o.addSampleRequest(JSON.readTree(sample));
     }

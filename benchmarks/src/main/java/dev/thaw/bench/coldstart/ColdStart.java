@@ -135,18 +135,18 @@ public final class ColdStart implements Callable<Integer> {
     }
     ColdStartOptions options;
     try {
-      options = new ColdStartOptions().models(models).sweep(sweep).runs(runs).sweepRuns(sweepRuns).out(out)
-          .work(work).keepWork(keepWork).device(device).python(python)
-          .childTimeout(Duration.ofSeconds(childTimeoutSeconds)).trace(trace).concurrency(concurrency)
-          .concurrencyModel(concurrencyModel).concurrencyPerGpu(concurrencyPerGpu);
+      options = new ColdStartOptions().setModels(models).setSweep(sweep).setRuns(runs).setSweepRuns(sweepRuns)
+          .setOut(out).setWork(work).setKeepWork(keepWork).setDevice(device).setPython(python)
+          .setChildTimeout(Duration.ofSeconds(childTimeoutSeconds)).setTrace(trace).setConcurrency(concurrency)
+          .setConcurrencyModel(concurrencyModel).setConcurrencyPerGpu(concurrencyPerGpu);
       if (contenders != null) {
-        options.contenders(contenders);
+        options.setContenders(contenders);
       }
       if (sweepContenders != null) {
-        options.sweepContenders(sweepContenders);
+        options.setSweepContenders(sweepContenders);
       }
       if (deadlineSeconds != null) {
-        options.deadline(Duration.ofSeconds(deadlineSeconds));
+        options.setDeadline(Duration.ofSeconds(deadlineSeconds));
       }
     } catch (IllegalArgumentException e) {
       throw new ParameterException(spec.commandLine(), e.getMessage(), e);

@@ -218,8 +218,8 @@ public final class NodeTrace implements Callable<Integer> {
         JsonNode request = ColdStartResult.JSON.readTree(request(base));
         if (s.manifest(tag).isEmpty()) {
           try (GpuContext ctx = driver.createContext(0)) {
-            new ImageBuilder(s, new FastCdcChunker()).build(new BuildOptions().functionClass(functionClass())
-                .config(config).tag(tag).addSampleRequest(request), ctx, ProgressListener.NONE);
+            new ImageBuilder(s, new FastCdcChunker()).build(new BuildOptions().setFunctionClass(functionClass())
+                .setConfig(config).setTag(tag).addSampleRequest(request), ctx, ProgressListener.NONE);
           }
         }
         JsonNode expected = Images.manifest(s, tag).samples().get(0).response();

@@ -120,7 +120,7 @@ final class ThawPoolColdContender implements Contender {
     // The cache is made for this model's image (the workers map and register all of it at their start), with a
     // pool of its own whose workers map it.
     long capacity = (model.imageBytes() * 5 / 4 + (64L << 20)) & -HostCacheOptions.ALIGNMENT;
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(capacity));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(capacity));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(bench.pool().store()).setReadOnly(true));
         HarnessPool pool = new HarnessPool(bench.pool(), cache.path(), full,
             multiLink ? ContextPoolOptions.DEFAULT_HELPER_LINKS : 0)) {

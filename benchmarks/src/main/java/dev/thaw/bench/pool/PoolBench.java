@@ -86,7 +86,7 @@ public final class PoolBench {
     }
     ObjectNode result = JSON.createObjectNode();
     try (HostImageCache cache = cacheBytes > 0
-        ? HostImageCache.create(new HostCacheOptions().capacityBytes(cacheBytes)) : null;
+        ? HostImageCache.create(new HostCacheOptions().setCapacityBytes(cacheBytes)) : null;
         RocksChunkStore reader = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
       ContextPoolOptions o = new ContextPoolOptions().setIdleTarget(2).setMaxWorkers(4).setStorePath(store)
           .setHostCachePath(cache == null ? null : cache.path());

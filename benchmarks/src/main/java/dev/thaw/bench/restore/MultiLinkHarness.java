@@ -362,9 +362,9 @@ public final class MultiLinkHarness {
     double one = variant(shape, image, "1 link", () -> restore(0, m, image.source(), new OnDemandOptions(),
         image, null, null));
     double two = variant(shape, image, "2 links", () -> restore(0, m, image.source(), new OnDemandOptions()
-        .helpers(List.of(link)), image, null, null));
+        .setHelpers(List.of(link)), image, null, null));
     double all = variant(shape, image, "2 links, all queued", () -> restore(0, m, image.source(),
-        new OnDemandOptions().helpers(List.of(link)).windowBytes(Long.MAX_VALUE), image, null, null));
+        new OnDemandOptions().setHelpers(List.of(link)).setWindowBytes(Long.MAX_VALUE), image, null, null));
     summary(String.format(Locale.ROOT, "%s %.2f GB from the host: 1 link %.2f ms (%.1f GB/s), 2 links %.2f ms"
         + " (%.1f GB/s, x%.2f), 2 links all queued %.2f ms", image.shape(), image.bytes() / 1e9, one,
         image.bytes() / (one * 1e6), two, image.bytes() / (two * 1e6), one / two, all));
@@ -384,7 +384,7 @@ public final class MultiLinkHarness {
 
   /** Restores the image on {@code device} with exportable weights, protects and exports them, as an eviction does. */
   private List<ExportedSlab> leaveInTier(int device, SyntheticImage image) {
-    OnDemandOptions exportable = new OnDemandOptions().slabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY);
+    OnDemandOptions exportable = new OnDemandOptions().setSlabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY);
     RestorePlan plan = plans.computeIfAbsent(image.manifest(), RestorePlan::of);
     try (OnDemandRestore r = restorer.restore(plan, contexts.get(device), image.source(), resources.get(device),
         exportable)) {
@@ -442,7 +442,7 @@ public final class MultiLinkHarness {
       Consumer<OnDemandRestore> whileOpen) {
     ResidentSlabs slabs = new ResidentSlabs(dup(held));
     try {
-      return restore(0, image.manifest(), tiered(image, slabs), new OnDemandOptions().slabSource(slabs),
+      return restore(0, image.manifest(), tiered(image, slabs), new OnDemandOptions().setSlabSource(slabs),
           check ? image : null, slabs::close, whileOpen);
     } finally {
       slabs.close();
@@ -613,8 +613,8 @@ public final class MultiLinkHarness {
       Future<?> loop = bg.submit(() -> {
         while (!stop.get()) {
           started.countDown();
-          Run r = restore(0, image.manifest(), image.source(), new OnDemandOptions().helpers(List.of(link))
-              .helperShare(share), null, null, null);
+          Run r = restore(0, image.manifest(), image.source(), new OnDemandOptions().setHelpers(List.of(link))
+              .setHelperShare(share), null, null, null);
           restores.add(r.wallMillis());
         }
         return null;

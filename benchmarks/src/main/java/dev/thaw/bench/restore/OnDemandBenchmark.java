@@ -54,7 +54,7 @@ public final class OnDemandBenchmark {
       OnDemandOptions.Promotion promotion) {
 
     OnDemandOptions options() {
-      return new OnDemandOptions().windowBytes(window).promotion(promotion);
+      return new OnDemandOptions().setWindowBytes(window).setPromotion(promotion);
     }
   }
 
@@ -164,7 +164,7 @@ public final class OnDemandBenchmark {
       return;
     }
     long t = System.nanoTime();
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag)
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag)
         .addSampleRequest(JSON.readTree(sample));
     new ImageBuilder(store, new FastCdcChunker()).build(o, ctx, ProgressListener.NONE);
     System.out.printf(Locale.ROOT, "built %s in %.1f s%n", tag, (System.nanoTime() - t) / 1e9);
@@ -256,7 +256,7 @@ public final class OnDemandBenchmark {
       RestoreResources resources, Path file) throws Exception {
     OnDemandRestorer restorer = new OnDemandRestorer(store);
     FunctionRequest request = FunctionRequest.of(c.request());
-    try (OnDemandRestore r = restorer.restore(plan, ctx, cache, resources, new OnDemandOptions().trace(true))) {
+    try (OnDemandRestore r = restorer.restore(plan, ctx, cache, resources, new OnDemandOptions().setTrace(true))) {
       r.trace().instant("request: function invocable");
       r.function().invoke(request);
       r.trace().instant("response");

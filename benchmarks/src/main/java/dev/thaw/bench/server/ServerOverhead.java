@@ -246,7 +246,7 @@ public final class ServerOverhead {
   }
 
   private static void build(GpuDriver driver, Path storePath, Options o) throws IOException {
-    BuildOptions b = new BuildOptions().functionClass(o.function()).config(o.config()).tag(TAG)
+    BuildOptions b = new BuildOptions().setFunctionClass(o.function()).setConfig(o.config()).setTag(TAG)
         .addSampleRequest(JSON.readTree(o.warmupRequest()));
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath));
         GpuContext ctx = driver.createContext(0)) {

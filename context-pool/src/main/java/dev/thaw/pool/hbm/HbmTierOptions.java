@@ -13,7 +13,7 @@ public final class HbmTierOptions {
   }
 
   /** Device bytes the tier holds at most; offering more evicts the least recently used images first. 0 disables it. */
-  public HbmTierOptions maxBytes(long bytes) {
+  public HbmTierOptions setMaxBytes(long bytes) {
     if (bytes < 0) {
       throw new IllegalArgumentException("maxBytes must not be negative: " + bytes);
     }

@@ -137,7 +137,7 @@ public final class ImageTiers implements AutoCloseable {
     this.storePath = storePath;
     this.staging = staging;
     if (cache != null && hbmTierBytes > 0) {
-      devices.forEach(d -> hbm.put(d, new HbmTier(new HbmTierOptions().maxBytes(hbmTierBytes))));
+      devices.forEach(d -> hbm.put(d, new HbmTier(new HbmTierOptions().setMaxBytes(hbmTierBytes))));
     }
     this.stager = cache == null ? null : Executors.newSingleThreadExecutor(r -> {
       Thread t = new Thread(r, "thaw-host-cache-stage");

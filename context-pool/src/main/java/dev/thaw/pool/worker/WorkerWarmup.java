@@ -287,7 +287,7 @@ final class WorkerWarmup {
       try {
         PreparedRestore first = restorer.prepare(image.plan(), context, cacheOnly);
         try (OnDemandRestore r = restorer.restore(first, cacheOnly, resources,
-            new OnDemandOptions().slabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY))) {
+            new OnDemandOptions().setSlabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY))) {
           r.function().invoke(FunctionRequest.of(JsonNodeFactory.instance.objectNode()));
           r.awaitResident();
           // As a worker does at EXPORT: idle, resident, so its read-only slabs are protected, and so handed on.
@@ -308,7 +308,7 @@ final class WorkerWarmup {
           OnDemandRestore r;
           try (resident) {
             r = restorer.restore(prepared, new TieredRestoreSource(image.chunks(), resident), resources,
-                new OnDemandOptions().slabSource(resident));
+                new OnDemandOptions().setSlabSource(resident));
           }
           try (r) {
             if (resident.residentBuffers().isEmpty()) {
@@ -348,7 +348,8 @@ final class WorkerWarmup {
           return false;
         }
         PreparedRestore prepared = restorer.prepare(image.plan(), context, source);
-        try (OnDemandRestore r = restorer.restore(prepared, source, resources, new OnDemandOptions().helpers(links))) {
+        try (OnDemandRestore r = restorer.restore(prepared, source, resources,
+            new OnDemandOptions().setHelpers(links))) {
           r.function().invoke(FunctionRequest.of(JsonNodeFactory.instance.objectNode()));
           r.awaitResident();
           if (i == 0) {

@@ -59,7 +59,7 @@ class HostImageCacheTest {
   }
 
   private HostImageCache cache(long capacity) throws Exception {
-    cache = HostImageCache.create(new HostCacheOptions().capacityBytes(capacity).stagingThreads(3));
+    cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(capacity).setStagingThreads(3));
     return cache;
   }
 
@@ -231,7 +231,7 @@ class HostImageCacheTest {
 
   @Test
   void aNamedArenaFileIsRemovedOnClose() throws Exception {
-    cache = HostImageCache.create(new HostCacheOptions().capacityBytes(1 << 20).directory(dir));
+    cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(1 << 20).setDirectory(dir));
     Path file = cache.path();
     assertTrue(Files.exists(file));
     cache.close();

@@ -79,7 +79,7 @@ class TieredRestoreSourceTest {
   @Test
   void residentWeightsAreSkippedAndTheBoundaryBufferIsRestoredOutsideTheImportedSlab() throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
-        HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 * MIB));
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 * MIB));
         SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
         HostCacheView view = HostCacheView.attach(cache.path(), ctx);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16)) {
@@ -114,7 +114,8 @@ class TieredRestoreSourceTest {
         OnDemandRestore r;
         try (resident) {
           // As a worker does: the descriptors are closed once the restore has mapped them.
-          r = new OnDemandRestorer(store).restore(m, ctx, source, resources, new OnDemandOptions().slabSource(resident));
+          r = new OnDemandRestorer(store).restore(m, ctx, source, resources,
+              new OnDemandOptions().setSlabSource(resident));
         }
         try (r) {
           assertEquals(Set.of("a0"), resident.residentBuffers(), "a1 is only partly in the imported slab");
@@ -144,7 +145,7 @@ class TieredRestoreSourceTest {
   @Test
   void withoutSlabsTheLeaseIsTheHostCacheAlone() throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
-        HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 * MIB));
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 * MIB));
         SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
         HostCacheView view = HostCacheView.attach(cache.path(), ctx)) {
       ImageManifest m = TestImages.image(store, 22, 64 * 1024, List.of(), List.of("a1"), TestImages.BASE, MIB, 4096);

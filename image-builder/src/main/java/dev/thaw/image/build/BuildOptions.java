@@ -48,7 +48,7 @@ public final class BuildOptions {
     return functionClass;
   }
 
-  public BuildOptions functionClass(String className) {
+  public BuildOptions setFunctionClass(String className) {
     if (className == null || className.isBlank()) {
       throw new IllegalArgumentException("a function class name is needed");
     }
@@ -61,7 +61,7 @@ public final class BuildOptions {
   }
 
   /** The config {@code init} gets; a JSON object. */
-  public BuildOptions config(JsonNode config) {
+  public BuildOptions setConfig(JsonNode config) {
     if (config == null || !config.isObject()) {
       throw new IllegalArgumentException("the function config must be a JSON object, not "
           + (config == null ? "null" : config.getNodeType().toString().toLowerCase(Locale.ROOT)));
@@ -75,10 +75,10 @@ public final class BuildOptions {
    *
    * @throws IllegalArgumentException if it is neither a readable file nor a JSON object
    */
-  public BuildOptions config(String value) {
+  public BuildOptions setConfig(String value) {
     if (value.strip().startsWith("{")) {
       try {
-        return config(StrictJson.read(value));
+        return setConfig(StrictJson.read(value));
       } catch (JsonProcessingException e) {
         throw new IllegalArgumentException("the config is not JSON: " + StrictJson.problem(e), e);
       }
@@ -96,7 +96,7 @@ public final class BuildOptions {
           + (e.getMessage() == null ? "I/O error" : e.getMessage()), e);
     }
     try {
-      return config(StrictJson.read(text));
+      return setConfig(StrictJson.read(text));
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("config file " + file + " is not JSON: " + StrictJson.problem(e), e);
     } catch (IllegalArgumentException e) {
@@ -109,7 +109,7 @@ public final class BuildOptions {
   }
 
   /** @throws IllegalArgumentException if it is not a tag */
-  public BuildOptions tag(String tag) {
+  public BuildOptions setTag(String tag) {
     checkTag(tag);
     this.tag = tag;
     return this;
@@ -156,7 +156,7 @@ public final class BuildOptions {
   }
 
   /** Pinned staging buffers in the snapshot pipeline, 2 or more (double, triple buffering). */
-  public BuildOptions stagingBuffers(int count) {
+  public BuildOptions setStagingBuffers(int count) {
     this.stagingBuffers = Staging.checkBuffers(count);
     return this;
   }
@@ -166,7 +166,7 @@ public final class BuildOptions {
   }
 
   /** Bytes of each staging buffer: 4 KiB to 1 GiB. */
-  public BuildOptions stagingBytes(long bytes) {
+  public BuildOptions setStagingBytes(long bytes) {
     this.stagingBytes = Staging.checkBytes(bytes);
     return this;
   }
@@ -176,7 +176,7 @@ public final class BuildOptions {
   }
 
   /** Threads that cut, hash and store chunks. */
-  public BuildOptions hashThreads(int threads) {
+  public BuildOptions setHashThreads(int threads) {
     this.hashThreads = Staging.checkThreads(threads, "hash");
     return this;
   }
@@ -201,13 +201,13 @@ public final class BuildOptions {
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("build options: " + e.getOriginalMessage(), e);
     }
-    BuildOptions checked = new BuildOptions().config(o.config).stagingBuffers(o.stagingBuffers)
-        .stagingBytes(o.stagingBytes).hashThreads(o.hashThreads);
+    BuildOptions checked = new BuildOptions().setConfig(o.config).setStagingBuffers(o.stagingBuffers)
+        .setStagingBytes(o.stagingBytes).setHashThreads(o.hashThreads);
     if (o.functionClass != null) {
-      checked.functionClass(o.functionClass);
+      checked.setFunctionClass(o.functionClass);
     }
     if (o.tag != null) {
-      checked.tag(o.tag);
+      checked.setTag(o.tag);
     }
     o.sampleRequests.forEach(checked::addSampleRequest);
     return checked;

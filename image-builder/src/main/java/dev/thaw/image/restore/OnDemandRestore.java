@@ -167,7 +167,7 @@ public final class OnDemandRestore implements AutoCloseable {
   }
 
   /**
-   * What the validating mode found ({@link OnDemandOptions#validate(boolean)}).
+   * What the validating mode found ({@link OnDemandOptions#setValidate(boolean)}).
    *
    * @param checked launches run instrumented
    * @param unchecked launches run plain because their module could not be instrumented

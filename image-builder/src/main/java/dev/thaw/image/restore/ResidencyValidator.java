@@ -23,7 +23,7 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * The validating mode of on-demand restore on a GPU ({@link OnDemandOptions#validate(boolean)}): every launch passes
+ * The validating mode of on-demand restore on a GPU ({@link OnDemandOptions#setValidate(boolean)}): every launch passes
  * the {@link ResidencyGate} first, then runs as its PTX-instrumented twin with "resident, or waited for by this
  * stream" as the allowed set, so any load or store of a byte the gate did not make safe is reported with its address.
  * A launch of a module that cannot be instrumented runs plain and is counted unchecked.

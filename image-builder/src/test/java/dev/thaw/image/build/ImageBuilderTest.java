@@ -30,10 +30,10 @@ class ImageBuilderTest {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   static BuildOptions saxpy(String tag, int n) throws Exception {
-    return new BuildOptions().functionClass(SaxpyFunction.class.getName()).config("{\"n\": " + n + ", \"seed\": 7}")
-        .tag(tag).addSampleRequest(JSON.readTree("{\"a\": 2.5}"))
+    return new BuildOptions().setFunctionClass(SaxpyFunction.class.getName())
+        .setConfig("{\"n\": " + n + ", \"seed\": 7}").setTag(tag).addSampleRequest(JSON.readTree("{\"a\": 2.5}"))
         // Small staging and chunks so that a small function still crosses segment and chunk boundaries.
-        .stagingBuffers(3).stagingBytes(8192).hashThreads(3);
+        .setStagingBuffers(3).setStagingBytes(8192).setHashThreads(3);
   }
 
   @Test
@@ -109,13 +109,13 @@ class ImageBuilderTest {
   @Test
   void anInvalidTagIsRefusedBeforeAnythingRuns() {
     for (String bad : new String[] {"", " x", "-x", "a b", "x".repeat(200), null}) {
-      assertThrows(IllegalArgumentException.class, () -> new BuildOptions().tag(bad), String.valueOf(bad));
+      assertThrows(IllegalArgumentException.class, () -> new BuildOptions().setTag(bad), String.valueOf(bad));
     }
     MemoryChunkStore store = new MemoryChunkStore();
     // No context: a build that got past validation would fail differently.
     IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
         () -> new ImageBuilder(store, new FixedSizeChunker()).build(
-            new BuildOptions().functionClass(SaxpyFunction.class.getName()), null, ProgressListener.NONE));
+            new BuildOptions().setFunctionClass(SaxpyFunction.class.getName()), null, ProgressListener.NONE));
     assertTrue(e.getMessage().contains("not a tag"), e.getMessage());
   }
 
@@ -124,7 +124,7 @@ class ImageBuilderTest {
     MemoryChunkStore store = new MemoryChunkStore();
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       ImageBuildException e = assertThrows(ImageBuildException.class, () -> new ImageBuilder(store,
-          new FixedSizeChunker()).build(new BuildOptions().functionClass("no.such.Fn").tag("t"), ctx,
+          new FixedSizeChunker()).build(new BuildOptions().setFunctionClass("no.such.Fn").setTag("t"), ctx,
           ProgressListener.NONE));
       assertEquals("load", e.phase());
       assertTrue(e.getMessage().contains("no function class no.such.Fn"), e.getMessage());
@@ -136,7 +136,7 @@ class ImageBuilderTest {
   void aFailingInitPropagatesWithContextAndCommitsNothing() throws Exception {
     MemoryChunkStore store = new MemoryChunkStore();
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
-      BuildOptions o = saxpy("t", 10).config("{\"n\": -1}");
+      BuildOptions o = saxpy("t", 10).setConfig("{\"n\": -1}");
       ImageBuildException e = assertThrows(ImageBuildException.class,
           () -> new ImageBuilder(store, new FixedSizeChunker()).build(o, ctx, ProgressListener.NONE));
       assertEquals("init", e.phase());
@@ -184,14 +184,14 @@ class ImageBuilderTest {
     BuildOptions o = saxpy("fn:1", 8);
     BuildOptions back = BuildOptions.fromJson(o.toJson());
     assertEquals(o.toJson(), back.toJson());
-    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().stagingBuffers(1));
-    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().stagingBytes(100));
-    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().hashThreads(0));
+    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().setStagingBuffers(1));
+    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().setStagingBytes(100));
+    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().setHashThreads(0));
     IllegalArgumentException notObject = assertThrows(IllegalArgumentException.class,
-        () -> new BuildOptions().config("[1, 2]"));
+        () -> new BuildOptions().setConfig("[1, 2]"));
     assertTrue(notObject.getMessage().contains("JSON object"), notObject.getMessage());
-    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().config("{not json"));
-    JsonNode cfg = new BuildOptions().config("{\"n\": 3}").config();
+    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().setConfig("{not json"));
+    JsonNode cfg = new BuildOptions().setConfig("{\"n\": 3}").config();
     assertEquals(3, cfg.get("n").asInt());
   }
 

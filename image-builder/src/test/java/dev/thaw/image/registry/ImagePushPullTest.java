@@ -216,9 +216,9 @@ class ImagePushPullTest {
     // The MLP: every device access goes through its session, so on-demand restore gates all of them.
     var json = new ObjectMapper();
     var request = json.readTree("{\"inputs\": [[" + "0.5, -0.25, ".repeat(15) + "1.0, 2.0]]}");
-    var o = new BuildOptions().functionClass("dev.thaw.examples.mlp.MlpFunction")
-        .config("{\"layers\": [32, 96, 64, 10], \"seed\": 3, \"maxBatch\": 2}").tag("mlp")
-        .addSampleRequest(request).stagingBytes(1 << 16).hashThreads(2);
+    var o = new BuildOptions().setFunctionClass("dev.thaw.examples.mlp.MlpFunction")
+        .setConfig("{\"layers\": [32, 96, 64, 10], \"seed\": 3, \"maxBatch\": 2}").setTag("mlp")
+        .addSampleRequest(request).setStagingBytes(1 << 16).setHashThreads(2);
     ImageManifest mlp;
     try (var driver = SimDriver.open(new SimOptions());
         var ctx = driver.createContext(0)) {

@@ -74,8 +74,8 @@ class MultiLinkRestoreTest {
 
   private static void build(String tag, String function, String config, String request) throws Exception {
     JsonNode r = JSON.readTree(request);
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag).addSampleRequest(r)
-        .stagingBytes(1 << 16).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag).addSampleRequest(r)
+        .setStagingBytes(1 << 16).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       JsonNode response = new ImageBuilder(store, new FixedSizeChunker(4096)).build(o, ctx, ProgressListener.NONE)
           .sampleResponses().get(0).json();
@@ -103,12 +103,12 @@ class MultiLinkRestoreTest {
   void throughTwoHelpersNoLaunchTouchesAByteBeforeItIsResidentAndTheAnswerIsTheBuilds(String tag,
       boolean background) throws Exception {
     ImageManifest manifest = Images.manifest(store, tag);
-    try (Node node = new Node(3, new SimOptions().copyGBps(COPY_GBPS).peerGBps(1)); Spaced source =
+    try (Node node = new Node(3, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(1)); Spaced source =
         new Spaced(manifest, node.target)) {
       List<HelperLink> links = List.of(node.link(1, new HelperLink.Options()), node.link(2, new HelperLink.Options()));
       // A small window: each link takes the next allocation as soon as it drains the one before.
-      OnDemandOptions options = new OnDemandOptions().streamInBackground(background).windowBytes(4096)
-          .helpers(links);
+      OnDemandOptions options = new OnDemandOptions().setStreamInBackground(background).setWindowBytes(4096)
+          .setHelpers(links);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options); ResidencyProbe probe = new ResidencyProbe(restore.function().session(), true)) {
         JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
@@ -136,9 +136,10 @@ class MultiLinkRestoreTest {
     ImageManifest manifest = Images.manifest(store, "mlp");
     // The target's link three times the helper's: the helper lands a quarter of the bytes, give or take a weight.
     HelperLink.Options rated = new HelperLink.Options().rates(3, 1, 50);
-    try (Node node = new Node(2, new SimOptions().copyGBps(0.01).peerGBps(1));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(0.01).setPeerGBps(1));
         Spaced source = new Spaced(manifest, node.target)) {
-      OnDemandOptions options = new OnDemandOptions().windowBytes(Long.MAX_VALUE).helpers(List.of(node.link(1, rated)));
+      OnDemandOptions options = new OnDemandOptions().setWindowBytes(Long.MAX_VALUE)
+          .setHelpers(List.of(node.link(1, rated)));
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         restore.awaitResident();
@@ -155,10 +156,11 @@ class MultiLinkRestoreTest {
     // A small window keeps the target's link full, so the helper would take every other allocation; its link
     // "measured" at 1 MB/s and lent at half, it may take 0.5 MB a second (and the allocation that crosses the line).
     HelperLink.Options slow = new HelperLink.Options().rates(1, 0.001, 0.001);
-    try (Node node = new Node(2, new SimOptions().copyGBps(0.02)); Spaced source = new Spaced(manifest, node.target)) {
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(0.02));
+        Spaced source = new Spaced(manifest, node.target)) {
       long t0 = System.nanoTime();
-      OnDemandOptions options = new OnDemandOptions().windowBytes(4096).helperShare(0.5)
-          .helpers(List.of(node.link(1, slow)));
+      OnDemandOptions options = new OnDemandOptions().setWindowBytes(4096).setHelperShare(0.5)
+          .setHelpers(List.of(node.link(1, slow)));
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         restore.awaitResident();
@@ -175,7 +177,7 @@ class MultiLinkRestoreTest {
   @Test
   void fromAnotherDevicesMemoryEveryAllocationIsPulledOverThePeerLinkAndGated() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
-    try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(0.05));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(0.05));
         Spaced host = new Spaced(manifest, node.target);
         DeviceBuffer elsewhere = node.contexts.get(1).allocateScratch(manifest.totalBytes()
             + manifest.allocations().size() * 256L)) {
@@ -226,10 +228,10 @@ class MultiLinkRestoreTest {
   @Test
   void aLinkGoesBackToItsOwnerOnceTheRestoreIsResidentThoughTheRestoreStaysOpen() throws Exception {
     ImageManifest manifest = Images.manifest(store, "mlp");
-    try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(1));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(1));
         Spaced source = new Spaced(manifest, node.target)) {
       HelperLink link = node.link(1, new HelperLink.Options());
-      OnDemandOptions options = new OnDemandOptions().windowBytes(4096).helpers(List.of(link));
+      OnDemandOptions options = new OnDemandOptions().setWindowBytes(4096).setHelpers(List.of(link));
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         assertThrows(IllegalStateException.class, link::borrow, "lent while the restore copies");
@@ -247,7 +249,7 @@ class MultiLinkRestoreTest {
   @Test
   void aHelperIsRefusedWhenItIsTheTargetNotAPeerOrShortOfMemoryAndALinkIsLentOnce() throws Exception {
     HelperLink.Options options = new HelperLink.Options().minFreeBytes(0).measureBytes(0);
-    try (Node node = new Node(2, new SimOptions().memoryBytes(1L << 30))) {
+    try (Node node = new Node(2, new SimOptions().setMemoryBytes(1L << 30))) {
       GpuContext helper = node.contexts.get(1);
       assertTrue(HelperLink.whyUnusable(node.target, node.target, options).orElseThrow().contains("target itself"));
       assertTrue(HelperLink.whyUnusable(node.target, helper, new HelperLink.Options().minFreeBytes(1L << 30))
@@ -258,12 +260,12 @@ class MultiLinkRestoreTest {
         assertThrows(IllegalStateException.class, link::borrow);
         link.giveBack();
         OnDemandOptions twice = new OnDemandOptions();
-        assertThrows(IllegalArgumentException.class, () -> twice.helpers(List.of(link, link)));
-        assertThrows(IllegalArgumentException.class, () -> twice.helperShare(0));
-        assertThrows(IllegalArgumentException.class, () -> twice.helperShare(1.5));
+        assertThrows(IllegalArgumentException.class, () -> twice.setHelpers(List.of(link, link)));
+        assertThrows(IllegalArgumentException.class, () -> twice.setHelperShare(0));
+        assertThrows(IllegalArgumentException.class, () -> twice.setHelperShare(1.5));
       }
     }
-    try (Node apart = new Node(2, new SimOptions().peerAccess(false))) {
+    try (Node apart = new Node(2, new SimOptions().setPeerAccess(false))) {
       GpuContext helper = apart.contexts.get(1);
       assertTrue(HelperLink.whyUnusable(apart.target, helper, options).orElseThrow().contains("not peers"));
       IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
@@ -281,7 +283,7 @@ class MultiLinkRestoreTest {
       assertTrue(elsewhere.gbps() > 0 && elsewhere.directGBps() > 0, elsewhere.toString());
       IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
           () -> new OnDemandRestorer(store).restore(manifest, node.target, source, node.resources,
-              new OnDemandOptions().helpers(List.of(elsewhere))));
+              new OnDemandOptions().setHelpers(List.of(elsewhere))));
       assertTrue(e.getMessage().contains("another context"), e.getMessage());
     }
   }
@@ -297,7 +299,7 @@ class MultiLinkRestoreTest {
     final List<HelperLink> links = new ArrayList<>();
 
     Node(int devices, SimOptions options) {
-      driver = SimDriver.open(options.deviceCount(devices));
+      driver = SimDriver.open(options.setDeviceCount(devices));
       for (int d = 0; d < devices; d++) {
         contexts.add(driver.createContext(d));
       }

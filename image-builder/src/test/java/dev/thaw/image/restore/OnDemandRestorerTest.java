@@ -80,8 +80,8 @@ class OnDemandRestorerTest {
 
   private static void build(String tag, String function, String config, String request) throws Exception {
     JsonNode r = JSON.readTree(request);
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag).addSampleRequest(r)
-        .stagingBytes(1 << 16).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag).addSampleRequest(r)
+        .setStagingBytes(1 << 16).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       JsonNode response = new ImageBuilder(store, new FixedSizeChunker(4096)).build(o, ctx, ProgressListener.NONE)
           .sampleResponses().get(0).json();
@@ -113,7 +113,7 @@ class OnDemandRestorerTest {
   void noLaunchTouchesAByteBeforeItIsResidentAndTheAnswerIsTheBuilds(String tag, Source from, boolean background)
       throws Exception {
     ImageManifest manifest = Images.manifest(store, tag);
-    try (Restored r = restore(manifest, from, new OnDemandOptions().streamInBackground(background));
+    try (Restored r = restore(manifest, from, new OnDemandOptions().setStreamInBackground(background));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
       r.restore.streamRest();
@@ -156,7 +156,7 @@ class OnDemandRestorerTest {
     ImageManifest manifest = m.withProfile(new ImageManifest.Profile(m.profile().orderSource(),
         m.profile().launches(), reversed, m.profile().kernels()));
     try (Restored r = restore(manifest, Source.HOST_CACHE,
-        new OnDemandOptions().promotion(promotion).windowBytes(4096));
+        new OnDemandOptions().setPromotion(promotion).setWindowBytes(4096));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
       r.restore.awaitResident();
@@ -169,7 +169,7 @@ class OnDemandRestorerTest {
   @Test
   void uploadsOfTheFunctionWaitForTheirAllocationAndAreNotOverwritten() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false))) {
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setStreamInBackground(false))) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
       assertEquals(responses.get("gpt2-tiny"), got);
       assertEquals(3, r.restore.stats().stagedUploads(), "tokens, positions and cache rows were staged");
@@ -193,7 +193,7 @@ class OnDemandRestorerTest {
       System.arraycopy(b.array(), 0, image, (int) c.offset(), c.length());
     }
     // Nothing streams on its own: only the gate can bring w0 and w1 in before the copy and the fill touch them.
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false))) {
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setStreamInBackground(false))) {
       FunctionSession session = r.restore.function().session();
       int n = 512;
       session.copy(new BufferRef("act0"), 0, new BufferRef("w0"), 0, n);
@@ -218,7 +218,7 @@ class OnDemandRestorerTest {
   @Test
   void withoutTheGateLaunchesTouchBytesBeforeTheyAreResident() throws Exception {
     ImageManifest manifest = Images.manifest(store, "mlp");
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setStreamInBackground(false));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), false)) {
       r.restore.function().invoke(FunctionRequest.of(requests.get("mlp")));
       r.restore.streamRest();
@@ -235,7 +235,7 @@ class OnDemandRestorerTest {
     assertEquals(AccessProfile.Verdict.UNSAFE, manifest.profile().kernels().get(PointerTableFunction.TABLE).verdict());
     assertEquals(AccessProfile.Verdict.EXACT,
         manifest.profile().kernels().get(PointerTableFunction.ARGS_ONLY).verdict());
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setStreamInBackground(false));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("planted"))).json();
       assertEquals(responses.get("planted"), got);
@@ -246,7 +246,7 @@ class OnDemandRestorerTest {
 
     // Trusting its arguments instead, as an exact verdict would, lets it read t0 before t0 is resident.
     ImageManifest trusting = withAllKernelsExact(manifest);
-    try (Restored r = restore(trusting, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
+    try (Restored r = restore(trusting, Source.HOST_CACHE, new OnDemandOptions().setStreamInBackground(false));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
       r.restore.function().invoke(FunctionRequest.of(requests.get("planted")));
       assertEquals(0, r.restore.stats().fullWaits());
@@ -264,7 +264,7 @@ class OnDemandRestorerTest {
     // every launch goes through the instrumented module, gated, and the answer stays the build's.
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
     try (Restored r = restore(manifest, Source.HOST_CACHE,
-        new OnDemandOptions().streamInBackground(false).validate(true))) {
+        new OnDemandOptions().setStreamInBackground(false).setValidate(true))) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
       assertEquals(responses.get("gpt2-tiny"), got);
       OnDemandRestore.Validation v = r.restore.validation();
@@ -279,7 +279,7 @@ class OnDemandRestorerTest {
   @Test
   void aTraceHasTheCopiesTheKernelsAndTheWaits() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().trace(true))) {
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setTrace(true))) {
       r.restore.trace().instant("request");
       r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny")));
       r.restore.trace().instant("response");
@@ -314,7 +314,7 @@ class OnDemandRestorerTest {
   @Test
   void aBoundedTraceCoalescesItsCopiesAndLaunchesToTheCapAndSaysSo() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().trace(true))) {
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setTrace(true))) {
       long zero = System.nanoTime();
       r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny")));
       r.restore.awaitResident();
@@ -376,7 +376,7 @@ class OnDemandRestorerTest {
     ImageManifest.Chunk wrong = new ImageManifest.Chunk(manifest.allocations().get(0).chunks().get(0).digest(),
         last.chunks().get(0).offset(), last.chunks().get(0).length());
     ImageManifest bad = withChunk(manifest, last.name(), 0, wrong);
-    try (SimDriver driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setCopyGBps(COPY_GBPS));
         GpuContext ctx = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16)) {
       try (OnDemandRestore failed = new OnDemandRestorer(store).restore(RestorePlan.of(bad), ctx,
@@ -474,7 +474,7 @@ class OnDemandRestorerTest {
     final OnDemandRestore restore;
 
     Restored(ImageManifest manifest, Source from, OnDemandOptions options) {
-      driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+      driver = SimDriver.open(new SimOptions().setCopyGBps(COPY_GBPS));
       ctx = driver.createContext(0);
       resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16);
       RestorePlan plan = RestorePlan.of(manifest);

@@ -79,7 +79,7 @@ class SlabProtectionGpuTest {
   }
 
   private static JsonNode build(String tag, String function, String config, String request) throws Exception {
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag)
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag)
         .addSampleRequest(JSON.readTree(request));
     return new ImageBuilder(store, new FastCdcChunker()).build(o, ctx, ProgressListener.NONE).sampleResponses().get(0)
         .json();

@@ -74,8 +74,8 @@ class SlabProtectionTest {
   @BeforeAll
   static void build() throws Exception {
     store = RocksChunkStore.open(dir.resolve("store"));
-    BuildOptions o = new BuildOptions().functionClass(MemoryProbeFunction.class.getName()).config(CONFIG)
-        .tag("probe").addSampleRequest(JSON.readTree(READ)).stagingBytes(1 << 20).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(MemoryProbeFunction.class.getName()).setConfig(CONFIG)
+        .setTag("probe").addSampleRequest(JSON.readTree(READ)).setStagingBytes(1 << 20).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       new ImageBuilder(store, new FixedSizeChunker(64 << 10)).build(o, ctx, ProgressListener.NONE);
     }
@@ -97,7 +97,7 @@ class SlabProtectionTest {
   void onDemandTheReadOnlySlabIsProtectedOnceFilledAndAWriteToItFaults(boolean hostCache) throws Exception {
     ImageManifest m = Images.manifest(store, "probe");
     List<String> faults = new CopyOnWriteArrayList<>();
-    try (SimDriver driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setCopyGBps(COPY_GBPS));
         GpuContext ctx = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16);
         PinnedImageSource cache = hostCache ? PinnedImageSource.load(RestorePlan.of(m), store, ctx, 2) : null) {
@@ -147,7 +147,7 @@ class SlabProtectionTest {
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16);
         OnDemandRestore r = new OnDemandRestorer(store).restore(m, ctx, RestoreSource.STORE_ONLY, resources,
-            new OnDemandOptions().streamInBackground(false))) {
+            new OnDemandOptions().setStreamInBackground(false))) {
       FunctionSession.MappedSlab weights = readOnlySlab(r.function().session());
       Thread.sleep(50);
       assertFalse(r.isResident());
@@ -174,11 +174,11 @@ class SlabProtectionTest {
   @ValueSource(strings = {READ, WRITE_OUT, WRITE_WEIGHTS})
   void aLaunchThatMayStoreIntoAStillWritableSlabNamesIt(String request) throws Exception {
     ImageManifest m = Images.manifest(store, "probe");
-    try (SimDriver driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setCopyGBps(COPY_GBPS));
         GpuContext ctx = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16)) {
       OnDemandRestore r = new OnDemandRestorer(store).restore(m, ctx, RestoreSource.STORE_ONLY, resources,
-          new OnDemandOptions().streamInBackground(false));
+          new OnDemandOptions().setStreamInBackground(false));
       try {
         long slab = readOnlySlab(r.function().session()).slab().address();
         String outcome;
@@ -318,11 +318,11 @@ class SlabProtectionTest {
     JsonNode request = JSON.readTree(fcr[2]);
     JsonNode expected = build("mlp-wide", fcr);
     ImageManifest m = Images.manifest(store, "mlp-wide");
-    try (SimDriver driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setCopyGBps(COPY_GBPS));
         GpuContext ctx = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16);
         OnDemandRestore r = new OnDemandRestorer(store).restore(m, ctx, RestoreSource.STORE_ONLY, resources,
-            new OnDemandOptions().streamInBackground(false))) {
+            new OnDemandOptions().setStreamInBackground(false))) {
       long readOnlySlabs = r.function().session().slabs().stream().filter(x -> x.slab().readOnly()).count();
       assertTrue(readOnlySlabs >= 1, r.function().session().slabs().toString());
       assertEquals(expected, r.function().invoke(FunctionRequest.of(request)).json());
@@ -353,8 +353,8 @@ class SlabProtectionTest {
 
   /** Builds {@code tag} from {function, config, request}; returns the sample's response. */
   private static JsonNode build(String tag, String[] fcr) throws Exception {
-    BuildOptions o = new BuildOptions().functionClass(fcr[0]).config(fcr[1]).tag(tag)
-        .addSampleRequest(JSON.readTree(fcr[2])).stagingBytes(1 << 20).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(fcr[0]).setConfig(fcr[1]).setTag(tag)
+        .addSampleRequest(JSON.readTree(fcr[2])).setStagingBytes(1 << 20).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       return new ImageBuilder(store, new FixedSizeChunker(64 << 10)).build(o, ctx, ProgressListener.NONE)
           .sampleResponses().get(0).json();

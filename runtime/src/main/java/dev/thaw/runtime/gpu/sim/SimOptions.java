@@ -49,7 +49,7 @@ public final class SimOptions {
     return memoryBytes;
   }
 
-  public SimOptions memoryBytes(long bytes) {
+  public SimOptions setMemoryBytes(long bytes) {
     if (bytes <= 0) {
       throw new IllegalArgumentException("simulated memory must be positive: " + bytes);
     }
@@ -62,7 +62,7 @@ public final class SimOptions {
     return copyGBps;
   }
 
-  public SimOptions copyGBps(double gbps) {
+  public SimOptions setCopyGBps(double gbps) {
     if (!(gbps >= 0) || Double.isInfinite(gbps)) {
       throw new IllegalArgumentException("copy bandwidth must be a finite number of GB/s, 0 for none: " + gbps);
     }
@@ -74,7 +74,7 @@ public final class SimOptions {
     return deviceName;
   }
 
-  public SimOptions deviceName(String name) {
+  public SimOptions setDeviceName(String name) {
     this.deviceName = name;
     return this;
   }
@@ -87,7 +87,7 @@ public final class SimOptions {
     return computeCapabilityMinor;
   }
 
-  public SimOptions computeCapability(int major, int minor) {
+  public SimOptions setComputeCapability(int major, int minor) {
     this.computeCapabilityMajor = major;
     this.computeCapabilityMinor = minor;
     return this;
@@ -102,7 +102,7 @@ public final class SimOptions {
     return deviceCount;
   }
 
-  public SimOptions deviceCount(int n) {
+  public SimOptions setDeviceCount(int n) {
     if (n < 1 || n > MAX_DEVICE_COUNT) {
       throw new IllegalArgumentException("simulated devices: 1 to " + MAX_DEVICE_COUNT + ", not " + n);
     }
@@ -115,7 +115,7 @@ public final class SimOptions {
     return peerGBps;
   }
 
-  public SimOptions peerGBps(double gbps) {
+  public SimOptions setPeerGBps(double gbps) {
     if (!(gbps >= 0) || Double.isInfinite(gbps)) {
       throw new IllegalArgumentException("peer bandwidth must be a finite number of GB/s, 0 for none: " + gbps);
     }
@@ -131,7 +131,7 @@ public final class SimOptions {
     return peerAccess;
   }
 
-  public SimOptions peerAccess(boolean on) {
+  public SimOptions setPeerAccess(boolean on) {
     this.peerAccess = on;
     return this;
   }
@@ -148,12 +148,12 @@ public final class SimOptions {
     SimOptions options = new SimOptions();
     String memory = env.get("THAW_SIM_MEMORY");
     if (memory != null && !memory.isBlank()) {
-      options.memoryBytes(parseBytes("THAW_SIM_MEMORY", memory));
+      options.setMemoryBytes(parseBytes("THAW_SIM_MEMORY", memory));
     }
     String gbps = env.get("THAW_SIM_COPY_GBPS");
     if (gbps != null && !gbps.isBlank()) {
       try {
-        options.copyGBps(Double.parseDouble(gbps.strip()));
+        options.setCopyGBps(Double.parseDouble(gbps.strip()));
       } catch (NumberFormatException e) {
         throw new IllegalArgumentException("THAW_SIM_COPY_GBPS=" + gbps + " is not a number of GB/s");
       }
@@ -161,7 +161,7 @@ public final class SimOptions {
     String devices = env.get("THAW_SIM_DEVICES");
     if (devices != null && !devices.isBlank()) {
       try {
-        options.deviceCount(Integer.parseInt(devices.strip()));
+        options.setDeviceCount(Integer.parseInt(devices.strip()));
       } catch (NumberFormatException e) {
         throw new IllegalArgumentException("THAW_SIM_DEVICES=" + devices + " is not a number of devices");
       }
@@ -169,14 +169,14 @@ public final class SimOptions {
     String peer = env.get("THAW_SIM_PEER_GBPS");
     if (peer != null && !peer.isBlank()) {
       try {
-        options.peerGBps(Double.parseDouble(peer.strip()));
+        options.setPeerGBps(Double.parseDouble(peer.strip()));
       } catch (NumberFormatException e) {
         throw new IllegalArgumentException("THAW_SIM_PEER_GBPS=" + peer + " is not a number of GB/s");
       }
     }
     String access = env.get("THAW_SIM_PEER_ACCESS");
     if (access != null && !access.isBlank()) {
-      options.peerAccess(switch (access.strip().toLowerCase(Locale.ROOT)) {
+      options.setPeerAccess(switch (access.strip().toLowerCase(Locale.ROOT)) {
         case "1", "true", "yes" -> true;
         case "0", "false", "no" -> false;
         default -> throw new IllegalArgumentException("THAW_SIM_PEER_ACCESS=" + access + " is not 0 or 1");
@@ -218,9 +218,9 @@ public final class SimOptions {
     try {
       SimOptions o = JSON.readValue(json, SimOptions.class);
       // Re-validate through the setters: JSON is input.
-      return new SimOptions().memoryBytes(o.memoryBytes).copyGBps(o.copyGBps).deviceName(o.deviceName)
-          .computeCapability(o.computeCapabilityMajor, o.computeCapabilityMinor).deviceCount(o.deviceCount)
-          .peerGBps(o.peerGBps).peerAccess(o.peerAccess);
+      return new SimOptions().setMemoryBytes(o.memoryBytes).setCopyGBps(o.copyGBps).setDeviceName(o.deviceName)
+          .setComputeCapability(o.computeCapabilityMajor, o.computeCapabilityMinor).setDeviceCount(o.deviceCount)
+          .setPeerGBps(o.peerGBps).setPeerAccess(o.peerAccess);
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("not a SimOptions JSON object: " + e.getOriginalMessage());
     }

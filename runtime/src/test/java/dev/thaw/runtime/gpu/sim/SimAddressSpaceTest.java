@@ -91,7 +91,7 @@ class SimAddressSpaceTest {
 
   @Test
   void outOfMemoryLeavesTheContextUsableAndCloseFreesEverything() {
-    try (SimDriver driver = SimDriver.open(new SimOptions().memoryBytes(8 * MIB2))) {
+    try (SimDriver driver = SimDriver.open(new SimOptions().setMemoryBytes(8 * MIB2))) {
       GpuContext ctx = driver.createContext(0);
       DeviceBuffer big = ctx.allocate(6 * MIB2);
       CudaOutOfMemoryException oom = assertThrows(CudaOutOfMemoryException.class, () -> ctx.allocate(4 * MIB2));

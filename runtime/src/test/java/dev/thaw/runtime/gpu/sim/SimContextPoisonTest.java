@@ -33,7 +33,7 @@ class SimContextPoisonTest {
 
   @BeforeEach
   void open() {
-    driver = SimDriver.open(new SimOptions().memoryBytes(64L << 20));
+    driver = SimDriver.open(new SimOptions().setMemoryBytes(64L << 20));
   }
 
   @AfterEach
@@ -92,7 +92,7 @@ class SimContextPoisonTest {
       assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, stuck.code());
     }
     // A new driver, the sim's new process, is unaffected.
-    try (SimDriver next = SimDriver.open(new SimOptions().memoryBytes(64L << 20));
+    try (SimDriver next = SimDriver.open(new SimOptions().setMemoryBytes(64L << 20));
         GpuContext fresh = next.createContext(0); DeviceBuffer b = fresh.allocate(64)) {
       fresh.memsetD32(b.address(), 0x01020304, 16);
       ByteBuffer host = ByteBuffer.allocate(64);

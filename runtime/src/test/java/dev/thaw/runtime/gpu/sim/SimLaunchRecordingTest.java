@@ -32,7 +32,7 @@ class SimLaunchRecordingTest {
 
   @BeforeEach
   void open() {
-    driver = SimDriver.open(new SimOptions().memoryBytes(64L << 20));
+    driver = SimDriver.open(new SimOptions().setMemoryBytes(64L << 20));
     ctx = (SimContext) driver.createContext(0);
     ctx.addLaunchListener(records::add);
     module = ctx.loadPtx(TestKernels.PTX);

@@ -90,7 +90,7 @@ class SimModuleTest {
 
     CudaException bad = assertThrows(CudaException.class, () -> ctx.loadCubin(new byte[] {0x7f, 'E', 'L', 'F'}));
     assertEquals(CudaError.CUDA_ERROR_INVALID_IMAGE, bad.code());
-    try (SimDriver ampere = SimDriver.open(new SimOptions().computeCapability(8, 0));
+    try (SimDriver ampere = SimDriver.open(new SimOptions().setComputeCapability(8, 0));
         GpuContext other = ampere.createContext(0)) {
       CudaException arch = assertThrows(CudaException.class, () -> other.loadCubin(cubin));
       assertEquals(CudaError.CUDA_ERROR_NO_BINARY_FOR_GPU, arch.code());

@@ -54,7 +54,7 @@ class SimOptionsTest {
 
   @Test
   void roundTripsThroughJson() {
-    SimOptions o = new SimOptions().memoryBytes(1L << 30).copyGBps(12.5).deviceName("test").deviceCount(3);
+    SimOptions o = new SimOptions().setMemoryBytes(1L << 30).setCopyGBps(12.5).setDeviceName("test").setDeviceCount(3);
     SimOptions back = SimOptions.fromJson(o.toJson());
     assertEquals(o.toJson(), back.toJson());
     assertEquals(3, back.deviceCount());

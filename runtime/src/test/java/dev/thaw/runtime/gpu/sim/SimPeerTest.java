@@ -28,7 +28,7 @@ class SimPeerTest {
 
   @Test
   void aDeviceNotGrantedAccessCannotCopyFromAnothersMemory() {
-    try (SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         DeviceBuffer theirs = one.allocate(MIB); DeviceBuffer mine = zero.allocate(MIB);
         GpuStream stream = zero.createStream()) {
@@ -51,7 +51,7 @@ class SimPeerTest {
 
   @Test
   void devicesThatAreNotPeersRefuseAGrant() {
-    try (SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2).peerAccess(false));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2).setPeerAccess(false));
         GpuContext one = driver.createContext(1); DeviceBuffer theirs = one.allocate(MIB)) {
       assertFalse(driver.canAccessPeer(0, 1));
       CudaException e = assertThrows(CudaException.class, () -> theirs.setAccessFor(0, MemoryAccess.READ));
@@ -61,7 +61,7 @@ class SimPeerTest {
 
   @Test
   void memoryIsCountedPerDevice() {
-    try (SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2).memoryBytes(16 * MIB));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2).setMemoryBytes(16 * MIB));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         DeviceBuffer most = one.allocate(12 * MIB)) {
       assertEquals(4 * MIB, one.memoryInfo().freeBytes());
@@ -78,7 +78,7 @@ class SimPeerTest {
   @Test
   void aPeerCopyTakesTheModelledTimeOfThePeerLink() {
     // 0.5 GB/s: 8 MiB take ~17 ms; as fast as the host without the model. Only a lower bound is asserted.
-    try (SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2).peerGBps(0.5));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2).setPeerGBps(0.5));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         DeviceBuffer theirs = one.allocate(8 * MIB); DeviceBuffer mine = zero.allocate(8 * MIB);
         GpuStream stream = zero.createStream()) {

@@ -32,7 +32,7 @@ class SimStreamTest {
 
   @BeforeEach
   void open() {
-    driver = SimDriver.open(new SimOptions().memoryBytes(256L << 20));
+    driver = SimDriver.open(new SimOptions().setMemoryBytes(256L << 20));
     ctx = (SimContext) driver.createContext(0);
     increment = ctx.loadPtx(TestKernels.PTX).kernel("sim_test_increment");
   }
@@ -142,7 +142,7 @@ class SimStreamTest {
 
   @Test
   void theBandwidthModelMakesCopiesTakeAtLeastTheirModelledTime() {
-    try (SimDriver slow = SimDriver.open(new SimOptions().copyGBps(1.0)); SimContext c =
+    try (SimDriver slow = SimDriver.open(new SimOptions().setCopyGBps(1.0)); SimContext c =
         (SimContext) slow.createContext(0)) {
       GpuStream stream = c.createStream();
       DeviceBuffer buf = c.allocate(4 << 20);
