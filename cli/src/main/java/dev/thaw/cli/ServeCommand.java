@@ -9,6 +9,7 @@ import dev.thaw.image.registry.RegistryReference;
 import dev.thaw.image.store.Tags;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.runtime.host.Threads;
 import dev.thaw.server.FunctionOptions;
 import dev.thaw.server.ServerLogs;
 import dev.thaw.server.ServerOptions;
@@ -247,7 +248,7 @@ final class ServeCommand implements Callable<Integer> {
     CompletableFuture<GpuDriver> opening = new CompletableFuture<>();
     CompletableFuture<InProcessInstances.Prepared> prepared = new CompletableFuture<>();
     boolean prepare = instances.equals("in-process") && !options.functions().isEmpty();
-    Thread opener = new Thread(() -> {
+    Threads.startDaemon(() -> {
       try {
         GpuDriver d = cli.openDriver(device.choice, spec);
         timeline.mark("driver");
@@ -260,8 +261,6 @@ final class ServeCommand implements Callable<Integer> {
         opening.completeExceptionally(e);
       }
     }, "thaw-serve-driver");
-    opener.setDaemon(true);
-    opener.start();
     ChunkStore s = null;
     GpuDriver driver = null;
     InstanceFactory factory;
@@ -360,7 +359,7 @@ final class ServeCommand implements Callable<Integer> {
    */
   private static CompletableFuture<Vertx> startHttpSide(StartupTimeline timeline) {
     CompletableFuture<Vertx> made = new CompletableFuture<>();
-    Thread t = new Thread(() -> {
+    Thread t = Threads.startDaemon(() -> {
       try {
         Vertx v = Vertx.vertx();
         made.complete(v);
@@ -384,8 +383,6 @@ final class ServeCommand implements Callable<Integer> {
         // Loading ahead is best effort: the server loads what it needs when it needs it.
       }
     }, "thaw-serve-http");
-    t.setDaemon(true);
-    t.start();
     return made;
   }
 

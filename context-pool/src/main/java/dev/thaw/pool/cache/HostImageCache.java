@@ -8,12 +8,12 @@ import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.host.ProcessFds;
 import dev.thaw.runtime.host.SharedMemory;
+import dev.thaw.runtime.host.Threads;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
@@ -24,7 +24,6 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -98,12 +97,7 @@ public final class HostImageCache implements AutoCloseable {
     this.path = path;
     free.put(0L, arena.size());
     freeBytes = arena.size();
-    AtomicInteger n = new AtomicInteger();
-    this.stagers = Executors.newFixedThreadPool(options.stagingThreads(), r -> {
-      Thread t = new Thread(r, "thaw-cache-stage-" + n.incrementAndGet());
-      t.setDaemon(true);
-      return t;
-    });
+    this.stagers = Executors.newFixedThreadPool(options.stagingThreads(), Threads.daemonFactory("thaw-cache-stage"));
   }
 
   /** Creates the arena (zero bytes; tmpfs pages are taken as chunks are written). */

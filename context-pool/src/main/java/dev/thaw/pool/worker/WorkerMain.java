@@ -24,6 +24,7 @@ import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
+import dev.thaw.runtime.host.Threads;
 import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;
 import java.io.ByteArrayOutputStream;
@@ -154,7 +155,7 @@ public final class WorkerMain {
 
   private void run(long entered) {
     loop.startReading();
-    daemon(this::watchParent, "thaw-worker-parent-watch").start();
+    Threads.startDaemon(this::watchParent, "thaw-worker-parent-watch");
     Map<String, Double> phases = new LinkedHashMap<>();
     if (config.spawnNanos() != 0) {
       phases.put("jvm", (entered - config.spawnNanos()) / 1e6);
@@ -165,7 +166,7 @@ public final class WorkerMain {
     }
     // What needs no context (the store, Jackson's and the manifest parser's cold paths) runs on a thread of its own
     // while this one waits on cuInit and the context: the two together cost what the slower of them costs.
-    daemon(this::openStoreAndWarmCpu, "thaw-worker-prepare").start();
+    Threads.startDaemon(this::openStoreAndWarmCpu, "thaw-worker-prepare");
     WorkerImage image;
     try {
       long t = openDevice(phases);
@@ -205,7 +206,7 @@ public final class WorkerMain {
       long a = System.nanoTime();
       driver.prepareDevice(config.ordinal());
       return (System.nanoTime() - a) / 1e6;
-    }, r -> daemon(r, "thaw-worker-arena").start());
+    }, r -> Threads.startDaemon(r, "thaw-worker-arena"));
     context = driver.createContext(config.ordinal());
     contextMade.complete(context);
     t = phase(phases, "context", t);
@@ -255,7 +256,7 @@ public final class WorkerMain {
     if (config.storePath() != null && !config.prepareAtStart().isEmpty()) {
       // Jackson's first look at a manifest's records runs beside the store's opening, not in the first parse.
       int[] parses = {0};
-      daemon(() -> WorkerWarmup.manifests(() -> parses[0]++ > 0), "thaw-worker-manifest-warmup").start();
+      Threads.startDaemon(() -> WorkerWarmup.manifests(() -> parses[0]++ > 0), "thaw-worker-manifest-warmup");
     }
     try {
       if (config.storePath() != null) {
@@ -339,7 +340,7 @@ public final class WorkerMain {
       long t = System.nanoTime();
       helpers.openAll();
       return (System.nanoTime() - t) / 1e6;
-    }, r -> daemon(r, "thaw-worker-helpers").start());
+    }, r -> Threads.startDaemon(r, "thaw-worker-helpers"));
   }
 
   /** The warm-ups that need the context, on this thread; each stops early when a request is waiting. */
@@ -474,10 +475,8 @@ public final class WorkerMain {
     return now;
   }
 
-  /** A daemon thread of the worker's, not started. */
+  /** A daemon thread of the worker's, not started: {@link Threads#daemon}, for {@link WorkerImage}'s threads. */
   static Thread daemon(Runnable r, String name) {
-    Thread t = new Thread(r, name);
-    t.setDaemon(true);
-    return t;
+    return Threads.daemon(r, name);
   }
 }

@@ -18,6 +18,7 @@ import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.host.Threads;
 import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -29,8 +30,6 @@ import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.ThreadFactory;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * The full restore: every byte of an image onto the device before the function serves. The baseline that
@@ -213,7 +212,8 @@ public final class ImageRestorer {
     long stagingBytes = Math.max(Math.min(options.stagingBytes(), largestAllocation), Math.max(largestChunk, 4096));
     List<Batch> batches = batches(manifest, stagingBytes);
     int slots = Math.max(2, Math.min(options.stagingBuffers(), batches.size()));
-    ExecutorService pool = Executors.newFixedThreadPool(options.readThreads(), daemon("thaw-restore-read"));
+    ExecutorService pool =
+        Executors.newFixedThreadPool(options.readThreads(), Threads.daemonFactory("thaw-restore-read"));
     try (StagingRing own = StagingRing.allocate(context, slots, stagingBytes)) {
       pipeline(manifest, context, batches, own, pool, progress);
     } finally {
@@ -332,15 +332,6 @@ public final class ImageRestorer {
       Thread.currentThread().interrupt();
       throw new IllegalStateException("interrupted while restoring", e);
     }
-  }
-
-  private static ThreadFactory daemon(String prefix) {
-    AtomicInteger n = new AtomicInteger();
-    return r -> {
-      Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
-      t.setDaemon(true);
-      return t;
-    };
   }
 
   private static double millisSince(long startNanos) {

@@ -6,6 +6,7 @@ import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.host.Threads;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -59,11 +60,8 @@ public final class PinnedImageSource implements RestoreSource, AutoCloseable {
       size += e.getValue();
     }
     PinnedBuffer buffer = context.allocatePinned(Math.max(1, size));
-    ExecutorService readers = Executors.newFixedThreadPool(Math.max(1, threads), r -> {
-      Thread t = new Thread(r, "thaw-host-cache-load");
-      t.setDaemon(true);
-      return t;
-    });
+    ExecutorService readers =
+        Executors.newFixedThreadPool(Math.max(1, threads), Threads.daemonFactory("thaw-host-cache-load"));
     try {
       List<Future<?>> reads = new ArrayList<>(lengths.size());
       for (Map.Entry<Digest, Integer> e : lengths.entrySet()) {

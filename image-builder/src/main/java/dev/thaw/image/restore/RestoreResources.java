@@ -6,6 +6,7 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.host.Threads;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -16,9 +17,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * What on-demand restores on one context need and should not make per restore: the restore stream (and a second
@@ -104,10 +103,10 @@ public final class RestoreResources implements AutoCloseable {
       }
       throw e;
     }
-    this.pump = Executors.newSingleThreadExecutor(daemon("thaw-restore"));
-    this.readers = Executors.newFixedThreadPool(readThreads, daemon("thaw-restore-read"));
+    this.pump = Executors.newSingleThreadExecutor(Threads.daemonFactory("thaw-restore"));
+    this.readers = Executors.newFixedThreadPool(readThreads, Threads.daemonFactory("thaw-restore-read"));
     if (events > EVENTS_AHEAD) {
-      Thread behind = new Thread(() -> {
+      Thread behind = Threads.startDaemon(() -> {
         try {
           CompletableFuture.anyOf(behindAfter.toCompletableFuture(), closing).join();
         } catch (RuntimeException e) {
@@ -115,8 +114,6 @@ public final class RestoreResources implements AutoCloseable {
         }
         makeEvents(events - EVENTS_AHEAD);
       }, "thaw-restore-events");
-      behind.setDaemon(true);
-      behind.start();
     } else {
       eventsMade.complete(null);
     }
@@ -288,14 +285,5 @@ public final class RestoreResources implements AutoCloseable {
     if (failure != null) {
       throw failure;
     }
-  }
-
-  private static ThreadFactory daemon(String prefix) {
-    AtomicInteger n = new AtomicInteger();
-    return r -> {
-      Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
-      t.setDaemon(true);
-      return t;
-    };
   }
 }

@@ -5,6 +5,7 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.host.Threads;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -112,7 +113,7 @@ public final class StagingRing implements AutoCloseable {
     if (now == count) {
       allocated.complete(null);
     } else {
-      Thread t = new Thread(() -> {
+      Threads.startDaemon(() -> {
         try {
           try {
             CompletableFuture.anyOf(behindAfter.toCompletableFuture(), closing).join();
@@ -141,8 +142,6 @@ public final class StagingRing implements AutoCloseable {
           allocated.complete(null);
         }
       }, "thaw-staging-alloc");
-      t.setDaemon(true);
-      t.start();
     }
     return new StagingRing(buffers, bytes, done, allocated, closing);
   }

@@ -1,5 +1,6 @@
 package dev.thaw.image.store;
 
+import dev.thaw.runtime.host.Threads;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
@@ -88,11 +89,7 @@ final class PackFiles implements AutoCloseable {
     for (int i = 0; i < STRIPES; i++) {
       appendLocks[i] = new Object();
     }
-    this.writeback = readOnly ? null : Executors.newSingleThreadExecutor(r -> {
-      Thread t = new Thread(r, "thaw-pack-writeback");
-      t.setDaemon(true);
-      return t;
-    });
+    this.writeback = readOnly ? null : Executors.newSingleThreadExecutor(Threads.daemonFactory("thaw-pack-writeback"));
   }
 
   Path dir() {

@@ -1,5 +1,6 @@
 package dev.thaw.image.store;
 
+import dev.thaw.runtime.host.Threads;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -27,15 +28,13 @@ public final class RocksNative {
    * 0.35). The thread initialises {@link RocksChunkStore}, so an open that comes meanwhile waits for it, not twice.
    */
   public static void loadAhead() {
-    Thread t = new Thread(() -> {
+    Threads.startDaemon(() -> {
       try {
         Class.forName(RocksChunkStore.class.getName(), true, RocksNative.class.getClassLoader());
       } catch (ClassNotFoundException | LinkageError | RuntimeException e) {
         // The store's own opening fails with the reason.
       }
     }, "thaw-rocksdb-load");
-    t.setDaemon(true);
-    t.start();
   }
 
   static void load() {

@@ -7,6 +7,7 @@ import dev.thaw.image.ImageManifest;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.runtime.host.Threads;
 import dev.thaw.server.FunctionOptions;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
@@ -39,9 +40,7 @@ public final class ColdPathWarmup {
   /** Runs it on a thread of its own; completes with what {@link #run} returns. */
   public static CompletableFuture<String> start(List<DeviceInfo> devices) {
     CompletableFuture<String> done = new CompletableFuture<>();
-    Thread t = new Thread(() -> done.complete(run(devices)), "thaw-cold-path-warmup");
-    t.setDaemon(true);
-    t.start();
+    Threads.startDaemon(() -> done.complete(run(devices)), "thaw-cold-path-warmup");
     return done;
   }
 

@@ -1,5 +1,6 @@
 package dev.thaw.server.impl;
 
+import dev.thaw.runtime.host.Threads;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
@@ -68,15 +69,13 @@ final class HttpWarmup {
 
   private CompletableFuture<String> start(Exchange exchange) {
     CompletableFuture<String> done = new CompletableFuture<>();
-    Thread t = new Thread(() -> {
+    Threads.startDaemon(() -> {
       try {
         done.complete(exchange.run());
       } catch (IOException | RuntimeException e) {
         done.complete("not run: " + e.getMessage());
       }
     }, "thaw-http-warmup");
-    t.setDaemon(true);
-    t.start();
     return done;
   }
 

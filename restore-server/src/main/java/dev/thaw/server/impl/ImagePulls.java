@@ -9,6 +9,7 @@ import dev.thaw.image.registry.RegistryReference;
 import dev.thaw.image.registry.ThawArtifact;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
+import dev.thaw.runtime.host.Threads;
 import dev.thaw.server.ServeException;
 import dev.thaw.server.ServerLogs;
 import dev.thaw.server.TenantLimits;
@@ -20,7 +21,6 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -62,12 +62,7 @@ public final class ImagePulls implements AutoCloseable {
     this.store = store;
     this.options = new RegistryOptions(options);
     this.retryAfterSeconds = Math.max(1, retryAfterSeconds);
-    AtomicInteger ids = new AtomicInteger();
-    this.pullers = Executors.newFixedThreadPool(maxPulls, r -> {
-      Thread t = new Thread(r, "thaw-image-pull-" + ids.incrementAndGet());
-      t.setDaemon(true);
-      return t;
-    });
+    this.pullers = Executors.newFixedThreadPool(maxPulls, Threads.daemonFactory("thaw-image-pull"));
   }
 
   /** The local tag an image with this OCI manifest digest is committed under. */
