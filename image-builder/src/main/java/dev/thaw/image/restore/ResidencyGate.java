@@ -20,7 +20,7 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Gates a restored session's device work on residency (DESIGN decision 6): installed as the session's
+ * Gates a restored session's device work on residency: installed as the session's
  * {@link CopyInterceptor}, it makes the launching stream wait ({@code cuStreamWaitEvent}) for every allocation a
  * launch may touch that is not resident yet, and never blocks the launching thread on a copy.
  *

@@ -32,8 +32,9 @@ import java.util.TreeMap;
 import java.util.TreeSet;
 
 /**
- * Profiling on a GPU (DESIGN decision 5): the same {@link AccessProfile} as {@link Profiler} makes on the sim
- * device, with PTX instrumentation as the validation.
+ * Profiling on a GPU: the same {@link AccessProfile} as {@link Profiler} makes on the sim device, with PTX
+ * instrumentation as the validation, since a GPU kernel cannot be watched the way a Java kernel's checked views
+ * are ({@code docs/design/ptx-instrumentation.md}).
  *
  * <p>At {@link #attach}, every module the session has loaded is instrumented ({@link PtxInstrumenter}) and the
  * result loaded into the session's context, outside the session (it is not part of the image); a module loaded
