@@ -369,7 +369,7 @@ final class ServeCommand implements Callable<Integer> {
         return;
       }
       try {
-        // A timer with a histogram too, as the registration makes per function: its first one took ~50 ms (sim).
+        // A timer with a histogram too, as the registration makes per function: the first one in a JVM is slow.
         PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
         Timer.builder("thaw.warmup").publishPercentileHistogram().register(registry)
             .record(Duration.ofMillis(1));
@@ -558,8 +558,8 @@ final class ServeCommand implements Callable<Integer> {
         o.setHostCacheBytes(bytes(hostCache, "--host-cache"));
       } else if (!cacheConfigured && cli.env("K_SERVICE") != null) {
         // A Knative pod serves its functions until it is scaled in, long before an instance's keepAlive ends: no
-        // second start would read the cache, and registering it costs each worker ~0.4 s per GiB on the way to the
-        // first response. Asked for, it is there.
+        // second start would read the cache, and registering it (pinning is paid per page) delays each worker on
+        // the way to the first response. Asked for, it is there.
         o.setHostCacheBytes(0);
       }
       if (maxConnections != null) {

@@ -189,11 +189,11 @@ public final class ThawCli implements Callable<Integer> {
       // The store opens after the options are parsed; its native library can load while they are.
       RocksNative.loadAhead();
     }
-    // THAW_PRELAUNCH=0: the pool starts its first worker itself, after option parsing (the GPU record compares both).
+    // THAW_PRELAUNCH=0: the pool starts its first worker itself, after option parsing (to measure what this saves).
     String pooledDevice = "0".equals(System.getenv("THAW_PRELAUNCH")) ? null
         : servesFromThePool(args, System.getenv(DeviceChoice.ENV));
     if (pooledDevice != null) {
-      // The pool's first worker JVM starts (and runs its cuInit) while picocli parses: ~140 ms on the H200.
+      // The pool's first worker JVM starts (and runs its cuInit) while picocli parses (docs/design/server.md).
       try {
         ContextPool.prelaunch(new ContextPoolOptions().setDeviceChoice(pooledDevice));
       } catch (IOException | RuntimeException e) {

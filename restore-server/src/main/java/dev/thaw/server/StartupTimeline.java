@@ -46,7 +46,7 @@ public final class StartupTimeline {
    * A timeline whose zero is this process's start, or now when unknown. On Linux the start comes from the kernel's
    * own count since boot ({@code /proc/self/stat}'s start time in clock ticks against {@code /proc/uptime}), good to
    * a few clock ticks; {@link ProcessHandle.Info#startInstant()} adds the boot time, which Linux gives in whole
-   * seconds, so it may be up to a second early (the cause of a 750 ms "main" in the first GPU record).
+   * seconds, so it may be up to a second early, which would show as a second of {@code main} that never ran.
    */
   public static StartupTimeline sinceProcessStart() {
     long now = System.nanoTime();

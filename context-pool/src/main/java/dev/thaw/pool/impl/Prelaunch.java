@@ -13,8 +13,8 @@ import java.util.Objects;
 /**
  * A worker JVM started before its pool exists: {@code thaw serve} starts one as its {@code main} begins, and the
  * pool's first spawn takes it over where it would start the very same command. The JVM starts, loads its classes and
- * runs {@code cuInit} while the server parses its options (~140 ms on the H200) and then waits on its stdin for the
- * config, which the taking spawn writes as the first line ({@link WorkerMain}'s {@code -} argument). A process nobody
+ * runs {@code cuInit} while the server parses its options ({@code docs/design/server.md}) and then waits on its
+ * stdin for the config, which the taking spawn writes as the first line ({@link WorkerMain}'s {@code -} argument). A process nobody
  * takes ends when this one does (its stdin closes) or at {@link #discard()}.
  */
 final class Prelaunch {

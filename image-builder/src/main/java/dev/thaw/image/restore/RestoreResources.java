@@ -30,8 +30,8 @@ public final class RestoreResources implements AutoCloseable {
 
   public static final long DEFAULT_UPLOAD_ARENA_BYTES = 1L << 20;
   /**
-   * The staging restores read the store through: 8 slots of 16 MiB, 128 MiB pinned (the build's 6 of 64 MiB took
-   * ~130 ms to pin on the H200 host, beside a pool worker's first BECOME, which the driver serialises with it). Read
+   * The staging restores read the store through: 8 slots of 16 MiB, 128 MiB pinned, less than the build's 6 of 64 MiB
+   * (pinning is paid per page, beside a pool worker's first BECOME, which the driver serialises with it). Read
    * ahead fills every slot, so eight keep the store's readers busy while copies drain. A slot must hold an image's
    * largest chunk: at most 1 MiB with the content-defined chunker's defaults, 4 MiB with the fixed-size one.
    */
@@ -78,9 +78,8 @@ public final class RestoreResources implements AutoCloseable {
       made.add(uploadArena);
       t = part("upload arena", t);
       // A few events now, the others behind on a thread of their own; a restore that finds none left makes its own.
-      // Before the staging: on the H200 what was made after the staging's first buffer waited behind the pinning of
-      // the others on their thread (64 events took 95-112 ms in two rounds of three, the upload arena 64 ms; the
-      // driver serialises them), so everything small is made while nothing else is pinned.
+      // Before the staging: the driver serialises whatever is made after the staging's first buffer with the pinning
+      // of the others on their thread, so everything small is made while nothing else is pinned.
       for (int i = 0; i < Math.min(events, EVENTS_AHEAD); i++) {
         GpuEvent e = context.createEvent(true);
         made.add(e);
@@ -145,8 +144,7 @@ public final class RestoreResources implements AutoCloseable {
   /**
    * Defaults, with what is made behind (the staging's other buffers, the other events) started only once
    * {@code behindAfter} completed: a pool worker keeps the pinning out of the way of the image it prepares at start
-   * (loading its modules needs the driver, which serialises them with the pinning; on the H200 that prepare took
-   * 196-246 ms after the context with the pinning beside it).
+   * (loading its modules needs the driver, which serialises them with the pinning).
    */
   public static RestoreResources create(GpuContext context, CompletionStage<?> behindAfter) {
     return new RestoreResources(context, DEFAULT_STAGING_BUFFERS, DEFAULT_STAGING_BYTES, Staging.DEFAULT_THREADS,

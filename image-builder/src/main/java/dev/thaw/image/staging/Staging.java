@@ -7,7 +7,7 @@ package dev.thaw.image.staging;
  */
 public final class Staging {
 
-  /** Buffers in flight: one being copied while the others are hashed or read (measured on the H200 host). */
+  /** Buffers in flight: one being copied while the others are hashed or read. */
   public static final int DEFAULT_BUFFERS = 6;
   public static final long DEFAULT_BYTES = 64L << 20;
   /** Hash or read threads: the host's cores, up to 16. */

@@ -62,8 +62,8 @@ public final class StagingRing implements AutoCloseable {
   /**
    * {@code count} pinned buffers of {@code bytes} each on {@code context}: the first {@code now} before it returns,
    * the others in ring order on a thread of its own, so that an owner that makes its staging ahead (a pool worker
-   * before it says READY) does not wait for all of it (pinning is paid per page: ~0.4 s per GiB on the H200
-   * host). A pipeline that reaches a slot still being made waits for it; a slot that could not be made
+   * before it says READY) does not wait for all of it (pinning is paid per page: {@code
+   * docs/design/on-demand-restore.md}). A pipeline that reaches a slot still being made waits for it; a slot that could not be made
    * fails the pipeline that takes it, with the allocation's error.
    *
    * @throws IllegalArgumentException unless {@link Staging#checkBuffers} and {@link Staging#checkBytes} allow them

@@ -24,8 +24,7 @@ public final class RocksNative {
 
   /**
    * Loads the library on a thread of its own, now, for a process that will open a store soon (a server, a pool
-   * worker): RocksDB's loader copies 15 MB out of its jar first, most of a store's opening (on a build machine 0.3 s of
-   * 0.35). The thread initialises {@link RocksChunkStore}, so an open that comes meanwhile waits for it, not twice.
+   * worker): RocksDB's loader copies 15 MB out of its jar first, most of a store's opening. The thread initialises {@link RocksChunkStore}, so an open that comes meanwhile waits for it, not twice.
    */
   public static void loadAhead() {
     Threads.startDaemon(() -> {

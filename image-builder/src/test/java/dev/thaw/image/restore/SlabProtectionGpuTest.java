@@ -139,20 +139,20 @@ class SlabProtectionGpuTest {
     assertEquals("ok", gpu.get("setAccess"), gpu.toString());
     // Either the copy landed before the protection or it ran against the read-only mapping and failed; never a copy
     // landing in read-only memory afterwards unnoticed. Whether the busy work was done when the call returned is a
-    // record, not a requirement (the H200 said both: wave 4 not done, wave 5 done, the copy failing either way).
+    // record, not a requirement: the driver gives either answer, and the copy fails either way.
     assertTrue(gpu.get("queuedLanded").equals("true") || !gpu.get("queuedSync").equals("ok"), gpu.toString());
   }
 
   /**
    * The hazard the restore's ordering avoids, asked of the GPU: kernels reading a mapping while it turns read-only
-   * (what the restore thread used to do under the first request), and kernels running while a mapping they do not
+   * (what a restore that protected under the first request would do), and kernels running while a mapping they do not
    * touch turns read-only. Printed for the record (the design note cites them); the assertion is only that each
    * child saw its kernels still running when {@code cuMemSetAccess} returned, else it measured nothing. The worker
    * synchronizes the whole context before it protects, whatever the answers.
    */
   @Test
   void kernelsRunningWhileAMappingTurnsReadOnly() throws Exception {
-    // 1 GiB per buffer, 200 rounds: ~0.7 ms each on an H200 (3 GiB moved), ~150 ms in all.
+    // 1 GiB per buffer, 200 rounds (3 GiB moved each): long enough to be running when the access changes.
     Map<String, String> read = SlabProtectionChild.run("underWork", "cuda", "read", Long.toString(1L << 30), "200");
     System.out.println("GPU, kernels reading a mapping as it turns read-only: " + read);
     Map<String, String> other = SlabProtectionChild.run("underWork", "cuda", "other", Long.toString(1L << 30), "200");

@@ -26,9 +26,9 @@ import java.util.concurrent.TimeoutException;
  * stand-in instance starts and answers at once gets a cold request, then a warm one, and its trace is read. That
  * loads, links and runs once, off any request's way, the code the server's first cold request would otherwise be
  * the first to run around its start and after its invoke (the scheduler's queue and slot, a start's metrics, the
- * dispatch, the cold start's trace, the request's phases and Server-Timing). On an H200 the first request's
- * {@code queue} was ~21 ms longer than later ones', most of it the first registration of its phase timers (which the
- * scheduler now makes when it is made). Nothing of the real server is touched: its own scheduler, metrics,
+ * dispatch, the cold start's trace, the request's phases and Server-Timing; {@code docs/design/server.md}, "The first
+ * cold request"). The phase timers, whose first registration is the costliest of it, the scheduler makes when it is
+ * made. Nothing of the real server is touched: its own scheduler, metrics,
  * instances, pool and GPU state stay as they are.
  */
 public final class ColdPathWarmup {

@@ -56,19 +56,19 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Synchronous copies and memsets run on the caller's thread; stream work runs on each stream's worker.
  * A fault in a kernel (or in queued work whose device memory was unmapped before it ran) poisons the whole
- * driver, as a sticky error poisons a whole CUDA process (measured on an H200: after an illegal address even
- * a context created afterwards cannot run work). From then on device work on any of its contexts —
+ * driver, as a sticky error poisons a whole CUDA process (after an illegal address even a context created
+ * afterwards cannot run work: {@code docs/design/gpu-driver.md}). From then on device work on any of its contexts —
  * synchronization, copies, memsets, launches, stream and event calls, module loads — throws a
  * {@link CudaException} with that error ({@code CUDA_ERROR_ILLEGAL_ADDRESS}, 700, or
  * {@code CUDA_ERROR_LAUNCH_FAILED}, 719). Address-space bookkeeping (reserve, create, map, set access,
- * unmap, release) still works, as it did on the H200; so does {@code close()}. Only a new driver (on a GPU,
+ * unmap, release) still works, as it does on CUDA; so does {@code close()}. Only a new driver (on a GPU,
  * a new process) recovers.
  *
  * <p>A mapping made read-only ({@link Mapping#setAccess}) while any stream of its context has
  * work queued or running poisons the driver too ({@code CUDA_ERROR_ILLEGAL_ADDRESS}): the call itself succeeds, as
- * {@code cuMemSetAccess} does, and the error surfaces at the next synchronization. On an H200 the driver neither
- * refuses nor waits for such work, and kernels reading memory whose access changed under them faulted now and then;
- * the sim device makes that hazard certain, for any work of the context, so that a test catches every protection
+ * {@code cuMemSetAccess} does, and the error surfaces at the next synchronization. CUDA's driver neither refuses nor
+ * waits for such work, and a kernel reading memory whose access changes under it may fault; the sim device makes
+ * that hazard certain, for any work of the context, so that a test catches every protection
  * applied while something runs.
  */
 public final class SimContext implements GpuContext {

@@ -110,7 +110,7 @@ public final class SimOptions {
     return this;
   }
 
-  /** Bandwidth between two devices in GB/s (NVLink: 393 measured between two H200s); 0 as fast as the host. */
+  /** Bandwidth between two devices in GB/s (two H200s' NVLink: 393); 0 as fast as the host. */
   public double peerGBps() {
     return peerGBps;
   }

@@ -68,7 +68,7 @@ public final class ContractChild {
     module.kernel(ContractKernels.STORE).launch(Dim3.of(1), Dim3.of(1), stream, unmapped, 42);
     System.out.println("result.launch=returned");
     System.out.println("result.sync=" + codeOf(stream::synchronize));
-    // What a poisoned context still does: on an H200, VMM calls succeed, work on the device does not.
+    // What a poisoned context still does: VMM calls succeed, work on the device does not (as CUDA does).
     System.out.println("result.contextSync=" + codeOf(ctx::synchronize));
     System.out.println("result.relaunch=" + codeOf(() -> {
       module.kernel(ContractKernels.EMPTY).launch(Dim3.of(1), Dim3.of(1), stream);

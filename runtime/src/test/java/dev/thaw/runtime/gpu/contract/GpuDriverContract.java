@@ -855,7 +855,7 @@ public abstract class GpuDriverContract {
     assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("contextSync"), "the context stays poisoned");
     assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("relaunch"), "nothing runs on it any more");
     assertNotEquals("ok", child.get("memset"));
-    // Measured on an H200: the error is sticky for the process, not the context. Only a new process recovers.
+    // The error is sticky for the process, not the context (docs/design/gpu-driver.md). Only a new process recovers.
     assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("fresh"), "a context created afterwards cannot run work either");
   }
 

@@ -24,8 +24,9 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.function.Executable;
 
 /**
- * Pins GPU-like sticky errors, as measured on an H200: a fault is reported at the next synchronization, then
- * by all device work on every context of the driver (a CUDA process), while address-space bookkeeping works.
+ * Pins GPU-like sticky errors, as CUDA has them ({@code docs/design/gpu-driver.md}): a fault is reported at the next
+ * synchronization, then by all device work on every context of the driver (a CUDA process), while address-space
+ * bookkeeping works.
  */
 class SimContextPoisonTest {
 
@@ -84,7 +85,7 @@ class SimContextPoisonTest {
       assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, again.code(), again.getMessage());
     }
 
-    // Bookkeeping still works, as on the H200; device work on a context created afterwards does not.
+    // Bookkeeping still works, as on CUDA; device work on a context created afterwards does not.
     ctx.allocate(1).close();
     buf.setAccess(MemoryAccess.READ);
     try (GpuContext fresh = driver.createContext(0); DeviceBuffer b = fresh.allocate(64)) {
