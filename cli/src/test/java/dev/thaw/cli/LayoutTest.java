@@ -3,12 +3,16 @@ package dev.thaw.cli;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -70,6 +74,32 @@ class LayoutTest {
     }
     assertTrue(violations.isEmpty(), violations.size() + " against the layout (docs/design/layout.md):\n"
         + String.join("\n", violations));
+  }
+
+  /**
+   * The libraries log through slf4j: no {@code System.out}, {@code System.err} or {@code printStackTrace} in the main
+   * code of runtime, image-builder, context-pool and restore-server, except the worker process's package, whose stderr
+   * is its log (WorkerMain says why).
+   */
+  @Test
+  void theLibrariesLogThroughSlf4jButTheWorkerWhoseStderrIsItsLog() {
+    Pattern console = Pattern.compile("System\\.(out|err)\\b|\\.printStackTrace\\(");
+    List<String> found = new ArrayList<>();
+    for (String module : List.of("runtime", "image-builder", "context-pool", "restore-server")) {
+      Path main = root.resolve(module).resolve("src/main/java");
+      try (Stream<Path> files = Files.walk(main)) {
+        for (Path f : files.filter(p -> p.toString().endsWith(".java")).sorted().toList()) {
+          String text = Files.readString(f);
+          if (text.contains("package dev.thaw.pool.worker;") || !console.matcher(LayoutRules.code(text)).find()) {
+            continue;
+          }
+          found.add(root.relativize(f).toString());
+        }
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+    }
+    assertEquals(List.of(), found, "library code writing to the console instead of logging");
   }
 
   /** The check above must be able to fail: each kind of break, in a made-up house, is reported. */

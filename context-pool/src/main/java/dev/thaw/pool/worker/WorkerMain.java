@@ -62,6 +62,12 @@ import java.util.concurrent.TimeoutException;
  * a function that prints cannot corrupt the protocol. The worker never outlives its parent: end of stdin or the
  * parent's pid gone halts it ({@value #EXIT_PARENT_GONE}). Bytes on stdin that are not a frame get one ERROR, then
  * exit status {@value #EXIT_PROTOCOL}. A sticky CUDA error is reported and the worker exits {@value #EXIT_STICKY}.
+ *
+ * <p>Logging: the worker's own notes (this package's {@code worker <pid>: ...} and {@code thaw worker: ...} lines)
+ * go straight to {@code System.err}, the one place in Thaw's libraries that does not log through slf4j, because
+ * stderr is the worker's log: the pool gives each worker a file of its own and quotes its end in the errors it
+ * raises ({@code WorkerLogs}), and a note must land there as a plain line in a process whose stdout is the protocol.
+ * What the worker's libraries log through slf4j goes to stderr too, into the same file.
  */
 public final class WorkerMain {
 

@@ -6,6 +6,8 @@ import dev.thaw.runtime.gpu.Mapping;
 import dev.thaw.runtime.gpu.MemoryAccess;
 import java.util.ArrayList;
 import java.util.List;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Makes an on-demand restore's read-only slabs read-only on the device ({@code cuMemSetAccess} with
@@ -31,6 +33,8 @@ import java.util.List;
  * while the function is idle.
  */
 final class SlabProtection {
+
+  private static final Logger LOG = LoggerFactory.getLogger(SlabProtection.class);
 
   private final Mapping[] slabs;
   private final long[] slabStarts;
@@ -132,8 +136,7 @@ final class SlabProtection {
             throw e;
           }
           if (refused == null) {
-            System.err.println("thaw: read-only slab at 0x" + Long.toHexString(slabStarts[i]) + " left writable: "
-                + e.getMessage());
+            LOG.warn("Read-only slab at 0x{} left writable: {}", Long.toHexString(slabStarts[i]), e.getMessage());
           }
           refused = e.getMessage();
           continue;
