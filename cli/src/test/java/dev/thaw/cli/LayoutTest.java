@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.regex.Pattern;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Assumptions;
@@ -100,6 +101,20 @@ class LayoutTest {
       }
     }
     assertEquals(List.of(), found, "library code writing to the console instead of logging");
+  }
+
+  /** A simple name says which type it is: no two main source files (top-level types) share one. */
+  @Test
+  void noTwoMainTypesShareASimpleName() {
+    Map<String, List<String>> byName = new TreeMap<>();
+    for (LayoutRules.Source s : LayoutRules.sources(root)) {
+      String name = Path.of(s.file()).getFileName().toString();
+      if (!name.equals("package-info.java")) {
+        byName.computeIfAbsent(name.replace(".java", ""), k -> new ArrayList<>()).add(s.pkg());
+      }
+    }
+    byName.values().removeIf(packages -> packages.size() < 2);
+    assertEquals(Map.of(), byName, "simple names used by more than one type");
   }
 
   /** The check above must be able to fail: each kind of break, in a made-up house, is reported. */
