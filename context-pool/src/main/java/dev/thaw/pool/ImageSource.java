@@ -4,7 +4,6 @@ import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.hbm.ExportedSlab;
-import dev.thaw.pool.protocol.WorkerMessages;
 import java.nio.file.Path;
 import java.util.List;
 
@@ -120,11 +119,4 @@ public record ImageSource(String kind, Path path, CacheLease lease, List<Exporte
     return lease == null ? null : lease.placement();
   }
 
-  /** The form a BECOME frame's head carries (the placement travels in the body). */
-  public WorkerMessages.Source toMessage() {
-    long pid = ProcessHandle.current().pid();
-    return new WorkerMessages.Source(kind, path.toString(), resident == null ? null
-        : new WorkerMessages.Hbm(pid, ExportedSlab.encodeAll(resident)), helpers, helperShare,
-        peer == null ? null : new WorkerMessages.Hbm(pid, ExportedSlab.encodeAll(peer), peerDevice));
-  }
 }

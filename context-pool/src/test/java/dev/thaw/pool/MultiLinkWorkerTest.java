@@ -78,7 +78,7 @@ class MultiLinkWorkerTest {
   @Test
   void aWorkerRestoresThroughTheOtherDevicesLinkAsWellAsItsOwnAndLandsEveryByte() throws Exception {
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(64L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(64L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
       ContextPool pool = ContextPool.create(twoDevices(cache));
       try {
@@ -118,7 +118,7 @@ class MultiLinkWorkerTest {
   @Test
   void aWorkerPullsTheWeightsTheOtherDevicesHbmTierHoldsOverThePeerLink() throws Exception {
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(64L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(64L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         HbmTier deviceOne = new HbmTier(new HbmTierOptions())) {
       ImageManifest manifest = ImageManifest.read(image.manifest());

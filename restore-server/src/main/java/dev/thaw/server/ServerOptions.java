@@ -3,7 +3,9 @@ package dev.thaw.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.management.OperatingSystemMXBean;
 import dev.thaw.image.registry.RegistryOptions;
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import dev.thaw.pool.PlacementCosts;
 import java.nio.file.Path;
@@ -386,8 +388,7 @@ public final class ServerOptions {
   }
 
   private static long physicalMemory() {
-    java.lang.management.OperatingSystemMXBean os = java.lang.management.ManagementFactory.getOperatingSystemMXBean();
-    if (os instanceof com.sun.management.OperatingSystemMXBean sun) {
+    if (ManagementFactory.getOperatingSystemMXBean() instanceof OperatingSystemMXBean sun) {
       return sun.getTotalMemorySize();
     }
     return 32L << 30;
@@ -409,10 +410,10 @@ public final class ServerOptions {
   /**
    * How long before a warm invoke's predicted end (its function's recent invokes, smoothed) the threads that carry
    * its answer stop sleeping and poll: the event loop that answers the request, and, for a pooled instance, the
-   * reader of its worker's pipe (the worker says NEAR). A thread that slept through a long invoke wakes slowly: on
-   * the H200's virtual machine its core has halted, 0.1-0.3 ms per wake-up, each hop paying it again. Only invokes
-   * predicted to last at least 1 ms and twice this, and only while at most a quarter of the cores' worth of
-   * instances invoke; a poll gives up after three times this. Zero: off.
+   * reader of its worker's pipe (the worker says NEAR). A thread that slept through a long invoke may wake slowly
+   * (its core may have halted), each hop paying it again ({@code docs/design/server.md}, "Wake-ahead on long
+   * invokes"). Only invokes predicted to last at least 1 ms and twice this, and only while at most a quarter of the
+   * cores' worth of instances invoke; a poll gives up after three times this. Zero: off.
    */
   public ServerOptions setWakeAhead(Duration d) {
     if (d == null || d.isNegative() || d.compareTo(Duration.ofMillis(100)) > 0) {

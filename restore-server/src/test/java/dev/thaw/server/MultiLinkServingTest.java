@@ -63,8 +63,8 @@ class MultiLinkServingTest {
       }
     }
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
-        SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2))) {
-      HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(96L << 20));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2))) {
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(96L << 20));
       ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0, 1))
           .setHelperSlotBytes(1 << 20).setHelperMinFreeBytes(0)
           .setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "2", "THAW_SIM_COPY_GBPS", "0.05",

@@ -31,9 +31,9 @@ import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.Kernel;
+import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import dev.thaw.runtime.gpu.VirtualRange;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.runtime.host.ProcessFds;
 import java.io.IOException;
 import java.io.InputStream;
@@ -42,17 +42,19 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Comparator;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Consumer;
 import java.util.function.Supplier;
 
 /**
@@ -120,7 +122,7 @@ public final class MultiLinkHarness {
     Set<String> skip = Set.of(a.getOrDefault("skip", "").split(","));
     Path tmp = Files.createTempDirectory("thaw-multilink");
     int status;
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment());
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment());
         RocksChunkStore store = RocksChunkStore.open(tmp.resolve("store"))) {
       MultiLinkHarness h = new MultiLinkHarness(driver, store, rounds, skip,
           a.getOrDefault("impact-model", driver.isSimulated() ? "tiny" : "gpt2-large"));
@@ -274,7 +276,7 @@ public final class MultiLinkHarness {
     try (DeviceBuffer theirs = helper.allocateScratch(bytes); DeviceBuffer mine = target.allocateScratch(bytes);
         GpuStream s = target.createStream(); GpuEvent a = target.createEvent(true);
         GpuEvent b = target.createEvent(true)) {
-      theirs.setAccessFor(target.device().ordinal(), dev.thaw.runtime.gpu.MemoryAccess.READ);
+      theirs.setAccessFor(target.device().ordinal(), MemoryAccess.READ);
       double[] best = new double[2];
       for (int round = 0; round < 3; round++) {
         for (int call = 0; call < 2; call++) {
@@ -305,7 +307,7 @@ public final class MultiLinkHarness {
    * {@code afterStart} was run right after the call returned (closing descriptors a worker closes then).
    */
   private Run restore(int device, ImageManifest m, RestoreSource source, OnDemandOptions options,
-      SyntheticImage check, Runnable afterStart, java.util.function.Consumer<OnDemandRestore> whileOpen) {
+      SyntheticImage check, Runnable afterStart, Consumer<OnDemandRestore> whileOpen) {
     GpuContext c = contexts.get(device);
     RestorePlan plan = plans.computeIfAbsent(m, RestorePlan::of);
     long t0 = System.nanoTime();
@@ -361,9 +363,9 @@ public final class MultiLinkHarness {
     double one = variant(shape, image, "1 link", () -> restore(0, m, image.source(), new OnDemandOptions(),
         image, null, null));
     double two = variant(shape, image, "2 links", () -> restore(0, m, image.source(), new OnDemandOptions()
-        .helpers(List.of(link)), image, null, null));
+        .setHelpers(List.of(link)), image, null, null));
     double all = variant(shape, image, "2 links, all queued", () -> restore(0, m, image.source(),
-        new OnDemandOptions().helpers(List.of(link)).windowBytes(Long.MAX_VALUE), image, null, null));
+        new OnDemandOptions().setHelpers(List.of(link)).setWindowBytes(Long.MAX_VALUE), image, null, null));
     summary(String.format(Locale.ROOT, "%s %.2f GB from the host: 1 link %.2f ms (%.1f GB/s), 2 links %.2f ms"
         + " (%.1f GB/s, x%.2f), 2 links all queued %.2f ms", image.shape(), image.bytes() / 1e9, one,
         image.bytes() / (one * 1e6), two, image.bytes() / (two * 1e6), one / two, all));
@@ -383,7 +385,7 @@ public final class MultiLinkHarness {
 
   /** Restores the image on {@code device} with exportable weights, protects and exports them, as an eviction does. */
   private List<ExportedSlab> leaveInTier(int device, SyntheticImage image) {
-    OnDemandOptions exportable = new OnDemandOptions().slabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY);
+    OnDemandOptions exportable = new OnDemandOptions().setSlabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY);
     RestorePlan plan = plans.computeIfAbsent(image.manifest(), RestorePlan::of);
     try (OnDemandRestore r = restorer.restore(plan, contexts.get(device), image.source(), resources.get(device),
         exportable)) {
@@ -438,10 +440,10 @@ public final class MultiLinkHarness {
   }
 
   private Run fromTier(SyntheticImage image, List<ExportedSlab> held, boolean check,
-      java.util.function.Consumer<OnDemandRestore> whileOpen) {
+      Consumer<OnDemandRestore> whileOpen) {
     ResidentSlabs slabs = new ResidentSlabs(dup(held));
     try {
-      return restore(0, image.manifest(), tiered(image, slabs), new OnDemandOptions().slabSource(slabs),
+      return restore(0, image.manifest(), tiered(image, slabs), new OnDemandOptions().setSlabSource(slabs),
           check ? image : null, slabs::close, whileOpen);
     } finally {
       slabs.close();
@@ -541,7 +543,7 @@ public final class MultiLinkHarness {
       return 0;
     }
     ImageManifest.Allocation largest = image.manifest().allocations().stream().filter(a -> a.name().startsWith("w."))
-        .max(java.util.Comparator.comparingLong(ImageManifest.Allocation::size)).orElseThrow();
+        .max(Comparator.comparingLong(ImageManifest.Allocation::size)).orElseThrow();
     GpuContext c = contexts.get(0);
     try (GpuModule module = c.loadPtx(readPtx()); GpuStream s = c.createStream();
         DeviceBuffer out = c.allocateScratch(4096); GpuEvent a = c.createEvent(true);
@@ -632,14 +634,14 @@ public final class MultiLinkHarness {
     parts.add(String.format(Locale.ROOT, "%s warm 16 -> 1 on GPU 1: p50 %.2f ms alone", impactModel, p(alone, 50)));
     for (double share : new double[] {1.0, 0.5}) {
       AtomicBoolean stop = new AtomicBoolean();
-      List<Double> restores = new java.util.concurrent.CopyOnWriteArrayList<>();
+      List<Double> restores = new CopyOnWriteArrayList<>();
       CountDownLatch started = new CountDownLatch(1);
       ExecutorService bg = Executors.newSingleThreadExecutor();
       Future<?> loop = bg.submit(() -> {
         while (!stop.get()) {
           started.countDown();
-          Run r = restore(0, image.manifest(), image.source(), new OnDemandOptions().helpers(List.of(link))
-              .helperShare(share), null, null, null);
+          Run r = restore(0, image.manifest(), image.source(), new OnDemandOptions().setHelpers(List.of(link))
+              .setHelperShare(share), null, null, null);
           restores.add(r.wallMillis());
         }
         return null;

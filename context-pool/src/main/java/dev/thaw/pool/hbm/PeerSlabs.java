@@ -31,7 +31,7 @@ import java.util.List;
  *
  * <p>The other way, mapping the other device's slab at the recorded address itself (what {@link ResidentSlabs} does
  * for this device's tier), costs no copy but makes every kernel read its weights over NVLink; which one a cold start
- * takes is the placement's choice ({@code dev.thaw.pool.ColdStartPlacement}).
+ * takes is the placement's choice ({@code ColdStartPlacement}).
  *
  * <p>Keep it open until the restore is resident ({@code OnDemandRestore.resident()}): the copies read its mappings.
  */

@@ -4,7 +4,9 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.restore.OnDemandOptions;
+import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.WorkerErrorKind;
+import dev.thaw.pool.hbm.ExportedSlab;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.LinkedHashMap;
@@ -101,6 +103,14 @@ public final class WorkerMessages {
     /** Through this device's link alone, nothing from another device's tier. */
     public Source(String kind, String path, Hbm hbm) {
       this(kind, path, hbm, List.of(), OnDemandOptions.DEFAULT_HELPER_SHARE, null);
+    }
+
+    /** What a BECOME's head says of {@code source} (its placement travels in the body). */
+    public static Source of(ImageSource source) {
+      long pid = ProcessHandle.current().pid();
+      return new Source(source.kind(), source.path().toString(), source.resident() == null ? null
+          : new Hbm(pid, ExportedSlab.encodeAll(source.resident())), source.helpers(), source.helperShare(),
+          source.peer() == null ? null : new Hbm(pid, ExportedSlab.encodeAll(source.peer()), source.peerDevice()));
     }
 
     public ObjectNode toJson() {

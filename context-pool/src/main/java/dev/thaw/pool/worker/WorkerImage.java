@@ -343,7 +343,7 @@ final class WorkerImage implements WorkerLoop.Work {
     if (b.source().hbm() != null) {
       requireCache(tiers, "HBM-tier slabs");
       resident = takeHbm(b.source().hbm());
-      onDemand.slabSource(resident != null ? resident : EXPORTABLE_OR_FRESH);
+      onDemand.setSlabSource(resident != null ? resident : EXPORTABLE_OR_FRESH);
       tiers = new Tiers(new TieredRestoreSource(tiers.chunks(), resident), tiers.chunks(), tiers.from());
       t = WorkerMain.phase(phases, "hbm take", t);
     }
@@ -367,7 +367,7 @@ final class WorkerImage implements WorkerLoop.Work {
       }
     }
     if (!links.isEmpty()) {
-      onDemand.helpers(links).helperShare(b.source().helperShare());
+      onDemand.setHelpers(links).setHelperShare(b.source().helperShare());
     }
     // A prepared image was checked against the store then; that store is still the one open unless another PREPARE
     // reopened it since.

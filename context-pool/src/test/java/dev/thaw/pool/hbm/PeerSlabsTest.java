@@ -54,8 +54,8 @@ class PeerSlabsTest {
   @Test
   void anotherDevicesSlabsArePulledOverThePeerLinkAndTheRestComesFromTheHostCache() throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
-        HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 * MIB));
-        SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2).peerGBps(2));
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 * MIB));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2).setPeerGBps(2));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         HostCacheView view = HostCacheView.attach(cache.path(), zero);
         RestoreResources resources = RestoreResources.create(zero, 2, 1 << 16, 2, 1 << 16)) {
@@ -89,8 +89,8 @@ class PeerSlabsTest {
   void throughALinkFromTheirOwnDeviceTheSlabsAreMappedThereAloneAndRelayedThroughItsRing() throws Exception {
     HelperLink.Options ring = new HelperLink.Options().minFreeBytes(0).measureBytes(0).slots(2).slotBytes(MIB);
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
-        HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 * MIB));
-        SimDriver driver = SimDriver.open(new SimOptions().deviceCount(3).peerGBps(2));
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 * MIB));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(3).setPeerGBps(2));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         GpuContext two = driver.createContext(2);
         HostCacheView view = HostCacheView.attach(cache.path(), zero);
@@ -129,8 +129,8 @@ class PeerSlabsTest {
   @Test
   void devicesThatAreNotPeersRefuseTheMappingAndLeaveNothingMapped() throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
-        HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 * MIB));
-        SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2).peerAccess(false));
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 * MIB));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2).setPeerAccess(false));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         HostCacheView view = HostCacheView.attach(cache.path(), zero)) {
       ImageManifest m = image(store);

@@ -11,9 +11,12 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import dev.thaw.runtime.gpu.VirtualRange;
-import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.util.Map;
 import java.nio.file.Path;
 import java.io.InputStream;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -58,7 +61,7 @@ class WorkerWarmupTest {
   @Test
   void theRehearsalRestoresASyntheticImageAndLeavesNothingMapped(@TempDir Path dir) throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(dir.resolve("store"));
-        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, new SimOptions());
+        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, Map.of());
         GpuContext context = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(context)) {
       WorkerWarmup.rehearse(context, resources, store);
@@ -83,7 +86,7 @@ class WorkerWarmupTest {
   @Test
   void theHbmRehearsalImportsItsOwnSlabsChecksTheBytesAndLeavesNothingBehind(@TempDir Path dir) throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(dir.resolve("store"));
-        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, new SimOptions());
+        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, Map.of());
         GpuContext context = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(context)) {
       long fds = openDescriptors();
@@ -100,8 +103,8 @@ class WorkerWarmupTest {
     }
   }
 
-  private static long openDescriptors() throws java.io.IOException {
-    try (java.util.stream.Stream<Path> s = java.nio.file.Files.list(Path.of("/proc/self/fd"))) {
+  private static long openDescriptors() throws IOException {
+    try (Stream<Path> s = Files.list(Path.of("/proc/self/fd"))) {
       return s.count();
     }
   }

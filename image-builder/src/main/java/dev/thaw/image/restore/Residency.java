@@ -1,7 +1,7 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.image.ImageManifest;
-import dev.thaw.image.StagingRing;
+import dev.thaw.image.staging.StagingRing;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;

@@ -1,13 +1,15 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import java.util.List;
 
 /**
  * The tiers a restore takes an image's bytes from before it falls back to the store: allocations already on the
  * device (the HBM tier), and chunks already verified in page-locked host memory (the host cache). A chunk found in
- * neither is read from the {@link dev.thaw.image.store.ChunkStore}, verified against its digest and staged through
+ * neither is read from the {@link ChunkStore}, verified against its digest and staged through
  * pinned buffers.
  *
  * <p>The contract a host cache signs: every chunk {@link Lease#find} returns has been checked against its digest
@@ -51,8 +53,8 @@ public interface RestoreSource {
      * into them: an allocation that lies partly in one is an ordinary unit whose copies leave that part out, and one
      * that lies wholly inside them is resident. None by default.
      */
-    default java.util.List<long[]> residentRanges() {
-      return java.util.List.of();
+    default List<long[]> residentRanges() {
+      return List.of();
     }
 
     /**

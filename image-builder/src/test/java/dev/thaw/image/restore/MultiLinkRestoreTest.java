@@ -24,6 +24,7 @@ import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -81,8 +82,8 @@ class MultiLinkRestoreTest {
 
   private static void build(String tag, String function, String config, String request) throws Exception {
     JsonNode r = JSON.readTree(request);
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag).addSampleRequest(r)
-        .stagingBytes(1 << 16).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag).addSampleRequest(r)
+        .setStagingBytes(1 << 16).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       JsonNode response = new ImageBuilder(store, new FixedSizeChunker(4096)).build(o, ctx, ProgressListener.NONE)
           .sampleResponses().get(0).json();
@@ -114,13 +115,13 @@ class MultiLinkRestoreTest {
   void throughTwoHelpersNoLaunchTouchesAByteBeforeItIsResidentAndTheAnswerIsTheBuilds(String tag,
       boolean background) throws Exception {
     ImageManifest manifest = Images.manifest(store, tag);
-    try (Node node = new Node(3, new SimOptions().copyGBps(COPY_GBPS).peerGBps(1)); Spaced source =
+    try (Node node = new Node(3, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(1)); Spaced source =
         new Spaced(manifest, node.target)) {
       List<HelperLink> links = List.of(node.link(1, new HelperLink.Options()), node.link(2, new HelperLink.Options()));
       // A small window: each link takes the next allocation as soon as it drains the one before (each helper lent
       // whole, as fast as the target's link).
-      OnDemandOptions options = new OnDemandOptions().streamInBackground(background).windowBytes(4096)
-          .helpers(links).helperShare(1.0);
+      OnDemandOptions options = new OnDemandOptions().setStreamInBackground(background).setWindowBytes(4096)
+          .setHelpers(links).setHelperShare(1.0);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options); ResidencyProbe probe = new ResidencyProbe(restore.function().session(), true)) {
         JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
@@ -148,10 +149,10 @@ class MultiLinkRestoreTest {
     ImageManifest manifest = Images.manifest(store, "mlp");
     // The target's link three times the helper's: the helper lands a quarter of the bytes, give or take a weight.
     HelperLink.Options rated = new HelperLink.Options().rates(3, 1, 50);
-    try (Node node = new Node(2, new SimOptions().copyGBps(0.01).peerGBps(1));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(0.01).setPeerGBps(1));
         Spaced source = new Spaced(manifest, node.target)) {
-      OnDemandOptions options = new OnDemandOptions().windowBytes(Long.MAX_VALUE).helpers(List.of(node.link(1, rated)))
-          .helperShare(1.0);
+      OnDemandOptions options = new OnDemandOptions().setWindowBytes(Long.MAX_VALUE)
+          .setHelpers(List.of(node.link(1, rated))).setHelperShare(1.0);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         restore.awaitResident();
@@ -168,10 +169,11 @@ class MultiLinkRestoreTest {
     // A small window keeps the target's link full, so the helper would take every other allocation; its link
     // "measured" at 1 MB/s and lent at half, it may take 0.5 MB a second (and the allocation that crosses the line).
     HelperLink.Options slow = new HelperLink.Options().rates(1, 0.001, 0.001);
-    try (Node node = new Node(2, new SimOptions().copyGBps(0.02)); Spaced source = new Spaced(manifest, node.target)) {
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(0.02));
+        Spaced source = new Spaced(manifest, node.target)) {
       long t0 = System.nanoTime();
-      OnDemandOptions options = new OnDemandOptions().windowBytes(4096).helperShare(0.5)
-          .helpers(List.of(node.link(1, slow)));
+      OnDemandOptions options = new OnDemandOptions().setWindowBytes(4096).setHelperShare(0.5)
+          .setHelpers(List.of(node.link(1, slow)));
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         restore.awaitResident();
@@ -188,7 +190,7 @@ class MultiLinkRestoreTest {
   @Test
   void fromAnotherDevicesMemoryEveryAllocationIsPulledOverThePeerLinkAndGated() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
-    try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(0.05));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(0.05));
         Spaced host = new Spaced(manifest, node.target);
         DeviceBuffer elsewhere = node.contexts.get(1).allocateScratch(manifest.totalBytes()
             + manifest.allocations().size() * 256L)) {
@@ -223,7 +225,7 @@ class MultiLinkRestoreTest {
   void fromAnotherDevicesSlabRunsThatLieBackToBackOnBothSidesAreOneCopyAndEveryAllocationIsStillGated(String tag)
       throws Exception {
     ImageManifest manifest = Images.manifest(store, tag);
-    try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(0.05));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(0.05));
         Spaced host = new Spaced(manifest, node.target);
         MirroredSlab slab = new MirroredSlab(manifest, node.contexts.get(1))) {
       slab.grant(0);
@@ -243,7 +245,7 @@ class MultiLinkRestoreTest {
     List<Long> peerRuns = stretches(plan, Residency.PEER_MERGE_BYTES);
     assertTrue(peerRuns.size() < stretches(plan, Residency.MERGE_BYTES).size(),
         "the image has a stretch longer than a host run: " + peerRuns);
-    try (Node node = new Node(2, new SimOptions().peerGBps(0.05)); Spaced host = new Spaced(manifest, node.target);
+    try (Node node = new Node(2, new SimOptions().setPeerGBps(0.05)); Spaced host = new Spaced(manifest, node.target);
         MirroredSlab slab = new MirroredSlab(manifest, node.contexts.get(1))) {
       slab.grant(0);
       invokedWhileCopying(node, "mlp-wide", slab.over(host, null));
@@ -257,7 +259,7 @@ class MultiLinkRestoreTest {
   void throughTheSourceDevicesRingItsMemoryNeedsNoMappingOnTheTargetAndEveryAllocationIsGated(String tag)
       throws Exception {
     ImageManifest manifest = Images.manifest(store, tag);
-    try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(0.05));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(0.05));
         Spaced host = new Spaced(manifest, node.target);
         MirroredSlab slab = new MirroredSlab(manifest, node.contexts.get(1))) {
       // Mapped for device 1 alone: device 0 may not read it, so every byte must come through device 1's ring.
@@ -289,7 +291,7 @@ class MultiLinkRestoreTest {
       HelperLink relay = node.link(1, new HelperLink.Options());
       IllegalArgumentException both = assertThrows(IllegalArgumentException.class, () -> new OnDemandRestorer(store)
           .restore(manifest, node.target, slab.over(host, relay), node.resources,
-              new OnDemandOptions().helpers(List.of(relay))));
+              new OnDemandOptions().setHelpers(List.of(relay))));
       assertTrue(both.getMessage().contains("one or the other"), both.getMessage());
       IllegalArgumentException other = assertThrows(IllegalArgumentException.class, () -> new OnDemandRestorer(store)
           .restore(manifest, node.target, slab.over(host, elsewhere), node.resources, new OnDemandOptions()));
@@ -303,10 +305,10 @@ class MultiLinkRestoreTest {
   @Test
   void aLinkGoesBackToItsOwnerOnceTheRestoreIsResidentThoughTheRestoreStaysOpen() throws Exception {
     ImageManifest manifest = Images.manifest(store, "mlp");
-    try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(1));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(1));
         Spaced source = new Spaced(manifest, node.target)) {
       HelperLink link = node.link(1, new HelperLink.Options());
-      OnDemandOptions options = new OnDemandOptions().windowBytes(4096).helpers(List.of(link)).helperShare(1.0);
+      OnDemandOptions options = new OnDemandOptions().setWindowBytes(4096).setHelpers(List.of(link)).setHelperShare(1.0);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         assertThrows(IllegalStateException.class, link::borrow, "lent while the restore copies");
@@ -324,7 +326,7 @@ class MultiLinkRestoreTest {
   @Test
   void aHelperIsRefusedWhenItIsTheTargetNotAPeerOrShortOfMemoryAndALinkIsLentOnce() throws Exception {
     HelperLink.Options options = new HelperLink.Options().minFreeBytes(0).measureBytes(0);
-    try (Node node = new Node(2, new SimOptions().memoryBytes(1L << 30))) {
+    try (Node node = new Node(2, new SimOptions().setMemoryBytes(1L << 30))) {
       GpuContext helper = node.contexts.get(1);
       assertTrue(HelperLink.whyUnusable(node.target, node.target, options).orElseThrow().contains("target itself"));
       assertTrue(HelperLink.whyUnusable(node.target, helper, new HelperLink.Options().minFreeBytes(1L << 30))
@@ -335,12 +337,12 @@ class MultiLinkRestoreTest {
         assertThrows(IllegalStateException.class, link::borrow);
         link.giveBack();
         OnDemandOptions twice = new OnDemandOptions();
-        assertThrows(IllegalArgumentException.class, () -> twice.helpers(List.of(link, link)));
-        assertThrows(IllegalArgumentException.class, () -> twice.helperShare(0));
-        assertThrows(IllegalArgumentException.class, () -> twice.helperShare(1.5));
+        assertThrows(IllegalArgumentException.class, () -> twice.setHelpers(List.of(link, link)));
+        assertThrows(IllegalArgumentException.class, () -> twice.setHelperShare(0));
+        assertThrows(IllegalArgumentException.class, () -> twice.setHelperShare(1.5));
       }
     }
-    try (Node apart = new Node(2, new SimOptions().peerAccess(false))) {
+    try (Node apart = new Node(2, new SimOptions().setPeerAccess(false))) {
       GpuContext helper = apart.contexts.get(1);
       assertTrue(HelperLink.whyUnusable(apart.target, helper, options).orElseThrow().contains("not peers"));
       IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
@@ -358,7 +360,7 @@ class MultiLinkRestoreTest {
       assertTrue(elsewhere.gbps() > 0 && elsewhere.directGBps() > 0, elsewhere.toString());
       IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
           () -> new OnDemandRestorer(store).restore(manifest, node.target, source, node.resources,
-              new OnDemandOptions().helpers(List.of(elsewhere))));
+              new OnDemandOptions().setHelpers(List.of(elsewhere))));
       assertTrue(e.getMessage().contains("another context"), e.getMessage());
     }
   }
@@ -368,13 +370,13 @@ class MultiLinkRestoreTest {
   /** Simulated devices that are peers, a context on each, restore resources and helper links onto device 0. */
   private static final class Node implements AutoCloseable {
     final SimDriver driver;
-    final List<GpuContext> contexts = new java.util.ArrayList<>();
+    final List<GpuContext> contexts = new ArrayList<>();
     final GpuContext target;
     final RestoreResources resources;
-    final List<HelperLink> links = new java.util.ArrayList<>();
+    final List<HelperLink> links = new ArrayList<>();
 
     Node(int devices, SimOptions options) {
-      driver = SimDriver.open(options.deviceCount(devices));
+      driver = SimDriver.open(options.setDeviceCount(devices));
       for (int d = 0; d < devices; d++) {
         contexts.add(driver.createContext(d));
       }
