@@ -117,9 +117,10 @@ class MultiLinkRestoreTest {
     ImageManifest manifest = Images.manifest(store, tag);
     try (Node node = new Node(3, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(1)); Spaced source =
         new Spaced(manifest, node.target)) {
-      List<HelperLink> links = List.of(node.link(1, new HelperLink.Options()), node.link(2, new HelperLink.Options()));
-      // A small window: each link takes the next allocation as soon as it drains the one before (each helper lent
-      // whole, as fast as the target's link).
+      // Each helper lent whole and rated as fast as the target's link (the sim's rates, given rather than measured at
+      // open), and a small window: each link takes the next allocation as soon as it drains the one before.
+      HelperLink.Options rated = new HelperLink.Options().rates(COPY_GBPS, COPY_GBPS, 1);
+      List<HelperLink> links = List.of(node.link(1, rated), node.link(2, rated));
       OnDemandOptions options = new OnDemandOptions().setStreamInBackground(background).setWindowBytes(4096)
           .setHelpers(links).setHelperShare(1.0);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
@@ -136,9 +137,9 @@ class MultiLinkRestoreTest {
         assertEquals(manifest.totalBytes(), byLink.values().stream().mapToLong(Long::longValue).sum(),
             byLink.toString());
         assertEquals(stats.helperBytes(), byLink.get("device 1") + byLink.get("device 2"), byLink.toString());
-        if (background) {
-          assertTrue(stats.helperBytes() > 0, "the helpers carried part of it: " + byLink);
-        }
+        // How much the helpers carry here depends on when the background thread runs against the launches' own
+        // demands (on a loaded machine, none): that they take their share is
+        // withEverythingQueuedAtOnceTheSplitFollowsTheLinksRates's to show, where nothing races.
         assertImage(node.target, manifest);
       }
     }
