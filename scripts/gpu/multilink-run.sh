@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Under the PCIe floor (issue 27), on a host with two or more GPUs joined by NVLink (nvidia-h200-x2), at most 5
-# minutes in all (BUDGET seconds, default 290), each part under its own timeout, the later ones cut to what is left:
+# Under the PCIe floor (issue 27), on a host with two or more GPUs joined by NVLink (nvidia-h200-x2), at most 4
+# minutes in all (BUDGET seconds, default 240), each part under its own timeout, the later ones cut to what is left:
 #  0. the GPUs, their topology (nvidia-smi topo -m: NV18 between them) and how many there are;
 #  1. contract: the driver contract on CUDA, the new calls among them: canAccessPeer, memoryInfo, setAccessFor
 #     (cuMemSetAccess for another device), copyPeerAsync (cuMemcpyPeerAsync) and the unified-addressing peer copy,
@@ -8,13 +8,17 @@
 #     MultiLinkWorkerTest on the two GPUs: pooled workers restoring through both links and from the other GPU's HBM
 #     tier, every byte checked (≤ 90 s);
 #  2. http: `thaw serve` over HTTP with GPT-2-large (built with seeded weights, 16 tokens in, 1 out), the client's
-#     time per request and every Server-Timing (scripts/gpu/multilink_http.py):
+#     time per request, every Server-Timing, and from each cold start's trace when its first copy was called and its
+#     last copy landed after the request reached the server (scripts/gpu/multilink_http.py):
 #       a. one GPU (CUDA_VISIBLE_DEVICES=0, no HBM tier): cold from the host cache through one link;
 #       b. two GPUs (no HBM tier): cold through both links (tier;desc="host-cache-multilink"; goal ≤ 24 ms), and a
-#          warm GPT-2-large on the other GPU alone and while a cold start borrows its GPU's link (the helper's cost;
-#          the default --helper-share stays only if that is ≤ 5%);
-#       c. two GPUs with the HBM tier, one instance per GPU: cold from the same GPU's tier (hbm), then, that GPU
-#          full, from the other GPU's tier by a peer copy (hbm-peer; goal ≤ 1.1 × hbm + 1.55 GB at 300 GB/s);
+#          warm GPT-2-large on the other GPU alone and while a cold start borrows its GPU's link (the helper's cost
+#          at the share the server's banner names, the default --helper-share unless HELPER_SHARE says; bound 5%);
+#       c. two GPUs with the HBM tier (--hbm-tier TIER_BYTES, default 1800m: GPT-2-large's weights or GPT-2-medium's,
+#          not both), one instance per GPU: cold from the same GPU's tier (hbm), then, that GPU full, from the other
+#          GPU's tier by a peer copy (hbm-peer; goal ≤ 1.1 × hbm + 1.55 GB at 300 GB/s), PEER_ROUNDS times (default
+#          3): between two, GPT-2-medium (function g) starts there and its weights push GPT-2-large's out of that
+#          GPU's tier as it scales in;
 #  3. harness: MultiLinkHarness in the time left (in-process restores onto GPU 0 through one link and two, from
 #     GPU 0's own tier and GPU 1's, the helper's cost to a warm GPT-2-large at shares 1.0 and 0.5, one restore per GPU
 #     at once), GPT-2-large-shaped unless SHAPES says more;
@@ -23,12 +27,14 @@
 # Writes $OUT/summary.txt (the SUMMARY lines, the test counts), $OUT/device.txt, $OUT/tests.txt, $OUT/http-*.txt and
 # .json, $OUT/serve-*.log, $OUT/harness.txt, $OUT/multilink-results.json; exits non-zero if a part failed.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/multilink-run.sh <unpacked thaw dir>
-#   PARTS=contract,http,harness (the default), HTTP_MODES="one two tiers", ROUNDS=4, SHAPES=gpt2-large, BUDGET=290.
+#   PARTS=contract,http,harness (the default), HTTP_MODES="one two tiers", ROUNDS=4, PEER_ROUNDS=3,
+#   SHAPES=gpt2-large, BUDGET=240, HELPER_SHARE (passed as --helper-share when set), TIER_BYTES=1800m.
 #   The harness gets what the budget leaves (often nothing): PARTS=harness runs it alone, in its own 5 minutes.
 # A dry run without GPUs: THAW_DEVICE=sim THAW_SIM_DEVICES=2 THAW_SIM_COPY_GBPS=2 SHAPES=tiny, and for the HTTP part a
 # function the sim runs quickly in GPT-2-large's place (HTTP_MODEL=mlp HTTP_FUNCTION=dev.thaw.examples.mlp.MlpFunction
-# HTTP_CONFIG='{"layers": [1024, 4096, 256], "seed": 5}' HTTP_REQUEST='{"inputs": [[0.5, ...1024 numbers]]}'; nothing
-# it measures is a GPU number).
+# HTTP_CONFIG='{"layers": [1024, 4096, 256], "seed": 5}' HTTP_REQUEST='{"inputs": [[0.5, ...1024 numbers]]}', and g's
+# image smaller than f's with a tier that holds one of them: EVICT_CONFIG='{"layers": [1024, 2048, 256], "seed": 6}'
+# TIER_BYTES=30m; nothing it measures is a GPU number).
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=$(cd "${1:?usage: OUT=<dir> scripts/gpu/multilink-run.sh <unpacked thaw dir>}" && pwd)
@@ -38,7 +44,8 @@ export THAW_DEVICE=${THAW_DEVICE:-cuda}
 parts=,${PARTS:-contract,http,harness},
 shapes=${SHAPES:-gpt2-large}
 rounds=${ROUNDS:-4}
-budget=${BUDGET:-290}
+budget=${BUDGET:-240}
+evict=gpt2:medium  # g's image in the tiers mode
 started=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - started) )); }
 mkdir -p "$OUT"
@@ -95,9 +102,12 @@ serve() {
     echo "$name: thaw serve did not listen"; tail -20 "$OUT/serve-$name.log"; kill -KILL $pid 2>/dev/null
     status=1; return
   fi
+  # The share the server lends helpers' links at, as its banner says (none on one GPU).
+  local share
+  share=$(grep -o 'each at share [0-9.]*' "$OUT/serve-$name.log" | head -1 | awk '{print $NF}')
   timeout -k 5 "$seconds" python3 "$here/multilink_http.py" --port "$port" --request "$request" --model "$model" \
-      --image-gb "$image_gb" --rounds "$rounds" --out "$OUT/http-$name.json" "${client[@]}" 2>&1 \
-      | tee "$OUT/http-$name.txt" || status=1
+      --image-gb "$image_gb" --rounds "$rounds" --peer-rounds "${PEER_ROUNDS:-3}" --share "${share:-none}" \
+      --out "$OUT/http-$name.json" "${client[@]}" 2>&1 | tee "$OUT/http-$name.txt" || status=1
   kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
   grep 'cold start on worker' "$OUT/serve-$name.log" | strip | sed 's/.*dev.thaw.server.instances - //' | cut -c1-240
   summary "$OUT/http-$name.txt" >> "$OUT/summary.txt"
@@ -109,20 +119,26 @@ http() {
   echo "{\"functions\": {\"f\": {\"image\": \"$tag\", \"keepAlive\": \"1s\"}}}" > "$work/serve-one.json"
   echo "{\"functions\": {\"f\": {\"image\": \"$tag\", \"keepAlive\": \"1s\"}, \"h\": {\"image\": \"$tag\",
       \"minInstances\": 1, \"keepAlive\": \"10m\"}}}" > "$work/serve-two.json"
-  # One instance per GPU (--max-workers 3 less 2 idle): the blocker fills the GPU whose tier holds f's weights.
+  # One instance per GPU (--max-workers 3 less 2 idle): the blocker fills the GPU whose tier holds f's weights; g (a
+  # smaller image) pushes f's weights out of the other GPU's tier between two hbm-peer starts.
   echo "{\"functions\": {\"f\": {\"image\": \"$tag\", \"keepAlive\": \"1s\"}, \"blocker\": {\"image\": \"$tag\",
-      \"keepAlive\": \"10m\"}}}" > "$work/serve-tiers.json"
+      \"keepAlive\": \"10m\"}, \"g\": {\"image\": \"$evict\", \"keepAlive\": \"1s\"}}}" > "$work/serve-tiers.json"
   for mode in $modes; do
-    local t=$(( $(left) < budget_each ? $(left) : budget_each ))
+    local each=$budget_each
+    [[ $mode == tiers ]] && each=$(( budget_each * 3 / 2 ))
+    local t=$(( $(left) < each ? $(left) : each ))
     if (( t < 40 )); then
       echo "== $mode: not run, ${t} s of the budget left" | tee -a "$OUT/summary.txt"; continue
     fi
     echo "== http $mode ($model, at most $t s)"
+    local shared=()
+    [[ -n ${HELPER_SHARE:-} ]] && shared=(--helper-share "$HELPER_SHARE")
     case $mode in
       one) client=(--mode one --idle 2); CUDA_VISIBLE_DEVICES=0 THAW_SIM_DEVICES=1 serve one "$t" \
           --host-cache "$cache" --hbm-tier 0 --max-helpers 0 ;;
-      two) client=(--mode two --idle 4); serve two "$t" --host-cache "$cache" --hbm-tier 0 ;;
-      tiers) client=(--mode tiers --idle 4); serve tiers "$t" --host-cache "$cache" --hbm-tier 8g --max-workers 3 ;;
+      two) client=(--mode two --idle 4); serve two "$t" --host-cache "$cache" --hbm-tier 0 "${shared[@]}" ;;
+      tiers) client=(--mode tiers --idle 4); serve tiers "$t" --host-cache "$cache" --hbm-tier "${TIER_BYTES:-1800m}" \
+          --max-workers 3 "${shared[@]}" ;;
     esac
   done
 }
@@ -137,6 +153,12 @@ if [[ $parts == *,http,* ]]; then
       --config "${HTTP_CONFIG:-{\"model\": \"gpt2-large\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 64\}}" \
       --tag gpt2:large --sample-request "$request" > "$OUT/build-gpt2.txt" 2>&1 \
       || { echo "build failed"; tail "$OUT/build-gpt2.txt"; status=1; }
+  if [[ ${HTTP_MODES:-one two tiers} == *tiers* ]]; then
+    timeout -k 5 60 "$home/bin/thaw" build --function "${HTTP_FUNCTION:-dev.thaw.examples.gpt2.Gpt2Function}" \
+        --config "${EVICT_CONFIG:-{\"model\": \"gpt2-medium\", \"seed\": 2, \"maxBatch\": 1, \"maxTokens\": 64\}}" \
+        --tag "$evict" --sample-request "$request" > "$OUT/build-evict.txt" 2>&1 \
+        || { echo "build failed"; tail "$OUT/build-evict.txt"; status=1; }
+  fi
   http gpt2:large "${HTTP_MODES:-one two tiers}" 4g 60
 fi
 

@@ -31,7 +31,7 @@ import org.openjdk.jmh.annotations.Warmup;
  *
  * <ul>
  *   <li>{@link #emptyLaunchPrebuiltArgs}: launches per second of {@code thaw_empty} through the hot path, a
- *       {@link KernelArgs} built once. The floor measured with raw JNA on an H200 is 2.85 µs a launch.
+ *       {@link KernelArgs} built once; the floor, raw JNA, is in {@code docs/benchmarks/launch.md}.
  *   <li>{@link #saxpyLaunchPrebuiltArgs} / {@link #saxpyLaunchVarargs}: the same kernel and values through
  *       the hot path and through {@code launch(grid, block, stream, Object...)}; the difference is the cost
  *       of boxing and marshalling four typed arguments per launch.

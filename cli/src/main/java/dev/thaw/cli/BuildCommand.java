@@ -69,9 +69,9 @@ final class BuildCommand implements Callable<Integer> {
   public Integer call() {
     BuildOptions options;
     try {
-      options = new BuildOptions().functionClass(function).tag(tag);
+      options = new BuildOptions().setFunctionClass(function).setTag(tag);
       if (config != null) {
-        options.config(config);
+        options.setConfig(config);
       }
       sampleRequests.forEach(options::addSampleRequest);
     } catch (IllegalArgumentException e) {

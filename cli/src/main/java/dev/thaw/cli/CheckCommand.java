@@ -65,7 +65,8 @@ final class CheckCommand implements Callable<Integer> {
   public Integer call() {
     DeviceCheckOptions options;
     try {
-      options = new DeviceCheckOptions().deviceOrdinal(ordinal).elements(elements).emptyLaunches(launches).seed(seed);
+      options = new DeviceCheckOptions().setDeviceOrdinal(ordinal).setElements(elements).setEmptyLaunches(launches)
+          .setSeed(seed);
     } catch (IllegalArgumentException e) {
       throw new ParameterException(spec.commandLine(), e.getMessage(), e);
     }

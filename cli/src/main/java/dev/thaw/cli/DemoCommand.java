@@ -80,8 +80,8 @@ final class DemoCommand implements Callable<Integer> {
   public Integer call() throws Exception {
     PrintWriter out = spec.commandLine().getOut();
     JsonNode request = request();
-    BuildOptions options = new BuildOptions().functionClass(FUNCTION).tag(tag)
-        .config(Json.MAPPER.readTree("{\"layers\": [" + INPUTS + ", 256, 256, 10], \"seed\": 42}"))
+    BuildOptions options = new BuildOptions().setFunctionClass(FUNCTION).setTag(tag)
+        .setConfig(Json.MAPPER.readTree("{\"layers\": [" + INPUTS + ", 256, 256, 10], \"seed\": 42}"))
         .addSampleRequest(request);
     try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = store.open(cli, StoreAccess.CREATE)) {
       out.printf("device   %s (%s)%n", driver.devices().get(0).describe(), driver.name());

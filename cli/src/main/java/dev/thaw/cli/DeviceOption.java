@@ -1,6 +1,7 @@
 package dev.thaw.cli;
 
 import dev.thaw.runtime.gpu.DeviceChoice;
+import java.util.Iterator;
 import java.util.List;
 import picocli.CommandLine;
 import picocli.CommandLine.Option;
@@ -30,7 +31,7 @@ final class DeviceOption {
 
   static final class Candidates implements Iterable<String> {
     @Override
-    public java.util.Iterator<String> iterator() {
+    public Iterator<String> iterator() {
       return List.of("cuda", "sim", "auto").iterator();
     }
   }

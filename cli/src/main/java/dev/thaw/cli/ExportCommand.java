@@ -1,6 +1,6 @@
 package dev.thaw.cli;
 
-import dev.thaw.image.store.ImageArchive;
+import dev.thaw.image.archive.ImageArchive;
 import dev.thaw.image.store.RocksChunkStore;
 import java.nio.file.Path;
 import java.util.concurrent.Callable;

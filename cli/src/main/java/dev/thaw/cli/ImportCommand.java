@@ -1,7 +1,7 @@
 package dev.thaw.cli;
 
 import dev.thaw.image.store.ChunkStore;
-import dev.thaw.image.store.ImageArchive;
+import dev.thaw.image.archive.ImageArchive;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.concurrent.Callable;

@@ -6,6 +6,7 @@ import dev.thaw.image.store.ChunkStore;
 import java.io.PrintWriter;
 import java.util.Locale;
 import java.util.concurrent.Callable;
+import java.util.stream.Collectors;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
@@ -73,10 +74,10 @@ final class InspectCommand implements Callable<Integer> {
         } else {
           out.printf("profile    %s from %d launches; first-access order (%s) of %d allocations: %s%n",
               p.summary(), p.launches(), p.orderSource(), p.firstAccessOrder().size(),
-              p.firstAccessOrder().stream().limit(8).collect(java.util.stream.Collectors.joining(", "))
+              p.firstAccessOrder().stream().limit(8).collect(Collectors.joining(", "))
                   + (p.firstAccessOrder().size() > 8 ? ", ..." : ""));
           p.kernels().forEach((k, v) -> {
-            out.printf("  %-40s %-7s %d launches%n", k, v.verdict().name().toLowerCase(java.util.Locale.ROOT),
+            out.printf("  %-40s %-7s %d launches%n", k, v.verdict().name().toLowerCase(Locale.ROOT),
                 v.launches());
             v.reasons().forEach(r -> out.printf("      %s%n", r));
           });

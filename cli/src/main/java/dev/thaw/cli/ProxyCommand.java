@@ -22,7 +22,8 @@ import sun.misc.Signal;
 /**
  * {@code thaw proxy}: node mode's function pod ({@link FunctionProxy}). Its start time is its reason to be: it loads no
  * HTTP or JSON library, and {@link ThawCli#main} runs it from {@link #parseFast} without picocli (whose model of this
- * one command costs ~90 ms of a ~250 ms start), falling back to picocli for help and for anything the fast parser does
+ * one command would be a third of its start: {@code docs/benchmarks/node-proxy.md}), falling back to picocli for help
+ * and for anything the fast parser does
  * not take, which then says what is wrong. {@code ProxyCommandTest} keeps the two parsers in step.
  */
 @Command(name = "proxy",

@@ -1,5 +1,6 @@
 package dev.thaw.cli;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.Images;
@@ -7,6 +8,7 @@ import dev.thaw.image.StrictJson;
 import dev.thaw.image.registry.ImagePull;
 import dev.thaw.image.registry.RegistryReference;
 import dev.thaw.image.restore.ImageRestorer;
+import dev.thaw.image.restore.RequestValidation;
 import dev.thaw.image.restore.RestoreCheck;
 import dev.thaw.image.restore.RestoredFunction;
 import dev.thaw.image.store.ChunkStore;
@@ -17,6 +19,7 @@ import dev.thaw.runtime.gpu.GpuDriver;
 import java.io.IOException;
 import java.io.PrintWriter;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.Locale;
 import java.util.Optional;
@@ -79,10 +82,10 @@ final class RunCommand implements Callable<Integer> {
     JsonNode body;
     try {
       body = StrictJson.read(Files.readString(request));
-    } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+    } catch (JsonProcessingException e) {
       throw new ParameterException(spec.commandLine(), "request " + request + " is not JSON: "
           + StrictJson.problem(e), e);
-    } catch (java.nio.file.NoSuchFileException e) {
+    } catch (NoSuchFileException e) {
       throw new ParameterException(spec.commandLine(), "request " + request + " does not exist", e);
     } catch (IOException e) {
       throw new ParameterException(spec.commandLine(), "cannot read request " + request + ": " + e.getMessage(), e);
@@ -96,7 +99,7 @@ final class RunCommand implements Callable<Integer> {
             RegistryReference.looksLikeReference(tag) ? StoreAccess.CREATE : StoreAccess.READ);
         RegistrySource source = RegistrySource.open(cli, s, tag, registry, spec)) {
       // Before any device work: a missing image or a request the function refuses costs no restore.
-      Images.checkRequest(source.tag(), Images.manifest(source.store(), source.tag()), FunctionRequest.of(body));
+      RequestValidation.check(source.tag(), Images.manifest(source.store(), source.tag()), FunctionRequest.of(body));
       return restoreAndInvoke(source, body, out, started);
     }
   }

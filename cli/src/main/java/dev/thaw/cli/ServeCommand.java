@@ -9,10 +9,11 @@ import dev.thaw.image.registry.RegistryReference;
 import dev.thaw.image.store.Tags;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.runtime.host.Threads;
 import dev.thaw.server.FunctionOptions;
+import dev.thaw.server.ServerLogs;
 import dev.thaw.server.ServerOptions;
 import dev.thaw.server.ThawServer;
-import dev.thaw.server.impl.Endpoints;
 import dev.thaw.server.impl.InProcessInstances;
 import dev.thaw.server.impl.PoolInstances;
 import dev.thaw.server.spi.InstanceFactory;
@@ -29,6 +30,7 @@ import io.micrometer.core.instrument.Timer;
 import io.micrometer.prometheusmetrics.PrometheusConfig;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.core.Vertx;
+import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.util.Locale;
 import java.util.concurrent.CompletableFuture;
@@ -45,6 +47,8 @@ import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
@@ -52,6 +56,7 @@ import picocli.CommandLine.Option;
 import picocli.CommandLine.ParameterException;
 import picocli.CommandLine.ParentCommand;
 import picocli.CommandLine.Spec;
+import sun.misc.Signal;
 
 /**
  * {@code thaw serve}: the restore server in the foreground until SIGTERM or SIGINT, which drain it (new requests
@@ -177,7 +182,7 @@ final class ServeCommand implements Callable<Integer> {
 
   @Option(names = "--helper-share", paramLabel = "SHARE",
       description = {"The part of a borrowed GPU's link a cold start may use, over (0, 1].",
-          "Default: helperShare of the config, else 1."})
+          "Default: helperShare of the config, else 0.5."})
   Double helperShare;
 
   @Option(names = "--wake-ahead", paramLabel = "DURATION",
@@ -226,10 +231,10 @@ final class ServeCommand implements Callable<Integer> {
     timeline.mark("options");
     // One INFO line per request, one per cold start (the worker's phases), one per server-side failure; the rest stay
     // at the CLI's WARN.
-    System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.REQUEST_LOG, "info");
-    System.setProperty("org.slf4j.simpleLogger.log.dev.thaw.server.instances", "info");
+    System.setProperty("org.slf4j.simpleLogger.log." + ServerLogs.REQUESTS, "info");
+    System.setProperty("org.slf4j.simpleLogger.log." + ServerLogs.INSTANCES, "info");
     // A 5xx body names only its request's id: the detail an operator looks up by it is in this log.
-    System.setProperty("org.slf4j.simpleLogger.log." + Endpoints.ERROR_LOG, "info");
+    System.setProperty("org.slf4j.simpleLogger.log." + ServerLogs.ERRORS, "info");
     PrintWriter out = spec.commandLine().getOut();
 
     // The way to the first response is the first instance's: for the pool, a worker's JVM, cuInit and context;
@@ -244,7 +249,7 @@ final class ServeCommand implements Callable<Integer> {
     CompletableFuture<GpuDriver> opening = new CompletableFuture<>();
     CompletableFuture<InProcessInstances.Prepared> prepared = new CompletableFuture<>();
     boolean prepare = instances.equals("in-process") && !options.functions().isEmpty();
-    Thread opener = new Thread(() -> {
+    Threads.startDaemon(() -> {
       try {
         GpuDriver d = cli.openDriver(device.choice, spec);
         timeline.mark("driver");
@@ -257,8 +262,6 @@ final class ServeCommand implements Callable<Integer> {
         opening.completeExceptionally(e);
       }
     }, "thaw-serve-driver");
-    opener.setDaemon(true);
-    opener.start();
     ChunkStore s = null;
     GpuDriver driver = null;
     InstanceFactory factory;
@@ -314,6 +317,11 @@ final class ServeCommand implements Callable<Integer> {
       out.printf("cache    %s%n", options.hostCacheBytes() == 0 ? "none (workers read the store)"
           : (options.hostCacheBytes() >> 20) + " MiB pinned host cache; images staged at registration; HBM tier "
           + (options.hbmTierBytes() >> 20) + " MiB per GPU");
+      if (options.hostCacheBytes() > 0 && driver.devices().size() > 1) {
+        out.println(options.maxHelpers() == 0 ? "helpers  none: a cold start copies through its own GPU's link"
+            : String.format(Locale.ROOT, "helpers  a cold start borrows up to %d idle GPUs' links, each at share %.2f",
+            options.maxHelpers(), options.helperShare()));
+      }
     }
     options.functions().forEach((name, f) -> out.printf("function %s = %s%s%n", name, f.image(),
         RegistryReference.looksLikeReference(f.image()) ? " (pulled in the background)" : ""));
@@ -344,7 +352,7 @@ final class ServeCommand implements Callable<Integer> {
     // SIGTERM and SIGINT are handled, not left to shutdown hooks: hooks run all at once, and the pool's would kill
     // the workers of in-flight requests while the drain waits for them.
     for (String signal : new String[] {"TERM", "INT"}) {
-      sun.misc.Signal.handle(new sun.misc.Signal(signal), sig -> new Thread(stop, "thaw-serve-drain").start());
+      Signal.handle(new Signal(signal), sig -> new Thread(stop, "thaw-serve-drain").start());
     }
     stopped.await();
     return ThawCli.EXIT_OK;
@@ -357,7 +365,7 @@ final class ServeCommand implements Callable<Integer> {
    */
   private static CompletableFuture<Vertx> startHttpSide(StartupTimeline timeline) {
     CompletableFuture<Vertx> made = new CompletableFuture<>();
-    Thread t = new Thread(() -> {
+    Thread t = Threads.startDaemon(() -> {
       try {
         Vertx v = Vertx.vertx();
         made.complete(v);
@@ -367,12 +375,12 @@ final class ServeCommand implements Callable<Integer> {
         return;
       }
       try {
-        // A timer with a histogram too, as the registration makes per function: its first one took ~50 ms (sim).
+        // A timer with a histogram too, as the registration makes per function: the first one in a JVM is slow.
         PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
         Timer.builder("thaw.warmup").publishPercentileHistogram().register(registry)
             .record(Duration.ofMillis(1));
         registry.close();
-        try (java.io.InputStream in = ServeCommand.class.getResourceAsStream(WARM_MANIFEST)) {
+        try (InputStream in = ServeCommand.class.getResourceAsStream(WARM_MANIFEST)) {
           if (in != null) {
             ImageManifest.read(in.readAllBytes());
           }
@@ -381,8 +389,6 @@ final class ServeCommand implements Callable<Integer> {
         // Loading ahead is best effort: the server loads what it needs when it needs it.
       }
     }, "thaw-serve-http");
-    t.setDaemon(true);
-    t.start();
     return made;
   }
 
@@ -445,7 +451,7 @@ final class ServeCommand implements Callable<Integer> {
       HostImageCache cache = null;
       if (options.hostCacheBytes() > 0) {
         try {
-          cache = HostImageCache.create(new HostCacheOptions().capacityBytes(options.hostCacheBytes()));
+          cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(options.hostCacheBytes()));
         } catch (IOException e) {
           throw new UncheckedIOException("cannot create the host image cache (" + options.hostCacheBytes()
               + " bytes)", e);
@@ -558,8 +564,8 @@ final class ServeCommand implements Callable<Integer> {
         o.setHostCacheBytes(bytes(hostCache, "--host-cache"));
       } else if (!cacheConfigured && cli.env("K_SERVICE") != null) {
         // A Knative pod serves its functions until it is scaled in, long before an instance's keepAlive ends: no
-        // second start would read the cache, and registering it costs each worker ~0.4 s per GiB on the way to the
-        // first response. Asked for, it is there.
+        // second start would read the cache, and registering it (pinning is paid per page) delays each worker on
+        // the way to the first response. Asked for, it is there.
         o.setHostCacheBytes(0);
       }
       if (maxConnections != null) {
@@ -616,11 +622,11 @@ final class ServeCommand implements Callable<Integer> {
 
   /** {@code 8g}, {@code 512m}, {@code 64k} or a number of bytes. */
   static long bytes(String size, String option) {
-    java.util.regex.Matcher m = java.util.regex.Pattern.compile("([0-9]+)([kKmMgGtT]?)[iI]?[bB]?").matcher(size.trim());
+    Matcher m = Pattern.compile("([0-9]+)([kKmMgGtT]?)[iI]?[bB]?").matcher(size.trim());
     if (!m.matches()) {
       throw new IllegalArgumentException(option + " takes a size such as 8g, 512m or 0, not '" + size + "'");
     }
-    int shift = switch (m.group(2).toLowerCase(java.util.Locale.ROOT)) {
+    int shift = switch (m.group(2).toLowerCase(Locale.ROOT)) {
       case "k" -> 10;
       case "m" -> 20;
       case "g" -> 30;

@@ -5,7 +5,8 @@ import dev.thaw.image.InvalidManifestException;
 import dev.thaw.image.build.Chunker;
 import dev.thaw.image.registry.RegistryException;
 import dev.thaw.image.build.FastCdcChunker;
-import dev.thaw.image.store.ArchiveException;
+import dev.thaw.image.archive.ArchiveException;
+import dev.thaw.image.store.RocksNative;
 import dev.thaw.image.store.StoreException;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
@@ -14,6 +15,8 @@ import dev.thaw.image.restore.CorruptChunkException;
 import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
+import dev.thaw.pool.ContextPool;
+import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.DeviceChoice;
@@ -126,10 +129,10 @@ public final class ThawCli implements Callable<Integer> {
   /** When this class was loaded: {@code main} is about to run ({@code thaw serve}'s startup timeline). */
   static final long MAIN_NANOS = System.nanoTime();
 
-  /** How a command gets its driver: {@link GpuDrivers#open(DeviceChoice, SimOptions)}, or a stand-in in tests. */
+  /** How a command gets its driver: {@link GpuDrivers#open(DeviceChoice, Map)}, or a stand-in in tests. */
   @FunctionalInterface
   interface DriverOpener {
-    GpuDriver open(DeviceChoice choice, SimOptions simOptions);
+    GpuDriver open(DeviceChoice choice, Map<String, String> environment);
   }
 
   @Spec
@@ -184,16 +187,16 @@ public final class ThawCli implements Callable<Integer> {
     }
     if (args.length > 0 && args[0].equals("serve")) {
       // The store opens after the options are parsed; its native library can load while they are.
-      dev.thaw.image.store.RocksNative.loadAhead();
+      RocksNative.loadAhead();
     }
-    // THAW_PRELAUNCH=0: the pool starts its first worker itself, after option parsing (the GPU record compares both).
+    // THAW_PRELAUNCH=0: the pool starts its first worker itself, after option parsing (to measure what this saves).
     String pooledDevice = "0".equals(System.getenv("THAW_PRELAUNCH")) ? null
         : servesFromThePool(args, System.getenv(DeviceChoice.ENV));
     if (pooledDevice != null) {
-      // The pool's first worker JVM starts (and runs its cuInit) while picocli parses: ~140 ms on the H200.
+      // The pool's first worker JVM starts (and runs its cuInit) while picocli parses (docs/design/server.md).
       try {
-        dev.thaw.pool.ContextPool.prelaunch(new dev.thaw.pool.ContextPoolOptions().setDeviceChoice(pooledDevice));
-      } catch (java.io.IOException | RuntimeException e) {
+        ContextPool.prelaunch(new ContextPoolOptions().setDeviceChoice(pooledDevice));
+      } catch (IOException | RuntimeException e) {
         // The pool spawns its first worker itself, as without a prelaunch.
       }
     }
@@ -304,10 +307,10 @@ public final class ThawCli implements Callable<Integer> {
    */
   GpuDriver openDriver(DeviceChoice override, CommandSpec caller) {
     DeviceChoice choice;
-    SimOptions simOptions;
     try {
       choice = override != null ? override : DeviceChoice.parse(environment.get(DeviceChoice.ENV));
-      simOptions = SimOptions.fromEnvironment();
+      // A malformed THAW_SIM_* is a usage error whichever driver opens.
+      SimOptions.fromEnvironment();
     } catch (IllegalArgumentException e) {
       throw new ParameterException(caller.commandLine(), e.getMessage(), e);
     }
@@ -320,7 +323,7 @@ public final class ThawCli implements Callable<Integer> {
       }
     }
     try {
-      return opener.open(choice, simOptions);
+      return opener.open(choice, System.getenv());
     } catch (GpuUnavailableException | CudaException e) {
       throw new NoDeviceException(e.getMessage());
     } catch (RuntimeException | LinkageError e) {

@@ -9,9 +9,11 @@ import dev.thaw.runtime.function.SaxpyFunction;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -185,7 +187,7 @@ class ExitCodesTest {
   void aReadOnlyStoreReadsAndRefusesWritesInOneLine() throws Exception {
     assertEquals(0, thaw(build("--config", "{\"n\": 100}")).exit());
     try (ReadOnly ro = ReadOnly.make(store)) {
-      org.junit.jupiter.api.Assumptions.assumeTrue(ro.works(), ro.why());
+      Assumptions.assumeTrue(ro.works(), ro.why());
       assertEquals(0, thaw("images").exit());
       assertEquals(0, thaw("verify").exit());
       expect(ThawCli.EXIT_FAILED, "store " + store + ": is read-only", "gc");
@@ -193,7 +195,7 @@ class ExitCodesTest {
       expect(ThawCli.EXIT_FAILED, "store " + store + ": is read-only", build("--config", "{\"n\": 100}"));
     }
     try (ReadOnly ro = ReadOnly.make(dir)) {
-      org.junit.jupiter.api.Assumptions.assumeTrue(ro.works(), ro.why());
+      Assumptions.assumeTrue(ro.works(), ro.why());
       expect(ThawCli.EXIT_FAILED, "cannot export to " + dir.resolve("a.tar") + ": cannot write to " + dir,
           "export", "saxpy:1", dir.resolve("a.tar").toString());
     }
@@ -207,7 +209,7 @@ class ExitCodesTest {
 
     static ReadOnly make(Path dir) throws Exception {
       if (!"root".equals(System.getProperty("user.name"))) {
-        Files.setPosixFilePermissions(dir, java.nio.file.attribute.PosixFilePermissions.fromString("r-xr-xr-x"));
+        Files.setPosixFilePermissions(dir, PosixFilePermissions.fromString("r-xr-xr-x"));
         return new ReadOnly(dir, !Files.isWritable(dir), "chmod did not make " + dir + " read-only", false);
       }
       boolean ok = new ProcessBuilder("chattr", "+i", dir.toString()).redirectErrorStream(true).start().waitFor() == 0;
@@ -220,7 +222,7 @@ class ExitCodesTest {
       if (immutable) {
         new ProcessBuilder("chattr", "-i", dir.toString()).start().waitFor();
       } else {
-        Files.setPosixFilePermissions(dir, java.nio.file.attribute.PosixFilePermissions.fromString("rwxr-xr-x"));
+        Files.setPosixFilePermissions(dir, PosixFilePermissions.fromString("rwxr-xr-x"));
       }
     }
   }

@@ -15,14 +15,17 @@ import dev.thaw.image.store.StoreChild;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.runtime.function.SaxpyFunction;
 import dev.thaw.runtime.gpu.GpuDrivers;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.attribute.PosixFilePermission;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
+import java.util.EnumSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.BeforeEach;
@@ -236,8 +239,8 @@ class StoreCommandsTest {
     assertTrue(Files.notExists(dir.resolve("b.tar")));
   }
 
-  private static java.util.Set<PosixFilePermission> permissions(int mode) {
-    java.util.Set<PosixFilePermission> out = java.util.EnumSet.noneOf(PosixFilePermission.class);
+  private static Set<PosixFilePermission> permissions(int mode) {
+    Set<PosixFilePermission> out = EnumSet.noneOf(PosixFilePermission.class);
     PosixFilePermission[] order = {PosixFilePermission.OTHERS_EXECUTE, PosixFilePermission.OTHERS_WRITE,
         PosixFilePermission.OTHERS_READ, PosixFilePermission.GROUP_EXECUTE, PosixFilePermission.GROUP_WRITE,
         PosixFilePermission.GROUP_READ, PosixFilePermission.OWNER_EXECUTE, PosixFilePermission.OWNER_WRITE,
@@ -256,8 +259,8 @@ class StoreCommandsTest {
     assertEquals(0, build("good").exit());
     byte[] future;
     try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
-      future = new String(s.manifest("good").orElseThrow(), java.nio.charset.StandardCharsets.UTF_8)
-          .replace("\"schemaVersion\" : 1", "\"schemaVersion\" : 7").getBytes(java.nio.charset.StandardCharsets.UTF_8);
+      future = new String(s.manifest("good").orElseThrow(), StandardCharsets.UTF_8)
+          .replace("\"schemaVersion\" : 1", "\"schemaVersion\" : 7").getBytes(StandardCharsets.UTF_8);
     }
     try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setCreate(false))) {
       s.commit("future", future, ImageManifest.read(s.manifest("good").orElseThrow()).chunkDigests());

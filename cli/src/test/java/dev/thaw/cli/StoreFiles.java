@@ -8,6 +8,7 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.Arrays;
 import java.util.List;
 
 /** Damage done to a real store's files behind its back, as a disk would. */
@@ -49,7 +50,7 @@ final class StoreFiles {
           continue outer;
         }
       }
-      if (java.util.Arrays.equals(hay, i, i + needle.length, needle, 0, needle.length)) {
+      if (Arrays.equals(hay, i, i + needle.length, needle, 0, needle.length)) {
         return i;
       }
     }

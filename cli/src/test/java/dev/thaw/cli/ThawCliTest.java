@@ -304,7 +304,7 @@ class ThawCliTest {
     }
 
     @Override
-    public GpuDriver open(DeviceChoice choice, dev.thaw.runtime.gpu.sim.SimOptions simOptions) {
+    public GpuDriver open(DeviceChoice choice, Map<String, String> environment) {
       choices.add(choice);
       return driver;
     }

@@ -1,6 +1,7 @@
 package dev.thaw.pool;
 
 import dev.thaw.pool.impl.ContextPoolImpl;
+import java.io.IOException;
 import java.time.Duration;
 import java.util.List;
 
@@ -36,9 +37,9 @@ public interface ContextPool extends AutoCloseable {
    * {@code thaw serve} calls it as its {@code main} begins. A prelaunched worker no pool takes ends with this process
    * or at {@link #discardPrelaunched()}.
    *
-   * @throws java.io.IOException if the process cannot start
+   * @throws IOException if the process cannot start
    */
-  static void prelaunch(ContextPoolOptions options) throws java.io.IOException {
+  static void prelaunch(ContextPoolOptions options) throws IOException {
     ContextPoolImpl.prelaunch(options);
   }
 

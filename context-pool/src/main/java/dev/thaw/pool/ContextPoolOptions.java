@@ -7,6 +7,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.restore.HelperLink;
+import dev.thaw.runtime.gpu.DeviceChoice;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -171,7 +172,7 @@ public final class ContextPoolOptions {
 
   public ContextPoolOptions setDeviceChoice(String deviceChoice) {
     if (deviceChoice != null) {
-      dev.thaw.runtime.gpu.DeviceChoice.parse(deviceChoice);
+      DeviceChoice.parse(deviceChoice);
     }
     this.deviceChoice = deviceChoice;
     return this;
@@ -228,7 +229,7 @@ public final class ContextPoolOptions {
 
   /**
    * The host image cache's arena ({@code HostImageCache.path()}), which every worker maps read-only and registers
-   * at start (0.5-0.7 s for 4 GiB on an H200: paid while warming, never on a cold path); null for none.
+   * at start (seconds for a few GiB: paid while warming, never on a cold path); null for none.
    */
   public Path hostCachePath() {
     return hostCachePath == null ? null : Path.of(hostCachePath);
@@ -390,8 +391,8 @@ public final class ContextPoolOptions {
 
   /**
    * How long before an invoke's predicted end its worker sends NEAR, upon which the reader of its answers stops
-   * sleeping and polls for the RESULT. A thread that slept through a long invoke wakes slowly (on the H200's virtual
-   * machine its core has halted: 0.1-0.3 ms per wake-up); one that polls does not. Predicted from the worker's own
+   * sleeping and polls for the RESULT. A thread that slept through a long invoke may wake slowly (its core may have
+   * halted: {@code docs/design/context-pool.md}, "Wake-ahead"); one that polls does not. Predicted from the worker's own
    * recent invokes; only invokes predicted to last at least 1 ms and twice this are announced, and the poll gives up
    * after three times this. {@link Duration#ZERO}: off.
    */
@@ -410,8 +411,8 @@ public final class ContextPoolOptions {
   /**
    * How long a worker is idle after an answer before it write-protects its image's read-only slabs (once its restore
    * is resident; never under a request). Idle, so that a request right behind another does not wait for the
-   * protection: on the H200 {@code cuMemSetAccess} took 0.1-0.4 ms alone but up to 170 ms while other workers
-   * started beside it. {@link Duration#ZERO}: at once after an answer, before the next request runs (deterministic,
+   * protection: {@code cuMemSetAccess} is quick alone but can take a hundred times longer while other workers start
+   * beside it ({@code docs/design/memory-tiers.md}). {@link Duration#ZERO}: at once after an answer, before the next request runs (deterministic,
    * for tests).
    */
   public Duration protectAfterIdle() {

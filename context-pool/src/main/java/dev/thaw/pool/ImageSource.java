@@ -4,7 +4,6 @@ import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.hbm.ExportedSlab;
-import dev.thaw.pool.protocol.WorkerMessages;
 import java.nio.file.Path;
 import java.util.List;
 
@@ -33,9 +32,11 @@ import java.util.List;
  * @param helperShare the part of each helper's link the restore may use, over (0, 1]
  * @param peer another device's HBM-tier slabs of the image (descriptors of this process), pulled over the peer link
  *     into the worker's own fresh slabs; null for none. Only with the host cache
+ * @param peerDevice the device whose memory {@code peer} is (the worker relays it through its link from there when it
+ *     holds one, else maps it for its own device); -1 without {@code peer}
  */
 public record ImageSource(String kind, Path path, CacheLease lease, List<ExportedSlab> resident,
-    List<Integer> helpers, double helperShare, List<ExportedSlab> peer) {
+    List<Integer> helpers, double helperShare, List<ExportedSlab> peer, int peerDevice) {
 
   public ImageSource {
     resident = resident == null ? null : List.copyOf(resident);
@@ -47,10 +48,13 @@ public record ImageSource(String kind, Path path, CacheLease lease, List<Exporte
     if (helpers.stream().distinct().count() != helpers.size() || helpers.stream().anyMatch(d -> d < 0)) {
       throw new IllegalArgumentException("helpers are distinct device ordinals: " + helpers);
     }
+    if (peer != null && peerDevice < 0) {
+      throw new IllegalArgumentException("another device's slabs name their device, not " + peerDevice);
+    }
   }
 
   public ImageSource(String kind, Path path, CacheLease lease, List<ExportedSlab> resident) {
-    this(kind, path, lease, resident, List.of(), OnDemandOptions.DEFAULT_HELPER_SHARE, null);
+    this(kind, path, lease, resident, List.of(), OnDemandOptions.DEFAULT_HELPER_SHARE, null, -1);
   }
 
   public ImageSource(String kind, Path path, CacheLease lease) {
@@ -65,7 +69,7 @@ public record ImageSource(String kind, Path path, CacheLease lease, List<Exporte
    */
   public ImageSource withResident(List<ExportedSlab> slabs) {
     requireCache("the HBM tier");
-    return new ImageSource(kind, path, lease, slabs, helpers, helperShare, peer);
+    return new ImageSource(kind, path, lease, slabs, helpers, helperShare, peer, peerDevice);
   }
 
   /**
@@ -78,18 +82,18 @@ public record ImageSource(String kind, Path path, CacheLease lease, List<Exporte
     if (!devices.isEmpty()) {
       requireCache("helper links");
     }
-    return new ImageSource(kind, path, lease, resident, devices, share, peer);
+    return new ImageSource(kind, path, lease, resident, devices, share, peer, peerDevice);
   }
 
   /**
-   * The same source with another device's HBM-tier slabs of the image ({@code HbmTier} of that device): the worker
-   * pulls the allocations lying wholly in them over the peer link instead of copying them from the host.
+   * The same source with device {@code device}'s HBM-tier slabs of the image ({@code HbmTier} of that device): the
+   * worker pulls the allocations lying wholly in them over the peer link instead of copying them from the host.
    *
    * @throws IllegalStateException for a store source
    */
-  public ImageSource withPeer(List<ExportedSlab> slabs) {
+  public ImageSource withPeer(int device, List<ExportedSlab> slabs) {
     requireCache("another device's HBM tier");
-    return new ImageSource(kind, path, lease, resident, helpers, helperShare, slabs);
+    return new ImageSource(kind, path, lease, resident, helpers, helperShare, slabs, device);
   }
 
   private void requireCache(String what) {
@@ -115,11 +119,4 @@ public record ImageSource(String kind, Path path, CacheLease lease, List<Exporte
     return lease == null ? null : lease.placement();
   }
 
-  /** The form a BECOME frame's head carries (the placement travels in the body). */
-  public WorkerMessages.Source toMessage() {
-    long pid = ProcessHandle.current().pid();
-    return new WorkerMessages.Source(kind, path.toString(), resident == null ? null
-        : new WorkerMessages.Hbm(pid, ExportedSlab.encodeAll(resident)), helpers, helperShare,
-        peer == null ? null : new WorkerMessages.Hbm(pid, ExportedSlab.encodeAll(peer)));
-  }
 }

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.restore.OnDemandOptions;
 
 /**
  * What {@link ColdStartPlacement} prices a cold start with: the node's link rates and the fixed cost of each way in.
@@ -22,8 +23,8 @@ public final class PlacementCosts {
   public static final double DEFAULT_PEER_GBPS = 300;
   /** Store → GPU through a pooled worker (read, verify, stage). */
   public static final double DEFAULT_STORE_GBPS = 4.5;
-  /** A helper lends its link at this share: {@code OnDemandOptions.DEFAULT_HELPER_SHARE}. */
-  public static final double DEFAULT_HELPER_SHARE = 1.0;
+  /** A helper lends its link at this share: the restore's own default, {@link OnDemandOptions#DEFAULT_HELPER_SHARE}. */
+  public static final double DEFAULT_HELPER_SHARE = OnDemandOptions.DEFAULT_HELPER_SHARE;
   /** At most this many helpers per restore: each costs the worker a context and a ring on that device. */
   public static final int DEFAULT_MAX_HELPERS = 3;
   /** Taking, importing and mapping a tier's slabs (this device's or another's). */

@@ -1,8 +1,11 @@
 package dev.thaw.pool;
 
 import dev.thaw.runtime.function.ResponseStream;
+import dev.thaw.pool.hbm.ExportedSlab;
+import dev.thaw.pool.hbm.HbmTier;
 import java.nio.ByteBuffer;
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.CompletableFuture;
 
 /**
@@ -34,7 +37,7 @@ public interface Worker extends AutoCloseable {
    * The other devices whose links this worker holds open for its restore ({@link ContextPoolOptions#helperLinks()}),
    * as its last READY said: a worker warming up after READY names them in its second. Empty for none.
    */
-  java.util.List<Integer> helperLinks();
+  List<Integer> helperLinks();
 
   /** The image it became, or null. */
   String image();
@@ -111,12 +114,12 @@ public interface Worker extends AutoCloseable {
 
   /**
    * Exports the read-only slabs of its image (wholly resident) as POSIX descriptors of the worker's process, for
-   * {@link dev.thaw.pool.hbm.HbmTier#offer} to take before the worker is released. Only slabs created exportable
+   * {@link HbmTier#offer} to take before the worker is released. Only slabs created exportable
    * (a BECOME whose source carried the HBM tier) are there; none is an empty list.
    *
    * @throws IllegalStateException (at once) if the worker has not become an image or is busy
    */
-  CompletableFuture<java.util.List<dev.thaw.pool.hbm.ExportedSlab>> exportReadOnly();
+  CompletableFuture<List<ExportedSlab>> exportReadOnly();
 
   /**
    * The timeline of the restore {@link #become} started, from the worker, placed on this process's clock: its

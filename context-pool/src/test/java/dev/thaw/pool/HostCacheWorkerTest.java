@@ -35,7 +35,7 @@ class HostCacheWorkerTest {
     PoolTestImages.Built other = PoolTestImages.build(storePath, "other", PoolProbeFunction.class.getName(),
         "{\"bytes\": 70000}", null);
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
       ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path()));
       try {
@@ -77,7 +77,7 @@ class HostCacheWorkerTest {
     Path storePath = dir.resolve("store");
     PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         CacheLease lease = cache.stage("probe", ImageManifest.read(probe.manifest()), store)) {
       ContextPool pool = ContextPool.create(PoolTesting.options(storePath));

@@ -33,7 +33,8 @@ import org.junit.jupiter.api.io.TempDir;
  * worker opens a link to the other device as it warms up (its READY says so), restores the host cache's bytes through
  * it as well as its own when the BECOME names that device, and lands every byte (the function's digests of its
  * weights, read through gated downloads, are the build's); a worker becomes an image whose read-only slabs the other
- * device's HBM tier holds by pulling them over the peer link ({@code hbm-peer}), every byte again the build's. With
+ * device's HBM tier holds by pulling them over the peer link through its link's ring ({@code hbm-peer}), every byte
+ * again the build's. With
  * {@code THAW_DEVICE=cuda} the same on two GPUs ({@code scripts/gpu/multilink-run.sh} runs it there).
  */
 class MultiLinkWorkerTest {
@@ -77,7 +78,7 @@ class MultiLinkWorkerTest {
   @Test
   void aWorkerRestoresThroughTheOtherDevicesLinkAsWellAsItsOwnAndLandsEveryByte() throws Exception {
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(64L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(64L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
       ContextPool pool = ContextPool.create(twoDevices(cache));
       try {
@@ -117,11 +118,11 @@ class MultiLinkWorkerTest {
   @Test
   void aWorkerPullsTheWeightsTheOtherDevicesHbmTierHoldsOverThePeerLink() throws Exception {
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(64L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(64L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         HbmTier deviceOne = new HbmTier(new HbmTierOptions())) {
       ImageManifest manifest = ImageManifest.read(image.manifest());
-      ContextPool pool = ContextPool.create(twoDevices(cache).setHelperLinks(0));
+      ContextPool pool = ContextPool.create(twoDevices(cache));
       try {
         // An instance on device 1 scales in: its read-only slabs stay in device 1's tier.
         Worker first = pool.acquire(1, WAIT);
@@ -135,13 +136,16 @@ class MultiLinkWorkerTest {
         first.release();
         PoolTesting.awaitExit(first.pid());
 
-        // The next start is on device 0: the weights come over the peer link from device 1's memory.
+        // The next start is on device 0: the weights come over the peer link from device 1's memory, mapped on device 1
+        // alone and relayed through the ring of the worker's link from there.
         Worker w = pool.acquire(0, WAIT);
         seen.add(w.pid());
+        assertEquals(List.of(1), w.helperLinks(), "a warm worker holds a link to the other device");
         List<ExportedSlab> held = deviceOne.slabs("weights").orElseThrow();
         BecomeResult b = w.becomeBlocking("weights", image.manifest(), ImageSource.hostCache(
-            cache.stage("weights", manifest, store), storePath).withResident(List.of()).withPeer(held));
+            cache.stage("weights", manifest, store), storePath).withResident(List.of()).withPeer(1, held));
         assertEquals("hbm-peer", b.source(), b.toString());
+        assertEquals(List.of(1), b.helpers(), "device 1 relays its memory: " + b);
         assertTrue(b.phases().containsKey("peer take"), b.phases().toString());
         assertEquals(built(), w.invokeBlocking(json(DIGEST)).jsonTree(), "every weight's bytes are the build's");
         RestoreCompletion done = w.resident().get(WAIT.toSeconds(), TimeUnit.SECONDS);

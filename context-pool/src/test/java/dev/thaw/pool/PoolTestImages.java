@@ -33,7 +33,7 @@ public final class PoolTestImages {
 
   public static Built build(Path store, String tag, String functionClass, String config, String sampleRequest)
       throws Exception {
-    BuildOptions o = new BuildOptions().functionClass(functionClass).config(config).tag(tag);
+    BuildOptions o = new BuildOptions().setFunctionClass(functionClass).setConfig(config).setTag(tag);
     if (sampleRequest != null) {
       o.addSampleRequest(JSON.readTree(sampleRequest));
     }

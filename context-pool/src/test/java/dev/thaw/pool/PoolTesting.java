@@ -7,6 +7,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /** Options and waits the pool's tests share: small, quick-starting workers. */
 final class PoolTesting {
@@ -29,7 +30,7 @@ final class PoolTesting {
     }
     try {
       h.onExit().get(WAIT.toSeconds(), TimeUnit.SECONDS);
-    } catch (java.util.concurrent.TimeoutException e) {
+    } catch (TimeoutException e) {
       fail("worker " + pid + " still alive after " + WAIT);
     }
   }

@@ -35,7 +35,7 @@ class PreparedImageTest {
     Path storePath = dir.resolve("store");
     PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
       ImageManifest manifest = ImageManifest.read(probe.manifest());
       CacheLease staged = cache.stage("probe", manifest, store);
@@ -110,7 +110,7 @@ class PreparedImageTest {
     Path storePath = dir.resolve("store");
     PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
       ImageManifest manifest = ImageManifest.read(probe.manifest());
       ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path())
@@ -136,7 +136,7 @@ class PreparedImageTest {
     Path storePath = dir.resolve("store");
     PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
       ImageManifest manifest = ImageManifest.read(probe.manifest());
       ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path()));

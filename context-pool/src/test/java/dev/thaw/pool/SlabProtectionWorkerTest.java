@@ -17,6 +17,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -41,9 +42,9 @@ class SlabProtectionWorkerTest {
   void theSlabIsProtectedBetweenRequestsNeverDuringOne() throws Exception {
     Path storePath = dir.resolve("store");
     PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
-    assertEquals(java.util.Set.of("secret"), probe.result().manifest().readOnlyAllocations());
+    assertEquals(Set.of("secret"), probe.result().manifest().readOnlyAllocations());
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
       ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path())
           .setEnvironment(SLOW_COPIES).setWarmupLaunches(0));
@@ -89,7 +90,7 @@ class SlabProtectionWorkerTest {
     Path storePath = dir.resolve("store");
     PoolTestImages.Built probe = PoolTestImages.probe(storePath, "probe");
     List<Long> seen = new ArrayList<>();
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32L << 20));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32L << 20));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true))) {
       ContextPool pool = ContextPool.create(PoolTesting.options(storePath).setHostCachePath(cache.path())
           .setEnvironment(SLOW_COPIES).setWarmupLaunches(0));

@@ -16,6 +16,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
 import java.util.stream.Stream;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -73,7 +74,7 @@ class TenantIsolationTest {
   @Test
   void noWorkerHoldsAnotherWorkersPipes() throws Exception {
     Path fd = Path.of("/proc/self/fd");
-    org.junit.jupiter.api.Assumptions.assumeTrue(Files.isDirectory(fd), "needs Linux /proc");
+    Assumptions.assumeTrue(Files.isDirectory(fd), "needs Linux /proc");
     List<Long> seen = new ArrayList<>();
     ContextPool pool = ContextPool.create(PoolTesting.options(null).setIdleTarget(3).setMaxWorkers(3)
         .setMaxStarting(3));

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.file.Path;
 import java.time.Duration;
+import org.junit.jupiter.api.Assertions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -67,7 +68,7 @@ class WakeAheadTest {
         .setWakeAhead(Duration.ofMillis(2)).toJson()).wakeAhead());
     assertEquals(Duration.ofMillis(2), new ContextPoolOptions(new ContextPoolOptions()
         .setWakeAhead(Duration.ofMillis(2))).wakeAhead());
-    org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+    Assertions.assertThrows(IllegalArgumentException.class,
         () -> new ContextPoolOptions().setWakeAhead(Duration.ofSeconds(1)));
   }
 }

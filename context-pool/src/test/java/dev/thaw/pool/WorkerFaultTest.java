@@ -11,6 +11,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import dev.thaw.runtime.gpu.cuda.CudaDriver;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -255,7 +256,7 @@ class WorkerFaultTest {
   }
 
   static boolean isSim() {
-    return !"cuda".equalsIgnoreCase(System.getenv("THAW_DEVICE")) && !dev.thaw.runtime.gpu.cuda.CudaDriver
+    return !"cuda".equalsIgnoreCase(System.getenv("THAW_DEVICE")) && !CudaDriver
         .availability().available();
   }
 }

@@ -1,5 +1,9 @@
 package dev.thaw.image;
 
+import com.fasterxml.jackson.core.JsonToken;
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.runtime.function.HostStates;
+import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.speculation.AccessProfile;
 
 import com.fasterxml.jackson.annotation.JacksonInject;
@@ -30,11 +34,13 @@ import java.io.IOException;
 import java.time.Instant;
 import java.time.format.DateTimeParseException;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashSet;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.regex.Pattern;
 
 /**
@@ -42,7 +48,7 @@ import java.util.regex.Pattern;
  * {@code docs/image-format.md}.
  *
  * <p>A manifest names every chunk it needs by digest ({@link #chunkDigests()}); the chunks themselves live in the
- * {@link dev.thaw.image.store.ChunkStore}. {@link #read} checks the schema version first and then every field, so
+ * {@link ChunkStore}. {@link #read} checks the schema version first and then every field, so
  * a manifest that reads is one a restore can trust structurally (the chunks' contents are checked against their
  * digests when they are used).
  *
@@ -51,7 +57,7 @@ import java.util.regex.Pattern;
  * @param device the device the image was built on
  * @param allocations every allocation of the function's session, in allocation order, with its chunks
  * @param modules every module, with its cubin for {@link Device#smArch()} and its PTX for other architectures
- * @param hostState the function's host state as JSON ({@link dev.thaw.runtime.function.HostStates})
+ * @param hostState the function's host state as JSON ({@link HostStates})
  * @param samples the sample requests the build ran and their responses, for checking a restore
  * @param build when, by which Thaw, how long, how many bytes
  * @param profile the access profile; present and empty until profiling fills it
@@ -75,7 +81,7 @@ public record ImageManifest(
   /** What a manifest without {@code profile.writtenAllocations} (built before it existed) reads as: unknown. */
   static final String ABSENT_WRITTEN = "thaw.manifest.absent-writtenAllocations";
   /** Injected for an absent {@code writtenAllocations}; recognised by identity and read as null. */
-  private static final List<String> UNKNOWN_WRITES = java.util.Collections.unmodifiableList(new ArrayList<>());
+  private static final List<String> UNKNOWN_WRITES = Collections.unmodifiableList(new ArrayList<>());
 
   private static final Pattern ARCH = Pattern.compile("sm_[0-9]{2,3}[a-z]?");
   private static final ObjectMapper JSON = StrictJson.configure(new ObjectMapper())
@@ -96,7 +102,7 @@ public record ImageManifest(
   }
 
   /**
-   * @param className the {@link dev.thaw.runtime.function.ThawFunction} implementation
+   * @param className the {@link ThawFunction} implementation
    * @param config the configuration its {@code init} was given ({@code {}} when none)
    */
   public record Function(String className, JsonNode config) {}
@@ -212,7 +218,7 @@ public record ImageManifest(
 
     public Profile {
       firstAccessOrder = List.copyOf(firstAccessOrder);
-      kernels = java.util.Collections.unmodifiableMap(new java.util.TreeMap<>(kernels));
+      kernels = Collections.unmodifiableMap(new TreeMap<>(kernels));
       // The injected stand-in for an absent field (Jackson refuses a null creator property) means unknown.
       writtenAllocations = writtenAllocations == null || writtenAllocations == UNKNOWN_WRITES ? null
           : List.copyOf(writtenAllocations);
@@ -485,7 +491,7 @@ public record ImageManifest(
   static final class IntegerOnlyDeserializer extends JsonDeserializer<Integer> {
     @Override
     public Integer deserialize(JsonParser p, DeserializationContext ctxt) throws IOException {
-      if (p.currentToken() != com.fasterxml.jackson.core.JsonToken.VALUE_NUMBER_INT
+      if (p.currentToken() != JsonToken.VALUE_NUMBER_INT
           || p.getNumberType() != JsonParser.NumberType.INT) {
         throw JsonMappingException.from(p, "schemaVersion must be an integer");
       }

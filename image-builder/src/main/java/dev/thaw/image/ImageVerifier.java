@@ -1,5 +1,6 @@
 package dev.thaw.image;
 
+import dev.thaw.image.store.ChunkHashMismatchException;
 import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
@@ -72,7 +73,7 @@ public final class ImageVerifier {
           }
         } catch (ChunkNotFoundException e) {
           damage.add(new Damage(digest, "missing"));
-        } catch (dev.thaw.image.store.CorruptChunkException e) {
+        } catch (ChunkHashMismatchException e) {
           damage.add(new Damage(digest, "its bytes hash to " + e.actual()));
         } catch (StoreException e) {
           // The store's own checks (a blob or block checksum) caught the damage before the hash could.

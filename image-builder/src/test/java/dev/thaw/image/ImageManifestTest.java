@@ -8,6 +8,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.store.Digest;
+import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
@@ -100,7 +101,7 @@ class ImageManifestTest {
       damage.accept(tree);
       byte[] bytes = JSON.writeValueAsBytes(tree);
       return assertThrows(InvalidManifestException.class, () -> ImageManifest.read(bytes)).getMessage();
-    } catch (java.io.IOException e) {
+    } catch (IOException e) {
       throw new AssertionError(e);
     }
   }

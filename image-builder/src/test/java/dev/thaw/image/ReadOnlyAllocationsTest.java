@@ -38,8 +38,8 @@ class ReadOnlyAllocationsTest {
   void aBuildRecordsWhatTheInvocationsWroteAndTheRestIsReadOnly() throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
         SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
-      BuildOptions o = new BuildOptions().functionClass(SaxpyFunction.class.getName())
-          .config("{\"n\": 3000, \"seed\": 5}").tag("saxpy")
+      BuildOptions o = new BuildOptions().setFunctionClass(SaxpyFunction.class.getName())
+          .setConfig("{\"n\": 3000, \"seed\": 5}").setTag("saxpy")
           .addSampleRequest(new ObjectMapper().readTree("{\"a\": 2.0}"));
       BuildResult built = new ImageBuilder(store, new FixedSizeChunker(4096)).build(o, ctx, ProgressListener.NONE);
       ImageManifest m = built.manifest();
@@ -55,8 +55,8 @@ class ReadOnlyAllocationsTest {
   void aManifestFromBeforeTheFieldReadsAsUnknownAndNothingIsReadOnly() throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
         SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
-      BuildOptions o = new BuildOptions().functionClass(SaxpyFunction.class.getName())
-          .config("{\"n\": 100, \"seed\": 5}").tag("saxpy")
+      BuildOptions o = new BuildOptions().setFunctionClass(SaxpyFunction.class.getName())
+          .setConfig("{\"n\": 100, \"seed\": 5}").setTag("saxpy")
           .addSampleRequest(new ObjectMapper().readTree("{\"a\": 2.0}"));
       ImageManifest m = new ImageBuilder(store, new FixedSizeChunker(4096)).build(o, ctx, ProgressListener.NONE)
           .manifest();

@@ -3,7 +3,9 @@ package dev.thaw.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.management.OperatingSystemMXBean;
 import dev.thaw.image.registry.RegistryOptions;
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import dev.thaw.pool.PlacementCosts;
 import java.nio.file.Path;
@@ -22,7 +24,7 @@ import java.util.regex.Pattern;
  * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "socket": null, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
  *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184, "wakeAhead": "500us",
- *  "maxWorkers": 8, "maxStarting": 4, "tierPolicy": "recency", "maxHelpers": 3, "helperShare": 1.0,
+ *  "maxWorkers": 8, "maxStarting": 4, "tierPolicy": "recency", "maxHelpers": 3, "helperShare": 0.5,
  *  "maxConnections": 4096, "headerTimeout": "10s", "bodyTimeout": "30s", "idleTimeout": "60s",
  *  "maxPulls": 2, "tenants": {"maxFunctions": 64, ...}, "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
@@ -75,8 +77,8 @@ public final class ServerOptions {
   /** {@link #maxHelpers()}: other devices' links one cold start may borrow. */
   public static final int DEFAULT_MAX_HELPERS = PlacementCosts.DEFAULT_MAX_HELPERS;
   /**
-   * {@link #helperShare()}: an idle helper lends its whole link. The GPU run ({@code scripts/gpu/multilink-run.sh})
-   * measures what that costs a warm function on the helper; lower it if that is over 5% of its warm latency.
+   * {@link #helperShare()}: an idle helper lends half its link, so that a request reaching a function on it meanwhile
+   * stays within 5% of its warm latency ({@code scripts/gpu/multilink-run.sh} measures that cost at the share in use).
    */
   public static final double DEFAULT_HELPER_SHARE = PlacementCosts.DEFAULT_HELPER_SHARE;
 
@@ -386,8 +388,7 @@ public final class ServerOptions {
   }
 
   private static long physicalMemory() {
-    java.lang.management.OperatingSystemMXBean os = java.lang.management.ManagementFactory.getOperatingSystemMXBean();
-    if (os instanceof com.sun.management.OperatingSystemMXBean sun) {
+    if (ManagementFactory.getOperatingSystemMXBean() instanceof OperatingSystemMXBean sun) {
       return sun.getTotalMemorySize();
     }
     return 32L << 30;
@@ -409,10 +410,10 @@ public final class ServerOptions {
   /**
    * How long before a warm invoke's predicted end (its function's recent invokes, smoothed) the threads that carry
    * its answer stop sleeping and poll: the event loop that answers the request, and, for a pooled instance, the
-   * reader of its worker's pipe (the worker says NEAR). A thread that slept through a long invoke wakes slowly: on
-   * the H200's virtual machine its core has halted, 0.1-0.3 ms per wake-up, each hop paying it again. Only invokes
-   * predicted to last at least 1 ms and twice this, and only while at most a quarter of the cores' worth of
-   * instances invoke; a poll gives up after three times this. Zero: off.
+   * reader of its worker's pipe (the worker says NEAR). A thread that slept through a long invoke may wake slowly
+   * (its core may have halted), each hop paying it again ({@code docs/design/server.md}, "Wake-ahead on long
+   * invokes"). Only invokes predicted to last at least 1 ms and twice this, and only while at most a quarter of the
+   * cores' worth of instances invoke; a poll gives up after three times this. Zero: off.
    */
   public ServerOptions setWakeAhead(Duration d) {
     if (d == null || d.isNegative() || d.compareTo(Duration.ofMillis(100)) > 0) {

@@ -1,6 +1,9 @@
 package dev.thaw.server;
 
 import dev.thaw.pool.WorkerStart;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
@@ -43,7 +46,7 @@ public final class StartupTimeline {
    * A timeline whose zero is this process's start, or now when unknown. On Linux the start comes from the kernel's
    * own count since boot ({@code /proc/self/stat}'s start time in clock ticks against {@code /proc/uptime}), good to
    * a few clock ticks; {@link ProcessHandle.Info#startInstant()} adds the boot time, which Linux gives in whole
-   * seconds, so it may be up to a second early (the cause of a 750 ms "main" in the first GPU record).
+   * seconds, so it may be up to a second early, which would show as a second of {@code main} that never ran.
    */
   public static StartupTimeline sinceProcessStart() {
     long now = System.nanoTime();
@@ -58,15 +61,15 @@ public final class StartupTimeline {
   /** Nanoseconds since this process started, from {@code /proc}; empty where that cannot be read. */
   static Optional<Long> sinceBootAgo() {
     try {
-      String stat = java.nio.file.Files.readString(java.nio.file.Path.of("/proc/self/stat"));
+      String stat = Files.readString(Path.of("/proc/self/stat"));
       // Field 22, counted after the command name's closing parenthesis (the name may hold spaces).
       String[] f = stat.substring(stat.lastIndexOf(')') + 2).trim().split(" ");
       long startTicks = Long.parseLong(f[19]);
-      String uptime = java.nio.file.Files.readString(java.nio.file.Path.of("/proc/uptime")).trim().split(" ")[0];
+      String uptime = Files.readString(Path.of("/proc/uptime")).trim().split(" ")[0];
       double upSeconds = Double.parseDouble(uptime);
       long ago = Math.round((upSeconds - (double) startTicks / USER_HZ) * 1e9);
       return ago >= 0 ? Optional.of(ago) : Optional.empty();
-    } catch (java.io.IOException | RuntimeException e) {
+    } catch (IOException | RuntimeException e) {
       return Optional.empty();
     }
   }

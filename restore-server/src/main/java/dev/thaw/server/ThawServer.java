@@ -42,7 +42,7 @@ import java.util.concurrent.TimeoutException;
 
 /**
  * The restore server: Thaw's front door over HTTP. It serves functions from images in a store through a
- * {@link dev.thaw.server.spi.InstanceFactory} (instances in this process, or one per pooled worker process):
+ * {@link InstanceFactory} (instances in this process, or one per pooled worker process):
  * the native API ({@code /v1/functions}), the KServe Open Inference Protocol v2 ({@code /v2}), OpenAI-style
  * completions ({@code /v1/completions}) and Prometheus metrics ({@code /metrics}). {@code docs/design/server.md}
  * is the API reference.

@@ -49,8 +49,8 @@ class HbmPlacementTest {
       ServerFixture.buildMlp(store, "small:1");
     }
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
-        SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2))) {
-      HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(96 << 20));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2))) {
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(96 << 20));
       ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0, 1)));
       Duration brief = Duration.ofMillis(200);
       try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0).setGpuMemoryBytes(256L << 20)

@@ -54,7 +54,7 @@ class HbmTierServingTest {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         SimDriver driver = SimDriver.open(new SimOptions())) {
       JsonNode expected = Images.manifest(store, "wide:1").samples().get(0).response().get("argmax");
-      HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32 << 20));
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32 << 20));
       ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(1)
           .setMaxWorkers(3).setDeviceChoice("sim").setStorePath(storePath).setWarmupLaunches(0)
           .setHostCachePath(cache.path())

@@ -52,7 +52,7 @@ class HostCacheServingTest {
     }
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         SimDriver driver = SimDriver.open(new SimOptions())) {
-      HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(256 << 10));
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(256 << 10));
       ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(1)
           .setMaxWorkers(3).setDeviceChoice("sim").setStorePath(storePath).setWarmupLaunches(0)
           .setHostCachePath(cache.path())

@@ -63,8 +63,8 @@ class MultiLinkServingTest {
       }
     }
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
-        SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2))) {
-      HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(96L << 20));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2))) {
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(96L << 20));
       ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0, 1))
           .setHelperSlotBytes(1 << 20).setHelperMinFreeBytes(0)
           .setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "2", "THAW_SIM_COPY_GBPS", "0.05",
@@ -127,12 +127,12 @@ class MultiLinkServingTest {
 
   @Test
   void theHelperOptionsRoundTripAndBadOnesAreRefusedSayingWhy() {
-    ServerOptions o = ServerOptions.fromJson(JSON.createObjectNode().put("maxHelpers", 1).put("helperShare", 0.5));
+    ServerOptions o = ServerOptions.fromJson(JSON.createObjectNode().put("maxHelpers", 1).put("helperShare", 0.25));
     assertEquals(1, o.maxHelpers());
-    assertEquals(0.5, o.helperShare());
+    assertEquals(0.25, o.helperShare());
     ServerOptions back = ServerOptions.fromJson(o.toJson());
     assertEquals(1, back.maxHelpers());
-    assertEquals(0.5, back.helperShare());
+    assertEquals(0.25, back.helperShare());
     assertEquals(ServerOptions.DEFAULT_HELPER_SHARE, new ServerOptions().helperShare());
     for (String bad : List.of("{\"helperShare\": 0}", "{\"helperShare\": 1.5}", "{\"helperShare\": \"half\"}",
         "{\"maxHelpers\": -1}", "{\"maxHelpers\": 16}")) {

@@ -43,7 +43,7 @@ class PoolColdStartTraceTest {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         SimDriver driver = SimDriver.open(new SimOptions())) {
       ImageManifest manifest = Images.manifest(store, "mlp:1");
-      HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 << 20));
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 << 20));
       ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0)));
       try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
               .addFunction("mlp", new FunctionOptions().setImage("mlp:1")),

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.thaw.image.Images;
 import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.runtime.gpu.sim.SimDriver;
@@ -42,7 +43,7 @@ class PoolInstancesTest {
       ServerFixture.buildMlp(store, "mlp:1");
       ServerFixture.build(store, "gate:1", GateFunction.class.getName(), "{}", null, 0);
     }
-    try (RocksChunkStore store = RocksChunkStore.open(new dev.thaw.image.store.StoreOptions().setPath(storePath)
+    try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath)
         .setReadOnly(true)); SimDriver driver = SimDriver.open(new SimOptions())) {
       ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(1)
           .setMaxWorkers(3).setDeviceChoice("sim").setStorePath(storePath).setWarmupLaunches(0)

@@ -18,6 +18,7 @@ import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.server.impl.InProcessInstances;
 import dev.thaw.server.impl.PoolInstances;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
@@ -164,7 +165,7 @@ class ReadOnlyWeightsTest {
       ServerFixture.build(store, "probe:1", MemoryProbeFunction.class.getName(), CONFIG, READ, 0);
       try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
               .addFunction("probe", new FunctionOptions().setImage("probe:1")),
-          store, new dev.thaw.server.impl.InProcessInstances(driver, store))) {
+          store, new InProcessInstances(driver, store))) {
         int port = server.port();
         HttpResponse<String> first = postJson(port, INVOKE, READ);
         assertValues(first, 1000, 1001, 1002, 1003);
@@ -195,7 +196,7 @@ class ReadOnlyWeightsTest {
     }
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         SimDriver driver = SimDriver.open(new SimOptions())) {
-      HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(32 << 20));
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(32 << 20));
       ContextPool workers = ContextPool.create(pool.apply(ServerFixture.simPool(storePath, cache.path(), List.of(0))));
       try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
               .addFunction("probe", new FunctionOptions().setImage("probe:1")),

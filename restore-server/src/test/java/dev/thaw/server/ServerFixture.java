@@ -10,6 +10,7 @@ import dev.thaw.image.build.ImageBuilder;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
+import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.runtime.gpu.DeviceBuffer;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
@@ -23,6 +24,9 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
+import java.util.function.Predicate;
 
 /** Images built on the sim device into a real RocksDB store, and an HTTP client for a server on loopback. */
 public final class ServerFixture {
@@ -46,7 +50,7 @@ public final class ServerFixture {
    */
   public static void build(ChunkStore store, String tag, String function, String config, String sample,
       long skipBytes) throws Exception {
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag);
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag);
     if (sample != null) {
       o.addSampleRequest(JSON.readTree(sample));
     }
@@ -86,8 +90,8 @@ public final class ServerFixture {
   }
 
   /** Runs {@code call} on a thread of its own. */
-  public static <T> java.util.concurrent.CompletableFuture<T> background(java.util.concurrent.Callable<T> call) {
-    java.util.concurrent.CompletableFuture<T> f = new java.util.concurrent.CompletableFuture<>();
+  public static <T> CompletableFuture<T> background(Callable<T> call) {
+    CompletableFuture<T> f = new CompletableFuture<>();
     Thread t = new Thread(() -> {
       try {
         f.complete(call.call());
@@ -128,15 +132,15 @@ public final class ServerFixture {
    * A pool of small sim-device workers (serial GC, 256 MiB heap, no warm-up launches) on {@code devices} (ordinals 0 to
    * n-1, as many simulated devices for them), mapping the host cache at {@code hostCache}.
    */
-  public static dev.thaw.pool.ContextPoolOptions simPool(Path store, Path hostCache, List<Integer> devices) {
-    return new dev.thaw.pool.ContextPoolOptions().setDevices(devices).setIdleTarget(1).setMaxWorkers(3)
+  public static ContextPoolOptions simPool(Path store, Path hostCache, List<Integer> devices) {
+    return new ContextPoolOptions().setDevices(devices).setIdleTarget(1).setMaxWorkers(3)
         .setDeviceChoice("sim").setStorePath(store).setWarmupLaunches(0).setHostCachePath(hostCache)
         .setJvmOptions(List.of("-XX:+UseSerialGC", "-Xmx256m", "-XX:TieredStopAtLevel=1"))
         .setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", String.valueOf(devices.size())));
   }
 
   /** Polls {@code GET /v1/functions/{function}} until {@code done} holds (30 s at most); returns that state. */
-  public static JsonNode awaitState(int port, String function, java.util.function.Predicate<JsonNode> done)
+  public static JsonNode awaitState(int port, String function, Predicate<JsonNode> done)
       throws Exception {
     JsonNode s = null;
     for (int i = 0; i < 3000; i++) {

@@ -5,9 +5,13 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.thaw.pool.WorkerStart;
+import java.lang.management.ManagementFactory;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
 /** Pins what the startup line says: events in time order from the origin, the worker's start placed on it, once. */
@@ -51,16 +55,16 @@ class StartupTimelineTest {
   void theOriginIsTheProcessStart() {
     StartupTimeline t = StartupTimeline.sinceProcessStart();
     double now = t.millis(System.nanoTime());
-    double up = java.lang.management.ManagementFactory.getRuntimeMXBean().getUptime();
+    double up = ManagementFactory.getRuntimeMXBean().getUptime();
     // The process began before the JVM's uptime clock started, never after it.
     assertTrue(now >= up - 20, "now " + now + " ms since process start, JVM uptime " + up + " ms");
   }
 
   @Test
   void theProcessStartComesFromTheKernelsCountSinceBootNotTheWholeSecondBootTime() {
-    org.junit.jupiter.api.Assumptions.assumeTrue(java.nio.file.Files.isReadable(java.nio.file.Path.of("/proc/self/stat")),
+    Assumptions.assumeTrue(Files.isReadable(Path.of("/proc/self/stat")),
         "no /proc here: the timeline falls back to ProcessHandle's start instant");
-    long jvmUptimeNanos = java.lang.management.ManagementFactory.getRuntimeMXBean().getUptime() * 1_000_000L;
+    long jvmUptimeNanos = ManagementFactory.getRuntimeMXBean().getUptime() * 1_000_000L;
     long ago = StartupTimeline.sinceBootAgo().orElseThrow();
     // The process began before the JVM's own clock (to within two clock ticks of 10 ms), and not long before it.
     assertTrue(ago >= jvmUptimeNanos - 20_000_000L, "process age " + ago + " ns, JVM uptime " + jvmUptimeNanos);

@@ -11,6 +11,9 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.knuddels.jtokkit.Encodings;
+import com.knuddels.jtokkit.api.EncodingType;
+import com.knuddels.jtokkit.api.IntArrayList;
 import dev.thaw.image.Images;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.runtime.gpu.sim.SimDriver;
@@ -19,6 +22,7 @@ import dev.thaw.server.impl.InProcessInstances;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.Socket;
+import java.net.URI;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.ByteBuffer;
@@ -26,6 +30,7 @@ import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermission;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.util.List;
 import java.util.Set;
@@ -204,8 +209,8 @@ class ThawServerTest {
   void theAdminApiNeedsTheTokenWhichIsKeptInTheStoreWithMode0600() throws Exception {
     Path tokenFile = dir.resolve("store").resolve(ServerOptions.ADMIN_TOKEN_FILE);
     assertEquals(server.adminTokenFile(), tokenFile);
-    assertEquals(Set.of(java.nio.file.attribute.PosixFilePermission.OWNER_READ,
-        java.nio.file.attribute.PosixFilePermission.OWNER_WRITE), Files.getPosixFilePermissions(tokenFile));
+    assertEquals(Set.of(PosixFilePermission.OWNER_READ,
+        PosixFilePermission.OWNER_WRITE), Files.getPosixFilePermissions(tokenFile));
     assertEquals(server.adminToken(), Files.readString(tokenFile).trim());
     String body = "{\"image\": \"mlp:1\", \"maxInstances\": 1, \"keepAlive\": \"60s\"}";
 
@@ -240,7 +245,7 @@ class ThawServerTest {
   }
 
   private static HttpResponse<String> admin(HttpRequest.Builder b, String path) throws Exception {
-    return send(b.uri(java.net.URI.create("http://127.0.0.1:" + port + path)).header("Content-Type", "application/json")
+    return send(b.uri(URI.create("http://127.0.0.1:" + port + path)).header("Content-Type", "application/json")
         .header("Authorization", "Bearer " + server.adminToken()).build());
   }
 
@@ -286,10 +291,10 @@ class ThawServerTest {
     assertEquals(4, c.get("usage").get("completion_tokens").asInt());
     assertEquals("length", c.get("choices").get(0).get("finish_reason").asText());
     JsonNode direct = json(postJson(port, "/v1/functions/gpt2/invoke", "{\"tokens\": [[5, 17, 33]], \"maxNewTokens\": 4}"));
-    com.knuddels.jtokkit.api.IntArrayList expected = new com.knuddels.jtokkit.api.IntArrayList();
+    IntArrayList expected = new IntArrayList();
     direct.get("tokens").get(0).forEach(t -> expected.add(t.asInt()));
-    String text = com.knuddels.jtokkit.Encodings.newDefaultEncodingRegistry()
-        .getEncoding(com.knuddels.jtokkit.api.EncodingType.R50K_BASE).decode(expected);
+    String text = Encodings.newDefaultEncodingRegistry()
+        .getEncoding(EncodingType.R50K_BASE).decode(expected);
     assertEquals(text, c.get("choices").get(0).get("text").asText());
 
     // "A" is r50k_base token 32, inside the tiny model's 97-token vocabulary.

@@ -17,6 +17,7 @@ import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import org.junit.jupiter.api.Assertions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -75,7 +76,7 @@ class WakeAheadTest {
     assertEquals(o.wakeAhead(), ServerOptions.fromJson(o.toJson()).wakeAhead(), "the JSON form round-trips");
     assertEquals(Duration.ZERO, ServerOptions.fromJson(ServerFixture.JSON.createObjectNode().put("wakeAhead", "0"))
         .wakeAhead());
-    org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+    Assertions.assertThrows(IllegalArgumentException.class,
         () -> ServerOptions.fromJson(ServerFixture.JSON.createObjectNode().put("wakeAhead", "1s")));
   }
 

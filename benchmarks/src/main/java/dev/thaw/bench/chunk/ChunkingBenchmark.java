@@ -1,7 +1,7 @@
 package dev.thaw.bench.chunk;
 
-import dev.thaw.image.chunk.Chunker;
-import dev.thaw.image.chunk.ChunkerOptions;
+import dev.thaw.image.chunk.FastCdc;
+import dev.thaw.image.chunk.FastCdcOptions;
 import java.nio.ByteBuffer;
 import java.security.MessageDigest;
 import java.util.SplittableRandom;
@@ -40,7 +40,7 @@ public class ChunkingBenchmark {
   public int avgSize;
 
   private ByteBuffer data;
-  private Chunker chunker;
+  private FastCdc chunker;
   private MessageDigest sha;
 
   @Setup
@@ -51,7 +51,7 @@ public class ChunkingBenchmark {
       data.putLong(r.nextLong());
     }
     data.clear();
-    chunker = new Chunker(ChunkerOptions.ofAverage(avgSize));
+    chunker = new FastCdc(FastCdcOptions.ofAverage(avgSize));
     sha = MessageDigest.getInstance("SHA-256");
   }
 
@@ -65,7 +65,7 @@ public class ChunkingBenchmark {
 
   @Benchmark
   public void cutAndHash(Blackhole bh) {
-    Chunker.Sink sink = (o, l) -> {
+    FastCdc.Sink sink = (o, l) -> {
       sha.update(data.duplicate().position((int) o).limit((int) o + l));
       bh.consume(sha.digest());
     };

@@ -1,7 +1,7 @@
 package dev.thaw.bench.chunk;
 
-import dev.thaw.image.chunk.Chunker;
-import dev.thaw.image.chunk.ChunkerOptions;
+import dev.thaw.image.chunk.FastCdc;
+import dev.thaw.image.chunk.FastCdcOptions;
 import dev.thaw.image.store.Digest;
 import java.nio.ByteBuffer;
 import java.security.MessageDigest;
@@ -61,7 +61,7 @@ public final class DedupHarness {
     System.out.println("layout | avg | base chunks | mean chunk | variant | changed MB | added MB | added/changed");
     for (String layout : List.of("per-tensor", "arena")) {
       for (int avg = 64 << 10; avg <= 4 << 20; avg <<= 1) {
-        ChunkerOptions o = ChunkerOptions.ofAverage(avg);
+        FastCdcOptions o = FastCdcOptions.ofAverage(avg);
         Map<Digest, Integer> baseChunks = chunk(base, layout, o);
         long baseBytes = baseChunks.values().stream().mapToLong(Integer::longValue).sum();
         for (var v : variants.entrySet()) {
@@ -134,13 +134,13 @@ public final class DedupHarness {
     return out;
   }
 
-  static Map<Digest, Integer> chunk(Map<String, ByteBuffer> tensors, String layout, ChunkerOptions o) {
+  static Map<Digest, Integer> chunk(Map<String, ByteBuffer> tensors, String layout, FastCdcOptions o) {
     Map<Digest, Integer> out = new LinkedHashMap<>();
     MessageDigest sha = Digest.sha256();
-    Chunker c = new Chunker(o);
+    FastCdc c = new FastCdc(o);
     if (layout.equals("per-tensor")) {
       for (ByteBuffer t : tensors.values()) {
-        Chunker.Sink sink = (off, len) -> {
+        FastCdc.Sink sink = (off, len) -> {
           sha.update(t.duplicate().position((int) off).limit((int) off + len));
           out.put(Digest.fromBytes(sha.digest()), len);
         };
@@ -159,7 +159,7 @@ public final class DedupHarness {
         arena.position(start + ((t.capacity() + 255) & ~255));
       }
       arena.clear();
-      Chunker.Sink sink = (off, len) -> {
+      FastCdc.Sink sink = (off, len) -> {
         sha.update(arena.duplicate().position((int) off).limit((int) off + len));
         out.put(Digest.fromBytes(sha.digest()), len);
       };

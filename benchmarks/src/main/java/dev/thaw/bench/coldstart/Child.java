@@ -1,5 +1,6 @@
 package dev.thaw.bench.coldstart;
 
+import dev.thaw.runtime.host.Threads;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
@@ -64,7 +65,7 @@ record Child(List<String> command, int exit, double firstOutputMillis, double ex
   }
 
   private static Thread drain(InputStream in, ByteArrayOutputStream sink, AtomicLong firstByte) {
-    Thread t = new Thread(() -> {
+    Thread t = Threads.startDaemon(() -> {
       byte[] buf = new byte[8192];
       try (in) {
         for (int n; (n = in.read(buf)) > 0; ) {
@@ -79,8 +80,6 @@ record Child(List<String> command, int exit, double firstOutputMillis, double ex
         throw new UncheckedIOException(e);
       }
     }, "child-output");
-    t.setDaemon(true);
-    t.start();
     return t;
   }
 

@@ -11,6 +11,7 @@ import java.util.HashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.stream.Collectors;
 
 /**
  * The spans of a Chrome-trace JSON file (what Perfetto and chrome://tracing open): complete events
@@ -94,9 +95,9 @@ record ChromeTrace(String source, List<Span> spans) {
     }
     String last = spans.get(spans.size() - 1).process();
     String newest = spans.stream().filter(s -> !s.process().equals(last)).findAny().isEmpty() ? last
-        : spans.stream().collect(java.util.stream.Collectors.groupingBy(Span::process,
-            java.util.stream.Collectors.summarizingDouble(Span::startMillis))).entrySet().stream()
-            .max(java.util.Comparator.comparingDouble(e -> e.getValue().getMin())).orElseThrow().getKey();
+        : spans.stream().collect(Collectors.groupingBy(Span::process,
+            Collectors.summarizingDouble(Span::startMillis))).entrySet().stream()
+            .max(Comparator.comparingDouble(e -> e.getValue().getMin())).orElseThrow().getKey();
     double t0 = spans.stream().filter(s -> s.process().equals(newest)).mapToDouble(Span::startMillis).min().orElse(0);
     return new ChromeTrace(source + ", its last cold start", spans.stream().filter(s -> s.process().equals(newest))
         .map(s -> new Span(s.process(), s.lane(), s.name(), s.category(), s.startMillis() - t0, s.endMillis() - t0))

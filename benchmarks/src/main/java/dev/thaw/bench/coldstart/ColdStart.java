@@ -2,6 +2,8 @@ package dev.thaw.bench.coldstart;
 
 import java.io.IOException;
 import java.io.PrintStream;
+import java.io.PrintWriter;
+import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -121,8 +123,8 @@ public final class ColdStart implements Callable<Integer> {
 
   static int execute(String[] args, PrintStream out, PrintStream err) {
     CommandLine cmd = new CommandLine(new ColdStart(List.of(args), out));
-    cmd.setOut(new java.io.PrintWriter(out, true));
-    cmd.setErr(new java.io.PrintWriter(err, true));
+    cmd.setOut(new PrintWriter(out, true));
+    cmd.setErr(new PrintWriter(err, true));
     return cmd.execute(args);
   }
 
@@ -133,18 +135,18 @@ public final class ColdStart implements Callable<Integer> {
     }
     ColdStartOptions options;
     try {
-      options = new ColdStartOptions().models(models).sweep(sweep).runs(runs).sweepRuns(sweepRuns).out(out)
-          .work(work).keepWork(keepWork).device(device).python(python)
-          .childTimeout(Duration.ofSeconds(childTimeoutSeconds)).trace(trace).concurrency(concurrency)
-          .concurrencyModel(concurrencyModel).concurrencyPerGpu(concurrencyPerGpu);
+      options = new ColdStartOptions().setModels(models).setSweep(sweep).setRuns(runs).setSweepRuns(sweepRuns)
+          .setOut(out).setWork(work).setKeepWork(keepWork).setDevice(device).setPython(python)
+          .setChildTimeout(Duration.ofSeconds(childTimeoutSeconds)).setTrace(trace).setConcurrency(concurrency)
+          .setConcurrencyModel(concurrencyModel).setConcurrencyPerGpu(concurrencyPerGpu);
       if (contenders != null) {
-        options.contenders(contenders);
+        options.setContenders(contenders);
       }
       if (sweepContenders != null) {
-        options.sweepContenders(sweepContenders);
+        options.setSweepContenders(sweepContenders);
       }
       if (deadlineSeconds != null) {
-        options.deadline(Duration.ofSeconds(deadlineSeconds));
+        options.setDeadline(Duration.ofSeconds(deadlineSeconds));
       }
     } catch (IllegalArgumentException e) {
       throw new ParameterException(spec.commandLine(), e.getMessage(), e);
@@ -157,7 +159,7 @@ public final class ColdStart implements Callable<Integer> {
       try {
         partial.write(json);
       } catch (IOException e) {
-        throw new java.io.UncheckedIOException(e);
+        throw new UncheckedIOException(e);
       }
     }).execute();
     result.write(out.resolve(JSON_FILE));

@@ -40,7 +40,7 @@ public final class ColdStartOptions {
     return models;
   }
 
-  public ColdStartOptions models(List<String> models) {
+  public ColdStartOptions setModels(List<String> models) {
     models.forEach(Workload::named);
     this.models = List.copyOf(models);
     return this;
@@ -51,7 +51,7 @@ public final class ColdStartOptions {
     return sweep;
   }
 
-  public ColdStartOptions sweep(List<String> sweep) {
+  public ColdStartOptions setSweep(List<String> sweep) {
     sweep.forEach(Workload::named);
     this.sweep = List.copyOf(sweep);
     return this;
@@ -62,7 +62,7 @@ public final class ColdStartOptions {
     return contenders;
   }
 
-  public ColdStartOptions contenders(List<String> contenders) {
+  public ColdStartOptions setContenders(List<String> contenders) {
     contenders.forEach(Contenders::named);
     this.contenders = List.copyOf(contenders);
     return this;
@@ -74,7 +74,7 @@ public final class ColdStartOptions {
         : contenders.stream().filter(id -> Contenders.named(id).sweeps()).toList();
   }
 
-  public ColdStartOptions sweepContenders(List<String> ids) {
+  public ColdStartOptions setSweepContenders(List<String> ids) {
     for (String id : ids) {
       if (!Contenders.named(id).sweeps()) {
         throw new IllegalArgumentException(id + " does not run sweep models");
@@ -88,7 +88,7 @@ public final class ColdStartOptions {
     return runs;
   }
 
-  public ColdStartOptions runs(int runs) {
+  public ColdStartOptions setRuns(int runs) {
     if (runs < 1) {
       throw new IllegalArgumentException("runs must be at least 1, not " + runs);
     }
@@ -100,7 +100,7 @@ public final class ColdStartOptions {
     return sweepRuns;
   }
 
-  public ColdStartOptions sweepRuns(int sweepRuns) {
+  public ColdStartOptions setSweepRuns(int sweepRuns) {
     if (sweepRuns < 1) {
       throw new IllegalArgumentException("sweep runs must be at least 1, not " + sweepRuns);
     }
@@ -113,7 +113,7 @@ public final class ColdStartOptions {
     return out;
   }
 
-  public ColdStartOptions out(Path out) {
+  public ColdStartOptions setOut(Path out) {
     this.out = out;
     return this;
   }
@@ -123,7 +123,7 @@ public final class ColdStartOptions {
     return work;
   }
 
-  public ColdStartOptions work(Path work) {
+  public ColdStartOptions setWork(Path work) {
     this.work = work;
     return this;
   }
@@ -133,7 +133,7 @@ public final class ColdStartOptions {
     return keepWork;
   }
 
-  public ColdStartOptions keepWork(boolean keepWork) {
+  public ColdStartOptions setKeepWork(boolean keepWork) {
     this.keepWork = keepWork;
     return this;
   }
@@ -143,7 +143,7 @@ public final class ColdStartOptions {
     return device;
   }
 
-  public ColdStartOptions device(String device) {
+  public ColdStartOptions setDevice(String device) {
     if (!List.of("auto", "cuda", "sim").contains(device)) {
       throw new IllegalArgumentException("device must be auto, cuda or sim, not " + device);
     }
@@ -155,7 +155,7 @@ public final class ColdStartOptions {
     return python;
   }
 
-  public ColdStartOptions python(String python) {
+  public ColdStartOptions setPython(String python) {
     this.python = python;
     return this;
   }
@@ -164,7 +164,7 @@ public final class ColdStartOptions {
     return seed;
   }
 
-  public ColdStartOptions seed(long seed) {
+  public ColdStartOptions setSeed(long seed) {
     this.seed = seed;
     return this;
   }
@@ -174,7 +174,7 @@ public final class ColdStartOptions {
     return deadline;
   }
 
-  public ColdStartOptions deadline(Duration deadline) {
+  public ColdStartOptions setDeadline(Duration deadline) {
     this.deadline = deadline;
     return this;
   }
@@ -184,7 +184,7 @@ public final class ColdStartOptions {
     return childTimeout;
   }
 
-  public ColdStartOptions childTimeout(Duration childTimeout) {
+  public ColdStartOptions setChildTimeout(Duration childTimeout) {
     this.childTimeout = childTimeout;
     return this;
   }
@@ -194,7 +194,7 @@ public final class ColdStartOptions {
     return concurrency;
   }
 
-  public ColdStartOptions concurrency(List<Integer> concurrency) {
+  public ColdStartOptions setConcurrency(List<Integer> concurrency) {
     for (int n : concurrency) {
       if (n < 1 || n > 64) {
         throw new IllegalArgumentException("a concurrency level is 1 to 64, not " + n);
@@ -212,7 +212,7 @@ public final class ColdStartOptions {
     return concurrencyPerGpu;
   }
 
-  public ColdStartOptions concurrencyPerGpu(boolean on) {
+  public ColdStartOptions setConcurrencyPerGpu(boolean on) {
     this.concurrencyPerGpu = on;
     return this;
   }
@@ -222,7 +222,7 @@ public final class ColdStartOptions {
     return concurrencyModel != null ? concurrencyModel : models.get(models.size() - 1);
   }
 
-  public ColdStartOptions concurrencyModel(String model) {
+  public ColdStartOptions setConcurrencyModel(String model) {
     if (model != null && !models.contains(model)) {
       throw new IllegalArgumentException("the concurrency model must be one of the main models " + models
           + ", not " + model);
@@ -236,7 +236,7 @@ public final class ColdStartOptions {
     return trace;
   }
 
-  public ColdStartOptions trace(Path trace) {
+  public ColdStartOptions setTrace(Path trace) {
     this.trace = trace;
     return this;
   }

@@ -2,16 +2,20 @@ package dev.thaw.bench.coldstart;
 
 import dev.thaw.bench.coldstart.ColdStartResult.ContenderResult;
 import dev.thaw.bench.coldstart.ColdStartResult.ModelResult;
+import java.awt.BasicStroke;
+import java.awt.Color;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.function.Function;
 import org.knowm.xchart.BitmapEncoder;
 import org.knowm.xchart.CategoryChart;
 import org.knowm.xchart.CategoryChartBuilder;
@@ -20,6 +24,7 @@ import org.knowm.xchart.XYChart;
 import org.knowm.xchart.XYChartBuilder;
 import org.knowm.xchart.XYSeries;
 import org.knowm.xchart.internal.chartpart.Chart;
+import org.knowm.xchart.style.AxesChartStyler;
 import org.knowm.xchart.style.Styler;
 import org.knowm.xchart.style.markers.SeriesMarkers;
 
@@ -132,7 +137,7 @@ final class ColdStartPlots {
     chart.getStyler().setYAxisLogarithmic(true);
     chart.getStyler().setLabelsVisible(true);
     chart.getStyler().setLabelsFontColorAutomaticEnabled(false);
-    chart.getStyler().setLabelsFontColor(java.awt.Color.DARK_GRAY);
+    chart.getStyler().setLabelsFontColor(Color.DARK_GRAY);
     chart.getStyler().setYAxisDecimalPattern("#,###");
     // XChart draws bars up from the axis minimum, which on a log axis must be set and above zero.
     double smallest = series.values().stream().flatMap(List::stream).filter(v -> v != null && v > 0)
@@ -239,7 +244,7 @@ final class ColdStartPlots {
       double[] y = sized.stream().mapToDouble(m -> m.imageBytes() / (gbps * 1e6)).toArray();
       XYSeries floor = chart.addSeries(String.format(Locale.ROOT, "PCIe floor (size / %.1f GB/s pinned H2D)", gbps), x, y);
       floor.setMarker(SeriesMarkers.NONE);
-      floor.setLineStyle(new java.awt.BasicStroke(2f, java.awt.BasicStroke.CAP_BUTT, java.awt.BasicStroke.JOIN_MITER,
+      floor.setLineStyle(new BasicStroke(2f, BasicStroke.CAP_BUTT, BasicStroke.JOIN_MITER,
           10f, new float[] {6f, 4f}, 0f));
     }
     return chart;
@@ -267,9 +272,9 @@ final class ColdStartPlots {
     if (gbps != null && c.imageBytes() != null) {
       XYSeries floor = chart.addSeries(String.format(Locale.ROOT, c.onePerGpu()
           ? "PCIe floor (image / %.1f GB/s: each GPU its own link)" : "PCIe floor (N × image / %.1f GB/s)", gbps), n,
-          java.util.Arrays.stream(n).map(k -> (c.onePerGpu() ? 1 : k) * c.imageBytes() / (gbps * 1e6)).toArray());
+          Arrays.stream(n).map(k -> (c.onePerGpu() ? 1 : k) * c.imageBytes() / (gbps * 1e6)).toArray());
       floor.setMarker(SeriesMarkers.NONE);
-      floor.setLineStyle(new java.awt.BasicStroke(2f, java.awt.BasicStroke.CAP_BUTT, java.awt.BasicStroke.JOIN_MITER,
+      floor.setLineStyle(new BasicStroke(2f, BasicStroke.CAP_BUTT, BasicStroke.JOIN_MITER,
           10f, new float[] {6f, 4f}, 0f));
     }
     return chart;
@@ -295,24 +300,24 @@ final class ColdStartPlots {
       long i = Math.round(v);
       return Math.abs(v - i) < 1e-9 && i >= 0 && i < lanes.size() ? lanes.get((int) i) : " ";
     });
-    java.awt.Color[] palette = {new java.awt.Color(0x1f77b4), new java.awt.Color(0xff7f0e),
-        new java.awt.Color(0x2ca02c), new java.awt.Color(0xd62728), new java.awt.Color(0x9467bd),
-        new java.awt.Color(0x8c564b), new java.awt.Color(0xe377c2), new java.awt.Color(0x7f7f7f),
-        new java.awt.Color(0xbcbd22), new java.awt.Color(0x17becf)};
+    Color[] palette = {new Color(0x1f77b4), new Color(0xff7f0e),
+        new Color(0x2ca02c), new Color(0xd62728), new Color(0x9467bd),
+        new Color(0x8c564b), new Color(0xe377c2), new Color(0x7f7f7f),
+        new Color(0xbcbd22), new Color(0x17becf)};
     // Colour by name when names are few (a server's phases); else by category, else by lane (an on-demand
     // restore's hundreds of copies and kernels), and then without a legend.
     long names = trace.spans().stream().map(ChromeTrace.Span::name).distinct().count();
     long categories = trace.spans().stream().map(ChromeTrace.Span::category).distinct().count();
-    java.util.function.Function<ChromeTrace.Span, String> key = names <= palette.length ? ChromeTrace.Span::name
+    Function<ChromeTrace.Span, String> key = names <= palette.length ? ChromeTrace.Span::name
         : categories <= palette.length ? ChromeTrace.Span::category : ChromeTrace.Span::lane;
     boolean legend = names <= palette.length || categories <= palette.length;
     chart.getStyler().setLegendVisible(legend);
-    Map<String, java.awt.Color> colours = new LinkedHashMap<>();
+    Map<String, Color> colours = new LinkedHashMap<>();
     Set<String> named = new LinkedHashSet<>();
     int n = 0;
     for (ChromeTrace.Span s : trace.spans()) {
       String k = key.apply(s);
-      java.awt.Color color = colours.computeIfAbsent(k, x -> palette[colours.size() % palette.length]);
+      Color color = colours.computeIfAbsent(k, x -> palette[colours.size() % palette.length]);
       double lane = lanes.indexOf(s.lane());
       // One legend entry per colour: the first span of it carries the name, the others stay out of the legend.
       boolean first = named.add(k);
@@ -321,7 +326,7 @@ final class ColdStartPlots {
       series.setShowInLegend(first);
       series.setMarker(SeriesMarkers.NONE);
       series.setLineColor(color);
-      series.setLineStyle(new java.awt.BasicStroke(14f, java.awt.BasicStroke.CAP_BUTT, java.awt.BasicStroke.JOIN_MITER));
+      series.setLineStyle(new BasicStroke(14f, BasicStroke.CAP_BUTT, BasicStroke.JOIN_MITER));
     }
     return chart;
   }
@@ -349,9 +354,9 @@ final class ColdStartPlots {
     return c;
   }
 
-  private static void style(org.knowm.xchart.style.AxesChartStyler s) {
+  private static void style(AxesChartStyler s) {
     s.setLegendPosition(Styler.LegendPosition.OutsideS);
-    s.setChartBackgroundColor(java.awt.Color.WHITE);
+    s.setChartBackgroundColor(Color.WHITE);
     s.setPlotGridLinesVisible(true);
     s.setToolTipsEnabled(false);
   }

@@ -8,6 +8,7 @@ import com.fasterxml.jackson.databind.SerializationFeature;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -160,8 +161,8 @@ public record ColdStartResult(String harness, boolean simulated, String device, 
       Map<String, Double> extra) {
 
     public Sample {
-      phases = phases == null ? Map.of() : java.util.Collections.unmodifiableMap(new LinkedHashMap<>(phases));
-      extra = extra == null ? null : java.util.Collections.unmodifiableMap(new LinkedHashMap<>(extra));
+      phases = phases == null ? Map.of() : Collections.unmodifiableMap(new LinkedHashMap<>(phases));
+      extra = extra == null ? null : Collections.unmodifiableMap(new LinkedHashMap<>(extra));
     }
   }
 

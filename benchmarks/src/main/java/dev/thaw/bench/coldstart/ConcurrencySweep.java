@@ -88,7 +88,7 @@ final class ConcurrencySweep {
     }
     List<ConcurrencyLevel> results = new ArrayList<>();
     ExecutorService threads = Executors.newFixedThreadPool(gpus);
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(capacity));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(capacity));
         RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true));
         ContextPool pool = ContextPool.create(new ContextPoolOptions().setDevices(devices).setIdleTarget(1)
             .setMaxWorkers(2).setMaxStarting(1).setDeviceChoice(device).setStorePath(store)

@@ -2,6 +2,7 @@ package dev.thaw.bench.coldstart;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.bench.server.ServerOverhead;
 import java.io.IOException;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -85,7 +86,7 @@ final class HarnessServer implements AutoCloseable {
 
   /** {@code queue;dur=0.004, acquire;dur=1.2} as an ordered map. */
   static Map<String, Double> serverTiming(String header) {
-    return dev.thaw.bench.server.ServerOverhead.serverTiming(header);
+    return ServerOverhead.serverTiming(header);
   }
 
   /**

@@ -14,7 +14,6 @@ import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.io.IOException;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
@@ -164,7 +163,7 @@ public final class NodeTrace implements Callable<Integer> {
     long t0 = System.nanoTime();
     List<Image> built;
     boolean simulated;
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(device), SimOptions.fromEnvironment())) {
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(device))) {
       simulated = driver.isSimulated();
       result.put("device", driver.name() + ": " + driver.devices().get(0).name());
       built = build(driver, store);
@@ -219,8 +218,8 @@ public final class NodeTrace implements Callable<Integer> {
         JsonNode request = ColdStartResult.JSON.readTree(request(base));
         if (s.manifest(tag).isEmpty()) {
           try (GpuContext ctx = driver.createContext(0)) {
-            new ImageBuilder(s, new FastCdcChunker()).build(new BuildOptions().functionClass(functionClass())
-                .config(config).tag(tag).addSampleRequest(request), ctx, ProgressListener.NONE);
+            new ImageBuilder(s, new FastCdcChunker()).build(new BuildOptions().setFunctionClass(functionClass())
+                .setConfig(config).setTag(tag).addSampleRequest(request), ctx, ProgressListener.NONE);
           }
         }
         JsonNode expected = Images.manifest(s, tag).samples().get(0).response();

@@ -1,5 +1,6 @@
 package dev.thaw.bench.coldstart;
 
+import dev.thaw.runtime.host.Threads;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
@@ -39,7 +40,7 @@ record ServeChild(Process process, URI url, StringBuilder output) {
     p.getOutputStream().close();
     CompletableFuture<URI> listening = new CompletableFuture<>();
     StringBuilder output = new StringBuilder();
-    Thread reader = new Thread(() -> {
+    Threads.startDaemon(() -> {
       try (BufferedReader in = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
         for (String line; (line = in.readLine()) != null; ) {
           synchronized (output) {
@@ -57,8 +58,6 @@ record ServeChild(Process process, URI url, StringBuilder output) {
       }
       listening.completeExceptionally(new IOException("thaw serve ended before it listened"));
     }, "thaw-serve-output");
-    reader.setDaemon(true);
-    reader.start();
     try {
       return new ServeChild(p, listening.get(timeout.toSeconds(), TimeUnit.SECONDS), output);
     } catch (ExecutionException | TimeoutException e) {

@@ -24,6 +24,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -57,7 +58,7 @@ final class ThawPoolColdContender implements Contender {
   static final String MULTILINK_ID = "thaw-pool-cold-multilink";
 
   /** Entries of a BECOME's phases that are no times (the host-cache restore reports its copies and their rate). */
-  private static final java.util.Set<String> NOT_TIMES = java.util.Set.of("copies", "bytes");
+  private static final Set<String> NOT_TIMES = Set.of("copies", "bytes");
 
   private final boolean fromHostCache;
   private final boolean full;
@@ -119,7 +120,7 @@ final class ThawPoolColdContender implements Contender {
     // The cache is made for this model's image (the workers map and register all of it at their start), with a
     // pool of its own whose workers map it.
     long capacity = (model.imageBytes() * 5 / 4 + (64L << 20)) & -HostCacheOptions.ALIGNMENT;
-    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(capacity));
+    try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(capacity));
         RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(bench.pool().store()).setReadOnly(true));
         HarnessPool pool = new HarnessPool(bench.pool(), cache.path(), full,
             multiLink ? ContextPoolOptions.DEFAULT_HELPER_LINKS : 0)) {

@@ -23,6 +23,7 @@ import dev.thaw.pool.cache.HostImageCache;
 import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.hbm.HbmTier;
 import dev.thaw.pool.hbm.HbmTierOptions;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -85,7 +86,7 @@ public final class PoolBench {
     }
     ObjectNode result = JSON.createObjectNode();
     try (HostImageCache cache = cacheBytes > 0
-        ? HostImageCache.create(new HostCacheOptions().capacityBytes(cacheBytes)) : null;
+        ? HostImageCache.create(new HostCacheOptions().setCapacityBytes(cacheBytes)) : null;
         RocksChunkStore reader = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
       ContextPoolOptions o = new ContextPoolOptions().setIdleTarget(2).setMaxWorkers(4).setStorePath(store)
           .setHostCachePath(cache == null ? null : cache.path());
@@ -274,9 +275,9 @@ public final class PoolBench {
       run.put("coldMillis", coldMs);
       run.set("resident", JSON.valueToTree(done));
       run.put("residentGBps", done.bytes() / (done.sinceBecomeMillis() * 1e6));
-      run.put("response", new String(first.json(), java.nio.charset.StandardCharsets.UTF_8).length() > 200
-          ? new String(first.json(), 0, 200, java.nio.charset.StandardCharsets.UTF_8) + "…"
-          : new String(first.json(), java.nio.charset.StandardCharsets.UTF_8));
+      run.put("response", new String(first.json(), StandardCharsets.UTF_8).length() > 200
+          ? new String(first.json(), 0, 200, StandardCharsets.UTF_8) + "…"
+          : new String(first.json(), StandardCharsets.UTF_8));
       Map<String, Double> p = b.phases();
       System.out.printf(Locale.ROOT,
           "%s from %s%s run %d: cold %.1f ms = acquire %.0f us + become %.1f ms (%s) + first invoke %.2f ms "

@@ -31,9 +31,9 @@ import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.Kernel;
+import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import dev.thaw.runtime.gpu.VirtualRange;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.runtime.host.ProcessFds;
 import java.io.IOException;
 import java.io.InputStream;
@@ -42,17 +42,19 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Comparator;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Consumer;
 import java.util.function.Supplier;
 
 /**
@@ -68,8 +70,9 @@ import java.util.function.Supplier;
  *       {@code cuMemcpyPeerAsync};
  *   <li><b>restore</b>, per shape: one link, two links, two links with everything queued at once: ready, resident (by
  *       the events), GB/s, the helper's part;
- *   <li><b>hbm</b>, per shape: from GPU 0's own HBM tier; from GPU 1's tier by a peer copy ({@link PeerSlabs}); from
- *       GPU 1's tier mapped as it is (kernels then read the weights over NVLink), with a read kernel's GB/s on local
+ *   <li><b>hbm</b>, per shape: from GPU 0's own HBM tier; from GPU 1's tier by a peer copy ({@link PeerSlabs}), the
+ *       slabs mapped on GPU 1 and relayed through its link's ring, then mapped for GPU 0 (each with its mapping time);
+ *       from GPU 1's tier mapped as it is (kernels then read the weights over NVLink), with a read kernel's GB/s on local
  *       and on peer-mapped weights; the goal: other GPU's ≤ 1.1 × own + the weights at 300 GB/s;
  *   <li><b>impact</b>: a warm GPT-2-large on GPU 1, alone and while two-link restores of the largest shape run through
  *       its GPU, at the helper's whole link and at half;
@@ -119,7 +122,7 @@ public final class MultiLinkHarness {
     Set<String> skip = Set.of(a.getOrDefault("skip", "").split(","));
     Path tmp = Files.createTempDirectory("thaw-multilink");
     int status;
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment());
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment());
         RocksChunkStore store = RocksChunkStore.open(tmp.resolve("store"))) {
       MultiLinkHarness h = new MultiLinkHarness(driver, store, rounds, skip,
           a.getOrDefault("impact-model", driver.isSimulated() ? "tiny" : "gpt2-large"));
@@ -273,7 +276,7 @@ public final class MultiLinkHarness {
     try (DeviceBuffer theirs = helper.allocateScratch(bytes); DeviceBuffer mine = target.allocateScratch(bytes);
         GpuStream s = target.createStream(); GpuEvent a = target.createEvent(true);
         GpuEvent b = target.createEvent(true)) {
-      theirs.setAccessFor(target.device().ordinal(), dev.thaw.runtime.gpu.MemoryAccess.READ);
+      theirs.setAccessFor(target.device().ordinal(), MemoryAccess.READ);
       double[] best = new double[2];
       for (int round = 0; round < 3; round++) {
         for (int call = 0; call < 2; call++) {
@@ -304,7 +307,7 @@ public final class MultiLinkHarness {
    * {@code afterStart} was run right after the call returned (closing descriptors a worker closes then).
    */
   private Run restore(int device, ImageManifest m, RestoreSource source, OnDemandOptions options,
-      SyntheticImage check, Runnable afterStart, java.util.function.Consumer<OnDemandRestore> whileOpen) {
+      SyntheticImage check, Runnable afterStart, Consumer<OnDemandRestore> whileOpen) {
     GpuContext c = contexts.get(device);
     RestorePlan plan = plans.computeIfAbsent(m, RestorePlan::of);
     long t0 = System.nanoTime();
@@ -339,13 +342,13 @@ public final class MultiLinkHarness {
     if (first.mismatch() != null) {
       failures.add(image.shape() + " " + name + ": " + first.mismatch());
     }
-    System.out.printf(Locale.ROOT, "| %s | %s | %.2f | %.2f (%.2f-%.2f) | %.1f | %s | %s |%n", image.shape(), name,
-        ready[ready.length / 2], median, resident[0], resident[resident.length - 1], image.bytes() / (median * 1e6),
-        first.links(), check);
+    System.out.printf(Locale.ROOT, "| %s | %s | %.2f | %.2f (%.2f-%.2f) | %.1f | %s, %d copies | %s |%n",
+        image.shape(), name, ready[ready.length / 2], median, resident[0], resident[resident.length - 1],
+        image.bytes() / (median * 1e6), first.links(), first.stats().copies(), check);
     ObjectNode v = shape.putObject(name);
     v.put("readyMillis", ready[ready.length / 2]).put("residentMillis", median).put("minMillis", resident[0])
         .put("maxMillis", resident[resident.length - 1]).put("gbps", image.bytes() / (median * 1e6))
-        .put("checked", first.mismatch() == null);
+        .put("copies", first.stats().copies()).put("checked", first.mismatch() == null);
     v.putPOJO("links", first.links());
     ArrayNode all = v.putArray("rounds");
     runs.forEach(r -> all.add(r.residentMillis()));
@@ -360,9 +363,9 @@ public final class MultiLinkHarness {
     double one = variant(shape, image, "1 link", () -> restore(0, m, image.source(), new OnDemandOptions(),
         image, null, null));
     double two = variant(shape, image, "2 links", () -> restore(0, m, image.source(), new OnDemandOptions()
-        .helpers(List.of(link)), image, null, null));
+        .setHelpers(List.of(link)), image, null, null));
     double all = variant(shape, image, "2 links, all queued", () -> restore(0, m, image.source(),
-        new OnDemandOptions().helpers(List.of(link)).windowBytes(Long.MAX_VALUE), image, null, null));
+        new OnDemandOptions().setHelpers(List.of(link)).setWindowBytes(Long.MAX_VALUE), image, null, null));
     summary(String.format(Locale.ROOT, "%s %.2f GB from the host: 1 link %.2f ms (%.1f GB/s), 2 links %.2f ms"
         + " (%.1f GB/s, x%.2f), 2 links all queued %.2f ms", image.shape(), image.bytes() / 1e9, one,
         image.bytes() / (one * 1e6), two, image.bytes() / (two * 1e6), one / two, all));
@@ -382,7 +385,7 @@ public final class MultiLinkHarness {
 
   /** Restores the image on {@code device} with exportable weights, protects and exports them, as an eviction does. */
   private List<ExportedSlab> leaveInTier(int device, SyntheticImage image) {
-    OnDemandOptions exportable = new OnDemandOptions().slabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY);
+    OnDemandOptions exportable = new OnDemandOptions().setSlabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY);
     RestorePlan plan = plans.computeIfAbsent(image.manifest(), RestorePlan::of);
     try (OnDemandRestore r = restorer.restore(plan, contexts.get(device), image.source(), resources.get(device),
         exportable)) {
@@ -437,10 +440,10 @@ public final class MultiLinkHarness {
   }
 
   private Run fromTier(SyntheticImage image, List<ExportedSlab> held, boolean check,
-      java.util.function.Consumer<OnDemandRestore> whileOpen) {
+      Consumer<OnDemandRestore> whileOpen) {
     ResidentSlabs slabs = new ResidentSlabs(dup(held));
     try {
-      return restore(0, image.manifest(), tiered(image, slabs), new OnDemandOptions().slabSource(slabs),
+      return restore(0, image.manifest(), tiered(image, slabs), new OnDemandOptions().setSlabSource(slabs),
           check ? image : null, slabs::close, whileOpen);
     } finally {
       slabs.close();
@@ -462,27 +465,17 @@ public final class MultiLinkHarness {
     }
     List<ExportedSlab> other = leaveInTier(1, image);
     double peer;
+    double direct;
     double mapped;
+    double[] relayMap = new double[rounds];
+    double[] directMap = new double[rounds];
     try {
-      boolean[] firstPeer = {true};
-      double[] mapMillis = new double[rounds];
-      int[] k = {0};
-      peer = variant(shape, image, "hbm: GPU 1's tier, peer copy", () -> {
-        long t0 = System.nanoTime();
-        PeerSlabs slabs = PeerSlabs.map(contexts.get(0), other);
-        try {
-          double map = (System.nanoTime() - t0) / 1e6;
-          Run r = restore(0, m, slabs.over(image.source()), new OnDemandOptions(), takeFirst(firstPeer) ? image : null,
-              null, null);
-          if (k[0] < mapMillis.length) {
-            mapMillis[k[0]++] = map;
-          }
-          return new Run(r.readyMillis() + map, r.residentMillis() + map, r.wallMillis() + map, r.stats(), r.links(),
-              r.mismatch());
-        } finally {
-          slabs.close();
-        }
-      });
+      // GPU 1's slabs mapped on GPU 1 alone and relayed through its link's ring; then mapped for GPU 0, which reads
+      // GPU 1's memory itself (the way without a link).
+      peer = variant(shape, image, "hbm: GPU 1's tier, peer copy through GPU 1's ring",
+          peerCopy(image, () -> PeerSlabs.map(link, other), relayMap));
+      direct = variant(shape, image, "hbm: GPU 1's tier, peer copy, mapped for GPU 0",
+          peerCopy(image, () -> PeerSlabs.map(contexts.get(0), other), directMap));
       boolean[] firstMapped = {true};
       mapped = variant(shape, image, "hbm: GPU 1's tier, peer-mapped", () -> fromTier(image, other,
           takeFirst(firstMapped), r -> readGBps[1] = Math.max(readGBps[1], readKernel(r, image, "peer-mapped"))));
@@ -490,16 +483,52 @@ public final class MultiLinkHarness {
       HbmExport.close(other);
     }
     double goal = 1.1 * same + image.readOnlyBytes() / 300e6;
-    shape.put("peerGoalMillis", goal).put("peerMeetsGoal", peer <= goal);
+    double relayMapMillis = median(relayMap);
+    double directMapMillis = median(directMap);
+    shape.put("peerGoalMillis", goal).put("peerMeetsGoal", peer <= goal).put("peerRelayMapMillis", relayMapMillis)
+        .put("peerDirectMapMillis", directMapMillis);
     if (readGBps[0] > 0) {
       shape.put("readKernelLocalGBps", readGBps[0]).put("readKernelPeerMappedGBps", readGBps[1]);
     }
-    summary(String.format(Locale.ROOT, "%s HBM tier: GPU 0's own %.2f ms; GPU 1's by peer copy %.2f ms (%.1f GB/s"
-        + " of weights; goal <= 1.1 x %.2f + %.2f GB at 300 GB/s = %.2f ms: %s); GPU 1's peer-mapped %.2f ms%s",
+    summary(String.format(Locale.ROOT, "%s HBM tier: GPU 0's own %.2f ms; GPU 1's by peer copy %.2f ms through GPU 1's"
+        + " ring (%.1f GB/s of weights; goal <= 1.1 x %.2f + %.2f GB at 300 GB/s = %.2f ms: %s), %.2f ms mapped for"
+        + " GPU 0 (mapping GPU 1's slabs: %.2f ms on GPU 1, %.2f ms for GPU 0); GPU 1's peer-mapped %.2f ms%s",
         image.shape(), same, peer, image.readOnlyBytes() / (peer * 1e6), same, image.readOnlyBytes() / 1e9, goal,
-        peer <= goal ? "met" : "NOT met", mapped, readGBps[0] > 0 ? String.format(Locale.ROOT,
+        peer <= goal ? "met" : "NOT met", direct, relayMapMillis, directMapMillis, mapped,
+        readGBps[0] > 0 ? String.format(Locale.ROOT,
         "; a kernel reads local weights at %.0f GB/s, peer-mapped at %.0f GB/s", readGBps[0], readGBps[1]) : ""));
     return null;
+  }
+
+  /**
+   * One round of a restore onto GPU 0 from GPU 1's tier by a peer copy, the slabs mapped by {@code map} (timed into
+   * {@code mapMillis}, and counted in the round's figures): the first round checks every byte.
+   */
+  private Supplier<Run> peerCopy(SyntheticImage image, Supplier<PeerSlabs> map, double[] mapMillis) {
+    boolean[] first = {true};
+    int[] k = {0};
+    return () -> {
+      long t0 = System.nanoTime();
+      PeerSlabs slabs = map.get();
+      try {
+        double millis = (System.nanoTime() - t0) / 1e6;
+        Run r = restore(0, image.manifest(), slabs.over(image.source()), new OnDemandOptions(),
+            takeFirst(first) ? image : null, null, null);
+        if (k[0] < mapMillis.length) {
+          mapMillis[k[0]++] = millis;
+        }
+        return new Run(r.readyMillis() + millis, r.residentMillis() + millis, r.wallMillis() + millis, r.stats(),
+            r.links(), r.mismatch());
+      } finally {
+        slabs.close();
+      }
+    };
+  }
+
+  private static double median(double[] values) {
+    double[] sorted = values.clone();
+    Arrays.sort(sorted);
+    return sorted.length == 0 ? Double.NaN : sorted[sorted.length / 2];
   }
 
   private static boolean takeFirst(boolean[] first) {
@@ -514,7 +543,7 @@ public final class MultiLinkHarness {
       return 0;
     }
     ImageManifest.Allocation largest = image.manifest().allocations().stream().filter(a -> a.name().startsWith("w."))
-        .max(java.util.Comparator.comparingLong(ImageManifest.Allocation::size)).orElseThrow();
+        .max(Comparator.comparingLong(ImageManifest.Allocation::size)).orElseThrow();
     GpuContext c = contexts.get(0);
     try (GpuModule module = c.loadPtx(readPtx()); GpuStream s = c.createStream();
         DeviceBuffer out = c.allocateScratch(4096); GpuEvent a = c.createEvent(true);
@@ -605,14 +634,14 @@ public final class MultiLinkHarness {
     parts.add(String.format(Locale.ROOT, "%s warm 16 -> 1 on GPU 1: p50 %.2f ms alone", impactModel, p(alone, 50)));
     for (double share : new double[] {1.0, 0.5}) {
       AtomicBoolean stop = new AtomicBoolean();
-      List<Double> restores = new java.util.concurrent.CopyOnWriteArrayList<>();
+      List<Double> restores = new CopyOnWriteArrayList<>();
       CountDownLatch started = new CountDownLatch(1);
       ExecutorService bg = Executors.newSingleThreadExecutor();
       Future<?> loop = bg.submit(() -> {
         while (!stop.get()) {
           started.countDown();
-          Run r = restore(0, image.manifest(), image.source(), new OnDemandOptions().helpers(List.of(link))
-              .helperShare(share), null, null, null);
+          Run r = restore(0, image.manifest(), image.source(), new OnDemandOptions().setHelpers(List.of(link))
+              .setHelperShare(share), null, null, null);
           restores.add(r.wallMillis());
         }
         return null;

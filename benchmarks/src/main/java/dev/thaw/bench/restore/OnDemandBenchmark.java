@@ -22,10 +22,11 @@ import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
 import java.util.Locale;
 
@@ -53,7 +54,7 @@ public final class OnDemandBenchmark {
       OnDemandOptions.Promotion promotion) {
 
     OnDemandOptions options() {
-      return new OnDemandOptions().windowBytes(window).promotion(promotion);
+      return new OnDemandOptions().setWindowBytes(window).setPromotion(promotion);
     }
   }
 
@@ -84,7 +85,7 @@ public final class OnDemandBenchmark {
         : PROMPT);
     ObjectNode results = JSON.createObjectNode();
     ArrayNode rows = results.putArray("rows");
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment());
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment());
         GpuContext ctx = driver.createContext(0);
         RocksChunkStore store = RocksChunkStore.open(storeDir)) {
       results.put("device", ctx.device().name());
@@ -121,7 +122,7 @@ public final class OnDemandBenchmark {
                   manifest.profile().summary());
               loaded = c.image();
             }
-            List<Strategy> strategies = new java.util.ArrayList<>(STRATEGIES);
+            List<Strategy> strategies = new ArrayList<>(STRATEGIES);
             if (c == cases.get(0)) {
               strategies.addAll(REVERSED);
             }
@@ -163,7 +164,7 @@ public final class OnDemandBenchmark {
       return;
     }
     long t = System.nanoTime();
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag)
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag)
         .addSampleRequest(JSON.readTree(sample));
     new ImageBuilder(store, new FastCdcChunker()).build(o, ctx, ProgressListener.NONE);
     System.out.printf(Locale.ROOT, "built %s in %.1f s%n", tag, (System.nanoTime() - t) / 1e9);
@@ -255,7 +256,7 @@ public final class OnDemandBenchmark {
       RestoreResources resources, Path file) throws Exception {
     OnDemandRestorer restorer = new OnDemandRestorer(store);
     FunctionRequest request = FunctionRequest.of(c.request());
-    try (OnDemandRestore r = restorer.restore(plan, ctx, cache, resources, new OnDemandOptions().trace(true))) {
+    try (OnDemandRestore r = restorer.restore(plan, ctx, cache, resources, new OnDemandOptions().setTrace(true))) {
       r.trace().instant("request: function invocable");
       r.function().invoke(request);
       r.trace().instant("response");
@@ -266,8 +267,8 @@ public final class OnDemandBenchmark {
   }
 
   private static ImageManifest reversed(ImageManifest m) {
-    List<String> order = new java.util.ArrayList<>(m.profile().firstAccessOrder());
-    java.util.Collections.reverse(order);
+    List<String> order = new ArrayList<>(m.profile().firstAccessOrder());
+    Collections.reverse(order);
     return m.withProfile(new ImageManifest.Profile(m.profile().orderSource(), m.profile().launches(), order,
         m.profile().kernels()));
   }

@@ -20,7 +20,6 @@ import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.server.FunctionOptions;
 import dev.thaw.server.ServerOptions;
 import dev.thaw.server.ThawServer;
@@ -35,6 +34,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
@@ -212,7 +212,7 @@ public final class ServerOverhead {
         .put("spinClient", o.spinClient());
     List<Step> steps = steps(o);
     Path storePath = work.resolve("store");
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment(), SimOptions.fromEnvironment())) {
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.fromEnvironment())) {
       result.put("device", driver.devices().get(0).name() + (driver.isSimulated() ? " (SIMULATED)" : ""));
       result.put("simulated", driver.isSimulated());
       build(driver, storePath, o);
@@ -246,7 +246,7 @@ public final class ServerOverhead {
   }
 
   private static void build(GpuDriver driver, Path storePath, Options o) throws IOException {
-    BuildOptions b = new BuildOptions().functionClass(o.function()).config(o.config()).tag(TAG)
+    BuildOptions b = new BuildOptions().setFunctionClass(o.function()).setConfig(o.config()).setTag(TAG)
         .addSampleRequest(JSON.readTree(o.warmupRequest()));
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath));
         GpuContext ctx = driver.createContext(0)) {
@@ -495,7 +495,7 @@ public final class ServerOverhead {
     }
     try (var walk = Files.walk(dir)) {
       List<Path> all = new ArrayList<>(walk.toList());
-      java.util.Collections.reverse(all);
+      Collections.reverse(all);
       for (Path p : all) {
         Files.deleteIfExists(p);
       }

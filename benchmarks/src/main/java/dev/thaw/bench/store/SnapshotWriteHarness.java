@@ -1,11 +1,13 @@
 package dev.thaw.bench.store;
 
+import com.sun.management.OperatingSystemMXBean;
 import dev.thaw.image.build.Chunker;
 import dev.thaw.image.build.FastCdcChunker;
 import dev.thaw.image.store.Digest;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import java.io.IOException;
+import java.lang.management.ManagementFactory;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -145,7 +147,7 @@ public final class SnapshotWriteHarness {
 
   /** CPU time of this process, all threads (RocksDB's background threads included). */
   private static long cpu() {
-    return ((com.sun.management.OperatingSystemMXBean) java.lang.management.ManagementFactory
+    return ((OperatingSystemMXBean) ManagementFactory
         .getOperatingSystemMXBean()).getProcessCpuTime();
   }
 

@@ -17,6 +17,7 @@ import java.util.Arrays;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.function.BiConsumer;
 
 /**
  * Map time of an image with GPT-2-large's 518 buffers (its tensors in fp16, then its I/O, activation and KV-cache
@@ -40,7 +41,7 @@ public final class MapTimeHarness {
     int positions = 1024;
     int tokens = 64;
     List<long[]> sizes = new ArrayList<>();
-    java.util.function.BiConsumer<String, Long> add = (n, s) -> {
+    BiConsumer<String, Long> add = (n, s) -> {
       names.add(n);
       sizes.add(new long[] {s});
     };

@@ -73,7 +73,7 @@ public final class TiersHarness {
     boolean ok = true;
     try (GpuDriver driver = GpuDrivers.open(); GpuContext ctx = driver.createContext(0);
         RocksChunkStore store = RocksChunkStore.open(root.resolve("store"));
-        HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(cacheBytes))) {
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(cacheBytes))) {
       System.out.printf("device: %s (%s)%n", ctx.device().describe(), driver.isSimulated() ? "SIMULATED: no GPU numbers"
           : "cuda " + driver.driverVersion());
       long t0 = System.nanoTime();
@@ -324,12 +324,12 @@ public final class TiersHarness {
   }
 
   private static BuildOptions buildOptions(String model) throws Exception {
-    BuildOptions o = new BuildOptions().tag(model);
+    BuildOptions o = new BuildOptions().setTag(model);
     switch (model) {
       case "mlp" -> {
         int inputs = 1024;
-        o.functionClass("dev.thaw.examples.mlp.MlpFunction")
-            .config("{\"layers\": [" + inputs + ", 4096, 4096, 4096, 10], \"seed\": 42, \"maxBatch\": 8}");
+        o.setFunctionClass("dev.thaw.examples.mlp.MlpFunction")
+            .setConfig("{\"layers\": [" + inputs + ", 4096, 4096, 4096, 10], \"seed\": 42, \"maxBatch\": 8}");
         ObjectNode body = JSON.createObjectNode();
         ArrayNode rows = body.putArray("inputs");
         Random r = new Random(7);
@@ -342,8 +342,8 @@ public final class TiersHarness {
         o.addSampleRequest(body);
       }
       case "gpt2", "gpt2-large" -> {
-        o.functionClass("dev.thaw.examples.gpt2.Gpt2Function")
-            .config("{\"model\": \"" + model + "\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 64}");
+        o.setFunctionClass("dev.thaw.examples.gpt2.Gpt2Function")
+            .setConfig("{\"model\": \"" + model + "\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 64}");
         JsonNode request = JSON.readTree("{\"tokens\": [[15718, 20896, 46414, 19723, 24521, 404, 19748, 16241, 3185, "
             + "40007, 45275, 21281, 39983, 5076, 24913, 29307]], \"maxNewTokens\": 1}");
         o.addSampleRequest(request);

@@ -1,11 +1,12 @@
 package dev.thaw.pool.cache;
 
 import dev.thaw.image.store.Digest;
+import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 
 /**
  * Where a verified chunk lies in registered host memory: {@code length} bytes at {@code offset} of {@code buffer},
- * ready to be the source of {@link dev.thaw.runtime.gpu.GpuStream#copyHostToDeviceAsync}. The bytes were checked
+ * ready to be the source of {@link GpuStream#copyHostToDeviceAsync}. The bytes were checked
  * against {@code digest} when they entered the cache and are trusted from then on.
  */
 public record CachedChunk(Digest digest, PinnedBuffer buffer, long offset, int length) {

@@ -1,6 +1,7 @@
 package dev.thaw.pool.cache;
 
 import dev.thaw.image.store.Digest;
+import java.nio.BufferUnderflowException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
@@ -124,7 +125,7 @@ public final class ChunkPlacement {
         entries.add(new Entry(Digest.fromBytes(digest), offset, length));
       }
       return new ChunkPlacement(new String(name, StandardCharsets.UTF_8), entries);
-    } catch (java.nio.BufferUnderflowException | NegativeArraySizeException e) {
+    } catch (BufferUnderflowException | NegativeArraySizeException e) {
       throw new IllegalArgumentException("a chunk placement is cut short", e);
     }
   }

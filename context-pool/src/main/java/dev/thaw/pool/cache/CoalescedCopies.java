@@ -4,6 +4,7 @@ import dev.thaw.image.ImageManifest;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.List;
 
 /**
@@ -45,7 +46,7 @@ public final class CoalescedCopies {
     long start = c.device();
     long end = c.device() + c.bytes();
     List<long[]> overlapping = resident.stream().filter(r -> r[0] < end && r[1] > start)
-        .sorted(java.util.Comparator.comparingLong(r -> r[0])).toList();
+        .sorted(Comparator.comparingLong(r -> r[0])).toList();
     long at = start;
     for (long[] r : overlapping) {
       if (r[0] > at) {

@@ -22,7 +22,7 @@ public final class HostCacheOptions {
   }
 
   /** The arena's size: shared memory, counted against the host's RAM (tmpfs) once pages are written. */
-  public HostCacheOptions capacityBytes(long bytes) {
+  public HostCacheOptions setCapacityBytes(long bytes) {
     if (bytes < ALIGNMENT) {
       throw new IllegalArgumentException("the host cache needs at least " + ALIGNMENT + " bytes, not " + bytes);
     }
@@ -39,7 +39,7 @@ public final class HostCacheOptions {
    * {@code memfd} that workers open as {@code /proc/<server pid>/fd/<n>}: it vanishes with the last process
    * that maps it, so a killed server leaves nothing behind. A named file outlives a killed server.
    */
-  public HostCacheOptions directory(Path directory) {
+  public HostCacheOptions setDirectory(Path directory) {
     this.directory = directory;
     return this;
   }
@@ -49,7 +49,7 @@ public final class HostCacheOptions {
   }
 
   /** Threads reading and verifying chunks from the store into the arena. */
-  public HostCacheOptions stagingThreads(int threads) {
+  public HostCacheOptions setStagingThreads(int threads) {
     if (threads < 1) {
       throw new IllegalArgumentException("staging needs at least one thread, not " + threads);
     }
@@ -71,13 +71,13 @@ public final class HostCacheOptions {
   public static HostCacheOptions fromJson(JsonNode json) {
     HostCacheOptions o = new HostCacheOptions();
     if (json.has("capacityBytes")) {
-      o.capacityBytes(json.get("capacityBytes").asLong());
+      o.setCapacityBytes(json.get("capacityBytes").asLong());
     }
     if (json.hasNonNull("directory")) {
-      o.directory(Path.of(json.get("directory").asText()));
+      o.setDirectory(Path.of(json.get("directory").asText()));
     }
     if (json.has("stagingThreads")) {
-      o.stagingThreads(json.get("stagingThreads").asInt());
+      o.setStagingThreads(json.get("stagingThreads").asInt());
     }
     return o;
   }

@@ -14,8 +14,7 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The host image cache as a worker sees it: the parent's arena mapped read-only and registered with the
- * worker's context once, at start-up ({@code cuMemHostRegister} of 4 GiB costs 0.5-0.7 s on an H200: never on a
- * cold path). {@link #chunks} turns the placement the parent sent with an image into the lookup a restore uses.
+ * worker's context once, at start-up ({@code cuMemHostRegister} of a few GiB takes seconds: never on a cold path). {@link #chunks} turns the placement the parent sent with an image into the lookup a restore uses.
  *
  * <p>Read-only twice over: the pages are mapped {@code PROT_READ}, so nothing in the worker can change a chunk,
  * and registered with {@code CU_MEMHOSTREGISTER_READ_ONLY}, so the device only reads them. A device without

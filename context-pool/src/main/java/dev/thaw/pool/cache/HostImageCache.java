@@ -3,15 +3,17 @@ package dev.thaw.pool.cache;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.restore.CorruptChunkException;
 import dev.thaw.image.restore.VerifiedChunks;
+import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.host.ProcessFds;
 import dev.thaw.runtime.host.SharedMemory;
+import dev.thaw.runtime.host.Threads;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
@@ -22,7 +24,6 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -80,7 +81,7 @@ public final class HostImageCache implements AutoCloseable {
   /** Free arena bytes, offset to length; disjoint, never adjacent (merged). Guarded by {@code this}. */
   private final TreeMap<Long, Long> free = new TreeMap<>();
   private final Map<Digest, Slot> index = new HashMap<>();
-  private final Set<Extent> extents = java.util.Collections.newSetFromMap(new IdentityHashMap<>());
+  private final Set<Extent> extents = Collections.newSetFromMap(new IdentityHashMap<>());
   /** Per image name, its last stage. Guarded by {@code this}. */
   private final Map<String, Staged> staged = new HashMap<>();
   private long clock;
@@ -96,12 +97,7 @@ public final class HostImageCache implements AutoCloseable {
     this.path = path;
     free.put(0L, arena.size());
     freeBytes = arena.size();
-    AtomicInteger n = new AtomicInteger();
-    this.stagers = Executors.newFixedThreadPool(options.stagingThreads(), r -> {
-      Thread t = new Thread(r, "thaw-cache-stage-" + n.incrementAndGet());
-      t.setDaemon(true);
-      return t;
-    });
+    this.stagers = Executors.newFixedThreadPool(options.stagingThreads(), Threads.daemonFactory("thaw-cache-stage"));
   }
 
   /** Creates the arena (zero bytes; tmpfs pages are taken as chunks are written). */
@@ -141,7 +137,7 @@ public final class HostImageCache implements AutoCloseable {
    * @param image the image's name, for messages
    * @throws CorruptChunkException naming a chunk whose stored bytes do not match its digest (nothing of this
    *     stage stays in the cache)
-   * @throws dev.thaw.image.store.ChunkNotFoundException naming a chunk the store lacks
+   * @throws ChunkNotFoundException naming a chunk the store lacks
    * @throws HostCacheFullException if no room can be made without evicting pinned chunks
    */
   public CacheLease stage(String image, ImageManifest manifest, ChunkStore store) {
@@ -163,7 +159,7 @@ public final class HostImageCache implements AutoCloseable {
     Extent fresh = null;
     synchronized (this) {
       checkOpen();
-      Set<Extent> hit = java.util.Collections.newSetFromMap(new IdentityHashMap<>());
+      Set<Extent> hit = Collections.newSetFromMap(new IdentityHashMap<>());
       for (Digest d : order) {
         Slot s = index.get(d);
         if (s != null) {

@@ -4,6 +4,7 @@ import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.host.ProcessFds;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.List;
 
 /**
@@ -29,7 +30,7 @@ public final class HbmExport {
    * Like {@link #exportReadOnly(FunctionSession)}, leaving out the slabs starting at {@code mayHaveBeenWritten}
    * (what {@code OnDemandRestore.mayHaveBeenWritten()} names: written, perhaps, before they were protected).
    */
-  public static List<ExportedSlab> exportReadOnly(FunctionSession session, java.util.Collection<Long> mayHaveBeenWritten) {
+  public static List<ExportedSlab> exportReadOnly(FunctionSession session, Collection<Long> mayHaveBeenWritten) {
     List<ExportedSlab> out = new ArrayList<>();
     try {
       for (FunctionSession.MappedSlab m : session.slabs()) {

@@ -7,6 +7,7 @@ import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.gpu.PhysicalMemory;
 import dev.thaw.runtime.host.ProcessFds;
 import java.io.IOException;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -28,7 +29,7 @@ public final class ResidentSlabs implements FunctionSession.SlabSource, AutoClos
   private final Map<Long, ExportedSlab> byAddress = new HashMap<>();
   private final Set<String> imported = new LinkedHashSet<>();
   private final Set<String> notImported = new LinkedHashSet<>();
-  private final List<long[]> ranges = new java.util.ArrayList<>();
+  private final List<long[]> ranges = new ArrayList<>();
   private long importNanos;
 
   /** @param slabs the tier's slabs with descriptors valid in this process (see {@link #take}) */
@@ -48,7 +49,7 @@ public final class ResidentSlabs implements FunctionSession.SlabSource, AutoClos
       theirs[i] = serverSlabs.get(i).fd();
     }
     int[] fds = ProcessFds.takeAll(serverPid, theirs);
-    List<ExportedSlab> mine = new java.util.ArrayList<>(fds.length);
+    List<ExportedSlab> mine = new ArrayList<>(fds.length);
     for (int i = 0; i < fds.length; i++) {
       mine.add(serverSlabs.get(i).withFd(fds[i]));
     }

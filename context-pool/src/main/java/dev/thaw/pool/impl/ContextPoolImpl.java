@@ -8,6 +8,7 @@ import dev.thaw.pool.PreparedImage;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.WorkerException;
+import dev.thaw.runtime.host.Threads;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.Files;
@@ -109,14 +110,12 @@ public final class ContextPoolImpl implements ContextPool {
       devices.put(d, new DeviceWorkers(d));
     }
     ahead = new PrepareAhead(this.options.maxPreparedImages());
-    timer = new ScheduledThreadPoolExecutor(1, daemon("thaw-pool-timer"));
+    timer = new ScheduledThreadPoolExecutor(1, Threads.daemonFactory("thaw-pool-timer"));
     timer.setRemoveOnCancelPolicy(true);
-    io = Executors.newCachedThreadPool(daemon("thaw-pool-io"));
+    io = Executors.newCachedThreadPool(Threads.daemonFactory("thaw-pool-io"));
     shutdownHook = new Thread(this::killAll, "thaw-pool-shutdown");
     Runtime.getRuntime().addShutdownHook(shutdownHook);
-    refill = new Thread(this::refillLoop, "thaw-pool-refill");
-    refill.setDaemon(true);
-    refill.start();
+    refill = Threads.startDaemon(this::refillLoop, "thaw-pool-refill");
   }
 
   @Override
@@ -539,14 +538,5 @@ public final class ContextPoolImpl implements ContextPool {
     } catch (IOException e) {
       // Best effort.
     }
-  }
-
-  private static java.util.concurrent.ThreadFactory daemon(String name) {
-    AtomicInteger n = new AtomicInteger();
-    return r -> {
-      Thread t = new Thread(r, name + "-" + n.incrementAndGet());
-      t.setDaemon(true);
-      return t;
-    };
   }
 }

@@ -2,17 +2,19 @@ package dev.thaw.pool.impl;
 
 import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.worker.WorkerMain;
+import dev.thaw.runtime.gpu.DeviceChoice;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Objects;
 
 /**
  * A worker JVM started before its pool exists: {@code thaw serve} starts one as its {@code main} begins, and the
  * pool's first spawn takes it over where it would start the very same command. The JVM starts, loads its classes and
- * runs {@code cuInit} while the server parses its options (~140 ms on the H200) and then waits on its stdin for the
- * config, which the taking spawn writes as the first line ({@link WorkerMain}'s {@code -} argument). A process nobody
+ * runs {@code cuInit} while the server parses its options ({@code docs/design/server.md}) and then waits on its
+ * stdin for the config, which the taking spawn writes as the first line ({@link WorkerMain}'s {@code -} argument). A process nobody
  * takes ends when this one does (its stdin closes) or at {@link #discard()}.
  */
 final class Prelaunch {
@@ -59,7 +61,7 @@ final class Prelaunch {
         .redirectError(log.toFile());
     pb.environment().putAll(o.environment());
     if (o.deviceChoice() != null) {
-      pb.environment().put(dev.thaw.runtime.gpu.DeviceChoice.ENV, o.deviceChoice());
+      pb.environment().put(DeviceChoice.ENV, o.deviceChoice());
     }
     return pb;
   }
@@ -75,7 +77,7 @@ final class Prelaunch {
     }
     early = null;
     boolean same = e.process().isAlive() && e.command().equals(command(o)) && o.environment().isEmpty()
-        && java.util.Objects.equals(e.deviceEnv(), o.deviceChoice());
+        && Objects.equals(e.deviceEnv(), o.deviceChoice());
     if (!same) {
       kill(e);
       return null;

@@ -11,6 +11,7 @@ import dev.thaw.pool.protocol.WorkerMessages.Failure;
 import dev.thaw.pool.protocol.WorkerMessages.Ready;
 import dev.thaw.pool.protocol.WorkerMessages.Request;
 import dev.thaw.pool.protocol.WorkerMessages.Resident;
+import dev.thaw.runtime.host.Threads;
 import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;
 import java.io.DataInputStream;
@@ -116,9 +117,7 @@ final class WorkerPipe {
 
   /** Starts the reader thread. */
   void startReading(String name) {
-    Thread reader = new Thread(this::readLoop, name);
-    reader.setDaemon(true);
-    reader.start();
+    Thread reader = Threads.startDaemon(this::readLoop, name);
   }
 
   /** Writes a prelaunched worker's config line, before any frame. */

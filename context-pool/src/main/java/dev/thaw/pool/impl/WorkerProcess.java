@@ -31,6 +31,7 @@ import dev.thaw.pool.protocol.WorkerMessages.Invoke;
 import dev.thaw.pool.protocol.WorkerMessages.InvokeAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Ready;
 import dev.thaw.pool.protocol.WorkerMessages.Resident;
+import dev.thaw.pool.protocol.WorkerMessages.Source;
 import dev.thaw.pool.protocol.WorkerMessages.Status;
 import dev.thaw.pool.protocol.WorkerMessages.StatusAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Trace;
@@ -354,7 +355,7 @@ final class WorkerProcess implements Worker {
     byte[] placement = source.placement() == null ? new byte[0] : source.placement().toBytes();
     boolean placementPrepared = key != null && prepares.placementHolds(key, source.placement());
     byte[] body = key == null ? WorkerPrepares.concat(manifest, placement) : placementPrepared ? null : placement;
-    Become head = new Become(name, source.toMessage(), key == null ? manifest.length : 0, options.awaitResident(),
+    Become head = new Become(name, Source.of(source), key == null ? manifest.length : 0, options.awaitResident(),
         key, placementPrepared);
     return pipe.send(head, body, options.becomeTimeout());
   }

@@ -4,7 +4,9 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.restore.OnDemandOptions;
+import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.WorkerErrorKind;
+import dev.thaw.pool.hbm.ExportedSlab;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.LinkedHashMap;
@@ -103,6 +105,14 @@ public final class WorkerMessages {
       this(kind, path, hbm, List.of(), OnDemandOptions.DEFAULT_HELPER_SHARE, null);
     }
 
+    /** What a BECOME's head says of {@code source} (its placement travels in the body). */
+    public static Source of(ImageSource source) {
+      long pid = ProcessHandle.current().pid();
+      return new Source(source.kind(), source.path().toString(), source.resident() == null ? null
+          : new Hbm(pid, ExportedSlab.encodeAll(source.resident())), source.helpers(), source.helperShare(),
+          source.peer() == null ? null : new Hbm(pid, ExportedSlab.encodeAll(source.peer()), source.peerDevice()));
+    }
+
     public ObjectNode toJson() {
       ObjectNode n = FrameCodec.head();
       n.put("kind", kind);
@@ -137,17 +147,29 @@ public final class WorkerMessages {
    * HBM-tier slabs a BECOME maps instead of copying (or, as a {@link Source#peer}, pulls from): descriptors of process
    * {@code pid} ({@code pidfd_getfd}), {@code slabs} in {@code ExportedSlab.encodeAll}'s form (may be empty: then the
    * slabs are created exportable).
+   *
+   * @param device the device whose memory the slabs are, for a {@link Source#peer} (the worker relays them through
+   *     its link from that device when it holds one); -1 for the worker's own device, or not said
    */
-  public record Hbm(long pid, String slabs) {
+  public record Hbm(long pid, String slabs, int device) {
+
+    /** Slabs of the worker's own device (its HBM tier). */
+    public Hbm(long pid, String slabs) {
+      this(pid, slabs, -1);
+    }
+
     ObjectNode toJson() {
       ObjectNode n = FrameCodec.head();
       n.put("pid", pid);
       n.put("slabs", slabs);
+      if (device >= 0) {
+        n.put("device", device);
+      }
       return n;
     }
 
     static Hbm from(JsonNode n) {
-      return new Hbm(n.path("pid").asLong(), n.path("slabs").asText(""));
+      return new Hbm(n.path("pid").asLong(), n.path("slabs").asText(""), n.path("device").asInt(-1));
     }
   }
 
@@ -432,7 +454,8 @@ public final class WorkerMessages {
    * the parent tell the answer's own time on the way.
    *
    * @param source {@code hbm}, {@code hbm-peer}, {@code cache} or {@code store}
-   * @param helpers the devices whose links the restore was lent (of those the BECOME named), in order
+   * @param helpers the devices whose links the restore was lent (of those the BECOME named), in order, then the
+   *     device relaying its HBM tier's slabs through its link ({@code hbm-peer}), if one did
    * @param hbmImportMillis the HBM-tier slabs' import, part of mapping; negative when none were imported
    */
   public record BecomeAnswer(Map<String, Double> phases, long bytes, String source, List<Integer> helpers,

@@ -18,6 +18,7 @@ import dev.thaw.pool.cache.RestoreOrder;
 import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.hbm.HbmTier;
 import dev.thaw.pool.hbm.HbmTierOptions;
+import dev.thaw.runtime.host.Threads;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -137,13 +138,10 @@ public final class ImageTiers implements AutoCloseable {
     this.storePath = storePath;
     this.staging = staging;
     if (cache != null && hbmTierBytes > 0) {
-      devices.forEach(d -> hbm.put(d, new HbmTier(new HbmTierOptions().maxBytes(hbmTierBytes))));
+      devices.forEach(d -> hbm.put(d, new HbmTier(new HbmTierOptions().setMaxBytes(hbmTierBytes))));
     }
-    this.stager = cache == null ? null : Executors.newSingleThreadExecutor(r -> {
-      Thread t = new Thread(r, "thaw-host-cache-stage");
-      t.setDaemon(true);
-      return t;
-    });
+    this.stager = cache == null ? null
+        : Executors.newSingleThreadExecutor(Threads.daemonFactory("thaw-host-cache-stage"));
   }
 
   /** The host cache, or null. */
@@ -295,7 +293,7 @@ public final class ImageTiers implements AutoCloseable {
       HbmTier other = hbm.get(choice.tierDevice());
       List<ExportedSlab> theirs = other == null ? List.of() : other.slabs(tag).orElse(List.of());
       if (!theirs.isEmpty()) {
-        source = source.withPeer(theirs);
+        source = source.withPeer(choice.tierDevice(), theirs);
         way = "hbm-peer";
       }
     }

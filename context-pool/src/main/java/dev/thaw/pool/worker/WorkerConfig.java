@@ -55,7 +55,7 @@ public record WorkerConfig(String device, int ordinal, String storePath, int war
 
   /**
    * The JSON form {@link #fromJson} reads, written by hand: the parent spawns its first worker before anything else
-   * in it has loaded Jackson (on an H200 host that is ~100 ms on the way to a scale-from-zero's first worker).
+   * in it has loaded Jackson, whose first use would sit on the way to a scale-from-zero's first worker.
    */
   public String toJson() {
     StringBuilder b = new StringBuilder(256).append('{');

@@ -3,7 +3,9 @@ package dev.thaw.pool.worker;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.InvalidManifestException;
+import dev.thaw.image.restore.CorruptChunkException;
 import dev.thaw.image.restore.ImageRestoreException;
+import dev.thaw.image.store.ChunkHashMismatchException;
 import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.StoreException;
 import dev.thaw.pool.WorkerErrorKind;
@@ -12,6 +14,7 @@ import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.AddressUnavailableException;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 
 /** Turns what a worker caught into the kind the parent acts on, and into an ERROR frame's head. */
@@ -30,8 +33,8 @@ final class WorkerFailures {
     }
     for (Throwable c = t; c != null; c = c.getCause()) {
       // A restore that stops on a damaged chunk wraps it: the kind is still the chunk's.
-      if (c instanceof dev.thaw.image.restore.CorruptChunkException
-          || c instanceof dev.thaw.image.store.CorruptChunkException) {
+      if (c instanceof CorruptChunkException
+          || c instanceof ChunkHashMismatchException) {
         return WorkerErrorKind.CORRUPT_CHUNK;
       }
     }
@@ -58,7 +61,7 @@ final class WorkerFailures {
     return new Failure(kind, t.getClass().getName(), message, null, 0, null);
   }
 
-  /** The cause a {@link java.util.concurrent.CompletableFuture} wrapped, or {@code t}. */
+  /** The cause a {@link CompletableFuture} wrapped, or {@code t}. */
   static Throwable unwrap(Throwable t) {
     return t instanceof CompletionException && t.getCause() != null ? t.getCause() : t;
   }

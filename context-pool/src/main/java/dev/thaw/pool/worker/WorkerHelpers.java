@@ -14,7 +14,8 @@ import java.util.Optional;
  * The links of other devices this worker lends its one restore (multi-link restore, {@link HelperLink}): made after
  * READY on a thread of their own ({@link #openAll}), a context on each of {@link WorkerConfig#helperLinks()} other
  * devices and a link to each usable one; a device that would not do is said on stderr with the reason and left
- * alone. A BECOME takes the open links of the devices it names ({@link #lend}); one still opening is not waited for.
+ * alone. A BECOME takes the open links of the devices it names ({@link #lend}), and the link from the device whose
+ * HBM tier it pulls from ({@link #relay}); one still opening is not waited for.
  * Once the restore is resident the worker {@link #close}s them all: it restores once in its life, and the helper
  * devices get their memory (the ring, the context) back.
  *
@@ -136,6 +137,16 @@ final class WorkerHelpers implements AutoCloseable {
       out.add(h.link());
     }
     return out;
+  }
+
+  /**
+   * The open link from {@code device}, to relay that device's own memory (its HBM tier's slabs) to this worker's
+   * restore, or null when there is none. Unlike {@link #lend}, no free memory is asked of the device: the relay reads
+   * memory it holds already, through the ring it holds already.
+   */
+  synchronized HelperLink relay(int device) {
+    Helper h = closed ? null : open.get(device);
+    return h == null ? null : h.link();
   }
 
   /** Closes every link and its context; one {@link #openAll} is still making is closed as it finishes. Idempotent. */

@@ -53,6 +53,7 @@ import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
 import dev.thaw.runtime.gpu.GpuContext;
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -302,7 +303,8 @@ final class WorkerImage implements WorkerLoop.Work {
    * placement} (host cache), {@code hbm take} (HBM tier), {@code peer take} (another device's tier), {@code store},
    * {@code load modules}, {@code map allocations}, {@code rebuild state}, {@code start restore} (the rest of the
    * restore call) and, when the parent asked to await residency, {@code resident}. The host cache's bytes go through
-   * this device's link and the helper links the source names that this worker holds open.
+   * this device's link and the helper links the source names that this worker holds open; another device's tier's
+   * weights through the link from that device, when it holds one.
    */
   private WorkerMessages.Reply become(Frame f) throws Exception {
     if (state != State.BLANK) {
@@ -341,7 +343,7 @@ final class WorkerImage implements WorkerLoop.Work {
     if (b.source().hbm() != null) {
       requireCache(tiers, "HBM-tier slabs");
       resident = takeHbm(b.source().hbm());
-      onDemand.slabSource(resident != null ? resident : EXPORTABLE_OR_FRESH);
+      onDemand.setSlabSource(resident != null ? resident : EXPORTABLE_OR_FRESH);
       tiers = new Tiers(new TieredRestoreSource(tiers.chunks(), resident), tiers.chunks(), tiers.from());
       t = WorkerMain.phase(phases, "hbm take", t);
     }
@@ -354,10 +356,18 @@ final class WorkerImage implements WorkerLoop.Work {
       }
       t = WorkerMain.phase(phases, "peer take", t);
     }
-    List<HelperLink> links = helpers == null || b.source().helpers().isEmpty() ? List.of()
-        : helpers.lend(b.source().helpers());
+    HelperLink relay = peer == null ? null : peer.link();
+    List<HelperLink> links = new ArrayList<>();
+    if (helpers != null && !b.source().helpers().isEmpty()) {
+      // A loop, not a stream: a lambda's first call in this JVM would be on the cold path.
+      for (HelperLink l : helpers.lend(b.source().helpers())) {
+        if (l != relay) {
+          links.add(l);
+        }
+      }
+    }
     if (!links.isEmpty()) {
-      onDemand.helpers(links).helperShare(b.source().helperShare());
+      onDemand.setHelpers(links).setHelperShare(b.source().helperShare());
     }
     // A prepared image was checked against the store then; that store is still the one open unless another PREPARE
     // reopened it since.
@@ -397,9 +407,15 @@ final class WorkerImage implements WorkerLoop.Work {
     long totalEnd = System.nanoTime();
     phases.put("total", queued + (totalEnd - start) / 1e6);
     String from = fromHbm ? "hbm" : peer != null ? "hbm-peer" : tiers.from();
-    return new BecomeAnswer(phases, manifest.totalBytes(), from, links.stream().map(l -> l.helper().device()
-        .ordinal()).toList(), restore.isResident(), fromHbm ? resident.importMillis()
-        : peer != null ? peer.mapMillis() : -1, totalEnd, 0);
+    List<Integer> lent = new ArrayList<>();
+    for (HelperLink l : links) {
+      lent.add(l.helper().device().ordinal());
+    }
+    if (relay != null) {
+      lent.add(relay.helper().device().ordinal());
+    }
+    return new BecomeAnswer(phases, manifest.totalBytes(), from, lent, restore.isResident(), fromHbm
+        ? resident.importMillis() : peer != null ? peer.mapMillis() : -1, totalEnd, 0);
   }
 
   private static void requireCache(Tiers tiers, String what) {
@@ -451,15 +467,19 @@ final class WorkerImage implements WorkerLoop.Work {
   }
 
   /**
-   * Another device's HBM-tier slabs, taken from the parent and mapped here; null when the tier dropped them meanwhile
-   * or this device cannot reach that one's memory (the image then comes from the host cache).
+   * Another device's HBM-tier slabs, taken from the parent and mapped here: on that device, to be relayed through this
+   * worker's link from it, when it holds one (a local mapping there, where granting this device access to that memory
+   * would cost milliseconds per GB), else for this device. Null when the tier dropped them meanwhile or this device
+   * cannot reach that one's memory (the image then comes from the host cache).
    */
   private PeerSlabs takePeer(Hbm peer) {
     if (peer.slabs().isBlank()) {
       return null;
     }
+    HelperLink relay = helpers == null || peer.device() < 0 ? null : helpers.relay(peer.device());
     try {
-      return PeerSlabs.take(context, peer.pid(), ExportedSlab.decodeAll(peer.slabs()));
+      List<ExportedSlab> slabs = ExportedSlab.decodeAll(peer.slabs());
+      return relay != null ? PeerSlabs.take(relay, peer.pid(), slabs) : PeerSlabs.take(context, peer.pid(), slabs);
     } catch (IOException | IllegalArgumentException | CudaException e) {
       if (e instanceof CudaOutOfMemoryException oom) {
         throw oom;

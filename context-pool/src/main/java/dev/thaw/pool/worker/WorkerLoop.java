@@ -8,6 +8,7 @@ import dev.thaw.pool.protocol.ProtocolException;
 import dev.thaw.pool.protocol.WorkerMessages.ExitAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Failure;
 import dev.thaw.pool.protocol.WorkerMessages.StatusAnswer;
+import dev.thaw.runtime.host.Threads;
 import java.io.DataInputStream;
 import java.io.EOFException;
 import java.io.IOException;
@@ -83,9 +84,7 @@ final class WorkerLoop {
     synchronized (turn) {
       reading = true;
     }
-    Thread reader = new Thread(() -> serve(true), "thaw-worker-reader");
-    reader.setDaemon(true);
-    reader.start();
+    Thread reader = Threads.startDaemon(() -> serve(true), "thaw-worker-reader");
   }
 
   /** Who executes work from now on; PREPAREs may run at a warm-up's safe points after this. */

@@ -24,7 +24,7 @@ import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
-import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.runtime.host.Threads;
 import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;
 import java.io.ByteArrayOutputStream;
@@ -62,6 +62,12 @@ import java.util.concurrent.TimeoutException;
  * a function that prints cannot corrupt the protocol. The worker never outlives its parent: end of stdin or the
  * parent's pid gone halts it ({@value #EXIT_PARENT_GONE}). Bytes on stdin that are not a frame get one ERROR, then
  * exit status {@value #EXIT_PROTOCOL}. A sticky CUDA error is reported and the worker exits {@value #EXIT_STICKY}.
+ *
+ * <p>Logging: the worker's own notes (this package's {@code worker <pid>: ...} and {@code thaw worker: ...} lines)
+ * go straight to {@code System.err}, the one place in Thaw's libraries that does not log through slf4j, because
+ * stderr is the worker's log: the pool gives each worker a file of its own and quotes its end in the errors it
+ * raises ({@code WorkerLogs}), and a note must land there as a plain line in a process whose stdout is the protocol.
+ * What the worker's libraries log through slf4j goes to stderr too, into the same file.
  */
 public final class WorkerMain {
 
@@ -155,7 +161,7 @@ public final class WorkerMain {
 
   private void run(long entered) {
     loop.startReading();
-    daemon(this::watchParent, "thaw-worker-parent-watch").start();
+    Threads.startDaemon(this::watchParent, "thaw-worker-parent-watch");
     Map<String, Double> phases = new LinkedHashMap<>();
     if (config.spawnNanos() != 0) {
       phases.put("jvm", (entered - config.spawnNanos()) / 1e6);
@@ -166,7 +172,7 @@ public final class WorkerMain {
     }
     // What needs no context (the store, Jackson's and the manifest parser's cold paths) runs on a thread of its own
     // while this one waits on cuInit and the context: the two together cost what the slower of them costs.
-    daemon(this::openStoreAndWarmCpu, "thaw-worker-prepare").start();
+    Threads.startDaemon(this::openStoreAndWarmCpu, "thaw-worker-prepare");
     WorkerImage image;
     try {
       long t = openDevice(phases);
@@ -200,13 +206,13 @@ public final class WorkerMain {
   private long openDevice(Map<String, Double> phases) throws Exception {
     long t = System.nanoTime();
     driver = GpuDrivers.open(config.device() == null ? DeviceChoice.fromEnvironment()
-        : DeviceChoice.parse(config.device()), SimOptions.fromEnvironment());
+        : DeviceChoice.parse(config.device()));
     t = phase(phases, "driver", t);
     CompletableFuture<Double> arena = CompletableFuture.supplyAsync(() -> {
       long a = System.nanoTime();
       driver.prepareDevice(config.ordinal());
       return (System.nanoTime() - a) / 1e6;
-    }, r -> daemon(r, "thaw-worker-arena").start());
+    }, r -> Threads.startDaemon(r, "thaw-worker-arena"));
     context = driver.createContext(config.ordinal());
     contextMade.complete(context);
     t = phase(phases, "context", t);
@@ -256,7 +262,7 @@ public final class WorkerMain {
     if (config.storePath() != null && !config.prepareAtStart().isEmpty()) {
       // Jackson's first look at a manifest's records runs beside the store's opening, not in the first parse.
       int[] parses = {0};
-      daemon(() -> WorkerWarmup.manifests(() -> parses[0]++ > 0), "thaw-worker-manifest-warmup").start();
+      Threads.startDaemon(() -> WorkerWarmup.manifests(() -> parses[0]++ > 0), "thaw-worker-manifest-warmup");
     }
     try {
       if (config.storePath() != null) {
@@ -340,7 +346,7 @@ public final class WorkerMain {
       long t = System.nanoTime();
       helpers.openAll();
       return (System.nanoTime() - t) / 1e6;
-    }, r -> daemon(r, "thaw-worker-helpers").start());
+    }, r -> Threads.startDaemon(r, "thaw-worker-helpers"));
   }
 
   /** The warm-ups that need the context, on this thread; each stops early when a request is waiting. */
@@ -475,10 +481,8 @@ public final class WorkerMain {
     return now;
   }
 
-  /** A daemon thread of the worker's, not started. */
+  /** A daemon thread of the worker's, not started: {@link Threads#daemon}, for {@link WorkerImage}'s threads. */
   static Thread daemon(Runnable r, String name) {
-    Thread t = new Thread(r, name);
-    t.setDaemon(true);
-    return t;
+    return Threads.daemon(r, name);
   }
 }

@@ -24,21 +24,39 @@ import dev.thaw.pool.hbm.ExportedSlab;
 import dev.thaw.pool.hbm.HbmExport;
 import dev.thaw.pool.hbm.ResidentSlabs;
 import dev.thaw.pool.hbm.TieredRestoreSource;
+import dev.thaw.pool.protocol.Frame;
+import dev.thaw.pool.protocol.FrameCodec;
+import dev.thaw.pool.protocol.WorkerMessages.Become;
+import dev.thaw.pool.protocol.WorkerMessages.BecomeAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.Hbm;
+import dev.thaw.pool.protocol.WorkerMessages.Source;
 import dev.thaw.runtime.check.CheckKernels;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.KernelRef;
+import dev.thaw.runtime.gpu.CudaException;
+import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.gpu.VirtualRange;
 import dev.thaw.runtime.host.ProcessFds;
+import dev.thaw.runtime.speculation.AccessProfile;
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
+import java.util.Random;
 import java.util.function.BooleanSupplier;
 
 /**
@@ -88,17 +106,40 @@ final class WorkerWarmup {
     return true;
   }
 
-  /** The request and response path: JSON in, a tree, JSON out. Needs no context. */
+  /**
+   * The request and response path: JSON in, a tree, JSON out; and the BECOME's frames, which a worker reads and answers
+   * once in its life, so a cold start would otherwise be the first to load and run their code (its head parsed, its
+   * answer made and written: milliseconds in a fresh JVM). Needs no context.
+   */
   static void json(ObjectMapper json, BooleanSupplier stop) {
     for (int i = 0; i < 200 && !stop.getAsBoolean(); i++) {
       try {
         JsonNode tree = json.readTree("{\"tokens\": [[464, 2068, " + i + "]], \"maxNewTokens\": 1, \"x\": [0.5, 1.5]}");
         FunctionRequest.of(tree);
         json.writeValueAsBytes(tree);
-      } catch (java.io.IOException e) {
-        throw new java.io.UncheckedIOException(e);
+        if (i % 10 == 0) {
+          becomeFrames(i);
+        }
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
       }
     }
+  }
+
+  /** A BECOME with every optional part, written and read back as the pipe carries it, and an answer to it written. */
+  private static void becomeFrames(int i) throws IOException {
+    Become sent = new Become("warmup", new Source("cache", "/", new Hbm(1, ""), List.of(1), 0.5, new Hbm(1, "", 1)),
+        i, false, "warmup@" + i, true);
+    ByteArrayOutputStream pipe = new ByteArrayOutputStream();
+    FrameCodec.write(pipe, Frame.of(i, sent));
+    Frame read = FrameCodec.read(new ByteArrayInputStream(pipe.toByteArray()), 1 << 20);
+    Become b = Become.from(read.head());
+    Map<String, Double> phases = new LinkedHashMap<>();
+    phases.put("queued", 0.0);
+    phases.put("total", 0.0);
+    BecomeAnswer answer = new BecomeAnswer(phases, b.manifestBytes(), b.source().kind(), b.source().helpers(), false,
+        -1, System.nanoTime(), 0).sentAt(System.nanoTime());
+    FrameCodec.write(new ByteArrayOutputStream(), Frame.of(read.id(), answer));
   }
 
   /**
@@ -108,12 +149,12 @@ final class WorkerWarmup {
    */
   static void manifests(BooleanSupplier stop) {
     byte[] bytes;
-    try (java.io.InputStream in = WorkerWarmup.class.getResourceAsStream("warmup-manifest.json")) {
+    try (InputStream in = WorkerWarmup.class.getResourceAsStream("warmup-manifest.json")) {
       if (in == null) {
         return;
       }
       bytes = in.readAllBytes();
-    } catch (java.io.IOException e) {
+    } catch (IOException e) {
       return;
     }
     for (int i = 0; i < 20 && !stop.getAsBoolean(); i++) {
@@ -131,7 +172,7 @@ final class WorkerWarmup {
     byte[] large;
     try {
       large = largeManifest(bytes, LARGE_ALLOCATIONS, LARGE_CHUNKS_PER_ALLOCATION);
-    } catch (java.io.IOException | RuntimeException e) {
+    } catch (IOException | RuntimeException e) {
       return;
     }
     for (int i = 0; i < 6 && !stop.getAsBoolean(); i++) {
@@ -163,12 +204,12 @@ final class WorkerWarmup {
    * The small manifest with its allocations replaced by {@code allocations} of {@code chunksPerAllocation}
    * distinct chunks each, its access order naming them all: valid, and as large as a real model's.
    */
-  static byte[] largeManifest(byte[] small, int allocations, int chunksPerAllocation) throws java.io.IOException {
+  static byte[] largeManifest(byte[] small, int allocations, int chunksPerAllocation) throws IOException {
     ObjectMapper json = new ObjectMapper();
     ObjectNode root = (ObjectNode) json.readTree(small);
     ArrayNode allocs = root.putArray("allocations");
     ArrayNode order = json.createArrayNode();
-    java.util.Random random = new java.util.Random(1);
+    Random random = new Random(1);
     byte[] raw = new byte[32];
     long total = 0;
     for (int i = 0; i < allocations; i++) {
@@ -256,7 +297,7 @@ final class WorkerWarmup {
    * image's bytes, the imported ones and the boundary allocation's: a device that hands on memory wrongly fails
    * here, not in a tenant's request. Leaves nothing mapped and no descriptor open.
    *
-   * @throws dev.thaw.runtime.gpu.CudaException if the device refuses exportable memory or its import: the worker
+   * @throws CudaException if the device refuses exportable memory or its import: the worker
    *     serves without the rehearsal (and cold starts from the tier copy everything from the host cache)
    */
   static void rehearseHbm(GpuContext context, RestoreResources resources, ChunkStore store) throws Exception {
@@ -278,7 +319,7 @@ final class WorkerWarmup {
       try {
         PreparedRestore first = restorer.prepare(image.plan(), context, cacheOnly);
         try (OnDemandRestore r = restorer.restore(first, cacheOnly, resources,
-            new OnDemandOptions().slabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY))) {
+            new OnDemandOptions().setSlabSource(FunctionSession.SlabSource.EXPORTABLE_READ_ONLY))) {
           r.function().invoke(FunctionRequest.of(JsonNodeFactory.instance.objectNode()));
           r.awaitResident();
           // As a worker does at EXPORT: idle, resident, so its read-only slabs are protected, and so handed on.
@@ -299,7 +340,7 @@ final class WorkerWarmup {
           OnDemandRestore r;
           try (resident) {
             r = restorer.restore(prepared, new TieredRestoreSource(image.chunks(), resident), resources,
-                new OnDemandOptions().slabSource(resident));
+                new OnDemandOptions().setSlabSource(resident));
           }
           try (r) {
             if (resident.residentBuffers().isEmpty()) {
@@ -339,7 +380,8 @@ final class WorkerWarmup {
           return false;
         }
         PreparedRestore prepared = restorer.prepare(image.plan(), context, source);
-        try (OnDemandRestore r = restorer.restore(prepared, source, resources, new OnDemandOptions().helpers(links))) {
+        try (OnDemandRestore r = restorer.restore(prepared, source, resources,
+            new OnDemandOptions().setHelpers(links))) {
           r.function().invoke(FunctionRequest.of(JsonNodeFactory.instance.objectNode()));
           r.awaitResident();
           if (i == 0) {
@@ -371,10 +413,10 @@ final class WorkerWarmup {
       long size = (long) REHEARSAL_CHUNKS_PER_ALLOCATION * chunkBytes;
       long total = size * REHEARSAL_ALLOCATIONS;
       long base;
-      try (dev.thaw.runtime.gpu.VirtualRange free = context.reserve(total, 0)) {
+      try (VirtualRange free = context.reserve(total, 0)) {
         base = free.address();
       }
-      java.util.Random random = new java.util.Random(11);
+      Random random = new Random(11);
       byte[] raw = new byte[32];
       List<ImageManifest.Allocation> allocations = new ArrayList<>();
       List<String> order = new ArrayList<>();
@@ -397,7 +439,7 @@ final class WorkerWarmup {
         }
       }
       ObjectMapper json = new ObjectMapper();
-      dev.thaw.runtime.gpu.DeviceInfo device = context.device();
+      DeviceInfo device = context.device();
       // Built for no architecture: the module loads from its PTX, as for a device of another one.
       random.nextBytes(raw);
       ImageManifest.Module check = new ImageManifest.Module("check", "sm_00", new ImageManifest.Blob(
@@ -409,7 +451,7 @@ final class WorkerWarmup {
           new ImageManifest.Device(device.name(), "0.0", "sm_00", "rehearsal"), allocations, List.of(check),
           state, List.of(), new ImageManifest.Build("", "", 0, total, total, at.size()),
           new ImageManifest.Profile("recorded", 0, order, Map.of(fill, new dev.thaw.runtime.speculation
-              .AccessProfile.KernelProfile(dev.thaw.runtime.speculation.AccessProfile.Verdict.EXACT, 1, List.of(),
+              .AccessProfile.KernelProfile(AccessProfile.Verdict.EXACT, 1, List.of(),
               List.of())), written));
       PinnedBuffer host = context.allocatePinned(total);
       try {
@@ -439,8 +481,8 @@ final class WorkerWarmup {
     PinnedChunks chunks() {
       return d -> {
         Long offset = at.get(d);
-        return offset == null ? java.util.Optional.empty()
-            : java.util.Optional.of(new CachedChunk(d, host, offset, chunkBytes));
+        return offset == null ? Optional.empty()
+            : Optional.of(new CachedChunk(d, host, offset, chunkBytes));
       };
     }
 

@@ -9,12 +9,12 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import dev.thaw.runtime.gpu.GpuStream;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
 import java.nio.ReadOnlyBufferException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
+import java.util.Map;
 
 /**
  * A worker process of the cache tests: {@code CacheWorkerChild DEVICE ARENA MANIFEST_FILE PLACEMENT_FILE} maps the
@@ -26,7 +26,7 @@ public final class CacheWorkerChild {
   public static void main(String[] args) throws Exception {
     ImageManifest m = ImageManifest.read(Files.readAllBytes(Path.of(args[2])));
     ChunkPlacement placement = ChunkPlacement.fromBytes(Files.readAllBytes(Path.of(args[3])));
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[0]), SimOptions.fromEnvironment());
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[0]));
         GpuContext ctx = driver.createContext(0); HostCacheView view = HostCacheView.attach(Path.of(args[1]), ctx);
         GpuStream stream = ctx.createStream()) {
       System.out.println("result.readOnly=" + view.isReadOnly());
@@ -36,7 +36,7 @@ public final class CacheWorkerChild {
       } catch (ReadOnlyBufferException e) {
         System.out.println("result.hostWrite=refused");
       }
-      FunctionSession session = FunctionSession.rebuild(ctx, new SessionTable(m.sessionTable(java.util.Map.of())
+      FunctionSession session = FunctionSession.rebuild(ctx, new SessionTable(m.sessionTable(Map.of())
           .allocations(), List.of()));
       System.out.println("result.slabs=" + session.slabs().size());
       PinnedChunks chunks = view.chunks(placement);

@@ -42,15 +42,15 @@ class HostCacheSourceTest {
     try (RocksChunkStore store = RocksChunkStore.open(dir.resolve("store"))) {
       JsonNode built;
       try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
-        BuildOptions o = new BuildOptions().functionClass("dev.thaw.examples.mlp.MlpFunction").config("{}")
-            .tag("mlp").addSampleRequest(request).stagingBytes(1 << 16).hashThreads(2);
+        BuildOptions o = new BuildOptions().setFunctionClass("dev.thaw.examples.mlp.MlpFunction").setConfig("{}")
+            .setTag("mlp").addSampleRequest(request).setStagingBytes(1 << 16).setHashThreads(2);
         built = new ImageBuilder(store, new FixedSizeChunker(8192)).build(o, ctx, ProgressListener.NONE)
             .sampleResponses().get(0).json();
       }
       ImageManifest manifest = Images.manifest(store, "mlp");
-      try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(8 << 20));
+      try (HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(8 << 20));
           CacheLease staged = cache.stage("mlp", manifest, store);
-          SimDriver driver = SimDriver.open(new SimOptions().copyGBps(0.05));
+          SimDriver driver = SimDriver.open(new SimOptions().setCopyGBps(0.05));
           GpuContext ctx = driver.createContext(0);
           HostCacheView view = HostCacheView.attach(cache.path(), ctx);
           RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16);

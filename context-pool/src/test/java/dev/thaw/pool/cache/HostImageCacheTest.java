@@ -22,6 +22,7 @@ import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
 import org.junit.jupiter.api.AfterEach;
@@ -58,7 +59,7 @@ class HostImageCacheTest {
   }
 
   private HostImageCache cache(long capacity) throws Exception {
-    cache = HostImageCache.create(new HostCacheOptions().capacityBytes(capacity).stagingThreads(3));
+    cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(capacity).setStagingThreads(3));
     return cache;
   }
 
@@ -230,7 +231,7 @@ class HostImageCacheTest {
 
   @Test
   void aNamedArenaFileIsRemovedOnClose() throws Exception {
-    cache = HostImageCache.create(new HostCacheOptions().capacityBytes(1 << 20).directory(dir));
+    cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(1 << 20).setDirectory(dir));
     Path file = cache.path();
     assertTrue(Files.exists(file));
     cache.close();
@@ -246,7 +247,7 @@ class HostImageCacheTest {
     assertEquals(p.entries(), back.entries());
     assertEquals("/proc/1/fd/3", back.arena());
     assertNotNull(back.find(d));
-    byte[] cut = java.util.Arrays.copyOf(p.toBytes(), p.toBytes().length - 1);
+    byte[] cut = Arrays.copyOf(p.toBytes(), p.toBytes().length - 1);
     assertThrows(IllegalArgumentException.class, () -> ChunkPlacement.fromBytes(cut));
     assertThrows(IllegalArgumentException.class, () -> ChunkPlacement.fromBytes(new byte[] {1, 2, 3, 4}));
   }

@@ -81,7 +81,7 @@ class HbmTierTest {
   void theTierKeepsToItsBudgetAndGivesWayLeastRecentlyUsedFirst() throws Exception {
     long mib = 1L << 20;
     List<SharedMemory> memories = new ArrayList<>();
-    try (HbmTier tier = new HbmTier(new HbmTierOptions().maxBytes(10 * mib))) {
+    try (HbmTier tier = new HbmTier(new HbmTierOptions().setMaxBytes(10 * mib))) {
       long me = ProcessFds.currentPid();
       for (String image : List.of("a", "b", "c")) {
         SharedMemory m = SharedMemory.anonymous(image, 4 * mib);

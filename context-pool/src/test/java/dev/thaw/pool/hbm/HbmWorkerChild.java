@@ -10,7 +10,6 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import dev.thaw.runtime.gpu.VirtualRange;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.ByteBuffer;
@@ -39,7 +38,7 @@ public final class HbmWorkerChild {
   }
 
   public static void main(String[] args) throws Exception {
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[1]), SimOptions.fromEnvironment());
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[1]));
         GpuContext ctx = driver.createContext(0)) {
       if (args[0].equals("export")) {
         export(ctx);

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.restore.HelperLink;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
 import dev.thaw.image.restore.OnDemandRestorer;
@@ -40,7 +41,8 @@ import org.junit.jupiter.api.io.TempDir;
  * Pins the node-wide HBM tier on two simulated devices that are peers: read-only slabs that device 1's instance left
  * (exported as its tier would take them) are mapped on device 0 at scratch addresses, and device 0's restore pulls
  * every allocation lying wholly in them over the peer link, the rest from the host cache; every device byte ends equal
- * to the image's. Devices that are not peers refuse the mapping with the device's error.
+ * to the image's. Through a link from device 1 they are mapped on device 1 alone and relayed through its ring; a link
+ * from a device they do not lie on is refused. Devices that are not peers refuse the mapping with the device's error.
  */
 class PeerSlabsTest {
 
@@ -52,8 +54,8 @@ class PeerSlabsTest {
   @Test
   void anotherDevicesSlabsArePulledOverThePeerLinkAndTheRestComesFromTheHostCache() throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
-        HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 * MIB));
-        SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2).peerGBps(2));
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 * MIB));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2).setPeerGBps(2));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         HostCacheView view = HostCacheView.attach(cache.path(), zero);
         RestoreResources resources = RestoreResources.create(zero, 2, 1 << 16, 2, 1 << 16)) {
@@ -77,17 +79,48 @@ class PeerSlabsTest {
           r.awaitResident();
         }
         try (r) {
-          OnDemandRestore.Stats stats = r.stats();
-          assertEquals(m.allocations().get(0).size(), stats.peerBytes(), stats.toString());
-          assertEquals(m.totalBytes() - stats.peerBytes(), stats.hostBytes(), stats.toString());
-          assertEquals(Long.valueOf(stats.peerBytes()), r.linkBytes().get("peer"), r.linkBytes().toString());
-          for (ImageManifest.Allocation a : m.allocations()) {
-            for (ImageManifest.Chunk c : a.chunks()) {
-              ByteBuffer b = ByteBuffer.allocateDirect(c.length());
-              zero.copyDeviceToHost(b, a.address() + c.offset());
-              assertEquals(c.digest(), Digest.of(b), a.name() + " at " + c.offset());
-            }
+          assertA0PulledTheRestFromTheHost(r, m, zero);
+        }
+      }
+    }
+  }
+
+  @Test
+  void throughALinkFromTheirOwnDeviceTheSlabsAreMappedThereAloneAndRelayedThroughItsRing() throws Exception {
+    HelperLink.Options ring = new HelperLink.Options().minFreeBytes(0).measureBytes(0).slots(2).slotBytes(MIB);
+    try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 * MIB));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(3).setPeerGBps(2));
+        GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
+        GpuContext two = driver.createContext(2);
+        HostCacheView view = HostCacheView.attach(cache.path(), zero);
+        RestoreResources resources = RestoreResources.create(zero, 2, 1 << 16, 2, 1 << 16);
+        HelperLink fromOne = HelperLink.open(zero, one, ring); HelperLink fromTwo = HelperLink.open(zero, two, ring)) {
+      ImageManifest m = image(store);
+      SessionTable table = new SessionTable(m.sessionTable(Map.of()).allocations(), List.of());
+      try (CacheLease lease = cache.stage("img", m, store)) {
+        PinnedChunks chunks = view.chunks(lease.placement());
+        List<ExportedSlab> held = exportFrom(one, m, table, chunks);
+        try {
+          IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PeerSlabs.map(fromTwo, held));
+          assertTrue(e.getMessage().contains("device 1"), e.getMessage());
+          OnDemandRestore r;
+          try (PeerSlabs peer = PeerSlabs.map(fromOne, held)) {
+            assertEquals(1, peer.sourceDevice());
+            assertEquals(fromOne, peer.link());
+            long a0 = peer.peerCopy(m.allocations().get(0));
+            assertTrue(a0 != 0, "a0 lies wholly in the slab");
+            // Mapped for device 1 alone: device 0 reaches it only through device 1's ring.
+            assertThrows(RuntimeException.class, () -> zero.copyDeviceToHost(ByteBuffer.allocateDirect(16), a0));
+            r = new OnDemandRestorer(store).restore(m, zero, peer.over(new TieredRestoreSource(chunks, null)),
+                resources, new OnDemandOptions());
+            r.awaitResident();
           }
+          try (r) {
+            assertA0PulledTheRestFromTheHost(r, m, zero);
+          }
+        } finally {
+          HbmExport.close(held);
         }
       }
     }
@@ -96,8 +129,8 @@ class PeerSlabsTest {
   @Test
   void devicesThatAreNotPeersRefuseTheMappingAndLeaveNothingMapped() throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
-        HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 * MIB));
-        SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2).peerAccess(false));
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 * MIB));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2).setPeerAccess(false));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         HostCacheView view = HostCacheView.attach(cache.path(), zero)) {
       ImageManifest m = image(store);
@@ -112,6 +145,21 @@ class PeerSlabsTest {
         } finally {
           HbmExport.close(held);
         }
+      }
+    }
+  }
+
+  /** a0 came over the peer link, the rest from the host cache, and every byte on {@code device} is the image's. */
+  private static void assertA0PulledTheRestFromTheHost(OnDemandRestore r, ImageManifest m, GpuContext device) {
+    OnDemandRestore.Stats stats = r.stats();
+    assertEquals(m.allocations().get(0).size(), stats.peerBytes(), stats.toString());
+    assertEquals(m.totalBytes() - stats.peerBytes(), stats.hostBytes(), stats.toString());
+    assertEquals(Long.valueOf(stats.peerBytes()), r.linkBytes().get("peer"), r.linkBytes().toString());
+    for (ImageManifest.Allocation a : m.allocations()) {
+      for (ImageManifest.Chunk c : a.chunks()) {
+        ByteBuffer b = ByteBuffer.allocateDirect(c.length());
+        device.copyDeviceToHost(b, a.address() + c.offset());
+        assertEquals(c.digest(), Digest.of(b), a.name() + " at " + c.offset());
       }
     }
   }

@@ -38,6 +38,7 @@ import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -78,7 +79,7 @@ class TieredRestoreSourceTest {
   @Test
   void residentWeightsAreSkippedAndTheBoundaryBufferIsRestoredOutsideTheImportedSlab() throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
-        HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 * MIB));
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 * MIB));
         SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
         HostCacheView view = HostCacheView.attach(cache.path(), ctx);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16)) {
@@ -88,7 +89,7 @@ class TieredRestoreSourceTest {
       ImageManifest m = new ImageManifest(built.schemaVersion(), new ImageManifest.Function(Bytes.class.getName(),
           JsonNodeFactory.instance.objectNode()), built.device(), built.allocations(), built.modules(),
           built.hostState(), built.samples(), built.build(), built.profile());
-      assertEquals(java.util.Set.of("a0", "a1"), m.readOnlyAllocations());
+      assertEquals(Set.of("a0", "a1"), m.readOnlyAllocations());
       SessionTable table = new SessionTable(m.sessionTable(Map.of()).allocations(), List.of());
       try (CacheLease lease = cache.stage("img", m, store)) {
         PinnedChunks chunks = view.chunks(lease.placement());
@@ -113,10 +114,11 @@ class TieredRestoreSourceTest {
         OnDemandRestore r;
         try (resident) {
           // As a worker does: the descriptors are closed once the restore has mapped them.
-          r = new OnDemandRestorer(store).restore(m, ctx, source, resources, new OnDemandOptions().slabSource(resident));
+          r = new OnDemandRestorer(store).restore(m, ctx, source, resources,
+              new OnDemandOptions().setSlabSource(resident));
         }
         try (r) {
-          assertEquals(java.util.Set.of("a0"), resident.residentBuffers(), "a1 is only partly in the imported slab");
+          assertEquals(Set.of("a0"), resident.residentBuffers(), "a1 is only partly in the imported slab");
           RestoreSource.Lease l = source.lease(m);
           assertTrue(l.resident(m.allocations().get(0)));
           assertFalse(l.resident(m.allocations().get(1)), "restored as a unit of its own: its fresh part");
@@ -143,7 +145,7 @@ class TieredRestoreSourceTest {
   @Test
   void withoutSlabsTheLeaseIsTheHostCacheAlone() throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")));
-        HostImageCache cache = HostImageCache.create(new HostCacheOptions().capacityBytes(16 * MIB));
+        HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(16 * MIB));
         SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
         HostCacheView view = HostCacheView.attach(cache.path(), ctx)) {
       ImageManifest m = TestImages.image(store, 22, 64 * 1024, List.of(), List.of("a1"), TestImages.BASE, MIB, 4096);

@@ -73,7 +73,7 @@ class WorkerMessagesTest {
     m.put(new Ready(42, FrameCodec.VERSION, new Device("sim", true, "Thaw Sim", 1), PHASES, true,
         List.of("a@1", "b@2"), List.of(1)), f -> Ready.from(f.head()));
     m.put(new Become("gpt2", new Source("cache", "/store", new Hbm(7, "1000:2097152:9:w\n"), List.of(1, 3), 0.5,
-        new Hbm(7, "1000:2097152:11:w\n")), 0, true, "gpt2@1", true), f -> Become.from(f.head()));
+        new Hbm(7, "1000:2097152:11:w\n", 1)), 0, true, "gpt2@1", true), f -> Become.from(f.head()));
     m.put(new Invoke(12, 900, true), f -> Invoke.from(f.head(), f.body().length));
     m.put(new Cancel(), f -> new Cancel());
     m.put(new Status(), f -> new Status());

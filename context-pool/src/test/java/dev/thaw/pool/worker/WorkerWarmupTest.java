@@ -5,14 +5,18 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.restore.RestoreResources;
 import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.pool.protocol.FrameCodec;
 import dev.thaw.runtime.gpu.DeviceChoice;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import dev.thaw.runtime.gpu.VirtualRange;
-import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.util.Map;
 import java.nio.file.Path;
 import java.io.InputStream;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -35,6 +39,21 @@ class WorkerWarmupTest {
   }
 
   /**
+   * The JSON warm-up writes and reads back a BECOME with every optional part and writes its answer (the code a cold
+   * start would otherwise be the first to run): frames the codec refuses would throw here, not warm; and it stops at
+   * once when a request waits.
+   */
+  @Test
+  void theJsonWarmupRoundTripsABecomeAndStopsWhenARequestWaits() {
+    int[] asked = {0};
+    WorkerWarmup.json(FrameCodec.json(), () -> asked[0]++ > 1_000);
+    assertEquals(200, asked[0], "asked before each of its rounds");
+    asked[0] = 0;
+    WorkerWarmup.json(FrameCodec.json(), () -> ++asked[0] > 0);
+    assertEquals(1, asked[0], "stopped at once");
+  }
+
+  /**
    * The rehearsal runs the prepared restore path end to end (prepare, map, copy, a gated invoke, resident, close)
    * and leaves the context as it found it: the address range it used can be reserved again, exactly, and the
    * restore resources are free for the next restore.
@@ -42,7 +61,7 @@ class WorkerWarmupTest {
   @Test
   void theRehearsalRestoresASyntheticImageAndLeavesNothingMapped(@TempDir Path dir) throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(dir.resolve("store"));
-        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, new SimOptions());
+        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, Map.of());
         GpuContext context = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(context)) {
       WorkerWarmup.rehearse(context, resources, store);
@@ -67,7 +86,7 @@ class WorkerWarmupTest {
   @Test
   void theHbmRehearsalImportsItsOwnSlabsChecksTheBytesAndLeavesNothingBehind(@TempDir Path dir) throws Exception {
     try (RocksChunkStore store = RocksChunkStore.open(dir.resolve("store"));
-        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, new SimOptions());
+        GpuDriver driver = GpuDrivers.open(DeviceChoice.SIM, Map.of());
         GpuContext context = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(context)) {
       long fds = openDescriptors();
@@ -84,8 +103,8 @@ class WorkerWarmupTest {
     }
   }
 
-  private static long openDescriptors() throws java.io.IOException {
-    try (java.util.stream.Stream<Path> s = java.nio.file.Files.list(Path.of("/proc/self/fd"))) {
+  private static long openDescriptors() throws IOException {
+    try (Stream<Path> s = Files.list(Path.of("/proc/self/fd"))) {
       return s.count();
     }
   }

@@ -24,6 +24,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Locale;
 import java.util.Optional;
 import java.util.Random;
 import java.util.Set;
@@ -187,7 +188,7 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
    * {@code n} biases. Public so that another framework can load the very weights a config makes (the cold-start
    * harness writes them as safetensors for PyTorch).
    *
-   * <p>Each layer has its own {@link java.util.Random} (whose sequence the JDK specifies), seeded with
+   * <p>Each layer has its own {@link Random} (whose sequence the JDK specifies), seeded with
    * {@code seed + 0x9E3779B97F4A7C15L * (layer + 1)}; each value is {@code (2 * nextFloat() - 1) * bound}
    * computed in double and rounded to float. Bounds: He-uniform {@code sqrt(6 / k)} before a ReLU,
    * Glorot-uniform {@code sqrt(6 / (k + n))} for the output layer; biases within 0.1, not zero, so that a
@@ -352,7 +353,7 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
   }
 
   private static String kind(JsonNode node) {
-    return node.getNodeType().name().toLowerCase(java.util.Locale.ROOT);
+    return node.getNodeType().name().toLowerCase(Locale.ROOT);
   }
 
   // ---- config ----

@@ -4,6 +4,7 @@ import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.sim.DeviceMemory;
 import dev.thaw.runtime.gpu.sim.SimKernel;
 import dev.thaw.runtime.gpu.sim.SimLaunch;
+import java.util.Arrays;
 
 /**
  * Java twins of {@code mlp.ptx} for the simulated device, found by entry name through {@link
@@ -86,7 +87,7 @@ public final class MlpSimKernels {
       for (int i = 0; i < rows * k; i++) {
         xs[i] = tf32(xs[i]);
       }
-      java.util.Arrays.fill(acc, 0, rows * n, 0.0);
+      Arrays.fill(acc, 0, rows * n, 0.0);
       for (int k0 = 0; k0 < k; k0 += kRowsPerPass) {
         int depth = Math.min(kRowsPerPass, k - k0);
         memory.getFloats(w + 4L * k0 * n, ws, 0, depth * n);

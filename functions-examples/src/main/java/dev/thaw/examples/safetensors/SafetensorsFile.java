@@ -15,6 +15,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Collections;
 import java.util.Comparator;
 import java.util.Iterator;
@@ -219,7 +220,7 @@ public final class SafetensorsFile implements AutoCloseable {
   }
 
   /** Tensors must tile the data section exactly: sorted by offset, each starts where the previous ended. */
-  private static void checkLayout(Path path, java.util.Collection<TensorInfo> tensors, long dataSize)
+  private static void checkLayout(Path path, Collection<TensorInfo> tensors, long dataSize)
       throws SafetensorsException {
     List<TensorInfo> sorted = new ArrayList<>(tensors);
     sorted.sort(Comparator.comparingLong(TensorInfo::begin).thenComparingLong(TensorInfo::end));

@@ -26,6 +26,7 @@ import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Random;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -79,7 +80,7 @@ class Gpt2FunctionTest {
   }
 
   private static int[][] prompts(int batch, int length, int vocab, long seed) {
-    java.util.Random r = new java.util.Random(seed);
+    Random r = new Random(seed);
     int[][] p = new int[batch][length];
     for (int[] row : p) {
       for (int i = 0; i < length; i++) {

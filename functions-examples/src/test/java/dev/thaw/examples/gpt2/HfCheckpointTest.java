@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.examples.gpt2.kernels.Fp16;
 import dev.thaw.examples.safetensors.DType;
+import dev.thaw.examples.safetensors.SafetensorsFile;
 import dev.thaw.examples.safetensors.SafetensorsWriter;
 import dev.thaw.runtime.function.InvalidConfigException;
 import java.io.IOException;
@@ -14,6 +15,7 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.util.List;
 import java.util.function.UnaryOperator;
 import org.junit.jupiter.api.Test;
@@ -122,14 +124,14 @@ class HfCheckpointTest {
   private static void rewriteWithExtra(Path file, String name, DType dtype, long[] shape, ByteBuffer data)
       throws IOException {
     SafetensorsWriter w = new SafetensorsWriter();
-    try (var in = dev.thaw.examples.safetensors.SafetensorsFile.open(file)) {
+    try (var in = SafetensorsFile.open(file)) {
       for (var t : in.tensors().values()) {
         w.add(t.name(), t.dtype(), t.dims(), in.readDirect(t));
       }
       w.add(name, dtype, shape, data);
       w.write(file.resolveSibling("next.safetensors"));
     }
-    Files.move(file.resolveSibling("next.safetensors"), file, java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+    Files.move(file.resolveSibling("next.safetensors"), file, StandardCopyOption.REPLACE_EXISTING);
   }
 
   private String refusal(Path d) {

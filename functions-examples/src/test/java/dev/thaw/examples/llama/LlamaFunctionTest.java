@@ -334,7 +334,7 @@ class LlamaFunctionTest {
   void profilingFindsTheTensorCoreKernelsExact(int capability, @TempDir Path dir) throws Exception {
     LlamaCheckpoint.save(new SeededLlamaWeights(headSize64(HalfType.FP16, 1), 3), dir, 1);
     LlamaFunction f = new LlamaFunction();
-    SimOptions options = new SimOptions().computeCapability(capability / 10, capability % 10).multiprocessorCount(1);
+    SimOptions options = new SimOptions().setComputeCapability(capability / 10, capability % 10).setMultiprocessorCount(1);
     try (SimDriver driver = SimDriver.open(options); GpuContext ctx = driver.createContext(0);
         FunctionSession session = FunctionSession.record(ctx)) {
       LlamaFunction.State s = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, "

@@ -10,6 +10,7 @@ import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.Arrays;
 import java.util.Random;
 
 /**
@@ -64,7 +65,7 @@ final class LinearRun {
       BufferRef wb = upload(s, "w", w);
       BufferRef bb = upload(s, "b", b);
       int[] sentinel = new int[m * n + TAIL];
-      java.util.Arrays.fill(sentinel, SENTINEL);
+      Arrays.fill(sentinel, SENTINEL);
       ByteBuffer yBytes = ByteBuffer.allocateDirect(4 * sentinel.length).order(ByteOrder.LITTLE_ENDIAN);
       yBytes.asIntBuffer().put(sentinel);
       BufferRef yb = s.allocate("y", yBytes.capacity());

@@ -4,13 +4,17 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Random;
+import org.junit.jupiter.api.Assertions;
 
 /** What the mlp tests share: JSON, inputs, and reading the function's parameters back from the device. */
 final class MlpTesting {
@@ -77,7 +81,7 @@ final class MlpTesting {
     return b;
   }
 
-  static float[] floats(FunctionSession session, dev.thaw.runtime.function.BufferRef ref, int count) {
+  static float[] floats(FunctionSession session, BufferRef ref, int count) {
     ByteBuffer bytes = ByteBuffer.allocateDirect(4 * count).order(ByteOrder.LITTLE_ENDIAN);
     session.download(ref, 0, bytes);
     float[] v = new float[count];
@@ -90,19 +94,19 @@ final class MlpTesting {
    * argmax is the reference's unless the reference's top two are closer than their bounds (a near-tie, which
    * TF32 may decide either way; such rows are returned, described).
    */
-  static java.util.List<String> assertMatchesReference(String what, java.util.List<Integer> layers, JsonNode response,
+  static List<String> assertMatchesReference(String what, List<Integer> layers, JsonNode response,
       MlpReference.Result ref) {
     float[][] got = outputs(response);
     int outLayer = layers.size() - 2;
-    org.junit.jupiter.api.Assertions.assertEquals(ref.outputs().length, got.length, what + ": rows");
-    java.util.List<String> nearTies = new java.util.ArrayList<>();
+    Assertions.assertEquals(ref.outputs().length, got.length, what + ": rows");
+    List<String> nearTies = new ArrayList<>();
     for (int r = 0; r < got.length; r++) {
       double[] exp = ref.outputs()[r];
-      org.junit.jupiter.api.Assertions.assertEquals(exp.length, got[r].length, what + ": columns of row " + r);
+      Assertions.assertEquals(exp.length, got[r].length, what + ": columns of row " + r);
       for (int c = 0; c < exp.length; c++) {
         double diff = Math.abs(got[r][c] - exp[c]);
         if (!(diff <= ref.bounds()[r][c])) {
-          org.junit.jupiter.api.Assertions.fail(String.format(
+          Assertions.fail(String.format(
               "%s: layer %d (output) row %d column %d: expected %.9g (fp64 reference), got %.9g; |diff| %.3g > "
                   + "TF32 bound %.3g", what, outLayer, r, c, exp[c], got[r][c], diff, ref.bounds()[r][c]));
         }
@@ -114,7 +118,7 @@ final class MlpTesting {
         String tie = String.format("%s: row %d argmax %d, reference %d, whose values differ by %.3g", what, r, gotArg,
             want, gap);
         if (!(gap <= ref.bounds()[r][want] + ref.bounds()[r][gotArg])) {
-          org.junit.jupiter.api.Assertions.fail(tie + ", more than their bounds " + ref.bounds()[r][want] + " + "
+          Assertions.fail(tie + ", more than their bounds " + ref.bounds()[r][want] + " + "
               + ref.bounds()[r][gotArg]);
         }
         nearTies.add(tie);

@@ -9,9 +9,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
@@ -162,7 +164,7 @@ class SafetensorsFileTest {
     Path file = dir.resolve("t.safetensors");
     new SafetensorsWriter().add("a", DType.F32, new long[] {4}, floats(1, 2, 3, 4)).write(file);
     try (SafetensorsFile f = SafetensorsFile.open(file)) {
-      try (var ch = java.nio.channels.FileChannel.open(file, java.nio.file.StandardOpenOption.WRITE)) {
+      try (var ch = FileChannel.open(file, StandardOpenOption.WRITE)) {
         ch.truncate(f.dataStart() + 8);
       }
       IOException e = assertThrows(IOException.class, () -> f.readDirect(f.tensor("a").orElseThrow()));

@@ -6,13 +6,17 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
-import dev.thaw.image.Staging;
+import dev.thaw.image.staging.Staging;
 import dev.thaw.image.StrictJson;
+import dev.thaw.image.store.Tags;
 import java.io.IOException;
 import java.nio.file.Files;
+import java.nio.file.InvalidPathException;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 
 /**
  * What to build and how: the function, its config, the tag, sample requests, and the snapshot pipeline's
@@ -44,7 +48,7 @@ public final class BuildOptions {
     return functionClass;
   }
 
-  public BuildOptions functionClass(String className) {
+  public BuildOptions setFunctionClass(String className) {
     if (className == null || className.isBlank()) {
       throw new IllegalArgumentException("a function class name is needed");
     }
@@ -57,10 +61,10 @@ public final class BuildOptions {
   }
 
   /** The config {@code init} gets; a JSON object. */
-  public BuildOptions config(JsonNode config) {
+  public BuildOptions setConfig(JsonNode config) {
     if (config == null || !config.isObject()) {
       throw new IllegalArgumentException("the function config must be a JSON object, not "
-          + (config == null ? "null" : config.getNodeType().toString().toLowerCase(java.util.Locale.ROOT)));
+          + (config == null ? "null" : config.getNodeType().toString().toLowerCase(Locale.ROOT)));
     }
     this.config = config.deepCopy();
     return this;
@@ -71,10 +75,10 @@ public final class BuildOptions {
    *
    * @throws IllegalArgumentException if it is neither a readable file nor a JSON object
    */
-  public BuildOptions config(String value) {
+  public BuildOptions setConfig(String value) {
     if (value.strip().startsWith("{")) {
       try {
-        return config(StrictJson.read(value));
+        return setConfig(StrictJson.read(value));
       } catch (JsonProcessingException e) {
         throw new IllegalArgumentException("the config is not JSON: " + StrictJson.problem(e), e);
       }
@@ -84,7 +88,7 @@ public final class BuildOptions {
     try {
       file = Path.of(value);
       text = Files.readString(file);
-    } catch (java.nio.file.InvalidPathException | java.nio.file.NoSuchFileException e) {
+    } catch (InvalidPathException | NoSuchFileException e) {
       throw new IllegalArgumentException("config file " + value + " does not exist (give the config as a JSON"
           + " object inline, or the path of a file that holds one)", e);
     } catch (IOException e) {
@@ -92,7 +96,7 @@ public final class BuildOptions {
           + (e.getMessage() == null ? "I/O error" : e.getMessage()), e);
     }
     try {
-      return config(StrictJson.read(text));
+      return setConfig(StrictJson.read(text));
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("config file " + file + " is not JSON: " + StrictJson.problem(e), e);
     } catch (IllegalArgumentException e) {
@@ -105,15 +109,15 @@ public final class BuildOptions {
   }
 
   /** @throws IllegalArgumentException if it is not a tag */
-  public BuildOptions tag(String tag) {
+  public BuildOptions setTag(String tag) {
     checkTag(tag);
     this.tag = tag;
     return this;
   }
 
-  /** @throws IllegalArgumentException unless {@code tag} follows {@link dev.thaw.image.store.Tags#RULE}. */
+  /** @throws IllegalArgumentException unless {@code tag} follows {@link Tags#RULE}. */
   public static void checkTag(String tag) {
-    dev.thaw.image.store.Tags.check(tag);
+    Tags.check(tag);
   }
 
   public List<JsonNode> sampleRequests() {
@@ -136,7 +140,7 @@ public final class BuildOptions {
       node = StrictJson.read(Files.readString(file));
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("sample request " + file + " is not JSON: " + StrictJson.problem(e), e);
-    } catch (java.nio.file.NoSuchFileException e) {
+    } catch (NoSuchFileException e) {
       throw new IllegalArgumentException("cannot read sample request " + file + ": no such file", e);
     } catch (IOException e) {
       throw new IllegalArgumentException("cannot read sample request " + file + ": " + e.getMessage(), e);
@@ -152,7 +156,7 @@ public final class BuildOptions {
   }
 
   /** Pinned staging buffers in the snapshot pipeline, 2 or more (double, triple buffering). */
-  public BuildOptions stagingBuffers(int count) {
+  public BuildOptions setStagingBuffers(int count) {
     this.stagingBuffers = Staging.checkBuffers(count);
     return this;
   }
@@ -162,7 +166,7 @@ public final class BuildOptions {
   }
 
   /** Bytes of each staging buffer: 4 KiB to 1 GiB. */
-  public BuildOptions stagingBytes(long bytes) {
+  public BuildOptions setStagingBytes(long bytes) {
     this.stagingBytes = Staging.checkBytes(bytes);
     return this;
   }
@@ -172,7 +176,7 @@ public final class BuildOptions {
   }
 
   /** Threads that cut, hash and store chunks. */
-  public BuildOptions hashThreads(int threads) {
+  public BuildOptions setHashThreads(int threads) {
     this.hashThreads = Staging.checkThreads(threads, "hash");
     return this;
   }
@@ -197,13 +201,13 @@ public final class BuildOptions {
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("build options: " + e.getOriginalMessage(), e);
     }
-    BuildOptions checked = new BuildOptions().config(o.config).stagingBuffers(o.stagingBuffers)
-        .stagingBytes(o.stagingBytes).hashThreads(o.hashThreads);
+    BuildOptions checked = new BuildOptions().setConfig(o.config).setStagingBuffers(o.stagingBuffers)
+        .setStagingBytes(o.stagingBytes).setHashThreads(o.hashThreads);
     if (o.functionClass != null) {
-      checked.functionClass(o.functionClass);
+      checked.setFunctionClass(o.functionClass);
     }
     if (o.tag != null) {
-      checked.tag(o.tag);
+      checked.setTag(o.tag);
     }
     o.sampleRequests.forEach(checked::addSampleRequest);
     return checked;

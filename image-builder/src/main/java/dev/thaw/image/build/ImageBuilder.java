@@ -3,13 +3,14 @@ package dev.thaw.image.build;
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ProgressListener;
-import dev.thaw.image.StagingRing;
+import dev.thaw.image.staging.StagingRing;
 import dev.thaw.image.ThawVersion;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.function.AllocationRecord;
 import dev.thaw.runtime.function.FunctionLoader;
 import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.host.Threads;
 import dev.thaw.runtime.speculation.AccessProfiler;
 import dev.thaw.runtime.speculation.Profiling;
 import dev.thaw.runtime.function.FunctionResponse;
@@ -39,7 +40,6 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 
@@ -250,8 +250,9 @@ public final class ImageBuilder {
 
   private void copyAllocations(GpuContext context, SessionTable table, BuildOptions options, Snapshot snap,
       ProgressListener progress, long stagingBytes) {
-    ExecutorService watcher = Executors.newSingleThreadExecutor(daemon("thaw-snapshot-copy"));
-    ExecutorService hashers = Executors.newFixedThreadPool(options.hashThreads(), daemon("thaw-snapshot-hash"));
+    ExecutorService watcher = Executors.newSingleThreadExecutor(Threads.daemonFactory("thaw-snapshot-copy"));
+    ExecutorService hashers =
+        Executors.newFixedThreadPool(options.hashThreads(), Threads.daemonFactory("thaw-snapshot-hash"));
     List<AutoCloseable> owned = new ArrayList<>();
     try {
       StagingRing staging = StagingRing.allocate(context, options.stagingBuffers(), Math.max(stagingBytes, 4096));
@@ -344,15 +345,6 @@ public final class ImageBuilder {
       e = e.getCause();
     }
     return e instanceof RuntimeException r ? r : new IllegalStateException(e.toString(), e);
-  }
-
-  static java.util.concurrent.ThreadFactory daemon(String prefix) {
-    AtomicInteger n = new AtomicInteger();
-    return r -> {
-      Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
-      t.setDaemon(true);
-      return t;
-    };
   }
 
   private static void awaitQuietly(ExecutorService pool) {

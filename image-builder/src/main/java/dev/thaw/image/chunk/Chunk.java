@@ -1,6 +1,6 @@
 package dev.thaw.image.chunk;
 
-/** A chunk's place in the stream a {@link Chunker} cut: {@code length} bytes from byte {@code offset}. */
+/** A chunk's place in the stream a {@link FastCdc} cut: {@code length} bytes from byte {@code offset}. */
 public record Chunk(long offset, int length) {
 
   public Chunk {

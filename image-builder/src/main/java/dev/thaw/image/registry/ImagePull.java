@@ -6,6 +6,7 @@ import dev.thaw.image.registry.ThawArtifact.Blob;
 import dev.thaw.image.registry.ThawArtifact.ChunkRef;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
+import dev.thaw.runtime.host.Threads;
 import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -182,11 +183,7 @@ public final class ImagePull implements AutoCloseable {
       }
       this.progress = progress;
       progress.start("pull", queue.stream().mapToLong(t -> t.blob.size()).sum());
-      workers = Executors.newFixedThreadPool(transfers, r -> {
-        Thread t = new Thread(r, "thaw-pull");
-        t.setDaemon(true);
-        return t;
-      });
+      workers = Executors.newFixedThreadPool(transfers, Threads.daemonFactory("thaw-pull"));
       if (remaining == 0) {
         workers.execute(this::commit);
       }

@@ -9,6 +9,7 @@ import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.image.registry.ThawArtifact.Blob;
 import dev.thaw.image.registry.ThawArtifact.ChunkRef;
+import dev.thaw.runtime.host.Threads;
 import java.nio.ByteBuffer;
 import java.security.MessageDigest;
 import java.util.ArrayList;
@@ -108,11 +109,7 @@ public final class ImagePusher {
     progress.start("push", imageBytes);
     try (RegistryClient client = new RegistryClient(target.registry(), options)) {
       Counts counts = new Counts();
-      ExecutorService pool = Executors.newFixedThreadPool(options.transfers(), r -> {
-        Thread t = new Thread(r, "thaw-push");
-        t.setDaemon(true);
-        return t;
-      });
+      ExecutorService pool = Executors.newFixedThreadPool(options.transfers(), Threads.daemonFactory("thaw-push"));
       List<Blob> layers;
       try {
         List<Future<Blob>> futures = new ArrayList<>();

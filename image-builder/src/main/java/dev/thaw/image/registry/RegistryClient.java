@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.image.store.Digest;
 import java.io.IOException;
 import java.io.InputStream;
+import java.net.ConnectException;
 import java.net.URI;
 import java.net.URLEncoder;
 import java.net.http.HttpClient;
@@ -472,7 +473,7 @@ public final class RegistryClient implements AutoCloseable {
   }
 
   private static String describe(IOException e) {
-    if (e instanceof java.net.ConnectException) {
+    if (e instanceof ConnectException) {
       return "cannot connect" + (e.getMessage() == null ? "" : " (" + e.getMessage() + ")");
     }
     if (e instanceof HttpTimeoutException) {

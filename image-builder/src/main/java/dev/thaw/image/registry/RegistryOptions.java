@@ -6,6 +6,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashSet;
 import java.util.List;
+import java.util.Locale;
 import java.util.Set;
 
 /** How Thaw talks to OCI registries: retries, upload sizes, the manifest limit, packing, parallelism. */
@@ -270,7 +271,7 @@ public final class RegistryOptions {
     n.put("maxManifestBytes", maxManifestBytes);
     n.put("packMinBytes", packMinBytes);
     n.put("packMaxBytes", packMaxBytes);
-    n.put("blobLayout", blobLayout.name().toLowerCase(java.util.Locale.ROOT));
+    n.put("blobLayout", blobLayout.name().toLowerCase(Locale.ROOT));
     n.put("transfers", transfers);
     n.put("connectTimeoutMillis", connectTimeout.toMillis());
     n.put("requestTimeoutMillis", requestTimeout.toMillis());

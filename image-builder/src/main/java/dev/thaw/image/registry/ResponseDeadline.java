@@ -1,5 +1,6 @@
 package dev.thaw.image.registry;
 
+import dev.thaw.runtime.host.Threads;
 import java.io.FilterInputStream;
 import java.io.IOException;
 import java.io.InputStream;
@@ -26,11 +27,8 @@ import javax.net.ssl.SSLSession;
  */
 final class ResponseDeadline {
 
-  private static final ScheduledExecutorService WATCHDOG = Executors.newSingleThreadScheduledExecutor(r -> {
-    Thread t = new Thread(r, "thaw-registry-deadlines");
-    t.setDaemon(true);
-    return t;
-  });
+  private static final ScheduledExecutorService WATCHDOG =
+      Executors.newSingleThreadScheduledExecutor(Threads.daemonFactory("thaw-registry-deadlines"));
 
   private ResponseDeadline() {}
 

@@ -7,7 +7,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ImageVerifier;
 import dev.thaw.image.store.Digest;
-import dev.thaw.image.store.ImageArchive;
+import dev.thaw.image.archive.ImageArchive;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.HashSet;

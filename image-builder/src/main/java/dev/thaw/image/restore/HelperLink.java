@@ -19,6 +19,10 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * splits its host-tier copies between the target's link and theirs, and records each allocation's event on the
  * target, so launches wait for it as for any other.
  *
+ * <p>The same ring relays the helper's own memory (the node-wide HBM tier, mapped on the helper only): the helper's
+ * stream copies from it into a slot at HBM speed and the target pulls the slot, so the target never needs a mapping of
+ * that memory ({@link RestoreSource.Lease#peerLink}).
+ *
  * <p>Everything is ordered on the devices, never on the host: the helper's stream waits (an event recorded on the
  * target after a slot's last peer copy) before it refills the slot, and the target's stream waits (an event recorded
  * on the helper after a slot's host copies) before it pulls from it.
@@ -344,7 +348,26 @@ public final class HelperLink implements AutoCloseable {
   /** Queues {@code bytes} from host memory into {@code slot} on the helper's stream, to be pulled to {@code dst}. */
   void fill(Slot slot, long dst, PinnedBuffer src, long offset, long bytes) {
     hostStream.copyHostToDeviceAsync(slot.address + slot.used, src, offset, bytes);
-    slot.pulls.add(new long[] {dst, slot.used, bytes});
+    pullLater(slot, dst, bytes);
+  }
+
+  /**
+   * Queues {@code bytes} from the helper's own memory at {@code src} (mapped for the helper) into {@code slot} on the
+   * helper's stream, to be pulled to {@code dst}.
+   */
+  void fillFromHelper(Slot slot, long dst, long src, long bytes) {
+    hostStream.copyDeviceToDeviceAsync(slot.address + slot.used, src, bytes);
+    pullLater(slot, dst, bytes);
+  }
+
+  /** Notes the slot's next {@code bytes} for {@code dst}: one pull with the one before when both sides continue it. */
+  private static void pullLater(Slot slot, long dst, long bytes) {
+    long[] last = slot.pulls.isEmpty() ? null : slot.pulls.get(slot.pulls.size() - 1);
+    if (last != null && last[0] + last[2] == dst && last[1] + last[2] == slot.used) {
+      last[2] += bytes;
+    } else {
+      slot.pulls.add(new long[] {dst, slot.used, bytes});
+    }
     slot.used += bytes;
   }
 

@@ -1,9 +1,12 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.Images;
+import dev.thaw.image.InvalidManifestException;
 import dev.thaw.image.ProgressListener;
-import dev.thaw.image.StagingRing;
+import dev.thaw.image.staging.StagingRing;
+import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.function.FunctionLoader;
@@ -15,6 +18,7 @@ import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.host.Threads;
 import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -26,8 +30,6 @@ import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.ThreadFactory;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * The full restore: every byte of an image onto the device before the function serves. The baseline that
@@ -80,10 +82,10 @@ public final class ImageRestorer {
   /**
    * Restores the image {@code tag} points at into {@code context}.
    *
-   * @throws dev.thaw.image.ImageNotFoundException if no image has that tag
-   * @throws dev.thaw.image.InvalidManifestException if its manifest does not read
+   * @throws ImageNotFoundException if no image has that tag
+   * @throws InvalidManifestException if its manifest does not read
    * @throws CorruptChunkException naming the chunk whose bytes do not match its digest
-   * @throws dev.thaw.image.store.ChunkNotFoundException naming a chunk the store lacks
+   * @throws ChunkNotFoundException naming a chunk the store lacks
    * @throws ImageRestoreException if the function class cannot be loaded, an address is taken, or the state
    *     does not read
    */
@@ -210,7 +212,8 @@ public final class ImageRestorer {
     long stagingBytes = Math.max(Math.min(options.stagingBytes(), largestAllocation), Math.max(largestChunk, 4096));
     List<Batch> batches = batches(manifest, stagingBytes);
     int slots = Math.max(2, Math.min(options.stagingBuffers(), batches.size()));
-    ExecutorService pool = Executors.newFixedThreadPool(options.readThreads(), daemon("thaw-restore-read"));
+    ExecutorService pool =
+        Executors.newFixedThreadPool(options.readThreads(), Threads.daemonFactory("thaw-restore-read"));
     try (StagingRing own = StagingRing.allocate(context, slots, stagingBytes)) {
       pipeline(manifest, context, batches, own, pool, progress);
     } finally {
@@ -329,15 +332,6 @@ public final class ImageRestorer {
       Thread.currentThread().interrupt();
       throw new IllegalStateException("interrupted while restoring", e);
     }
-  }
-
-  private static ThreadFactory daemon(String prefix) {
-    AtomicInteger n = new AtomicInteger();
-    return r -> {
-      Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
-      t.setDaemon(true);
-      return t;
-    };
   }
 
   private static double millisSince(long startNanos) {

@@ -1,5 +1,10 @@
 package dev.thaw.image.restore;
 
+import dev.thaw.runtime.function.FunctionSession;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Objects;
+
 /**
  * How an on-demand restore streams: setters check and are fluent.
  */
@@ -8,8 +13,12 @@ public final class OnDemandOptions {
   /** Bytes queued on the restore stream ahead of the copy engine: about 1.2 ms at 53 GB/s. */
   public static final long DEFAULT_WINDOW_BYTES = 64L << 20;
   public static final long DEFAULT_POLL_NANOS = 20_000;
-  /** A helper lent for a restore gives it its whole link: an idle helper's function waits for nothing of it. */
-  public static final double DEFAULT_HELPER_SHARE = 1.0;
+  /**
+   * A helper lent for a restore gives it half its link: the other half keeps a request that reaches a function on the
+   * helper meanwhile within 5% of its warm latency (the bound the share is chosen by; measured figures:
+   * docs/design/memory-tiers.md, "The helper's share").
+   */
+  public static final double DEFAULT_HELPER_SHARE = 0.5;
 
   private long windowBytes = DEFAULT_WINDOW_BYTES;
   private boolean streamInBackground = true;
@@ -17,7 +26,7 @@ public final class OnDemandOptions {
   private boolean validate;
   private long pollNanos = DEFAULT_POLL_NANOS;
   private Promotion promotion = Promotion.REORDER;
-  private java.util.List<HelperLink> helpers = java.util.List.of();
+  private List<HelperLink> helpers = List.of();
   private double helperShare = DEFAULT_HELPER_SHARE;
 
   /** Where an allocation a launch needs goes when it is not queued yet. */
@@ -35,8 +44,8 @@ public final class OnDemandOptions {
     return promotion;
   }
 
-  public OnDemandOptions promotion(Promotion p) {
-    this.promotion = java.util.Objects.requireNonNull(p);
+  public OnDemandOptions setPromotion(Promotion p) {
+    this.promotion = Objects.requireNonNull(p);
     return this;
   }
 
@@ -48,7 +57,7 @@ public final class OnDemandOptions {
    * How far the background order may run ahead of the copy engine. What is not yet queued can still be reordered:
    * a launch that needs it moves it to the head. {@link Long#MAX_VALUE} queues the whole image at once.
    */
-  public OnDemandOptions windowBytes(long bytes) {
+  public OnDemandOptions setWindowBytes(long bytes) {
     if (bytes < 1) {
       throw new IllegalArgumentException("the restore window must be positive, not " + bytes);
     }
@@ -64,7 +73,7 @@ public final class OnDemandOptions {
    * False restores only what launches need until {@link OnDemandRestore#streamRest()} is called: the pure on-demand
    * order, and a way to hold the background restore back.
    */
-  public OnDemandOptions streamInBackground(boolean on) {
+  public OnDemandOptions setStreamInBackground(boolean on) {
     this.streamInBackground = on;
     return this;
   }
@@ -77,7 +86,7 @@ public final class OnDemandOptions {
    * Records a timing event around every launch, for {@link OnDemandRestore#trace()}: costs two event records per
    * launch. Residency events are always timed.
    */
-  public OnDemandOptions trace(boolean on) {
+  public OnDemandOptions setTrace(boolean on) {
     this.trace = on;
     return this;
   }
@@ -90,7 +99,7 @@ public final class OnDemandOptions {
    * Runs every launch as its PTX-instrumented twin, checked against "resident or waited for": the GPU's validating
    * mode ({@link OnDemandRestore#validation()}). Each launch then synchronizes: for tests and debugging only.
    */
-  public OnDemandOptions validate(boolean on) {
+  public OnDemandOptions setValidate(boolean on) {
     this.validate = on;
     return this;
   }
@@ -100,7 +109,7 @@ public final class OnDemandOptions {
   }
 
   /** How long the restore thread parks between looks at the copy engine's progress. */
-  public OnDemandOptions pollNanos(long nanos) {
+  public OnDemandOptions setPollNanos(long nanos) {
     if (nanos < 1_000 || nanos > 10_000_000) {
       throw new IllegalArgumentException("poll interval must be 1 µs to 10 ms, not " + nanos + " ns");
     }
@@ -108,7 +117,7 @@ public final class OnDemandOptions {
     return this;
   }
 
-  public java.util.List<HelperLink> helpers() {
+  public List<HelperLink> helpers() {
     return helpers;
   }
 
@@ -119,9 +128,9 @@ public final class OnDemandOptions {
    *
    * @throws IllegalArgumentException if a link is given twice
    */
-  public OnDemandOptions helpers(java.util.List<HelperLink> links) {
-    java.util.List<HelperLink> copy = java.util.List.copyOf(links);
-    if (new java.util.HashSet<>(copy).size() != copy.size()) {
+  public OnDemandOptions setHelpers(List<HelperLink> links) {
+    List<HelperLink> copy = List.copyOf(links);
+    if (new HashSet<>(copy).size() != copy.size()) {
       throw new IllegalArgumentException("a helper link is given twice: " + copy);
     }
     this.helpers = copy;
@@ -138,7 +147,7 @@ public final class OnDemandOptions {
    * memory's bandwidth) keeps the rest. The cost to a function running on the helper is measured by the multi-link
    * harness; {@link #DEFAULT_HELPER_SHARE} by default.
    */
-  public OnDemandOptions helperShare(double share) {
+  public OnDemandOptions setHelperShare(double share) {
     if (!(share > 0 && share <= 1)) {
       throw new IllegalArgumentException("a helper's share of its link is over (0, 1], not " + share);
     }
@@ -146,10 +155,10 @@ public final class OnDemandOptions {
     return this;
   }
 
-  private dev.thaw.runtime.function.FunctionSession.SlabSource slabSource;
+  private FunctionSession.SlabSource slabSource;
 
   /** Where the session's slabs get their memory, or null (the default) for fresh memory, one plan for all. */
-  public dev.thaw.runtime.function.FunctionSession.SlabSource slabSource() {
+  public FunctionSession.SlabSource slabSource() {
     return slabSource;
   }
 
@@ -158,7 +167,7 @@ public final class OnDemandOptions {
    * own, each slab's memory from {@code source}: the HBM tier's exportable memory, or memory imported from it. The
    * restore must then be told which allocations are resident already (its {@link RestoreSource}).
    */
-  public OnDemandOptions slabSource(dev.thaw.runtime.function.FunctionSession.SlabSource source) {
+  public OnDemandOptions setSlabSource(FunctionSession.SlabSource source) {
     this.slabSource = source;
     return this;
   }

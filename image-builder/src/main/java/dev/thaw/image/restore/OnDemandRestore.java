@@ -1,5 +1,6 @@
 package dev.thaw.image.restore;
 
+import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.GpuEvent;
 import java.util.List;
 import java.util.Map;
@@ -166,7 +167,7 @@ public final class OnDemandRestore implements AutoCloseable {
   }
 
   /**
-   * What the validating mode found ({@link OnDemandOptions#validate(boolean)}).
+   * What the validating mode found ({@link OnDemandOptions#setValidate(boolean)}).
    *
    * @param checked launches run instrumented
    * @param unchecked launches run plain because their module could not be instrumented
@@ -223,11 +224,11 @@ public final class OnDemandRestore implements AutoCloseable {
    * pool worker: after a request's answer is sent and before the next request runs, and before an EXPORT): the driver
    * changes the mapping under whatever work is in flight, and a kernel or copy using the slab then may fault. It
    * synchronizes the context first, so work the last request left queued has finished. Costs a {@code cuMemSetAccess}
-   * per slab once (0.06-0.12 ms each on an H200); later calls return at once.
+   * per slab once; later calls return at once.
    *
    * @return true once the slabs are protected (or protection was tried and a slab refused: see {@link
    *     #protection()}), false while the restore still copies: call again at the next idle point
-   * @throws dev.thaw.runtime.gpu.CudaException with a sticky error: the context is lost
+   * @throws CudaException with a sticky error: the context is lost
    */
   public boolean protectReadOnlySlabs() {
     SlabProtection p = residency.protection();

@@ -16,9 +16,9 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * On-demand restore (DESIGN decision 6): makes a function invocable as soon as its allocations are mapped and its
- * modules loaded, and streams the image's bytes in behind it, in the profile's first-access order, while a
- * {@link ResidencyGate} makes each launch wait on the device for what it may touch.
+ * On-demand restore ({@code docs/design/on-demand-restore.md}): makes a function invocable as soon as its
+ * allocations are mapped and its modules loaded, and streams the image's bytes in behind it, in the profile's
+ * first-access order, while a {@link ResidencyGate} makes each launch wait on the device for what it may touch.
  *
  * <p>Bytes come from the {@link RestoreSource}'s tiers where it has them (already resident allocations are skipped,
  * host-cached chunks are copied straight from where they lie) and from the store otherwise (read, verified, staged).

@@ -1,15 +1,18 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.host.Threads;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -42,7 +45,7 @@ public final class PinnedImageSource implements RestoreSource, AutoCloseable {
    * {@code context}, with {@code threads} readers.
    *
    * @throws CorruptChunkException naming a chunk whose bytes do not match its digest
-   * @throws dev.thaw.image.store.ChunkNotFoundException naming a chunk the store lacks
+   * @throws ChunkNotFoundException naming a chunk the store lacks
    */
   public static PinnedImageSource load(RestorePlan plan, ChunkStore store, GpuContext context, int threads) {
     Map<Digest, Integer> lengths = new LinkedHashMap<>();
@@ -57,11 +60,8 @@ public final class PinnedImageSource implements RestoreSource, AutoCloseable {
       size += e.getValue();
     }
     PinnedBuffer buffer = context.allocatePinned(Math.max(1, size));
-    ExecutorService readers = Executors.newFixedThreadPool(Math.max(1, threads), r -> {
-      Thread t = new Thread(r, "thaw-host-cache-load");
-      t.setDaemon(true);
-      return t;
-    });
+    ExecutorService readers =
+        Executors.newFixedThreadPool(Math.max(1, threads), Threads.daemonFactory("thaw-host-cache-load"));
     try {
       List<Future<?>> reads = new ArrayList<>(lengths.size());
       for (Map.Entry<Digest, Integer> e : lengths.entrySet()) {
@@ -74,7 +74,7 @@ public final class PinnedImageSource implements RestoreSource, AutoCloseable {
       }
     } catch (Exception e) {
       buffer.close();
-      Throwable cause = e instanceof java.util.concurrent.ExecutionException ? e.getCause() : e;
+      Throwable cause = e instanceof ExecutionException ? e.getCause() : e;
       if (cause instanceof RuntimeException r) {
         throw r;
       }

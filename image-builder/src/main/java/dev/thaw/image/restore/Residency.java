@@ -1,7 +1,7 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.image.ImageManifest;
-import dev.thaw.image.StagingRing;
+import dev.thaw.image.staging.StagingRing;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
@@ -33,7 +33,12 @@ import java.util.concurrent.locks.ReentrantLock;
  * events are recorded, in queue order per lane; units a lease can copy from another GPU's memory (the node-wide HBM
  * tier) go through a lane of their own. The restore thread gives the next run in plan order to the lane that would
  * land it first, among lanes with less than the window queued: each link pulls work as fast as it drains it, so the
- * split follows what the links actually carry. A launch's promotion always takes the target's own link.
+ * split follows what the links actually carry. A launch's promotion takes the target's own link, or for a unit that
+ * comes from another GPU's memory through a link's ring, that ring.
+ *
+ * <p>Runs from another GPU's memory merge further ({@link #PEER_MERGE_BYTES}): allocations that lie back to back both
+ * there and on the target are one copy, and every allocation of the run is gated by the event after it, so a launch
+ * never reads a byte before it landed, and waits for at most the rest of its run.
  *
  * <p>Bytes in the lease's {@linkplain RestoreSource.Lease#residentRanges() resident ranges} are never copied: a unit
  * lying partly in one (a packed weight that runs from an HBM-tier slab into a fresh one) is an ordinary unit whose
@@ -58,6 +63,19 @@ final class Residency {
    * the start of a run waits little for the rest, while copies stay large enough for full speed.
    */
   static final long MERGE_BYTES = 8L << 20;
+
+  /**
+   * The most merged into one copy from another GPU's memory. A copy over the peer link pays a fixed start-up before
+   * it moves a byte (docs/design/memory-tiers.md has the measurement); runs this large keep that under a tenth of the
+   * copy, while a launch waits at NVLink speed for at most one of them beyond its own allocation.
+   */
+  static final long PEER_MERGE_BYTES = 32L << 20;
+
+  /**
+   * What the peer lane may have queued at the least: four runs. The peer link drains a window of the host link's size
+   * several times faster than the host link, and the restore thread, which polls, must refill it before it runs dry.
+   */
+  static final long PEER_WINDOW_BYTES = 4 * PEER_MERGE_BYTES;
 
   /**
    * One copy of a unit, from host memory ({@code buffer} at {@code offset}) or, with {@code buffer} null, from the
@@ -104,17 +122,20 @@ final class Residency {
     final HelperLink link;
     /** What it carries relative to the other lanes, for the split when windows do not bound it. */
     final double rate;
+    /** The most it has outstanding (queued, not landed) before the restore thread gives it more. */
+    final long window;
     final ArrayDeque<Integer> inFlight = new ArrayDeque<>();
     GpuEvent last;
     long queued;
     long landed;
     long bytes;
 
-    Lane(String name, GpuStream stream, HelperLink link, double rate) {
+    Lane(String name, GpuStream stream, HelperLink link, double rate, long window) {
       this.name = name;
       this.stream = stream;
       this.link = link;
       this.rate = rate;
+      this.window = window;
     }
 
     long outstanding() {
@@ -148,7 +169,10 @@ final class Residency {
   private final Lane direct;
   /** Promotions: {@link #direct} unless they have a second stream. */
   private final Lane urgentLane;
-  /** Copies from another GPU's memory (the lease's peer copies). */
+  /**
+   * Copies from another GPU's memory (the lease's peer copies): on a stream of the target's own, or through the ring of
+   * the lease's {@link RestoreSource.Lease#peerLink}.
+   */
   private final Lane peerLane;
   /** The helpers' links, in the options' order. */
   private final Lane[] helperLanes;
@@ -213,20 +237,31 @@ final class Residency {
         : stream;
     List<HelperLink> links = options.helpers();
     double directRate = directRate(links);
-    this.direct = new Lane("direct", stream, null, directRate);
+    long window = options.windowBytes();
+    this.direct = new Lane("direct", stream, null, directRate, window);
     lanes.add(direct);
-    this.urgentLane = urgentStream == stream ? direct : new Lane("urgent", urgentStream, null, directRate);
+    this.urgentLane = urgentStream == stream ? direct : new Lane("urgent", urgentStream, null, directRate, window);
     if (urgentLane != direct) {
       lanes.add(urgentLane);
     }
-    this.peerLane = new Lane("peer", resources.peerStream(), null, directRate);
+    HelperLink relay = lease.peerLink();
+    if (relay != null && relay.target() != resources.context()) {
+      throw new IllegalArgumentException(relay + " relays to another context than this restore's");
+    }
+    if (relay != null && links.contains(relay)) {
+      throw new IllegalArgumentException(relay + " is lent as a helper and relays the peer copies too: one or the "
+          + "other");
+    }
+    long peerWindow = Math.max(window, PEER_WINDOW_BYTES);
+    this.peerLane = relay == null ? new Lane("peer", resources.peerStream(), null, directRate, peerWindow)
+        : new Lane("peer", relay.peerStream(), relay, directRate, peerWindow);
     lanes.add(peerLane);
     this.helperLanes = new Lane[links.size()];
     for (int i = 0; i < helperLanes.length; i++) {
       HelperLink link = links.get(i);
       double rate = Double.isNaN(link.gbps()) ? directRate : link.gbps();
       helperLanes[i] = new Lane("device " + link.helper().device().ordinal(), link.peerStream(), link,
-          rate * options.helperShare());
+          rate * options.helperShare(), window);
       lanes.add(helperLanes[i]);
     }
     this.units = plan.unitCount();
@@ -310,11 +345,11 @@ final class Residency {
     }
   }
 
-  /** Borrows the helpers' links and starts the restore thread. */
+  /** Borrows the helpers' links (and the peer copies' relay) and starts the restore thread. */
   void start() {
     List<HelperLink> borrowed = new ArrayList<>();
     try {
-      for (Lane lane : helperLanes) {
+      for (Lane lane : borrowedLanes()) {
         lane.link.borrow();
         borrowed.add(lane.link);
       }
@@ -371,8 +406,10 @@ final class Residency {
         return;
       }
       promotions++;
-      if (hostCopies(unit) != FROM_STORE) {
-        queueHost(unit, urgentLane);
+      HostCopy[] c = hostCopies(unit);
+      if (c != FROM_STORE) {
+        // Another GPU's memory the target cannot read comes through the relay's ring; the rest on the urgent lane.
+        queueHost(unit, fromPeer(c) && peerLane.link != null ? peerLane : urgentLane);
         return;
       }
       urgent.addFirst(unit);
@@ -550,8 +587,12 @@ final class Residency {
 
   /** Under the lock: queues a host-tier (or peer) unit's copies and its event straight onto {@code lane}. */
   private void queueHost(int unit, Lane lane) {
-    for (HostCopy c : copies[unit]) {
-      copy(lane.stream, c.dst, c.buffer, c.offset, c.bytes);
+    if (lane.link != null) {
+      throughHelper(lane.link, List.of(copies[unit]));
+    } else {
+      for (HostCopy c : copies[unit]) {
+        copy(lane.stream, c.dst, c.buffer, c.offset, c.bytes);
+      }
     }
     count(copies[unit], copyBytes[unit]);
     lane.bytes += copyBytes[unit];
@@ -560,23 +601,29 @@ final class Residency {
 
   /** Under the lock: adds a unit's copied bytes to the host tier's or the peer's count. */
   private void count(HostCopy[] unitCopies, long bytes) {
-    if (unitCopies.length > 0 && unitCopies[0].buffer == null) {
+    if (fromPeer(unitCopies)) {
       peerBytes += bytes;
     } else {
       hostBytes += bytes;
     }
   }
 
+  /** Whether a unit's copies read another GPU's memory (the lease's peer copy) rather than host memory. */
+  private static boolean fromPeer(HostCopy[] unitCopies) {
+    return unitCopies.length > 0 && unitCopies[0].buffer == null;
+  }
+
   /**
    * Under the lock: queues host-tier unit {@code first} and the pending host-tier units that follow it in plan order
    * while each lies right after the previous one both on the device and in host memory (a packed image from a host
-   * cache laid out in restore order), up to {@link #MERGE_BYTES} (or the window, when smaller): one copy instead of one
+   * cache laid out in restore order, or another GPU's slab laid out as the target's), up to {@link #MERGE_BYTES}
+   * ({@link #PEER_MERGE_BYTES} from another GPU's memory; or the lane's window, when smaller): one copy instead of one
    * per allocation, one event for all of them. The run goes to the lane that would land it first among those with room
    * in their window (with {@code force}, among all: what a launch that waits for everything asks); false, and nothing
    * queued, when none has room.
    */
   private boolean queueRun(int first, boolean force) {
-    boolean fromPeer = copies[first].length > 0 && copies[first][0].buffer == null;
+    boolean fromPeer = fromPeer(copies[first]);
     if (!force && (fromPeer ? !hasRoom(peerLane, System.nanoTime()) : pickLane(0, false) == null)) {
       return false;
     }
@@ -587,7 +634,7 @@ final class Residency {
     int last = first;
     long bytes = plan.unit(first).size();
     long copied = copyBytes[first];
-    long mergeBytes = Math.min(MERGE_BYTES, options.windowBytes());
+    long mergeBytes = fromPeer ? Math.min(PEER_MERGE_BYTES, peerLane.window) : Math.min(MERGE_BYTES, direct.window);
     while (last + 1 < units && bytes < mergeBytes && state.get(last + 1) == PENDING && !run.isEmpty()) {
       HostCopy[] next = hostCopies(last + 1);
       HostCopy tail = run.get(run.size() - 1);
@@ -653,10 +700,11 @@ final class Residency {
    * link's measured rate since the restore began allows (plus a slot, or the window when smaller).
    */
   private boolean hasRoom(Lane lane, long now) {
-    if (lane.outstanding() >= options.windowBytes()) {
+    if (lane.outstanding() >= lane.window) {
       return false;
     }
-    if (lane.link == null || options.helperShare() >= 1 || Double.isNaN(lane.link.gbps())) {
+    // The share paces a helper's host link; a relay of its memory does not use that link.
+    if (lane.link == null || lane == peerLane || options.helperShare() >= 1 || Double.isNaN(lane.link.gbps())) {
       return true;
     }
     double allowed = lane.link.gbps() * options.helperShare() * (now - pacedFromNanos)
@@ -665,8 +713,9 @@ final class Residency {
   }
 
   /**
-   * Under the lock: queues {@code run}'s host copies into the helper's ring on its stream, slot by slot, and each
-   * slot's pulls to the target behind them on the link's target stream, where the run's event is then recorded.
+   * Under the lock: queues {@code run}'s copies (from host memory, or from the helper's own memory) into the helper's
+   * ring on its stream, slot by slot, and each slot's pulls to the target behind them on the link's target stream,
+   * where the run's event is then recorded.
    */
   private void throughHelper(HelperLink link, List<HostCopy> run) {
     HelperLink.Slot slot = link.begin();
@@ -681,7 +730,11 @@ final class Residency {
         if (firstCopyNanos == 0) {
           firstCopyNanos = System.nanoTime();
         }
-        link.fill(slot, c.dst + done, c.buffer, c.offset + done, n);
+        if (c.buffer == null) {
+          link.fillFromHelper(slot, c.dst + done, c.offset + done, n);
+        } else {
+          link.fill(slot, c.dst + done, c.buffer, c.offset + done, n);
+        }
         copyCount++;
         done += n;
       }
@@ -990,14 +1043,23 @@ final class Residency {
     }
   }
 
-  /** Hands the helpers' links back to their owner, once. */
+  /** Hands the borrowed links back to their owner, once. */
   private void giveBackLinks() {
     if (linksBorrowed) {
       linksBorrowed = false;
-      for (Lane lane : helperLanes) {
+      for (Lane lane : borrowedLanes()) {
         lane.link.giveBack();
       }
     }
+  }
+
+  /** The lanes through a link: the helpers', and the peer lane when it relays. */
+  private List<Lane> borrowedLanes() {
+    List<Lane> out = new ArrayList<>(List.of(helperLanes));
+    if (peerLane.link != null) {
+      out.add(peerLane);
+    }
+    return out;
   }
 
   // ---- what reports read ----

@@ -8,20 +8,24 @@ import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.KernelArgs;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.speculation.AccessKind;
+import dev.thaw.runtime.speculation.AccessSpeculator;
 import dev.thaw.runtime.speculation.AllocationIndex;
+import dev.thaw.runtime.speculation.PtxAccessAnalysis;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 
 /**
- * Gates a restored session's device work on residency (DESIGN decision 6): installed as the session's
+ * Gates a restored session's device work on residency: installed as the session's
  * {@link CopyInterceptor}, it makes the launching stream wait ({@code cuStreamWaitEvent}) for every allocation a
  * launch may touch that is not resident yet, and never blocks the launching thread on a copy.
  *
  * <p>A launch of a kernel profiled {@code exact} may touch only the allocations its parameter bytes point into
- * (every 8-byte slot, the speculation rule of {@link dev.thaw.runtime.speculation.AccessSpeculator}); each pending one
+ * (every 8-byte slot, the speculation rule of {@link AccessSpeculator}); each pending one
  * is promoted to the head of the restore, and the stream waits for each not yet resident. Any other kernel waits for
  * full residency. The session's own downloads, device copies and fills wait for the ranges they touch; its uploads,
  * while the restore runs, are staged in pinned memory and queued on the stream behind those waits, so a restore copy
@@ -54,7 +58,7 @@ final class ResidencyGate implements CopyInterceptor {
 
     void note(int slot, long slabs) {
       if (slotSlabs == null || slotSlabs.length <= slot) {
-        slotSlabs = java.util.Arrays.copyOf(slotSlabs == null ? new long[0] : slotSlabs, slot + 1);
+        slotSlabs = Arrays.copyOf(slotSlabs == null ? new long[0] : slotSlabs, slot + 1);
       }
       slotSlabs[slot] |= slabs;
     }
@@ -310,7 +314,7 @@ final class ResidencyGate implements CopyInterceptor {
    */
   List<Long> mayHaveWritten() {
     long mask = sessionAccessSlabs;
-    dev.thaw.runtime.speculation.AccessSpeculator speculator = null;
+    AccessSpeculator speculator = null;
     for (Map.Entry<KernelRef, KernelGate> e : kernels.entrySet()) {
       KernelGate g = e.getValue();
       mask |= g.anySlabs;
@@ -318,16 +322,16 @@ final class ResidencyGate implements CopyInterceptor {
         continue;
       }
       if (speculator == null) {
-        speculator = new dev.thaw.runtime.speculation.AccessSpeculator(session);
+        speculator = new AccessSpeculator(session);
       }
-      dev.thaw.runtime.speculation.PtxAccessAnalysis.EntryAccess a = speculator.analysis(e.getKey());
+      PtxAccessAnalysis.EntryAccess a = speculator.analysis(e.getKey());
       for (int s = 0; s < g.slotSlabs.length; s++) {
         if (g.slotSlabs[s] == 0) {
           continue;
         }
         // Past the PTX's parameters, or a slot the analysis could not follow: taken as written.
-        dev.thaw.runtime.speculation.AccessKind kind = s < a.slotCount() ? a.slotKind(s)
-            : dev.thaw.runtime.speculation.AccessKind.READ_WRITE;
+        AccessKind kind = s < a.slotCount() ? a.slotKind(s)
+            : AccessKind.READ_WRITE;
         if (kind != null && kind.writes()) {
           mask |= g.slotSlabs[s];
         }

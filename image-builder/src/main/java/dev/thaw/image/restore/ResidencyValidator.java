@@ -13,7 +13,7 @@ import dev.thaw.runtime.gpu.KernelArgs;
 import dev.thaw.runtime.ptx.instrument.GuardTable;
 import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
 import dev.thaw.runtime.ptx.instrument.ValidatingLauncher;
-import dev.thaw.runtime.ptx.instrument.Violation;
+import dev.thaw.runtime.ptx.instrument.GuardViolation;
 import dev.thaw.runtime.ptx.instrument.ViolationReport;
 import dev.thaw.runtime.speculation.AllocationIndex;
 import java.nio.ByteBuffer;
@@ -23,7 +23,7 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * The validating mode of on-demand restore on a GPU ({@link OnDemandOptions#validate(boolean)}): every launch passes
+ * The validating mode of on-demand restore on a GPU ({@link OnDemandOptions#setValidate(boolean)}): every launch passes
  * the {@link ResidencyGate} first, then runs as its PTX-instrumented twin with "resident, or waited for by this
  * stream" as the allowed set, so any load or store of a byte the gate did not make safe is reported with its address.
  * A launch of a module that cannot be instrumented runs plain and is counted unchecked.
@@ -77,7 +77,7 @@ final class ResidencyValidator implements LaunchRedirect, CopyInterceptor {
     ViolationReport report = launcher.launch(twin, grid, block, sharedMemBytes, stream, args, allowed.build());
     checked++;
     violationCount += report.total();
-    for (Violation v : report.recorded()) {
+    for (GuardViolation v : report.recorded()) {
       if (violations.size() == MAX_DESCRIBED) {
         break;
       }

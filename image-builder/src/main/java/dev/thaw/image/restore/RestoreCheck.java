@@ -1,6 +1,8 @@
 package dev.thaw.image.restore;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.function.BufferRef;
@@ -63,11 +65,11 @@ public final class RestoreCheck {
   public static boolean sameJson(JsonNode a, JsonNode b) {
     try {
       return JSON.readTree(JSON.writeValueAsString(a)).equals(JSON.readTree(JSON.writeValueAsString(b)));
-    } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+    } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("not JSON: " + e.getOriginalMessage(), e);
     }
   }
 
-  private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
-      new com.fasterxml.jackson.databind.ObjectMapper();
+  private static final ObjectMapper JSON =
+      new ObjectMapper();
 }

@@ -5,7 +5,7 @@ import com.fasterxml.jackson.annotation.JsonProperty;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import dev.thaw.image.Staging;
+import dev.thaw.image.staging.Staging;
 
 /** The full restore's pipeline resources. Setters check and are fluent; {@link #toJson()} is the JSON form. */
 @JsonAutoDetect(fieldVisibility = JsonAutoDetect.Visibility.ANY, getterVisibility = JsonAutoDetect.Visibility.NONE,
@@ -27,7 +27,7 @@ public final class RestoreOptions {
   }
 
   /** Pinned staging buffers: one being copied to the device while the others are read and verified. 2 to 64. */
-  public RestoreOptions stagingBuffers(int count) {
+  public RestoreOptions setStagingBuffers(int count) {
     this.stagingBuffers = Staging.checkBuffers(count);
     return this;
   }
@@ -37,7 +37,7 @@ public final class RestoreOptions {
   }
 
   /** Bytes of each staging buffer, 4 KiB to 1 GiB; raised to the image's largest chunk when smaller. */
-  public RestoreOptions stagingBytes(long bytes) {
+  public RestoreOptions setStagingBytes(long bytes) {
     this.stagingBytes = Staging.checkBytes(bytes);
     return this;
   }
@@ -47,7 +47,7 @@ public final class RestoreOptions {
   }
 
   /** Threads that read chunks from the store and verify their digests. */
-  public RestoreOptions readThreads(int threads) {
+  public RestoreOptions setReadThreads(int threads) {
     this.readThreads = Staging.checkThreads(threads, "read");
     return this;
   }
@@ -59,8 +59,8 @@ public final class RestoreOptions {
   public static RestoreOptions fromJson(JsonNode json) {
     try {
       RestoreOptions o = JSON.treeToValue(json, RestoreOptions.class);
-      return new RestoreOptions().stagingBuffers(o.stagingBuffers).stagingBytes(o.stagingBytes)
-          .readThreads(o.readThreads);
+      return new RestoreOptions().setStagingBuffers(o.stagingBuffers).setStagingBytes(o.stagingBytes)
+          .setReadThreads(o.readThreads);
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("restore options: " + e.getOriginalMessage(), e);
     }

@@ -1,20 +1,23 @@
 package dev.thaw.image.restore;
 
-import dev.thaw.image.Staging;
-import dev.thaw.image.StagingRing;
+import dev.thaw.image.staging.Staging;
+import dev.thaw.image.staging.StagingRing;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.host.Threads;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * What on-demand restores on one context need and should not make per restore: the restore stream (and a second
@@ -27,8 +30,8 @@ public final class RestoreResources implements AutoCloseable {
 
   public static final long DEFAULT_UPLOAD_ARENA_BYTES = 1L << 20;
   /**
-   * The staging restores read the store through: 8 slots of 16 MiB, 128 MiB pinned (the build's 6 of 64 MiB took
-   * ~130 ms to pin on the H200 host, beside a pool worker's first BECOME, which the driver serialises with it). Read
+   * The staging restores read the store through: 8 slots of 16 MiB, 128 MiB pinned, less than the build's 6 of 64 MiB
+   * (pinning is paid per page, beside a pool worker's first BECOME, which the driver serialises with it). Read
    * ahead fills every slot, so eight keep the store's readers busy while copies drain. A slot must hold an image's
    * largest chunk: at most 1 MiB with the content-defined chunker's defaults, 4 MiB with the fixed-size one.
    */
@@ -52,14 +55,14 @@ public final class RestoreResources implements AutoCloseable {
   /** What making each part took, in milliseconds, in order: where a worker's {@code restoreResources} phase went. */
   private final Map<String, Double> creationMillis = new LinkedHashMap<>();
   /** Completes once the events made behind the constructor are made (or it stopped). */
-  private final java.util.concurrent.CompletableFuture<Void> eventsMade = new java.util.concurrent.CompletableFuture<>();
+  private final CompletableFuture<Void> eventsMade = new CompletableFuture<>();
   private final AtomicBoolean lent = new AtomicBoolean();
   private final AtomicBoolean closed = new AtomicBoolean();
   /** Completed at {@link #close}: the events still waiting to be made behind are not made. */
-  private final java.util.concurrent.CompletableFuture<Void> closing = new java.util.concurrent.CompletableFuture<>();
+  private final CompletableFuture<Void> closing = new CompletableFuture<>();
 
   private RestoreResources(GpuContext context, int stagingBuffers, long stagingBytes, int readThreads,
-      long uploadArenaBytes, int events, java.util.concurrent.CompletionStage<?> behindAfter) {
+      long uploadArenaBytes, int events, CompletionStage<?> behindAfter) {
     this.context = context;
     List<AutoCloseable> made = new ArrayList<>();
     try {
@@ -75,9 +78,8 @@ public final class RestoreResources implements AutoCloseable {
       made.add(uploadArena);
       t = part("upload arena", t);
       // A few events now, the others behind on a thread of their own; a restore that finds none left makes its own.
-      // Before the staging: on the H200 what was made after the staging's first buffer waited behind the pinning of
-      // the others on their thread (64 events took 95-112 ms in two rounds of three, the upload arena 64 ms; the
-      // driver serialises them), so everything small is made while nothing else is pinned.
+      // Before the staging: the driver serialises whatever is made after the staging's first buffer with the pinning
+      // of the others on their thread, so everything small is made while nothing else is pinned.
       for (int i = 0; i < Math.min(events, EVENTS_AHEAD); i++) {
         GpuEvent e = context.createEvent(true);
         made.add(e);
@@ -100,19 +102,17 @@ public final class RestoreResources implements AutoCloseable {
       }
       throw e;
     }
-    this.pump = Executors.newSingleThreadExecutor(daemon("thaw-restore"));
-    this.readers = Executors.newFixedThreadPool(readThreads, daemon("thaw-restore-read"));
+    this.pump = Executors.newSingleThreadExecutor(Threads.daemonFactory("thaw-restore"));
+    this.readers = Executors.newFixedThreadPool(readThreads, Threads.daemonFactory("thaw-restore-read"));
     if (events > EVENTS_AHEAD) {
-      Thread behind = new Thread(() -> {
+      Thread behind = Threads.startDaemon(() -> {
         try {
-          java.util.concurrent.CompletableFuture.anyOf(behindAfter.toCompletableFuture(), closing).join();
+          CompletableFuture.anyOf(behindAfter.toCompletableFuture(), closing).join();
         } catch (RuntimeException e) {
           // Whatever it ended with, the events are made now (none once closed: makeEvents checks).
         }
         makeEvents(events - EVENTS_AHEAD);
       }, "thaw-restore-events");
-      behind.setDaemon(true);
-      behind.start();
     } else {
       eventsMade.complete(null);
     }
@@ -138,16 +138,15 @@ public final class RestoreResources implements AutoCloseable {
   /** Defaults: {@link #DEFAULT_STAGING_BUFFERS} of {@link #DEFAULT_STAGING_BYTES}, {@link Staging}'s read threads, a
    * 1 MiB upload arena, 1024 events. */
   public static RestoreResources create(GpuContext context) {
-    return create(context, java.util.concurrent.CompletableFuture.completedFuture(null));
+    return create(context, CompletableFuture.completedFuture(null));
   }
 
   /**
    * Defaults, with what is made behind (the staging's other buffers, the other events) started only once
    * {@code behindAfter} completed: a pool worker keeps the pinning out of the way of the image it prepares at start
-   * (loading its modules needs the driver, which serialises them with the pinning; on the H200 that prepare took
-   * 196-246 ms after the context with the pinning beside it).
+   * (loading its modules needs the driver, which serialises them with the pinning).
    */
-  public static RestoreResources create(GpuContext context, java.util.concurrent.CompletionStage<?> behindAfter) {
+  public static RestoreResources create(GpuContext context, CompletionStage<?> behindAfter) {
     return new RestoreResources(context, DEFAULT_STAGING_BUFFERS, DEFAULT_STAGING_BYTES, Staging.DEFAULT_THREADS,
         DEFAULT_UPLOAD_ARENA_BYTES, DEFAULT_EVENTS, behindAfter);
   }
@@ -164,7 +163,7 @@ public final class RestoreResources implements AutoCloseable {
       throw new IllegalArgumentException("the upload arena must be at least 4 KiB, not " + uploadArenaBytes);
     }
     return new RestoreResources(context, stagingBuffers, stagingBytes, readThreads, uploadArenaBytes,
-        DEFAULT_EVENTS, java.util.concurrent.CompletableFuture.completedFuture(null));
+        DEFAULT_EVENTS, CompletableFuture.completedFuture(null));
   }
 
   public GpuContext context() {
@@ -177,7 +176,7 @@ public final class RestoreResources implements AutoCloseable {
    * are pinned behind, see {@link StagingRing#allocate(GpuContext, int, long, int)}).
    */
   public Map<String, Double> creationMillis() {
-    return java.util.Collections.unmodifiableMap(new LinkedHashMap<>(creationMillis));
+    return Collections.unmodifiableMap(new LinkedHashMap<>(creationMillis));
   }
 
   private long part(String name, long since) {
@@ -228,7 +227,7 @@ public final class RestoreResources implements AutoCloseable {
   }
 
   /** Completes once every event of the pool is made (the first few are made at once, the others behind). */
-  java.util.concurrent.CompletableFuture<Void> eventsMade() {
+  CompletableFuture<Void> eventsMade() {
     return eventsMade.copy();
   }
 
@@ -284,14 +283,5 @@ public final class RestoreResources implements AutoCloseable {
     if (failure != null) {
       throw failure;
     }
-  }
-
-  private static java.util.concurrent.ThreadFactory daemon(String prefix) {
-    AtomicInteger n = new AtomicInteger();
-    return r -> {
-      Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
-      t.setDaemon(true);
-      return t;
-    };
   }
 }

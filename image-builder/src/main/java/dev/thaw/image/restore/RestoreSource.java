@@ -1,13 +1,15 @@
 package dev.thaw.image.restore;
 
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import java.util.List;
 
 /**
  * The tiers a restore takes an image's bytes from before it falls back to the store: allocations already on the
  * device (the HBM tier), and chunks already verified in page-locked host memory (the host cache). A chunk found in
- * neither is read from the {@link dev.thaw.image.store.ChunkStore}, verified against its digest and staged through
+ * neither is read from the {@link ChunkStore}, verified against its digest and staged through
  * pinned buffers.
  *
  * <p>The contract a host cache signs: every chunk {@link Lease#find} returns has been checked against its digest
@@ -51,18 +53,29 @@ public interface RestoreSource {
      * into them: an allocation that lies partly in one is an ordinary unit whose copies leave that part out, and one
      * that lies wholly inside them is resident. None by default.
      */
-    default java.util.List<long[]> residentRanges() {
-      return java.util.List.of();
+    default List<long[]> residentRanges() {
+      return List.of();
     }
 
     /**
-     * A device address this restore's device may read {@code allocation}'s bytes from, all of them, in another GPU's
-     * memory (the node-wide HBM tier: another device's slab mapped here with access for this one), or 0. The restore
-     * then copies the allocation over the peer link instead of from the host, on a stream of its own, gated like any
-     * other. 0 by default.
+     * A device address holding {@code allocation}'s bytes, all of them, in another GPU's memory (the node-wide HBM
+     * tier: another device's slab mapped in this process), or 0. Read by this restore's device, or, with a {@link
+     * #peerLink}, by that link's helper. The restore then copies the allocation over the peer link instead of from
+     * the host, on a lane of its own, runs of allocations that lie back to back on both sides in one copy, each
+     * allocation gated by its event on this device like any other. 0 by default.
      */
     default long peerCopy(ImageManifest.Allocation allocation) {
       return 0;
+    }
+
+    /**
+     * The link whose helper device reads {@link #peerCopy}'s addresses, or null (the default) when this restore's
+     * device reads them itself. With one, the memory is mapped for the helper alone (its own memory: a local
+     * mapping), the helper copies each run into its ring and the target pulls it from there ({@link HelperLink});
+     * the restore borrows the link for as long as it copies, so it must not be among its helpers as well.
+     */
+    default HelperLink peerLink() {
+      return null;
     }
 
     /** Releases what the lease held on to. Idempotent. */

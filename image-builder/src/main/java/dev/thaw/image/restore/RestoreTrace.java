@@ -21,7 +21,7 @@ import java.util.List;
  * and {@code chrome://tracing} open.
  *
  * <p>The first launch's start is always recorded (one event); every launch's start and end, and the gate's waits, only
- * with {@link OnDemandOptions#trace(boolean)}.
+ * with {@link OnDemandOptions#setTrace(boolean)}.
  */
 public final class RestoreTrace {
 

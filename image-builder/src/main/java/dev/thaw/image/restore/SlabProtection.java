@@ -6,6 +6,8 @@ import dev.thaw.runtime.gpu.Mapping;
 import dev.thaw.runtime.gpu.MemoryAccess;
 import java.util.ArrayList;
 import java.util.List;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Makes an on-demand restore's read-only slabs read-only on the device ({@code cuMemSetAccess} with
@@ -16,9 +18,9 @@ import java.util.List;
  * <p>Invariant: {@link #protectAll} runs only when no work of the context can be touching a slab: every restore copy
  * has completed (the restore is resident: the events recorded behind all copies have completed), no request of the
  * function runs (its owner calls it between requests: {@link OnDemandRestore#protectReadOnlySlabs}), and the context
- * has been synchronized. The driver neither refuses nor waits for work in flight when a mapping's access changes (on
- * an H200, {@code cuMemSetAccess} returned while a copy into the range was queued, and the copy then failed), and
- * changing it under the first request's kernels faulted cold starts now and then ({@code
+ * has been synchronized. The driver neither refuses nor waits for work in flight when a mapping's access changes
+ * ({@code cuMemSetAccess} returns while a copy into the range is queued, and the copy then fails), and changing it
+ * under a request's kernels faults them ({@code
  * docs/design/memory-tiers.md}, "Write protection"). Slabs already read-only (imported from the HBM tier) are left as
  * they are.
  *
@@ -31,6 +33,8 @@ import java.util.List;
  * while the function is idle.
  */
 final class SlabProtection {
+
+  private static final Logger LOG = LoggerFactory.getLogger(SlabProtection.class);
 
   private final Mapping[] slabs;
   private final long[] slabStarts;
@@ -132,8 +136,7 @@ final class SlabProtection {
             throw e;
           }
           if (refused == null) {
-            System.err.println("thaw: read-only slab at 0x" + Long.toHexString(slabStarts[i]) + " left writable: "
-                + e.getMessage());
+            LOG.warn("Read-only slab at 0x{} left writable: {}", Long.toHexString(slabStarts[i]), e.getMessage());
           }
           refused = e.getMessage();
           continue;

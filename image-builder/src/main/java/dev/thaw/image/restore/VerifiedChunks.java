@@ -1,5 +1,6 @@
 package dev.thaw.image.restore;
 
+import dev.thaw.image.store.ChunkNotFoundException;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import java.nio.ByteBuffer;
@@ -17,7 +18,7 @@ public final class VerifiedChunks {
    * and checks the bytes' digest.
    *
    * @throws CorruptChunkException when the stored bytes are too long, too short, or hash to something else
-   * @throws dev.thaw.image.store.ChunkNotFoundException when the store lacks the chunk
+   * @throws ChunkNotFoundException when the store lacks the chunk
    */
   public static void read(ChunkStore store, Digest digest, ByteBuffer dst, String where) {
     int expected = dst.remaining();

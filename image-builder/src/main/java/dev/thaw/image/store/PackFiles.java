@@ -1,5 +1,6 @@
 package dev.thaw.image.store;
 
+import dev.thaw.runtime.host.Threads;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
@@ -17,6 +18,7 @@ import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.LongSupplier;
@@ -87,11 +89,7 @@ final class PackFiles implements AutoCloseable {
     for (int i = 0; i < STRIPES; i++) {
       appendLocks[i] = new Object();
     }
-    this.writeback = readOnly ? null : Executors.newSingleThreadExecutor(r -> {
-      Thread t = new Thread(r, "thaw-pack-writeback");
-      t.setDaemon(true);
-      return t;
-    });
+    this.writeback = readOnly ? null : Executors.newSingleThreadExecutor(Threads.daemonFactory("thaw-pack-writeback"));
   }
 
   Path dir() {
@@ -267,7 +265,7 @@ final class PackFiles implements AutoCloseable {
     if (writeback != null) {
       writeback.shutdown();
       try {
-        writeback.awaitTermination(1, java.util.concurrent.TimeUnit.MINUTES);
+        writeback.awaitTermination(1, TimeUnit.MINUTES);
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
       }

@@ -1,9 +1,12 @@
 package dev.thaw.image.store;
 
+import dev.thaw.runtime.host.IoErrors;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.util.ArrayList;
@@ -26,10 +29,13 @@ import org.rocksdb.ColumnFamilyHandle;
 import org.rocksdb.ColumnFamilyOptions;
 import org.rocksdb.CompressionType;
 import org.rocksdb.DBOptions;
+import org.rocksdb.FlushOptions;
+import org.rocksdb.Options;
 import org.rocksdb.ReadOptions;
 import org.rocksdb.RocksDB;
 import org.rocksdb.RocksDBException;
 import org.rocksdb.RocksIterator;
+import org.rocksdb.Status;
 import org.rocksdb.WriteBatch;
 import org.rocksdb.WriteOptions;
 
@@ -121,7 +127,7 @@ public final class RocksChunkStore implements ChunkStore {
       boolean exists = StoreDirectory.exists(path);
       List<String> present = new ArrayList<>(FAMILIES);
       if (exists) {
-        try (org.rocksdb.Options o = new org.rocksdb.Options()) {
+        try (Options o = new Options()) {
           present = RocksDB.listColumnFamilies(o, path.toString()).stream().map(RocksChunkStore::string).toList();
         }
         for (String name : FAMILIES) {
@@ -157,7 +163,7 @@ public final class RocksChunkStore implements ChunkStore {
           try {
             Files.createDirectories(path);
           } catch (IOException e) {
-            throw new StoreException(path, "cannot create the store: " + StoreDirectory.describe(e), null, e);
+            throw new StoreException(path, "cannot create the store: " + IoErrors.describe(e), null, e);
           }
         }
         dbOptions.setCreateIfMissing(!exists).setCreateMissingColumnFamilies(true);
@@ -180,11 +186,11 @@ public final class RocksChunkStore implements ChunkStore {
       packs = new PackFiles(path, options.readOnly(), options.packFileSize(), this::newPackId);
     } catch (RocksDBException e) {
       closeResources();
-      if (e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.IOError
+      if (e.getStatus() != null && e.getStatus().getCode() == Status.Code.IOError
           && String.valueOf(e.getMessage()).contains("LOCK")) {
         throw new StoreLockedException(path, e);
       }
-      if (e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.Corruption) {
+      if (e.getStatus() != null && e.getStatus().getCode() == Status.Code.Corruption) {
         throw error("is damaged", e);
       }
       throw error("cannot open", e);
@@ -313,7 +319,7 @@ public final class RocksChunkStore implements ChunkStore {
     } catch (RocksDBException e) {
       throw error("cannot store chunk " + digest, e);
     } catch (IOException e) {
-      throw new StoreException(path, "cannot store chunk " + digest + ": " + StoreDirectory.describe(e), null, e);
+      throw new StoreException(path, "cannot store chunk " + digest + ": " + IoErrors.describe(e), null, e);
     } finally {
       sweepLock.readLock().unlock();
     }
@@ -346,7 +352,7 @@ public final class RocksChunkStore implements ChunkStore {
           db.write(sync, wb);
         }
       } catch (IOException e) {
-        throw new StoreException(path, "cannot make the chunks durable: " + StoreDirectory.describe(e), null, e);
+        throw new StoreException(path, "cannot make the chunks durable: " + IoErrors.describe(e), null, e);
       } catch (RocksDBException e) {
         throw error("cannot make the chunks durable", e);
       }
@@ -373,7 +379,7 @@ public final class RocksChunkStore implements ChunkStore {
    * fit, the bytes from {@code dst}'s position to its limit may have been overwritten with a prefix of it; its
    * position and limit are unchanged.
    *
-   * @throws CorruptChunkException if verifying and the bytes don't hash to {@code digest} (position unchanged)
+   * @throws ChunkHashMismatchException if verifying and the bytes don't hash to {@code digest} (position unchanged)
    * @throws StoreException if the chunk cannot be read (its pack file missing or short: the store is damaged)
    */
   @Override
@@ -407,11 +413,11 @@ public final class RocksChunkStore implements ChunkStore {
       }
     } catch (RocksDBException e) {
       throw error(corruption(e) ? "chunk " + digest + " is damaged" : "cannot read chunk " + digest, e);
-    } catch (java.nio.file.NoSuchFileException e) {
+    } catch (NoSuchFileException e) {
       throw new StoreException(path, "chunk " + digest + " is damaged: its pack file "
           + path.relativize(Path.of(e.getFile())) + " is missing", null, e);
     } catch (IOException e) {
-      throw new StoreException(path, "chunk " + digest + " is damaged: " + StoreDirectory.describe(e), null, e);
+      throw new StoreException(path, "chunk " + digest + " is damaged: " + IoErrors.describe(e), null, e);
     }
     if (n > dst.remaining()) {
       throw new IllegalArgumentException(
@@ -439,7 +445,7 @@ public final class RocksChunkStore implements ChunkStore {
   private void checkDigest(Digest digest, ByteBuffer bytes) {
     Digest actual = Digest.of(bytes);
     if (!actual.equals(digest)) {
-      throw new CorruptChunkException(path, digest, actual);
+      throw new ChunkHashMismatchException(path, digest, actual);
     }
   }
 
@@ -665,7 +671,7 @@ public final class RocksChunkStore implements ChunkStore {
       } catch (RocksDBException e) {
         throw error("garbage collection failed", e);
       } catch (IOException e) {
-        throw new StoreException(path, "garbage collection failed: " + StoreDirectory.describe(e), null, e);
+        throw new StoreException(path, "garbage collection failed: " + IoErrors.describe(e), null, e);
       }
     }
   }
@@ -798,7 +804,7 @@ public final class RocksChunkStore implements ChunkStore {
   public void flush() {
     checkWritable();
     sync();
-    try (org.rocksdb.FlushOptions f = new org.rocksdb.FlushOptions().setWaitForFlush(true)) {
+    try (FlushOptions f = new FlushOptions().setWaitForFlush(true)) {
       db.flush(f, List.of(chunks, chunkSizes, manifests, refs, tags, meta, chunkPacks));
     } catch (RocksDBException e) {
       throw error("cannot flush", e);
@@ -815,7 +821,7 @@ public final class RocksChunkStore implements ChunkStore {
     } catch (RocksDBException e) {
       throw error("cannot start a pack file", e);
     } catch (IOException e) {
-      throw new StoreException(path, "cannot start a pack file: " + StoreDirectory.describe(e), null, e);
+      throw new StoreException(path, "cannot start a pack file: " + IoErrors.describe(e), null, e);
     }
   }
 
@@ -883,7 +889,7 @@ public final class RocksChunkStore implements ChunkStore {
   }
 
   private static boolean corruption(RocksDBException e) {
-    return e.getStatus() != null && e.getStatus().getCode() == org.rocksdb.Status.Code.Corruption;
+    return e.getStatus() != null && e.getStatus().getCode() == Status.Code.Corruption;
   }
 
   private StoreException error(String what, RocksDBException e) {
@@ -892,11 +898,11 @@ public final class RocksChunkStore implements ChunkStore {
   }
 
   private static byte[] bytes(String s) {
-    return s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    return s.getBytes(StandardCharsets.UTF_8);
   }
 
   private static String string(byte[] b) {
-    return new String(b, java.nio.charset.StandardCharsets.UTF_8);
+    return new String(b, StandardCharsets.UTF_8);
   }
 
   private static byte[] intBytes(int v) {

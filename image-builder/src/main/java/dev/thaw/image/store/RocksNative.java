@@ -1,5 +1,6 @@
 package dev.thaw.image.store;
 
+import dev.thaw.runtime.host.Threads;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -23,19 +24,16 @@ public final class RocksNative {
 
   /**
    * Loads the library on a thread of its own, now, for a process that will open a store soon (a server, a pool
-   * worker): RocksDB's loader copies 15 MB out of its jar first, most of a store's opening (on a build machine 0.3 s of
-   * 0.35). The thread initialises {@link RocksChunkStore}, so an open that comes meanwhile waits for it, not twice.
+   * worker): RocksDB's loader copies 15 MB out of its jar first, most of a store's opening. The thread initialises {@link RocksChunkStore}, so an open that comes meanwhile waits for it, not twice.
    */
   public static void loadAhead() {
-    Thread t = new Thread(() -> {
+    Threads.startDaemon(() -> {
       try {
         Class.forName(RocksChunkStore.class.getName(), true, RocksNative.class.getClassLoader());
       } catch (ClassNotFoundException | LinkageError | RuntimeException e) {
         // The store's own opening fails with the reason.
       }
     }, "thaw-rocksdb-load");
-    t.setDaemon(true);
-    t.start();
   }
 
   static void load() {

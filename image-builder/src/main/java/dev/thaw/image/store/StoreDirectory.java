@@ -1,12 +1,9 @@
 package dev.thaw.image.store;
 
+import dev.thaw.runtime.host.IoErrors;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.AccessDeniedException;
-import java.nio.file.FileSystemException;
 import java.nio.file.Files;
-import java.nio.file.NoSuchFileException;
-import java.nio.file.NotDirectoryException;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.regex.Pattern;
@@ -39,7 +36,7 @@ final class StoreDirectory {
     try (var list = Files.list(path)) {
       names = list.map(p -> p.getFileName().toString()).sorted().toList();
     } catch (IOException e) {
-      throw new StoreException(path, "cannot list the directory: " + describe(e), null, e);
+      throw new StoreException(path, "cannot list the directory: " + IoErrors.describe(e), null, e);
     }
     if (names.isEmpty()) {
       return false;
@@ -55,7 +52,7 @@ final class StoreDirectory {
     try {
       manifest = Files.size(current) > 256 ? "" : Files.readString(current, StandardCharsets.US_ASCII);
     } catch (IOException e) {
-      throw new StoreException(path, "is damaged: cannot read CURRENT: " + describe(e), null, e);
+      throw new StoreException(path, "is damaged: cannot read CURRENT: " + IoErrors.describe(e), null, e);
     }
     if (!CURRENT.matcher(manifest).matches()) {
       throw new StoreException(path, "is damaged: CURRENT does not name a MANIFEST file; nothing was changed");
@@ -66,22 +63,5 @@ final class StoreDirectory {
           + " changed");
     }
     return true;
-  }
-
-  /** An I/O error's cause in words, never a class name: {@code permission denied}, {@code no such file}. */
-  static String describe(IOException e) {
-    if (e instanceof AccessDeniedException) {
-      return "permission denied";
-    }
-    if (e instanceof NoSuchFileException) {
-      return "no such file or directory";
-    }
-    if (e instanceof NotDirectoryException) {
-      return "not a directory";
-    }
-    if (e instanceof FileSystemException f && f.getReason() != null) {
-      return f.getReason().toLowerCase(java.util.Locale.ROOT);
-    }
-    return e.getMessage() == null ? "I/O error" : e.getMessage();
   }
 }

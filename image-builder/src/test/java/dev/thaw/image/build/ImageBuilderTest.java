@@ -17,7 +17,9 @@ import dev.thaw.runtime.function.SaxpyFunction;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.runtime.speculation.AccessProfile;
 import java.nio.ByteBuffer;
+import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicLong;
 import org.junit.jupiter.api.Test;
@@ -28,10 +30,10 @@ class ImageBuilderTest {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   static BuildOptions saxpy(String tag, int n) throws Exception {
-    return new BuildOptions().functionClass(SaxpyFunction.class.getName()).config("{\"n\": " + n + ", \"seed\": 7}")
-        .tag(tag).addSampleRequest(JSON.readTree("{\"a\": 2.5}"))
+    return new BuildOptions().setFunctionClass(SaxpyFunction.class.getName())
+        .setConfig("{\"n\": " + n + ", \"seed\": 7}").setTag(tag).addSampleRequest(JSON.readTree("{\"a\": 2.5}"))
         // Small staging and chunks so that a small function still crosses segment and chunk boundaries.
-        .stagingBuffers(3).stagingBytes(8192).hashThreads(3);
+        .setStagingBuffers(3).setStagingBytes(8192).setHashThreads(3);
   }
 
   @Test
@@ -80,7 +82,7 @@ class ImageBuilderTest {
       // The sample request was the profiling invocation: saxpy read x and read-wrote out, inside its arguments.
       assertEquals("recorded", m.profile().orderSource());
       assertEquals(List.of("x", "out"), m.profile().firstAccessOrder());
-      assertEquals(dev.thaw.runtime.speculation.AccessProfile.Verdict.EXACT,
+      assertEquals(AccessProfile.Verdict.EXACT,
           m.profile().kernels().get("contract/thaw_test_saxpy").verdict());
       assertEquals("1 exact, 0 unsafe", m.profile().summary());
       assertEquals(m.chunkDigests().size(), m.build().chunkCount());
@@ -107,13 +109,13 @@ class ImageBuilderTest {
   @Test
   void anInvalidTagIsRefusedBeforeAnythingRuns() {
     for (String bad : new String[] {"", " x", "-x", "a b", "x".repeat(200), null}) {
-      assertThrows(IllegalArgumentException.class, () -> new BuildOptions().tag(bad), String.valueOf(bad));
+      assertThrows(IllegalArgumentException.class, () -> new BuildOptions().setTag(bad), String.valueOf(bad));
     }
     MemoryChunkStore store = new MemoryChunkStore();
     // No context: a build that got past validation would fail differently.
     IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
         () -> new ImageBuilder(store, new FixedSizeChunker()).build(
-            new BuildOptions().functionClass(SaxpyFunction.class.getName()), null, ProgressListener.NONE));
+            new BuildOptions().setFunctionClass(SaxpyFunction.class.getName()), null, ProgressListener.NONE));
     assertTrue(e.getMessage().contains("not a tag"), e.getMessage());
   }
 
@@ -122,7 +124,7 @@ class ImageBuilderTest {
     MemoryChunkStore store = new MemoryChunkStore();
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       ImageBuildException e = assertThrows(ImageBuildException.class, () -> new ImageBuilder(store,
-          new FixedSizeChunker()).build(new BuildOptions().functionClass("no.such.Fn").tag("t"), ctx,
+          new FixedSizeChunker()).build(new BuildOptions().setFunctionClass("no.such.Fn").setTag("t"), ctx,
           ProgressListener.NONE));
       assertEquals("load", e.phase());
       assertTrue(e.getMessage().contains("no function class no.such.Fn"), e.getMessage());
@@ -134,7 +136,7 @@ class ImageBuilderTest {
   void aFailingInitPropagatesWithContextAndCommitsNothing() throws Exception {
     MemoryChunkStore store = new MemoryChunkStore();
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
-      BuildOptions o = saxpy("t", 10).config("{\"n\": -1}");
+      BuildOptions o = saxpy("t", 10).setConfig("{\"n\": -1}");
       ImageBuildException e = assertThrows(ImageBuildException.class,
           () -> new ImageBuilder(store, new FixedSizeChunker()).build(o, ctx, ProgressListener.NONE));
       assertEquals("init", e.phase());
@@ -182,21 +184,21 @@ class ImageBuilderTest {
     BuildOptions o = saxpy("fn:1", 8);
     BuildOptions back = BuildOptions.fromJson(o.toJson());
     assertEquals(o.toJson(), back.toJson());
-    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().stagingBuffers(1));
-    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().stagingBytes(100));
-    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().hashThreads(0));
+    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().setStagingBuffers(1));
+    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().setStagingBytes(100));
+    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().setHashThreads(0));
     IllegalArgumentException notObject = assertThrows(IllegalArgumentException.class,
-        () -> new BuildOptions().config("[1, 2]"));
+        () -> new BuildOptions().setConfig("[1, 2]"));
     assertTrue(notObject.getMessage().contains("JSON object"), notObject.getMessage());
-    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().config("{not json"));
-    JsonNode cfg = new BuildOptions().config("{\"n\": 3}").config();
+    assertThrows(IllegalArgumentException.class, () -> new BuildOptions().setConfig("{not json"));
+    JsonNode cfg = new BuildOptions().setConfig("{\"n\": 3}").config();
     assertEquals(3, cfg.get("n").asInt());
   }
 
   @Test
   void fixedChunksCoverTheSegment() {
     FixedSizeChunker c = new FixedSizeChunker(10);
-    assertEquals(List.of(10, 10, 5), java.util.Arrays.stream(c.cut(ByteBuffer.allocate(25))).boxed().toList());
+    assertEquals(List.of(10, 10, 5), Arrays.stream(c.cut(ByteBuffer.allocate(25))).boxed().toList());
     assertEquals(0, c.cut(ByteBuffer.allocate(0)).length);
   }
 }

@@ -5,11 +5,24 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ProgressListener;
+import dev.thaw.image.build.BuildOptions;
+import dev.thaw.image.build.FixedSizeChunker;
+import dev.thaw.image.build.ImageBuilder;
 import dev.thaw.image.registry.ThawArtifact.ChunkRef;
+import dev.thaw.image.restore.OnDemandOptions;
+import dev.thaw.image.restore.OnDemandRestorer;
+import dev.thaw.image.restore.RestoreCheck;
+import dev.thaw.image.restore.RestoreResources;
+import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
 import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.gpu.sim.SimDriver;
+import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -201,32 +214,32 @@ class ImagePushPullTest {
   @Test
   void anOnDemandRestoreReadsThroughThePullAndAnswersAsTheBuildDid() throws Exception {
     // The MLP: every device access goes through its session, so on-demand restore gates all of them.
-    var json = new com.fasterxml.jackson.databind.ObjectMapper();
+    var json = new ObjectMapper();
     var request = json.readTree("{\"inputs\": [[" + "0.5, -0.25, ".repeat(15) + "1.0, 2.0]]}");
-    var o = new dev.thaw.image.build.BuildOptions().functionClass("dev.thaw.examples.mlp.MlpFunction")
-        .config("{\"layers\": [32, 96, 64, 10], \"seed\": 3, \"maxBatch\": 2}").tag("mlp")
-        .addSampleRequest(request).stagingBytes(1 << 16).hashThreads(2);
+    var o = new BuildOptions().setFunctionClass("dev.thaw.examples.mlp.MlpFunction")
+        .setConfig("{\"layers\": [32, 96, 64, 10], \"seed\": 3, \"maxBatch\": 2}").setTag("mlp")
+        .addSampleRequest(request).setStagingBytes(1 << 16).setHashThreads(2);
     ImageManifest mlp;
-    try (var driver = dev.thaw.runtime.gpu.sim.SimDriver.open(new dev.thaw.runtime.gpu.sim.SimOptions());
+    try (var driver = SimDriver.open(new SimOptions());
         var ctx = driver.createContext(0)) {
-      mlp = new dev.thaw.image.build.ImageBuilder(source, new dev.thaw.image.build.FixedSizeChunker(4096))
-          .build(o, ctx, dev.thaw.image.ProgressListener.NONE).manifest();
+      mlp = new ImageBuilder(source, new FixedSizeChunker(4096))
+          .build(o, ctx, ProgressListener.NONE).manifest();
     }
     RegistryReference ref = registry.reference("thaw/ondemand:1");
     new ImagePusher(options()).push(source, "mlp", ref);
     try (RocksChunkStore empty = RocksChunkStore.open(tmp.resolve("pulled-ondemand"));
         ImagePull pull = new ImagePuller(options().setTransfers(1)).open(ref, empty, "mlp");
-        var driver = dev.thaw.runtime.gpu.sim.SimDriver.open(new dev.thaw.runtime.gpu.sim.SimOptions());
+        var driver = SimDriver.open(new SimOptions());
         var ctx = driver.createContext(0);
-        var resources = dev.thaw.image.restore.RestoreResources.create(ctx);
-        var r = new dev.thaw.image.restore.OnDemandRestorer(new PullThroughStore(empty, pull)).restore(
-            pull.manifest(), ctx, dev.thaw.image.restore.RestoreSource.STORE_ONLY, resources,
-            new dev.thaw.image.restore.OnDemandOptions())) {
-      var response = r.function().invoke(dev.thaw.runtime.function.FunctionRequest.of(request)).json();
-      var recorded = dev.thaw.image.restore.RestoreCheck.buildResponse(mlp, request).orElseThrow();
-      assertTrue(dev.thaw.image.restore.RestoreCheck.sameJson(recorded, response), response + " vs " + recorded);
+        var resources = RestoreResources.create(ctx);
+        var r = new OnDemandRestorer(new PullThroughStore(empty, pull)).restore(
+            pull.manifest(), ctx, RestoreSource.STORE_ONLY, resources,
+            new OnDemandOptions())) {
+      var response = r.function().invoke(FunctionRequest.of(request)).json();
+      var recorded = RestoreCheck.buildResponse(mlp, request).orElseThrow();
+      assertTrue(RestoreCheck.sameJson(recorded, response), response + " vs " + recorded);
       r.awaitResident();
-      assertTrue(dev.thaw.image.restore.RestoreCheck.deviceMemory(r.function()).identical());
+      assertTrue(RestoreCheck.deviceMemory(r.function()).identical());
       assertEquals(mlp.chunkDigests().size(), pull.await().fetched());
       assertEquals(List.of("mlp"), empty.tags());
     }

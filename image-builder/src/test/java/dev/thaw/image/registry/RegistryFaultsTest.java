@@ -23,6 +23,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.github.tomakehurst.wiremock.WireMockServer;
+import com.github.tomakehurst.wiremock.client.WireMock;
 import com.github.tomakehurst.wiremock.core.WireMockConfiguration;
 import com.github.tomakehurst.wiremock.http.Fault;
 import dev.thaw.image.ImageManifest;
@@ -33,6 +34,8 @@ import dev.thaw.image.store.RocksChunkStore;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.AfterAll;
@@ -221,7 +224,7 @@ class RegistryFaultsTest {
   void aBlobLongerThanItsDescriptorIsRefused() {
     serveArtifact();
     Digest d = someChunk();
-    byte[] longer = java.util.Arrays.copyOf(chunks.get(d), chunks.get(d).length + 1);
+    byte[] longer = Arrays.copyOf(chunks.get(d), chunks.get(d).length + 1);
     wm.stubFor(get(urlEqualTo(blob(d))).atPriority(1).willReturn(aResponse().withBody(longer)));
     assertThrows(CorruptBlobException.class, () -> new ImagePuller(fast()).pull(ref(), target, "saxpy"));
     assertTrue(target.tags().isEmpty());
@@ -230,7 +233,7 @@ class RegistryFaultsTest {
   @Test
   void aManifestOverTheLimitIsRefusedUnreadAndAPushTheRegistryFindsTooLargeFailsClearly() {
     byte[] huge = new byte[(4 << 20) + 1];
-    java.util.Arrays.fill(huge, (byte) ' ');
+    Arrays.fill(huge, (byte) ' ');
     wm.stubFor(get(urlEqualTo("/v2/" + REPO + "/manifests/1"))
         .willReturn(aResponse().withHeader("Content-Type", OCI).withBody(huge)));
     ManifestTooLargeException pull = assertThrows(ManifestTooLargeException.class,
@@ -251,11 +254,11 @@ class RegistryFaultsTest {
     serveArtifact();
     String realm = "http://127.0.0.1:" + wm.port() + "/token";
     wm.stubFor(get(urlPathMatching("/v2/.*")).atPriority(1)
-        .withHeader("Authorization", com.github.tomakehurst.wiremock.client.WireMock.absent())
+        .withHeader("Authorization", WireMock.absent())
         .willReturn(aResponse().withStatus(401).withHeader("WWW-Authenticate",
             "Bearer realm=\"" + realm + "\",service=\"wm\",scope=\"repository:" + REPO + ":pull\"")));
     wm.stubFor(get(urlPathMatching("/v2/.*")).atPriority(2)
-        .withHeader("Authorization", com.github.tomakehurst.wiremock.client.WireMock.notContaining("Bearer tkn"))
+        .withHeader("Authorization", WireMock.notContaining("Bearer tkn"))
         .willReturn(aResponse().withStatus(401)));
     wm.stubFor(get(urlPathEqualTo("/token")).withQueryParam("service", equalTo("wm"))
         .withQueryParam("scope", equalTo("repository:" + REPO + ":pull"))
@@ -296,7 +299,7 @@ class RegistryFaultsTest {
 
   /** The artifact as paths of a registry: the manifest, its config and every chunk's blob. */
   private static Map<String, byte[]> artifactPaths() {
-    Map<String, byte[]> paths = new java.util.HashMap<>();
+    Map<String, byte[]> paths = new HashMap<>();
     paths.put("/v2/" + REPO + "/manifests/1", oci);
     paths.put(blob(Digest.of(config)), config);
     chunks.forEach((d, b) -> paths.put(blob(d), b));

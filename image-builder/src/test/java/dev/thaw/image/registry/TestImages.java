@@ -30,9 +30,9 @@ final class TestImages {
 
   /** Builds saxpy of {@code n} elements with {@code seed} under {@code tag}, cut into 1500-byte chunks. */
   static ImageManifest build(ChunkStore store, String tag, int n, int seed) throws Exception {
-    BuildOptions o = new BuildOptions().functionClass(SaxpyFunction.class.getName())
-        .config("{\"n\": " + n + ", \"seed\": " + seed + "}").tag(tag)
-        .addSampleRequest(new ObjectMapper().readTree(REQUEST)).stagingBytes(8192).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(SaxpyFunction.class.getName())
+        .setConfig("{\"n\": " + n + ", \"seed\": " + seed + "}").setTag(tag)
+        .addSampleRequest(new ObjectMapper().readTree(REQUEST)).setStagingBytes(8192).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       return new ImageBuilder(store, new FixedSizeChunker(1500)).build(o, ctx, ProgressListener.NONE).manifest();
     }

@@ -10,6 +10,7 @@ import dev.thaw.image.registry.ThawArtifact.Blob;
 import dev.thaw.image.registry.ThawArtifact.ChunkRef;
 import dev.thaw.image.store.Digest;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -96,8 +97,8 @@ class ThawArtifactTest {
     ThawArtifact.checkCovers(m, packs);
     assertThrows(InvalidArtifactException.class, () -> ThawArtifact.checkCovers(m, packs.subList(1, packs.size())));
     assertThrows(InvalidArtifactException.class, () -> ThawArtifact.parse(
-        new String(oci, java.nio.charset.StandardCharsets.UTF_8).replace(ThawArtifact.CONFIG_TYPE,
-            "application/vnd.oci.image.config.v1+json").getBytes(java.nio.charset.StandardCharsets.UTF_8)));
+        new String(oci, StandardCharsets.UTF_8).replace(ThawArtifact.CONFIG_TYPE,
+            "application/vnd.oci.image.config.v1+json").getBytes(StandardCharsets.UTF_8)));
   }
 
   /**

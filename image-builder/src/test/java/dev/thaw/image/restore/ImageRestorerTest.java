@@ -52,9 +52,9 @@ class ImageRestorerTest {
   void build() throws Exception {
     store = new MemoryChunkStore();
     request = JSON.readTree("{\"a\": 2.5}");
-    BuildOptions o = new BuildOptions().functionClass(SaxpyFunction.class.getName())
-        .config("{\"n\": " + N + ", \"seed\": 11}").tag("saxpy").addSampleRequest(request)
-        .stagingBytes(8192).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(SaxpyFunction.class.getName())
+        .setConfig("{\"n\": " + N + ", \"seed\": 11}").setTag("saxpy").addSampleRequest(request)
+        .setStagingBytes(8192).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       built = new ImageBuilder(store, new FixedSizeChunker(1500)).build(o, ctx, ProgressListener.NONE);
     }
@@ -62,7 +62,7 @@ class ImageRestorerTest {
 
   private static RestoreOptions small() {
     // Staging smaller than an allocation: several batches per allocation, slots reused.
-    return new RestoreOptions().stagingBuffers(2).stagingBytes(4096).readThreads(3);
+    return new RestoreOptions().setStagingBuffers(2).setStagingBytes(4096).setReadThreads(3);
   }
 
   @Test
@@ -179,7 +179,7 @@ class ImageRestorerTest {
 
   @Test
   void anotherArchitectureLoadsThePtxAndAnotherNameIsNoted() throws Exception {
-    SimOptions other = new SimOptions().computeCapability(8, 0).deviceName("Other simulated device");
+    SimOptions other = new SimOptions().setComputeCapability(8, 0).setDeviceName("Other simulated device");
     try (SimDriver driver = SimDriver.open(other); GpuContext ctx = driver.createContext(0);
         RestoredFunction<?> f = new ImageRestorer(store).restore("saxpy", ctx)) {
       assertEquals(2, f.notes().size(), f.notes().toString());

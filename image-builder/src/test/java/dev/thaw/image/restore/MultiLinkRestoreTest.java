@@ -24,10 +24,12 @@ import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.ToLongFunction;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -42,7 +44,10 @@ import org.junit.jupiter.params.provider.MethodSource;
  * ({@link RestoreSource.Lease#peerCopy}), on simulated devices that are peers, with the real store: no launch touches
  * a byte before it is resident (checked exactly by {@link ResidencyProbe}, with copies lagging the kernels), every byte
  * lands, the answer is the build's; the split follows the links' rates and a helper's share; a helper is refused for
- * the reasons a node gives.
+ * the reasons a node gives. From another device's memory laid out as the target (a slab of its HBM tier), allocations
+ * that lie back to back are one copy per run, runs longer than the host link's, and every allocation is still gated;
+ * read through a link from that device ({@link RestoreSource.Lease#peerLink}), the memory needs no mapping on the
+ * target, and each run is one copy into the ring and one pull per slot.
  */
 class MultiLinkRestoreTest {
 
@@ -63,6 +68,10 @@ class MultiLinkRestoreTest {
     build("mlp", "dev.thaw.examples.mlp.MlpFunction",
         "{\"layers\": [256, 256, 256, 256, 256, 256, 256, 256, 10], \"seed\": 3, \"maxBatch\": 2}",
         "{\"inputs\": [[" + "0.5, -0.25, ".repeat(127) + "1.0, 2.0]]}");
+    // Weights of 4 MiB, so that runs from another device's memory outgrow the host link's.
+    build("mlp-wide", "dev.thaw.examples.mlp.MlpFunction",
+        "{\"layers\": [1024, 1024, 1024, 1024, 1024, 10], \"seed\": 4, \"maxBatch\": 1}",
+        "{\"inputs\": [[" + "0.5, -0.25, ".repeat(511) + "1.0, 2.0]]}");
     build("gpt2-tiny", "dev.thaw.examples.gpt2.Gpt2Function",
         "{\"model\": \"tiny\", \"seed\": 1, \"maxBatch\": 1, \"maxTokens\": 16}",
         "{\"tokens\": [[5, 17, 3, 40, 2, 9]], \"maxNewTokens\": 4}");
@@ -73,8 +82,8 @@ class MultiLinkRestoreTest {
 
   private static void build(String tag, String function, String config, String request) throws Exception {
     JsonNode r = JSON.readTree(request);
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag).addSampleRequest(r)
-        .stagingBytes(1 << 16).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag).addSampleRequest(r)
+        .setStagingBytes(1 << 16).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       JsonNode response = new ImageBuilder(store, new FixedSizeChunker(4096)).build(o, ctx, ProgressListener.NONE)
           .sampleResponses().get(0).json();
@@ -86,6 +95,10 @@ class MultiLinkRestoreTest {
   @AfterAll
   static void closeStore() {
     store.close();
+  }
+
+  static Stream<String> images() {
+    return Stream.of("mlp", "gpt2-tiny", "llama-tiny");
   }
 
   static Stream<Arguments> cases() {
@@ -102,12 +115,13 @@ class MultiLinkRestoreTest {
   void throughTwoHelpersNoLaunchTouchesAByteBeforeItIsResidentAndTheAnswerIsTheBuilds(String tag,
       boolean background) throws Exception {
     ImageManifest manifest = Images.manifest(store, tag);
-    try (Node node = new Node(3, new SimOptions().copyGBps(COPY_GBPS).peerGBps(1)); Spaced source =
+    try (Node node = new Node(3, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(1)); Spaced source =
         new Spaced(manifest, node.target)) {
       List<HelperLink> links = List.of(node.link(1, new HelperLink.Options()), node.link(2, new HelperLink.Options()));
-      // A small window: each link takes the next allocation as soon as it drains the one before.
-      OnDemandOptions options = new OnDemandOptions().streamInBackground(background).windowBytes(4096)
-          .helpers(links);
+      // A small window: each link takes the next allocation as soon as it drains the one before (each helper lent
+      // whole, as fast as the target's link).
+      OnDemandOptions options = new OnDemandOptions().setStreamInBackground(background).setWindowBytes(4096)
+          .setHelpers(links).setHelperShare(1.0);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options); ResidencyProbe probe = new ResidencyProbe(restore.function().session(), true)) {
         JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
@@ -135,9 +149,10 @@ class MultiLinkRestoreTest {
     ImageManifest manifest = Images.manifest(store, "mlp");
     // The target's link three times the helper's: the helper lands a quarter of the bytes, give or take a weight.
     HelperLink.Options rated = new HelperLink.Options().rates(3, 1, 50);
-    try (Node node = new Node(2, new SimOptions().copyGBps(0.01).peerGBps(1));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(0.01).setPeerGBps(1));
         Spaced source = new Spaced(manifest, node.target)) {
-      OnDemandOptions options = new OnDemandOptions().windowBytes(Long.MAX_VALUE).helpers(List.of(node.link(1, rated)));
+      OnDemandOptions options = new OnDemandOptions().setWindowBytes(Long.MAX_VALUE)
+          .setHelpers(List.of(node.link(1, rated))).setHelperShare(1.0);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         restore.awaitResident();
@@ -154,10 +169,11 @@ class MultiLinkRestoreTest {
     // A small window keeps the target's link full, so the helper would take every other allocation; its link
     // "measured" at 1 MB/s and lent at half, it may take 0.5 MB a second (and the allocation that crosses the line).
     HelperLink.Options slow = new HelperLink.Options().rates(1, 0.001, 0.001);
-    try (Node node = new Node(2, new SimOptions().copyGBps(0.02)); Spaced source = new Spaced(manifest, node.target)) {
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(0.02));
+        Spaced source = new Spaced(manifest, node.target)) {
       long t0 = System.nanoTime();
-      OnDemandOptions options = new OnDemandOptions().windowBytes(4096).helperShare(0.5)
-          .helpers(List.of(node.link(1, slow)));
+      OnDemandOptions options = new OnDemandOptions().setWindowBytes(4096).setHelperShare(0.5)
+          .setHelpers(List.of(node.link(1, slow)));
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         restore.awaitResident();
@@ -174,7 +190,7 @@ class MultiLinkRestoreTest {
   @Test
   void fromAnotherDevicesMemoryEveryAllocationIsPulledOverThePeerLinkAndGated() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
-    try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(0.05));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(0.05));
         Spaced host = new Spaced(manifest, node.target);
         DeviceBuffer elsewhere = node.contexts.get(1).allocateScratch(manifest.totalBytes()
             + manifest.allocations().size() * 256L)) {
@@ -187,25 +203,7 @@ class MultiLinkRestoreTest {
         offset += (a.size() + 255) / 256 * 256;
       }
       elsewhere.setAccessFor(0, MemoryAccess.READ);
-      RestoreSource fromPeer = m -> {
-        RestoreSource.Lease inner = host.lease(m);
-        return new RestoreSource.Lease() {
-          @Override
-          public RestoreSource.HostChunk find(Digest digest) {
-            return inner.find(digest);
-          }
-
-          @Override
-          public long peerCopy(ImageManifest.Allocation allocation) {
-            return at.getOrDefault(allocation.name(), 0L);
-          }
-
-          @Override
-          public void close() {
-            inner.close();
-          }
-        };
-      };
+      RestoreSource fromPeer = fromPeer(host, a -> at.getOrDefault(a.name(), 0L), null);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, fromPeer,
           node.resources, new OnDemandOptions()); ResidencyProbe probe =
           new ResidencyProbe(restore.function().session(), true)) {
@@ -222,13 +220,95 @@ class MultiLinkRestoreTest {
     }
   }
 
+  @ParameterizedTest(name = "{0}")
+  @MethodSource("images")
+  void fromAnotherDevicesSlabRunsThatLieBackToBackOnBothSidesAreOneCopyAndEveryAllocationIsStillGated(String tag)
+      throws Exception {
+    ImageManifest manifest = Images.manifest(store, tag);
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(0.05));
+        Spaced host = new Spaced(manifest, node.target);
+        MirroredSlab slab = new MirroredSlab(manifest, node.contexts.get(1))) {
+      slab.grant(0);
+      RestoreSource fromPeer = slab.over(host, null);
+      invokedWhileCopying(node, tag, fromPeer);
+      List<Long> stretches = stretches(RestorePlan.of(manifest), Residency.PEER_MERGE_BYTES);
+      assertEquals(stretches.size(), restoredUntouched(node, manifest, fromPeer).copies(), "one copy per stretch");
+      assertTrue(stretches.size() < manifest.allocations().size(), "some allocations lie back to back: "
+          + stretches.size() + " stretches of " + manifest.allocations().size());
+    }
+  }
+
+  @Test
+  void runsFromAnotherDevicesMemoryOutgrowTheHostLinksAndEveryAllocationIsStillGated() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "mlp-wide");
+    RestorePlan plan = RestorePlan.of(manifest);
+    List<Long> peerRuns = stretches(plan, Residency.PEER_MERGE_BYTES);
+    assertTrue(peerRuns.size() < stretches(plan, Residency.MERGE_BYTES).size(),
+        "the image has a stretch longer than a host run: " + peerRuns);
+    try (Node node = new Node(2, new SimOptions().setPeerGBps(0.05)); Spaced host = new Spaced(manifest, node.target);
+        MirroredSlab slab = new MirroredSlab(manifest, node.contexts.get(1))) {
+      slab.grant(0);
+      invokedWhileCopying(node, "mlp-wide", slab.over(host, null));
+      assertEquals(peerRuns.size(), restoredUntouched(node, manifest, slab.over(host, null)).copies(),
+          peerRuns.toString());
+    }
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @MethodSource("images")
+  void throughTheSourceDevicesRingItsMemoryNeedsNoMappingOnTheTargetAndEveryAllocationIsGated(String tag)
+      throws Exception {
+    ImageManifest manifest = Images.manifest(store, tag);
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(0.05));
+        Spaced host = new Spaced(manifest, node.target);
+        MirroredSlab slab = new MirroredSlab(manifest, node.contexts.get(1))) {
+      // Mapped for device 1 alone: device 0 may not read it, so every byte must come through device 1's ring.
+      assertThrows(RuntimeException.class, () -> node.target.copyDeviceToHost(ByteBuffer.allocateDirect(16),
+          slab.buffer.address()));
+      HelperLink relay = node.link(1, new HelperLink.Options());
+      RestoreSource fromPeer = slab.over(host, relay);
+      // Promotions too: the target cannot read that memory.
+      assertEquals(manifest.totalBytes(), invokedWhileCopying(node, tag, fromPeer).get("peer"));
+      // Each run: one copy into a slot of the ring and one pull out of it, per slot it fills.
+      long slot = relay.options().slotBytes();
+      long expected = 0;
+      for (long bytes : stretches(RestorePlan.of(manifest), Residency.PEER_MERGE_BYTES)) {
+        expected += 2 * ((bytes + slot - 1) / slot);
+      }
+      assertEquals(expected, restoredUntouched(node, manifest, fromPeer).copies());
+      relay.borrow();
+      relay.giveBack();
+    }
+  }
+
+  @Test
+  void aRelayThatIsAlsoAHelperOrForAnotherTargetIsRefused() throws Exception {
+    ImageManifest manifest = Images.manifest(store, "mlp");
+    try (Node node = new Node(3, new SimOptions()); Spaced host = new Spaced(manifest, node.target);
+        MirroredSlab slab = new MirroredSlab(manifest, node.contexts.get(1));
+        HelperLink elsewhere = HelperLink.open(node.contexts.get(2), node.contexts.get(1),
+            new HelperLink.Options().minFreeBytes(0).measureBytes(0).slots(2).slotBytes(MIB))) {
+      HelperLink relay = node.link(1, new HelperLink.Options());
+      IllegalArgumentException both = assertThrows(IllegalArgumentException.class, () -> new OnDemandRestorer(store)
+          .restore(manifest, node.target, slab.over(host, relay), node.resources,
+              new OnDemandOptions().setHelpers(List.of(relay))));
+      assertTrue(both.getMessage().contains("one or the other"), both.getMessage());
+      IllegalArgumentException other = assertThrows(IllegalArgumentException.class, () -> new OnDemandRestorer(store)
+          .restore(manifest, node.target, slab.over(host, elsewhere), node.resources, new OnDemandOptions()));
+      assertTrue(other.getMessage().contains("another context"), other.getMessage());
+      // Nothing was lent by the refused restores.
+      relay.borrow();
+      relay.giveBack();
+    }
+  }
+
   @Test
   void aLinkGoesBackToItsOwnerOnceTheRestoreIsResidentThoughTheRestoreStaysOpen() throws Exception {
     ImageManifest manifest = Images.manifest(store, "mlp");
-    try (Node node = new Node(2, new SimOptions().copyGBps(COPY_GBPS).peerGBps(1));
+    try (Node node = new Node(2, new SimOptions().setCopyGBps(COPY_GBPS).setPeerGBps(1));
         Spaced source = new Spaced(manifest, node.target)) {
       HelperLink link = node.link(1, new HelperLink.Options());
-      OnDemandOptions options = new OnDemandOptions().windowBytes(4096).helpers(List.of(link));
+      OnDemandOptions options = new OnDemandOptions().setWindowBytes(4096).setHelpers(List.of(link)).setHelperShare(1.0);
       try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
           node.resources, options)) {
         assertThrows(IllegalStateException.class, link::borrow, "lent while the restore copies");
@@ -246,7 +326,7 @@ class MultiLinkRestoreTest {
   @Test
   void aHelperIsRefusedWhenItIsTheTargetNotAPeerOrShortOfMemoryAndALinkIsLentOnce() throws Exception {
     HelperLink.Options options = new HelperLink.Options().minFreeBytes(0).measureBytes(0);
-    try (Node node = new Node(2, new SimOptions().memoryBytes(1L << 30))) {
+    try (Node node = new Node(2, new SimOptions().setMemoryBytes(1L << 30))) {
       GpuContext helper = node.contexts.get(1);
       assertTrue(HelperLink.whyUnusable(node.target, node.target, options).orElseThrow().contains("target itself"));
       assertTrue(HelperLink.whyUnusable(node.target, helper, new HelperLink.Options().minFreeBytes(1L << 30))
@@ -257,12 +337,12 @@ class MultiLinkRestoreTest {
         assertThrows(IllegalStateException.class, link::borrow);
         link.giveBack();
         OnDemandOptions twice = new OnDemandOptions();
-        assertThrows(IllegalArgumentException.class, () -> twice.helpers(List.of(link, link)));
-        assertThrows(IllegalArgumentException.class, () -> twice.helperShare(0));
-        assertThrows(IllegalArgumentException.class, () -> twice.helperShare(1.5));
+        assertThrows(IllegalArgumentException.class, () -> twice.setHelpers(List.of(link, link)));
+        assertThrows(IllegalArgumentException.class, () -> twice.setHelperShare(0));
+        assertThrows(IllegalArgumentException.class, () -> twice.setHelperShare(1.5));
       }
     }
-    try (Node apart = new Node(2, new SimOptions().peerAccess(false))) {
+    try (Node apart = new Node(2, new SimOptions().setPeerAccess(false))) {
       GpuContext helper = apart.contexts.get(1);
       assertTrue(HelperLink.whyUnusable(apart.target, helper, options).orElseThrow().contains("not peers"));
       IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
@@ -280,7 +360,7 @@ class MultiLinkRestoreTest {
       assertTrue(elsewhere.gbps() > 0 && elsewhere.directGBps() > 0, elsewhere.toString());
       IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
           () -> new OnDemandRestorer(store).restore(manifest, node.target, source, node.resources,
-              new OnDemandOptions().helpers(List.of(elsewhere))));
+              new OnDemandOptions().setHelpers(List.of(elsewhere))));
       assertTrue(e.getMessage().contains("another context"), e.getMessage());
     }
   }
@@ -290,13 +370,13 @@ class MultiLinkRestoreTest {
   /** Simulated devices that are peers, a context on each, restore resources and helper links onto device 0. */
   private static final class Node implements AutoCloseable {
     final SimDriver driver;
-    final List<GpuContext> contexts = new java.util.ArrayList<>();
+    final List<GpuContext> contexts = new ArrayList<>();
     final GpuContext target;
     final RestoreResources resources;
-    final List<HelperLink> links = new java.util.ArrayList<>();
+    final List<HelperLink> links = new ArrayList<>();
 
     Node(int devices, SimOptions options) {
-      driver = SimDriver.open(options.deviceCount(devices));
+      driver = SimDriver.open(options.setDeviceCount(devices));
       for (int d = 0; d < devices; d++) {
         contexts.add(driver.createContext(d));
       }
@@ -347,6 +427,128 @@ class MultiLinkRestoreTest {
         Long at = offsets.get(digest);
         return at == null ? null : new HostChunk(buffer, at);
       };
+    }
+
+    @Override
+    public void close() {
+      buffer.close();
+    }
+  }
+
+  /**
+   * Restores {@code tag} onto the node's target from {@code source} and invokes it at once, copies lagging the kernels:
+   * no launch touched a byte before it was resident, the answer is the build's, every read-only byte landed, and
+   * every byte came from another device's memory. Returns the restore's bytes by lane.
+   */
+  private static Map<String, Long> invokedWhileCopying(Node node, String tag, RestoreSource source)
+      throws Exception {
+    ImageManifest manifest = Images.manifest(store, tag);
+    try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
+        node.resources, new OnDemandOptions()); ResidencyProbe probe =
+        new ResidencyProbe(restore.function().session(), true)) {
+      JsonNode got = restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
+      restore.awaitResident();
+      assertEquals(responses.get(tag), got);
+      List<String> violations = probe.violations(restore);
+      assertTrue(violations.isEmpty(), String.join("\n", violations));
+      assertEquals(manifest.totalBytes(), restore.stats().peerBytes(), restore.stats().toString());
+      assertImage(node.target, manifest);
+      return restore.linkBytes();
+    }
+  }
+
+  /** Restores the image from {@code source} with nothing launched until it is resident; returns its figures. */
+  private static OnDemandRestore.Stats restoredUntouched(Node node, ImageManifest manifest, RestoreSource source) {
+    try (OnDemandRestore restore = new OnDemandRestorer(store).restore(manifest, node.target, source,
+        node.resources, new OnDemandOptions())) {
+      restore.awaitResident();
+      assertEquals(0, restore.stats().promotions(), restore.stats().toString());
+      assertImage(node.target, manifest);
+      return restore.stats();
+    }
+  }
+
+  /**
+   * The bytes of {@code plan}'s runs from another device's slab: each a stretch of units in plan order that lie back to
+   * back (on the target, and so in a slab laid out as the target), closed once it holds {@code merge} bytes.
+   */
+  private static List<Long> stretches(RestorePlan plan, long merge) {
+    List<Long> out = new java.util.ArrayList<>();
+    long bytes = 0;
+    long end = -1;
+    for (int u = 0; u < plan.unitCount(); u++) {
+      ImageManifest.Allocation a = plan.unit(u);
+      if (a.address() != end || bytes >= merge) {
+        if (end >= 0) {
+          out.add(bytes);
+        }
+        bytes = 0;
+      }
+      bytes += a.size();
+      end = a.address() + a.size();
+    }
+    out.add(bytes);
+    return out;
+  }
+
+  /**
+   * {@code host}'s chunks, and each allocation's bytes in another device's memory at {@code at} (0: none), read by the
+   * target or, with {@code link}, by that link's helper.
+   */
+  private static RestoreSource fromPeer(RestoreSource host, ToLongFunction<ImageManifest.Allocation> at,
+      HelperLink link) {
+    return m -> {
+      RestoreSource.Lease inner = host.lease(m);
+      return new RestoreSource.Lease() {
+        @Override
+        public RestoreSource.HostChunk find(Digest digest) {
+          return inner.find(digest);
+        }
+
+        @Override
+        public long peerCopy(ImageManifest.Allocation allocation) {
+          return at.applyAsLong(allocation);
+        }
+
+        @Override
+        public HelperLink peerLink() {
+          return link;
+        }
+
+        @Override
+        public void close() {
+          inner.close();
+        }
+      };
+    };
+  }
+
+  /**
+   * Every allocation of an image in another device's memory, laid out as on the target (the same offsets from the
+   * lowest address): what a read-only slab of that device's HBM tier is to a restore here.
+   */
+  private static final class MirroredSlab implements AutoCloseable {
+    final DeviceBuffer buffer;
+    final long lowest;
+    final ImageManifest manifest;
+
+    MirroredSlab(ImageManifest manifest, GpuContext on) {
+      this.manifest = manifest;
+      lowest = manifest.allocations().stream().mapToLong(ImageManifest.Allocation::address).min().orElseThrow();
+      long highest = manifest.allocations().stream().mapToLong(a -> a.address() + a.size()).max().orElseThrow();
+      buffer = on.allocateScratch(highest - lowest);
+      for (ImageManifest.Allocation a : manifest.allocations()) {
+        on.copyHostToDevice(buffer.address() + a.address() - lowest, bytesOf(a));
+      }
+    }
+
+    void grant(int device) {
+      buffer.setAccessFor(device, MemoryAccess.READ);
+    }
+
+    /** {@code host} for what has no copy here (none), this slab for every allocation, read through {@code link}. */
+    RestoreSource over(RestoreSource host, HelperLink link) {
+      return fromPeer(host, a -> buffer.address() + a.address() - lowest, link);
     }
 
     @Override

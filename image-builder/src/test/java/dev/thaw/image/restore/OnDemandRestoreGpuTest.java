@@ -80,7 +80,7 @@ class OnDemandRestoreGpuTest {
 
   private static void build(String tag, String function, String config, String request) throws Exception {
     JsonNode r = JSON.readTree(request);
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag).addSampleRequest(r);
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag).addSampleRequest(r);
     JsonNode response = new ImageBuilder(store, new FastCdcChunker()).build(o, ctx, ProgressListener.NONE)
         .sampleResponses().get(0).json();
     requests.put(tag, r);
@@ -124,7 +124,7 @@ class OnDemandRestoreGpuTest {
     try (PinnedImageSource cache = hostCache ? PinnedImageSource.load(plan, store, ctx, 8) : null;
         OnDemandRestore r = new OnDemandRestorer(store).restore(plan, ctx,
             cache == null ? RestoreSource.STORE_ONLY : cache, resources,
-            new OnDemandOptions().streamInBackground(background).validate(true))) {
+            new OnDemandOptions().setStreamInBackground(background).setValidate(true))) {
       JsonNode got = r.function().invoke(FunctionRequest.of(requests.get(tag))).json();
       OnDemandRestore.Validation v = r.validation();
       System.out.println("on-demand validation " + tag + " (host cache " + hostCache + ", background " + background
@@ -159,7 +159,7 @@ class OnDemandRestoreGpuTest {
     RestorePlan trusting = RestorePlan.of(OnDemandRestorerTest.withAllKernelsExact(manifest));
     try (PinnedImageSource cache = PinnedImageSource.load(trusting, store, ctx, 8);
         OnDemandRestore r = new OnDemandRestorer(store).restore(trusting, ctx, cache, resources,
-            new OnDemandOptions().streamInBackground(false).validate(true))) {
+            new OnDemandOptions().setStreamInBackground(false).setValidate(true))) {
       r.function().invoke(FunctionRequest.of(requests.get("planted")));
       OnDemandRestore.Validation v = r.validation();
       System.out.println("planted kernel trusted as exact: " + v);

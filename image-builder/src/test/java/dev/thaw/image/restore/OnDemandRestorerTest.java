@@ -14,6 +14,7 @@ import dev.thaw.image.ProgressListener;
 import dev.thaw.image.build.BuildOptions;
 import dev.thaw.image.build.FixedSizeChunker;
 import dev.thaw.image.build.ImageBuilder;
+import dev.thaw.image.store.Digest;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
@@ -27,6 +28,8 @@ import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -34,9 +37,11 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.EnumSource;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
@@ -75,8 +80,8 @@ class OnDemandRestorerTest {
 
   private static void build(String tag, String function, String config, String request) throws Exception {
     JsonNode r = JSON.readTree(request);
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag).addSampleRequest(r)
-        .stagingBytes(1 << 16).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag).addSampleRequest(r)
+        .setStagingBytes(1 << 16).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       JsonNode response = new ImageBuilder(store, new FixedSizeChunker(4096)).build(o, ctx, ProgressListener.NONE)
           .sampleResponses().get(0).json();
@@ -108,7 +113,7 @@ class OnDemandRestorerTest {
   void noLaunchTouchesAByteBeforeItIsResidentAndTheAnswerIsTheBuilds(String tag, Source from, boolean background)
       throws Exception {
     ImageManifest manifest = Images.manifest(store, tag);
-    try (Restored r = restore(manifest, from, new OnDemandOptions().streamInBackground(background));
+    try (Restored r = restore(manifest, from, new OnDemandOptions().setStreamInBackground(background));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get(tag))).json();
       r.restore.streamRest();
@@ -141,17 +146,17 @@ class OnDemandRestorerTest {
   }
 
   @ParameterizedTest(name = "{0}")
-  @org.junit.jupiter.params.provider.EnumSource(OnDemandOptions.Promotion.class)
+  @EnumSource(OnDemandOptions.Promotion.class)
   void promotionsOnEitherStreamKeepTheGatingExactEvenInAReversedOrder(OnDemandOptions.Promotion promotion)
       throws Exception {
     // The profile's order reversed: every launch needs what the background order has not queued yet.
     ImageManifest m = Images.manifest(store, "gpt2-tiny");
-    List<String> reversed = new java.util.ArrayList<>(m.profile().firstAccessOrder());
-    java.util.Collections.reverse(reversed);
+    List<String> reversed = new ArrayList<>(m.profile().firstAccessOrder());
+    Collections.reverse(reversed);
     ImageManifest manifest = m.withProfile(new ImageManifest.Profile(m.profile().orderSource(),
         m.profile().launches(), reversed, m.profile().kernels()));
     try (Restored r = restore(manifest, Source.HOST_CACHE,
-        new OnDemandOptions().promotion(promotion).windowBytes(4096));
+        new OnDemandOptions().setPromotion(promotion).setWindowBytes(4096));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
       r.restore.awaitResident();
@@ -164,7 +169,7 @@ class OnDemandRestorerTest {
   @Test
   void uploadsOfTheFunctionWaitForTheirAllocationAndAreNotOverwritten() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false))) {
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setStreamInBackground(false))) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
       assertEquals(responses.get("gpt2-tiny"), got);
       assertEquals(3, r.restore.stats().stagedUploads(), "tokens, positions and cache rows were staged");
@@ -188,7 +193,7 @@ class OnDemandRestorerTest {
       System.arraycopy(b.array(), 0, image, (int) c.offset(), c.length());
     }
     // Nothing streams on its own: only the gate can bring w0 and w1 in before the copy and the fill touch them.
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false))) {
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setStreamInBackground(false))) {
       FunctionSession session = r.restore.function().session();
       int n = 512;
       session.copy(new BufferRef("act0"), 0, new BufferRef("w0"), 0, n);
@@ -197,7 +202,7 @@ class OnDemandRestorerTest {
       session.download(new BufferRef("act0"), 0, copied);
       byte[] got = new byte[n];
       copied.get(0, got);
-      assertArrayEquals(java.util.Arrays.copyOf(image, n), got, "act0 holds w0's restored bytes");
+      assertArrayEquals(Arrays.copyOf(image, n), got, "act0 holds w0's restored bytes");
       r.restore.streamRest();
       r.restore.awaitResident();
       // The fill came after w1 was restored, so the restore did not undo it.
@@ -213,7 +218,7 @@ class OnDemandRestorerTest {
   @Test
   void withoutTheGateLaunchesTouchBytesBeforeTheyAreResident() throws Exception {
     ImageManifest manifest = Images.manifest(store, "mlp");
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setStreamInBackground(false));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), false)) {
       r.restore.function().invoke(FunctionRequest.of(requests.get("mlp")));
       r.restore.streamRest();
@@ -230,7 +235,7 @@ class OnDemandRestorerTest {
     assertEquals(AccessProfile.Verdict.UNSAFE, manifest.profile().kernels().get(PointerTableFunction.TABLE).verdict());
     assertEquals(AccessProfile.Verdict.EXACT,
         manifest.profile().kernels().get(PointerTableFunction.ARGS_ONLY).verdict());
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setStreamInBackground(false));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("planted"))).json();
       assertEquals(responses.get("planted"), got);
@@ -241,7 +246,7 @@ class OnDemandRestorerTest {
 
     // Trusting its arguments instead, as an exact verdict would, lets it read t0 before t0 is resident.
     ImageManifest trusting = withAllKernelsExact(manifest);
-    try (Restored r = restore(trusting, Source.HOST_CACHE, new OnDemandOptions().streamInBackground(false));
+    try (Restored r = restore(trusting, Source.HOST_CACHE, new OnDemandOptions().setStreamInBackground(false));
         ResidencyProbe probe = new ResidencyProbe(r.restore.function().session(), true)) {
       r.restore.function().invoke(FunctionRequest.of(requests.get("planted")));
       assertEquals(0, r.restore.stats().fullWaits());
@@ -259,7 +264,7 @@ class OnDemandRestorerTest {
     // every launch goes through the instrumented module, gated, and the answer stays the build's.
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
     try (Restored r = restore(manifest, Source.HOST_CACHE,
-        new OnDemandOptions().streamInBackground(false).validate(true))) {
+        new OnDemandOptions().setStreamInBackground(false).setValidate(true))) {
       JsonNode got = r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny"))).json();
       assertEquals(responses.get("gpt2-tiny"), got);
       OnDemandRestore.Validation v = r.restore.validation();
@@ -274,7 +279,7 @@ class OnDemandRestorerTest {
   @Test
   void aTraceHasTheCopiesTheKernelsAndTheWaits() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().trace(true))) {
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setTrace(true))) {
       r.restore.trace().instant("request");
       r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny")));
       r.restore.trace().instant("response");
@@ -309,7 +314,7 @@ class OnDemandRestorerTest {
   @Test
   void aBoundedTraceCoalescesItsCopiesAndLaunchesToTheCapAndSaysSo() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
-    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().trace(true))) {
+    try (Restored r = restore(manifest, Source.HOST_CACHE, new OnDemandOptions().setTrace(true))) {
       long zero = System.nanoTime();
       r.restore.function().invoke(FunctionRequest.of(requests.get("gpt2-tiny")));
       r.restore.awaitResident();
@@ -362,7 +367,7 @@ class OnDemandRestorerTest {
 
   @Test
   // On a thread of its own, so that a restore stuck on a slot never handed back fails the test instead of hanging it.
-  @org.junit.jupiter.api.Timeout(value = 60, threadMode = org.junit.jupiter.api.Timeout.ThreadMode.SEPARATE_THREAD)
+  @Timeout(value = 60, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
   void aRestoreThatFailsWhileReadingAheadHandsItsStagingBackForTheNextRestore() throws Exception {
     ImageManifest manifest = Images.manifest(store, "gpt2-tiny");
     // The last allocation's first chunk made wrong: the restore fails with many of the chunks before it being read
@@ -371,7 +376,7 @@ class OnDemandRestorerTest {
     ImageManifest.Chunk wrong = new ImageManifest.Chunk(manifest.allocations().get(0).chunks().get(0).digest(),
         last.chunks().get(0).offset(), last.chunks().get(0).length());
     ImageManifest bad = withChunk(manifest, last.name(), 0, wrong);
-    try (SimDriver driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setCopyGBps(COPY_GBPS));
         GpuContext ctx = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16)) {
       try (OnDemandRestore failed = new OnDemandRestorer(store).restore(RestorePlan.of(bad), ctx,
@@ -392,7 +397,7 @@ class OnDemandRestorerTest {
   }
 
   @ParameterizedTest(name = "from {0}")
-  @org.junit.jupiter.params.provider.EnumSource(Source.class)
+  @EnumSource(Source.class)
   void bytesInTheLeasesResidentRangesAreNeverCopiedAndTheRestAre(Source from) throws Exception {
     // What the HBM tier hands a restore: device ranges that hold the image's bytes already and refuse writes. Here
     // they are fresh memory (it reads zero), so any copy into them would show; w0 lies partly in one, w1 wholly.
@@ -411,7 +416,7 @@ class OnDemandRestorerTest {
         RestoreSource.Lease inner = tiers.lease(m);
         return new RestoreSource.Lease() {
           @Override
-          public RestoreSource.HostChunk find(dev.thaw.image.store.Digest digest) {
+          public RestoreSource.HostChunk find(Digest digest) {
             return inner.find(digest);
           }
 
@@ -469,7 +474,7 @@ class OnDemandRestorerTest {
     final OnDemandRestore restore;
 
     Restored(ImageManifest manifest, Source from, OnDemandOptions options) {
-      driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+      driver = SimDriver.open(new SimOptions().setCopyGBps(COPY_GBPS));
       ctx = driver.createContext(0);
       resources = RestoreResources.create(ctx, 2, 1 << 16, 2, 1 << 16);
       RestorePlan plan = RestorePlan.of(manifest);
@@ -511,7 +516,7 @@ class OnDemandRestorerTest {
       if (!a.name().equals(allocation)) {
         return a;
       }
-      List<ImageManifest.Chunk> chunks = new java.util.ArrayList<>(a.chunks());
+      List<ImageManifest.Chunk> chunks = new ArrayList<>(a.chunks());
       chunks.set(index, chunk);
       return new ImageManifest.Allocation(a.name(), a.address(), a.size(), chunks);
     }).toList();

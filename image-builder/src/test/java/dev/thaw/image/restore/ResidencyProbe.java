@@ -15,6 +15,7 @@ import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.function.Consumer;
 
 /**
  * Checks, on the sim device, that no launch of a restored session read or wrote a byte before it was resident: the
@@ -31,7 +32,7 @@ final class ResidencyProbe implements CopyInterceptor, AutoCloseable {
   private final List<GpuEvent> starts = new ArrayList<>();
   private final List<String> kernels = new ArrayList<>();
   private final List<SimLaunchRecord> records = new CopyOnWriteArrayList<>();
-  private final java.util.function.Consumer<SimLaunchRecord> listener = records::add;
+  private final Consumer<SimLaunchRecord> listener = records::add;
 
   /** @param gated keep the session's gate in front; false removes it */
   ResidencyProbe(FunctionSession session, boolean gated) {

@@ -3,8 +3,8 @@ package dev.thaw.image.restore;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import dev.thaw.image.Staging;
-import dev.thaw.image.StagingRing;
+import dev.thaw.image.staging.Staging;
+import dev.thaw.image.staging.StagingRing;
 import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;

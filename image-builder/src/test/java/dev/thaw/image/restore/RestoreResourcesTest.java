@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import org.junit.jupiter.api.Test;
 
 /** Restore resources made partly behind their constructor: the whole pool of events arrives, and close waits for it. */
@@ -18,8 +20,8 @@ class RestoreResourcesTest {
         assertTrue(r.pooledEvents() >= RestoreResources.EVENTS_AHEAD, "the first ones at once");
         r.eventsMade().join();
         assertEquals(RestoreResources.DEFAULT_EVENTS, r.pooledEvents());
-        assertEquals(java.util.List.of("streams", "upload arena", "events", "staging"),
-            java.util.List.copyOf(r.creationMillis().keySet()));
+        assertEquals(List.of("streams", "upload arena", "events", "staging"),
+            List.copyOf(r.creationMillis().keySet()));
       }
       // Closed while its events are still being made: it waits for them, and frees every one.
       RestoreResources early = RestoreResources.create(context);
@@ -36,7 +38,7 @@ class RestoreResourcesTest {
   @Test
   void whatIsMadeBehindWaitsForItsGateAndCloseNeverWaitsForTheGate() throws Exception {
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext context = driver.createContext(0)) {
-      java.util.concurrent.CompletableFuture<Void> gate = new java.util.concurrent.CompletableFuture<>();
+      CompletableFuture<Void> gate = new CompletableFuture<>();
       try (RestoreResources r = RestoreResources.create(context, gate)) {
         Thread.sleep(200);
         assertEquals(RestoreResources.EVENTS_AHEAD, r.pooledEvents(), "the gate is shut: only the first events");
@@ -46,7 +48,7 @@ class RestoreResourcesTest {
         r.staging().allocated().join();
         assertEquals(RestoreResources.DEFAULT_EVENTS, r.pooledEvents());
       }
-      RestoreResources shut = RestoreResources.create(context, new java.util.concurrent.CompletableFuture<Void>());
+      RestoreResources shut = RestoreResources.create(context, new CompletableFuture<Void>());
       shut.close();
       assertTrue(shut.eventsMade().isDone() && shut.staging().allocated().isDone(), "closed without the gate");
     }

@@ -7,20 +7,25 @@ import dev.thaw.image.Images;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.image.store.StoreOptions;
 import dev.thaw.runtime.ChildJvm;
+import dev.thaw.runtime.check.CheckKernels;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.DeviceChoice;
+import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
+import dev.thaw.runtime.gpu.GpuEvent;
+import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.Kernel;
 import dev.thaw.runtime.gpu.Mapping;
 import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.gpu.PhysicalMemory;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import dev.thaw.runtime.gpu.VirtualRange;
-import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.file.Path;
 import java.util.Map;
 import java.util.concurrent.Callable;
@@ -47,7 +52,7 @@ public final class SlabProtectionChild {
   private static final long MIB = 1L << 20;
 
   public static void main(String[] args) throws Exception {
-    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[1]), SimOptions.fromEnvironment());
+    try (GpuDriver driver = GpuDrivers.open(DeviceChoice.parse(args[1]));
         GpuContext ctx = driver.createContext(0)) {
       switch (args[0]) {
         case "restore" -> restore(ctx, Path.of(args[2]), args[3], args[4].equals("whole"));
@@ -154,7 +159,7 @@ public final class SlabProtectionChild {
     try (VirtualRange range = ctx.reserve(size, 0); PhysicalMemory a = ctx.createMemory(size);
         VirtualRange busyRange = ctx.reserve(busyBytes, 0); PhysicalMemory busy = ctx.createMemory(busyBytes);
         PinnedBuffer host = ctx.allocatePinned(4096); GpuStream copies = ctx.createStream();
-        GpuStream work = ctx.createStream(); dev.thaw.runtime.gpu.GpuEvent done = ctx.createEvent(false)) {
+        GpuStream work = ctx.createStream(); GpuEvent done = ctx.createEvent(false)) {
       Mapping target = range.map(0, a);
       target.setAccess(MemoryAccess.READ_WRITE);
       Mapping busyMapping = busyRange.map(0, busy);
@@ -202,8 +207,8 @@ public final class SlabProtectionChild {
   private static void underWork(GpuContext ctx, String which, long bytes, int rounds) throws Exception {
     try (VirtualRange range = ctx.reserve(3 * bytes, 0); PhysicalMemory x = ctx.createMemory(bytes);
         PhysicalMemory y = ctx.createMemory(bytes); PhysicalMemory z = ctx.createMemory(bytes);
-        GpuStream work = ctx.createStream(); dev.thaw.runtime.gpu.GpuEvent done = ctx.createEvent(false);
-        dev.thaw.runtime.gpu.GpuModule module = ctx.loadPtx(dev.thaw.runtime.check.CheckKernels.ptx())) {
+        GpuStream work = ctx.createStream(); GpuEvent done = ctx.createEvent(false);
+        GpuModule module = ctx.loadPtx(CheckKernels.ptx())) {
       Mapping mx = range.map(0, x);
       Mapping my = range.map(bytes, y);
       Mapping mz = range.map(2 * bytes, z);
@@ -214,9 +219,9 @@ public final class SlabProtectionChild {
       ctx.memsetD32(mx.address(), Float.floatToRawIntBits(1f), n);
       ctx.memsetD32(my.address(), 0, n);
       ctx.synchronize();
-      dev.thaw.runtime.gpu.Kernel saxpy = module.kernel(dev.thaw.runtime.check.CheckKernels.SAXPY);
+      Kernel saxpy = module.kernel(CheckKernels.SAXPY);
       for (int i = 0; i < rounds; i++) {
-        saxpy.launch(dev.thaw.runtime.gpu.Dim3.of(1024), dev.thaw.runtime.gpu.Dim3.of(256), work, 2.0f, mx.address(),
+        saxpy.launch(Dim3.of(1024), Dim3.of(256), work, 2.0f, mx.address(),
             my.address(), n);
       }
       done.record(work);
@@ -234,7 +239,7 @@ public final class SlabProtectionChild {
       }));
       print("workMs", String.format("%.3f", (System.nanoTime() - t) / 1e6));
       print("result", attempt(() -> {
-        ByteBuffer back = ByteBuffer.allocateDirect(4).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        ByteBuffer back = ByteBuffer.allocateDirect(4).order(ByteOrder.LITTLE_ENDIAN);
         ctx.copyDeviceToHost(back, my.address() + bytes - 4);
         return Boolean.toString(back.getFloat(0) == 2f * rounds);
       }));

@@ -15,6 +15,8 @@ import dev.thaw.image.build.FastCdcChunker;
 import dev.thaw.image.build.ImageBuilder;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.SessionTable;
 import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuEvent;
@@ -26,6 +28,7 @@ import dev.thaw.runtime.gpu.VirtualRange;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
 import java.nio.file.Path;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.junit.jupiter.api.AfterAll;
@@ -76,7 +79,7 @@ class SlabProtectionGpuTest {
   }
 
   private static JsonNode build(String tag, String function, String config, String request) throws Exception {
-    BuildOptions o = new BuildOptions().functionClass(function).config(config).tag(tag)
+    BuildOptions o = new BuildOptions().setFunctionClass(function).setConfig(config).setTag(tag)
         .addSampleRequest(JSON.readTree(request));
     return new ImageBuilder(store, new FastCdcChunker()).build(o, ctx, ProgressListener.NONE).sampleResponses().get(0)
         .json();
@@ -136,20 +139,20 @@ class SlabProtectionGpuTest {
     assertEquals("ok", gpu.get("setAccess"), gpu.toString());
     // Either the copy landed before the protection or it ran against the read-only mapping and failed; never a copy
     // landing in read-only memory afterwards unnoticed. Whether the busy work was done when the call returned is a
-    // record, not a requirement (the H200 said both: wave 4 not done, wave 5 done, the copy failing either way).
+    // record, not a requirement: the driver gives either answer, and the copy fails either way.
     assertTrue(gpu.get("queuedLanded").equals("true") || !gpu.get("queuedSync").equals("ok"), gpu.toString());
   }
 
   /**
    * The hazard the restore's ordering avoids, asked of the GPU: kernels reading a mapping while it turns read-only
-   * (what the restore thread used to do under the first request), and kernels running while a mapping they do not
+   * (what a restore that protected under the first request would do), and kernels running while a mapping they do not
    * touch turns read-only. Printed for the record (the design note cites them); the assertion is only that each
    * child saw its kernels still running when {@code cuMemSetAccess} returned, else it measured nothing. The worker
    * synchronizes the whole context before it protects, whatever the answers.
    */
   @Test
   void kernelsRunningWhileAMappingTurnsReadOnly() throws Exception {
-    // 1 GiB per buffer, 200 rounds: ~0.7 ms each on an H200 (3 GiB moved), ~150 ms in all.
+    // 1 GiB per buffer, 200 rounds (3 GiB moved each): long enough to be running when the access changes.
     Map<String, String> read = SlabProtectionChild.run("underWork", "cuda", "read", Long.toString(1L << 30), "200");
     System.out.println("GPU, kernels reading a mapping as it turns read-only: " + read);
     Map<String, String> other = SlabProtectionChild.run("underWork", "cuda", "other", Long.toString(1L << 30), "200");
@@ -171,7 +174,7 @@ class SlabProtectionGpuTest {
       assertEquals(gpt2Response, got);
       // Idle now (the request returned): its owner protects the slabs here, never the restore thread under a kernel.
       assertTrue(r.protectReadOnlySlabs());
-      assertEquals(java.util.List.of(), r.mayHaveBeenWritten(), "GPT-2's kernels store into no weight: its slab may "
+      assertEquals(List.of(), r.mayHaveBeenWritten(), "GPT-2's kernels store into no weight: its slab may "
           + "go to the HBM tier");
       OnDemandRestore.Protection p = r.protection();
       assertEquals(p.of(), p.slabs(), "every read-only slab protected: " + p);
@@ -214,17 +217,17 @@ class SlabProtectionGpuTest {
     // What mapping the read-only weights in a slab of their own costs the restore (on its critical path): GPT-2 small's
     // allocations mapped as one slab, and split as every restore now maps them.
     ImageManifest gpt2 = Images.manifest(store, "gpt2");
-    dev.thaw.runtime.function.SessionTable table = new dev.thaw.runtime.function.SessionTable(
-        gpt2.sessionTable(Map.of()).allocations(), java.util.List.of());
+    SessionTable table = new SessionTable(
+        gpt2.sessionTable(Map.of()).allocations(), List.of());
     double[] one = new double[7];
     double[] split = new double[7];
     for (int i = 0; i < one.length; i++) {
       long t = System.nanoTime();
-      dev.thaw.runtime.function.FunctionSession.rebuild(ctx, table).close();
+      FunctionSession.rebuild(ctx, table).close();
       one[i] = (System.nanoTime() - t) / 1e6;
       t = System.nanoTime();
-      dev.thaw.runtime.function.FunctionSession.rebuild(ctx, table, gpt2.readOnlyAllocations(),
-          dev.thaw.runtime.function.FunctionSession.SlabSource.FRESH).close();
+      FunctionSession.rebuild(ctx, table, gpt2.readOnlyAllocations(),
+          FunctionSession.SlabSource.FRESH).close();
       split[i] = (System.nanoTime() - t) / 1e6;
     }
     System.out.printf("protect cost: GPT-2 small's %.1f MB mapped (and freed) as one slab %.3f ms median, with its "

@@ -15,22 +15,31 @@ import dev.thaw.image.build.BuildOptions;
 import dev.thaw.image.build.FixedSizeChunker;
 import dev.thaw.image.build.ImageBuilder;
 import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.KernelRef;
 import dev.thaw.runtime.gpu.CudaError;
 import dev.thaw.runtime.gpu.CudaException;
+import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.gpu.sim.SimContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.runtime.speculation.AccessSet;
+import dev.thaw.runtime.speculation.AccessSpeculator;
 import java.nio.file.Path;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -58,15 +67,15 @@ class SlabProtectionTest {
   /** Slow enough that the restore lags the first request: ~100 ms for the image. */
   private static final double COPY_GBPS = 0.04;
 
-  @org.junit.jupiter.api.io.TempDir
+  @TempDir
   static Path dir;
   private static RocksChunkStore store;
 
   @BeforeAll
   static void build() throws Exception {
     store = RocksChunkStore.open(dir.resolve("store"));
-    BuildOptions o = new BuildOptions().functionClass(MemoryProbeFunction.class.getName()).config(CONFIG)
-        .tag("probe").addSampleRequest(JSON.readTree(READ)).stagingBytes(1 << 20).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(MemoryProbeFunction.class.getName()).setConfig(CONFIG)
+        .setTag("probe").addSampleRequest(JSON.readTree(READ)).setStagingBytes(1 << 20).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       new ImageBuilder(store, new FixedSizeChunker(64 << 10)).build(o, ctx, ProgressListener.NONE);
     }
@@ -88,7 +97,7 @@ class SlabProtectionTest {
   void onDemandTheReadOnlySlabIsProtectedOnceFilledAndAWriteToItFaults(boolean hostCache) throws Exception {
     ImageManifest m = Images.manifest(store, "probe");
     List<String> faults = new CopyOnWriteArrayList<>();
-    try (SimDriver driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setCopyGBps(COPY_GBPS));
         GpuContext ctx = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16);
         PinnedImageSource cache = hostCache ? PinnedImageSource.load(RestorePlan.of(m), store, ctx, 2) : null) {
@@ -138,7 +147,7 @@ class SlabProtectionTest {
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16);
         OnDemandRestore r = new OnDemandRestorer(store).restore(m, ctx, RestoreSource.STORE_ONLY, resources,
-            new OnDemandOptions().streamInBackground(false))) {
+            new OnDemandOptions().setStreamInBackground(false))) {
       FunctionSession.MappedSlab weights = readOnlySlab(r.function().session());
       Thread.sleep(50);
       assertFalse(r.isResident());
@@ -165,11 +174,11 @@ class SlabProtectionTest {
   @ValueSource(strings = {READ, WRITE_OUT, WRITE_WEIGHTS})
   void aLaunchThatMayStoreIntoAStillWritableSlabNamesIt(String request) throws Exception {
     ImageManifest m = Images.manifest(store, "probe");
-    try (SimDriver driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setCopyGBps(COPY_GBPS));
         GpuContext ctx = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16)) {
       OnDemandRestore r = new OnDemandRestorer(store).restore(m, ctx, RestoreSource.STORE_ONLY, resources,
-          new OnDemandOptions().streamInBackground(false));
+          new OnDemandOptions().setStreamInBackground(false));
       try {
         long slab = readOnlySlab(r.function().session()).slab().address();
         String outcome;
@@ -231,8 +240,8 @@ class SlabProtectionTest {
           new OnDemandOptions());
       try {
         r.awaitResident();
-        java.util.concurrent.CountDownLatch running = new java.util.concurrent.CountDownLatch(1);
-        java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        CountDownLatch running = new CountDownLatch(1);
+        CountDownLatch release = new CountDownLatch(1);
         ((SimContext) ctx).addLaunchListener(l -> {
           running.countDown();
           try {
@@ -242,12 +251,12 @@ class SlabProtectionTest {
           }
         });
         FunctionSession session = r.function().session();
-        dev.thaw.runtime.function.KernelRef read = session.kernelRef("probe", "probe_read");
+        KernelRef read = session.kernelRef("probe", "probe_read");
         long values = readOnlySlab(session).slab().address();
         // Queued, not waited for: the device holds it until released.
-        session.launch(read, dev.thaw.runtime.gpu.Dim3.of(1), dev.thaw.runtime.gpu.Dim3.of(32),
-            new dev.thaw.runtime.function.BufferRef("values"), 0L, 4, new dev.thaw.runtime.function.BufferRef("out"));
-        assertTrue(running.await(30, java.util.concurrent.TimeUnit.SECONDS));
+        session.launch(read, Dim3.of(1), Dim3.of(32),
+            new BufferRef("values"), 0L, 4, new BufferRef("out"));
+        assertTrue(running.await(30, TimeUnit.SECONDS));
         Thread releaser = new Thread(() -> {
           try {
             Thread.sleep(100);
@@ -288,10 +297,10 @@ class SlabProtectionTest {
     List<String> stores = new CopyOnWriteArrayList<>();
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
         RestoredFunction<?> f = new ImageRestorer(store).restore(model, ctx)) {
-      dev.thaw.runtime.speculation.AccessSpeculator speculator =
-          new dev.thaw.runtime.speculation.AccessSpeculator(f.session());
+      AccessSpeculator speculator =
+          new AccessSpeculator(f.session());
       f.session().setLaunchInterceptor((kernel, grid, block, shared, stream, args) -> {
-        for (dev.thaw.runtime.speculation.AccessSet.Access a : speculator.speculate(kernel, args).accesses()) {
+        for (AccessSet.Access a : speculator.speculate(kernel, args).accesses()) {
           if (readOnly.contains(a.allocation()) && a.kind().writes()) {
             stores.add(kernel + " may store into " + a.allocation());
           }
@@ -309,11 +318,11 @@ class SlabProtectionTest {
     JsonNode request = JSON.readTree(fcr[2]);
     JsonNode expected = build("mlp-wide", fcr);
     ImageManifest m = Images.manifest(store, "mlp-wide");
-    try (SimDriver driver = SimDriver.open(new SimOptions().copyGBps(COPY_GBPS));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setCopyGBps(COPY_GBPS));
         GpuContext ctx = driver.createContext(0);
         RestoreResources resources = RestoreResources.create(ctx, 2, 1 << 20, 2, 1 << 16);
         OnDemandRestore r = new OnDemandRestorer(store).restore(m, ctx, RestoreSource.STORE_ONLY, resources,
-            new OnDemandOptions().streamInBackground(false))) {
+            new OnDemandOptions().setStreamInBackground(false))) {
       long readOnlySlabs = r.function().session().slabs().stream().filter(x -> x.slab().readOnly()).count();
       assertTrue(readOnlySlabs >= 1, r.function().session().slabs().toString());
       assertEquals(expected, r.function().invoke(FunctionRequest.of(request)).json());
@@ -344,8 +353,8 @@ class SlabProtectionTest {
 
   /** Builds {@code tag} from {function, config, request}; returns the sample's response. */
   private static JsonNode build(String tag, String[] fcr) throws Exception {
-    BuildOptions o = new BuildOptions().functionClass(fcr[0]).config(fcr[1]).tag(tag)
-        .addSampleRequest(JSON.readTree(fcr[2])).stagingBytes(1 << 20).hashThreads(2);
+    BuildOptions o = new BuildOptions().setFunctionClass(fcr[0]).setConfig(fcr[1]).setTag(tag)
+        .addSampleRequest(JSON.readTree(fcr[2])).setStagingBytes(1 << 20).setHashThreads(2);
     try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
       return new ImageBuilder(store, new FixedSizeChunker(64 << 10)).build(o, ctx, ProgressListener.NONE)
           .sampleResponses().get(0).json();
@@ -376,12 +385,12 @@ class SlabProtectionTest {
    */
   @Test
   void aCopyOrMemsetIntoReadOnlyMemoryIsRefusedAtTheCall() throws Exception {
-    java.util.Map<String, String> sim = SlabProtectionChild.run("copies", "sim");
+    Map<String, String> sim = SlabProtectionChild.run("copies", "sim");
     System.out.println("sim device, copies into read-only memory: " + sim);
     assertEquals(SIM_COPIES, sim);
   }
 
-  static final java.util.Map<String, String> SIM_COPIES = java.util.Map.of("syncCopy", "CUDA_ERROR_INVALID_VALUE",
+  static final Map<String, String> SIM_COPIES = Map.of("syncCopy", "CUDA_ERROR_INVALID_VALUE",
       "syncMemset", "CUDA_ERROR_INVALID_VALUE", "usableAfterSync", "ok", "asyncEnqueue", "CUDA_ERROR_INVALID_VALUE",
       "asyncSync", "ok", "unchanged", "true", "usableAfterAsync", "ok");
 

@@ -11,30 +11,39 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Random;
 import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.rocksdb.ColumnFamilyDescriptor;
 import org.rocksdb.ColumnFamilyHandle;
+import org.rocksdb.ColumnFamilyOptions;
 import org.rocksdb.DBOptions;
+import org.rocksdb.FlushOptions;
 import org.rocksdb.RocksDB;
 
 /** Pins the {@link ChunkStore} contract on RocksDB: chunks, commits, GC, integrity, lifecycle. */
-class RocksChunkStoreTest {
+public class RocksChunkStoreTest {
 
   @TempDir Path dir;
 
-  static byte[] random(long seed, int n) {
+  /** {@code n} random bytes from {@code seed}; for the archive's tests too. */
+  public static byte[] random(long seed, int n) {
     byte[] b = new byte[n];
     new Random(seed).nextBytes(b);
     return b;
   }
 
-  static Digest put(ChunkStore store, byte[] data) {
+  /** Stores {@code data} under its digest; for the archive's tests too. */
+  public static Digest put(ChunkStore store, byte[] data) {
     Digest d = Digest.of(data);
     store.putChunk(d, ByteBuffer.wrap(data));
     return d;
@@ -89,7 +98,7 @@ class RocksChunkStoreTest {
       ByteBuffer heap = ByteBuffer.allocate(50_010).position(10);
       s.readChunk(d, heap);
       assertEquals(50_010, heap.position());
-      assertArrayEquals(data, java.util.Arrays.copyOfRange(heap.array(), 10, 50_010));
+      assertArrayEquals(data, Arrays.copyOfRange(heap.array(), 10, 50_010));
 
       assertEquals(0, s.readChunk(Digest.of(new byte[0]), ByteBuffer.allocateDirect(0)));
       Digest missing = Digest.of(new byte[] {1});
@@ -220,7 +229,7 @@ class RocksChunkStoreTest {
 
     try (RocksChunkStore s = open()) {
       assertEquals(List.of(d), s.verify());
-      CorruptChunkException e = assertThrows(CorruptChunkException.class,
+      ChunkHashMismatchException e = assertThrows(ChunkHashMismatchException.class,
           () -> s.readChunk(d, ByteBuffer.allocateDirect(30_000)));
       assertEquals(d, e.digest());
       assertTrue(e.getMessage().contains(d.toString()));
@@ -242,15 +251,15 @@ class RocksChunkStoreTest {
   /** Flips one bit of a chunk's bytes where they lie in the store's files, as a failing disk would. */
   static void flipOnDisk(Path store, byte[] chunk, int at) throws Exception {
     List<Path> files;
-    try (var walk = java.nio.file.Files.walk(store)) {
-      files = walk.filter(java.nio.file.Files::isRegularFile).toList();
+    try (var walk = Files.walk(store)) {
+      files = walk.filter(Files::isRegularFile).toList();
     }
     for (Path f : files) {
-      byte[] all = java.nio.file.Files.readAllBytes(f);
+      byte[] all = Files.readAllBytes(f);
       for (int i = 0; i + chunk.length <= all.length; i++) {
-        if (all[i] == chunk[0] && java.util.Arrays.equals(all, i, i + chunk.length, chunk, 0, chunk.length)) {
+        if (all[i] == chunk[0] && Arrays.equals(all, i, i + chunk.length, chunk, 0, chunk.length)) {
           all[i + at] ^= 0x01;
-          java.nio.file.Files.write(f, all);
+          Files.write(f, all);
           return;
         }
       }
@@ -265,7 +274,7 @@ class RocksChunkStoreTest {
   static void writeSchema1Store(Path path, String tag, byte[] manifest, List<byte[]> chunks) throws Exception {
     List<ColumnFamilyDescriptor> cfs = new ArrayList<>();
     cfs.add(new ColumnFamilyDescriptor(RocksDB.DEFAULT_COLUMN_FAMILY));
-    org.rocksdb.ColumnFamilyOptions blobs = new org.rocksdb.ColumnFamilyOptions().setEnableBlobFiles(true)
+    ColumnFamilyOptions blobs = new ColumnFamilyOptions().setEnableBlobFiles(true)
         .setMinBlobSize(4096);
     cfs.add(new ColumnFamilyDescriptor(RocksChunkStore.CF_CHUNKS.getBytes(StandardCharsets.UTF_8), blobs));
     for (String name : List.of(RocksChunkStore.CF_CHUNK_SIZES, RocksChunkStore.CF_MANIFESTS, RocksChunkStore.CF_REFS,
@@ -273,7 +282,7 @@ class RocksChunkStoreTest {
       cfs.add(new ColumnFamilyDescriptor(name.getBytes(StandardCharsets.UTF_8)));
     }
     List<ColumnFamilyHandle> h = new ArrayList<>();
-    java.util.TreeSet<Digest> sorted = new java.util.TreeSet<>();
+    TreeSet<Digest> sorted = new TreeSet<>();
     try (DBOptions o = new DBOptions().setCreateIfMissing(true).setCreateMissingColumnFamilies(true);
         RocksDB db = RocksDB.open(o, path.toString(), cfs, h)) {
       for (byte[] c : chunks) {
@@ -289,7 +298,7 @@ class RocksChunkStoreTest {
       db.put(h.get(4), md, refs.array());
       db.put(h.get(5), tag.getBytes(StandardCharsets.UTF_8), md);
       db.put(h.get(6), "schema-version".getBytes(StandardCharsets.UTF_8), ByteBuffer.allocate(4).putInt(1).array());
-      try (org.rocksdb.FlushOptions f = new org.rocksdb.FlushOptions().setWaitForFlush(true)) {
+      try (FlushOptions f = new FlushOptions().setWaitForFlush(true)) {
         db.flush(f, h);
       }
       h.forEach(ColumnFamilyHandle::close);
@@ -305,7 +314,7 @@ class RocksChunkStoreTest {
     byte[] b = random(71, 60_000);
     byte[] manifest = "{\"old\": 1}".getBytes(StandardCharsets.UTF_8);
     writeSchema1Store(store, "old:v1", manifest, List.of(a, b));
-    assertTrue(java.nio.file.Files.list(store).anyMatch(f -> f.toString().endsWith(".blob")), "blob files written");
+    assertTrue(Files.list(store).anyMatch(f -> f.toString().endsWith(".blob")), "blob files written");
 
     try (RocksChunkStore ro = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
       assertEquals(List.of("old:v1"), ro.tags());
@@ -325,7 +334,7 @@ class RocksChunkStoreTest {
           "the schema-1 chunk b goes, its bytes with it");
       assertEquals(List.of(), s.verify());
     }
-    assertTrue(java.nio.file.Files.list(store.resolve("packs")).count() >= 1, "the new chunk went to a pack");
+    assertTrue(Files.list(store.resolve("packs")).count() >= 1, "the new chunk went to a pack");
     try (RocksChunkStore ro = RocksChunkStore.open(new StoreOptions().setPath(store).setReadOnly(true))) {
       assertEquals(List.of("new:v1"), ro.tags());
       ro.readChunk(c, ByteBuffer.allocateDirect(70_000));
@@ -337,9 +346,9 @@ class RocksChunkStoreTest {
   @Test
   void concurrentPutsAndSyncsLoseNothing() throws Exception {
     Path store = dir.resolve("concurrent");
-    Set<Digest> all = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    Set<Digest> all = ConcurrentHashMap.newKeySet();
     try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(store).setPackFileSize(300_000))) {
-      java.util.concurrent.atomic.AtomicBoolean done = new java.util.concurrent.atomic.AtomicBoolean();
+      AtomicBoolean done = new AtomicBoolean();
       Thread syncer = new Thread(() -> {
         while (!done.get()) {
           s.sync();
@@ -431,10 +440,10 @@ class RocksChunkStoreTest {
   }
 
   private static long packFiles(Path store) throws Exception {
-    if (!java.nio.file.Files.isDirectory(store.resolve("packs"))) {
+    if (!Files.isDirectory(store.resolve("packs"))) {
       return 0;
     }
-    try (var list = java.nio.file.Files.list(store.resolve("packs"))) {
+    try (var list = Files.list(store.resolve("packs"))) {
       return list.count();
     }
   }
@@ -493,7 +502,7 @@ class RocksChunkStoreTest {
   @Test
   void anUnwritableDirectoryIsAStoreErrorNamingThePath() throws Exception {
     Path file = dir.resolve("a-file");
-    java.nio.file.Files.writeString(file, "x");
+    Files.writeString(file, "x");
     StoreException e = assertThrows(StoreException.class, () -> RocksChunkStore.open(file.resolve("store")));
     assertTrue(e.getMessage().contains(file.resolve("store").toString()), e.getMessage());
   }
@@ -509,7 +518,7 @@ class RocksChunkStoreTest {
       s.commit("t", new byte[] {1}, Set.of(put(s, random(60, 50_000))));
       s.flush();
     }
-    java.nio.file.Files.delete(store.resolve("CURRENT"));
+    Files.delete(store.resolve("CURRENT"));
     Map<String, Long> before = files(store);
     for (StoreOptions o : List.of(new StoreOptions().setPath(store), new StoreOptions().setPath(store),
         new StoreOptions().setPath(store).setReadOnly(true), new StoreOptions().setPath(store).setCreate(true))) {
@@ -525,7 +534,7 @@ class RocksChunkStoreTest {
     StoreException e = assertThrows(StoreException.class,
         () -> RocksChunkStore.open(new StoreOptions().setPath(none).setCreate(false)));
     assertTrue(e.getMessage().contains("there is no store here"), e.getMessage());
-    assertFalse(java.nio.file.Files.exists(none));
+    assertFalse(Files.exists(none));
     try (RocksChunkStore s = RocksChunkStore.open(new StoreOptions().setPath(none).setCreate(true))) {
       assertEquals(List.of(), s.tags());
     }
@@ -536,11 +545,11 @@ class RocksChunkStoreTest {
 
   /** Every file of a store directory with its size and modification time. */
   static Map<String, Long> files(Path store) throws Exception {
-    Map<String, Long> out = new java.util.TreeMap<>();
-    try (var list = java.nio.file.Files.list(store)) {
+    Map<String, Long> out = new TreeMap<>();
+    try (var list = Files.list(store)) {
       for (Path f : list.toList()) {
-        out.put(f.getFileName().toString(), java.nio.file.Files.size(f) * 31
-            + java.nio.file.Files.getLastModifiedTime(f).toMillis());
+        out.put(f.getFileName().toString(), Files.size(f) * 31
+            + Files.getLastModifiedTime(f).toMillis());
       }
     }
     return out;

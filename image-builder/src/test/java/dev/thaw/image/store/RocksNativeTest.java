@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -37,7 +38,7 @@ class RocksNativeTest {
   @Test
   void thisProcessKeepsNoExtractedCopyOnDisk() throws Exception {
     Path maps = Path.of("/proc/self/maps");
-    org.junit.jupiter.api.Assumptions.assumeTrue(Files.isReadable(maps), "no /proc here");
+    Assumptions.assumeTrue(Files.isReadable(maps), "no /proc here");
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store")))) {
       List<String> live = Files.readAllLines(maps).stream()
           .filter(l -> l.contains("librocksdbjni") && !l.endsWith("(deleted)")).toList();

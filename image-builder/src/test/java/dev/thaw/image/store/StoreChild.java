@@ -3,6 +3,7 @@ package dev.thaw.image.store;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.util.HashSet;
 import java.util.Random;
 import java.util.Set;
@@ -68,7 +69,7 @@ public final class StoreChild {
   private static void report(Path progress, String line) throws Exception {
     Path tmp = progress.resolveSibling(progress.getFileName() + ".tmp");
     Files.writeString(tmp, line);
-    Files.move(tmp, progress, java.nio.file.StandardCopyOption.ATOMIC_MOVE,
-        java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+    Files.move(tmp, progress, StandardCopyOption.ATOMIC_MOVE,
+        StandardCopyOption.REPLACE_EXISTING);
   }
 }

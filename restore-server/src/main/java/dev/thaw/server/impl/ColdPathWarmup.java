@@ -3,9 +3,11 @@ package dev.thaw.server.impl;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.ImageManifest;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.gpu.DeviceInfo;
+import dev.thaw.runtime.host.Threads;
 import dev.thaw.server.FunctionOptions;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
@@ -24,9 +26,9 @@ import java.util.concurrent.TimeoutException;
  * stand-in instance starts and answers at once gets a cold request, then a warm one, and its trace is read. That
  * loads, links and runs once, off any request's way, the code the server's first cold request would otherwise be
  * the first to run around its start and after its invoke (the scheduler's queue and slot, a start's metrics, the
- * dispatch, the cold start's trace, the request's phases and Server-Timing). On an H200 the first request's
- * {@code queue} was ~21 ms longer than later ones', most of it the first registration of its phase timers (which the
- * scheduler now makes when it is made). Nothing of the real server is touched: its own scheduler, metrics,
+ * dispatch, the cold start's trace, the request's phases and Server-Timing; {@code docs/design/server.md}, "The first
+ * cold request"). The phase timers, whose first registration is the costliest of it, the scheduler makes when it is
+ * made. Nothing of the real server is touched: its own scheduler, metrics,
  * instances, pool and GPU state stay as they are.
  */
 public final class ColdPathWarmup {
@@ -38,9 +40,7 @@ public final class ColdPathWarmup {
   /** Runs it on a thread of its own; completes with what {@link #run} returns. */
   public static CompletableFuture<String> start(List<DeviceInfo> devices) {
     CompletableFuture<String> done = new CompletableFuture<>();
-    Thread t = new Thread(() -> done.complete(run(devices)), "thaw-cold-path-warmup");
-    t.setDaemon(true);
-    t.start();
+    Threads.startDaemon(() -> done.complete(run(devices)), "thaw-cold-path-warmup");
     return done;
   }
 
@@ -92,7 +92,7 @@ public final class ColdPathWarmup {
     }
 
     @Override
-    public FunctionInstance startBlocking(String tag, dev.thaw.image.ImageManifest manifest, int device) {
+    public FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) {
       return new StandIn(device);
     }
 

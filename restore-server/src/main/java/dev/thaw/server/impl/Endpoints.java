@@ -1,6 +1,7 @@
 package dev.thaw.server.impl;
 
 import dev.thaw.server.ServeException;
+import dev.thaw.server.ServerLogs;
 import dev.thaw.server.ServerOptions;
 import dev.thaw.server.StartupTimeline;
 import io.micrometer.core.instrument.Counter;
@@ -35,14 +36,7 @@ import org.slf4j.LoggerFactory;
  */
 public final class Endpoints implements AutoCloseable {
 
-  /** The request log: one INFO line per request. */
-  public static final String REQUEST_LOG = "dev.thaw.server.requests";
-  /**
-   * The log of server-side failures: one line per 5xx (WARN; INFO for a 503) with the request's id and the full
-   * message its body leaves out.
-   */
-  public static final String ERROR_LOG = Http.ERROR_LOG;
-  private static final Logger LOG = LoggerFactory.getLogger(REQUEST_LOG);
+  private static final Logger LOG = LoggerFactory.getLogger(ServerLogs.REQUESTS);
   /** The header a client may name its request with; {@link Http#REQUEST_ID_HEADER} answers with it. */
   static final String CLIENT_REQUEST_ID = "X-Request-Id";
   private static final String DISCONNECTED = "thaw.disconnected";

@@ -13,6 +13,7 @@ import dev.thaw.pool.WorkerException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.server.ServeException;
+import dev.thaw.server.ServerLogs;
 import io.vertx.core.Context;
 import io.vertx.core.Vertx;
 import io.vertx.core.buffer.Buffer;
@@ -45,11 +46,8 @@ final class Http {
   static final String REQUEST_ID = "thaw.requestId";
   /** The response header that carries {@link #REQUEST_ID}. */
   static final String REQUEST_ID_HEADER = "Thaw-Request-Id";
-  /** The log of server-side failures (5xx), each with its request's id. */
-  static final String ERROR_LOG = "dev.thaw.server.errors";
-
   private static final ObjectMapper WRITER = new ObjectMapper();
-  private static final Logger ERRORS = LoggerFactory.getLogger(ERROR_LOG);
+  private static final Logger ERRORS = LoggerFactory.getLogger(ServerLogs.ERRORS);
   private static final Pattern CUDA_ERROR = Pattern.compile("CUDA_ERROR_[A-Z0-9_]+");
 
   private final ObjectMapper reader;

@@ -1,5 +1,6 @@
 package dev.thaw.server.impl;
 
+import dev.thaw.runtime.host.Threads;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
@@ -19,8 +20,8 @@ import java.util.concurrent.CompletableFuture;
 /**
  * Two requests a server sends itself over loopback once it listens, so that the first client's request does not pay
  * for the HTTP path's first use (Netty's codec, the router, the body handler, the name check, Jackson's request parse,
- * the scheduler's lookup, an error's encoding): on an H200 that was ~100 ms between "listening" and a scale-from-zero's
- * first request reaching the scheduler. A health check, then an invoke of a function no one registered (a random
+ * the scheduler's lookup, an error's encoding), which would otherwise stand between "listening" and a
+ * scale-from-zero's first request reaching the scheduler ({@code docs/design/server.md}). A health check, then an invoke of a function no one registered (a random
  * name: a 404), on one kept-alive connection. They carry a per-server nonce in {@value #HEADER} and the request log
  * leaves them out. Best effort: a server that closes first, or a port that does not answer, ends it quietly.
  */
@@ -68,15 +69,13 @@ final class HttpWarmup {
 
   private CompletableFuture<String> start(Exchange exchange) {
     CompletableFuture<String> done = new CompletableFuture<>();
-    Thread t = new Thread(() -> {
+    Threads.startDaemon(() -> {
       try {
         done.complete(exchange.run());
       } catch (IOException | RuntimeException e) {
         done.complete("not run: " + e.getMessage());
       }
     }, "thaw-http-warmup");
-    t.setDaemon(true);
-    t.start();
     return done;
   }
 

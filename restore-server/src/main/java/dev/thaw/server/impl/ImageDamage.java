@@ -1,5 +1,7 @@
 package dev.thaw.server.impl;
 
+import dev.thaw.image.restore.CorruptChunkException;
+import dev.thaw.image.store.ChunkHashMismatchException;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.WorkerException;
 import dev.thaw.server.ServeException;
@@ -23,8 +25,8 @@ record ImageDamage(String tag, String detail, long sinceNanos) {
       if (c instanceof WorkerException w && w.kind() == WorkerErrorKind.CORRUPT_CHUNK) {
         return new ImageDamage(tag, w.detail(), System.nanoTime());
       }
-      if (c instanceof dev.thaw.image.restore.CorruptChunkException
-          || c instanceof dev.thaw.image.store.CorruptChunkException) {
+      if (c instanceof CorruptChunkException
+          || c instanceof ChunkHashMismatchException) {
         return new ImageDamage(tag, c.getMessage(), System.nanoTime());
       }
     }

@@ -1,6 +1,7 @@
 package dev.thaw.server.impl;
 
 import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.Images;
 import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.store.ChunkStore;
@@ -8,6 +9,7 @@ import dev.thaw.runtime.function.FunctionLoader;
 import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.HostStates;
 import dev.thaw.runtime.function.ThawFunction;
+import java.util.ArrayList;
 import java.util.List;
 
 /**
@@ -42,7 +44,7 @@ public record ImageInfo(String tag, ImageManifest manifest, FunctionSignature si
   /**
    * Reads the image {@code tag} from the store.
    *
-   * @throws dev.thaw.image.ImageNotFoundException if no image has that tag
+   * @throws ImageNotFoundException if no image has that tag
    * @throws ImageRestoreException if its function class cannot be loaded or its host state does not read
    */
   public static ImageInfo read(ChunkStore store, String tag) {
@@ -57,7 +59,7 @@ public record ImageInfo(String tag, ImageManifest manifest, FunctionSignature si
       throw new ImageRestoreException("image '" + tag + "': " + e.getMessage(), e);
     }
     long bytes = 0;
-    List<long[]> ranges = new java.util.ArrayList<>();
+    List<long[]> ranges = new ArrayList<>();
     for (ImageManifest.Allocation a : m.allocations()) {
       long rounded = (a.size() + GRANULARITY - 1) / GRANULARITY * GRANULARITY;
       bytes += rounded;

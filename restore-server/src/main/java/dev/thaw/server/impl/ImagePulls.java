@@ -9,7 +9,9 @@ import dev.thaw.image.registry.RegistryReference;
 import dev.thaw.image.registry.ThawArtifact;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.image.store.Digest;
+import dev.thaw.runtime.host.Threads;
 import dev.thaw.server.ServeException;
+import dev.thaw.server.ServerLogs;
 import dev.thaw.server.TenantLimits;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -19,7 +21,6 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -39,7 +40,7 @@ import org.slf4j.LoggerFactory;
  */
 public final class ImagePulls implements AutoCloseable {
 
-  private static final Logger LOG = LoggerFactory.getLogger("dev.thaw.server.instances");
+  private static final Logger LOG = LoggerFactory.getLogger(ServerLogs.INSTANCES);
   private static final String TAG_PREFIX = "sha256-";
   /** Pulls remembered (done or failed ones beyond it are forgotten, oldest first; their images stay in the store). */
   static final int MAX_REMEMBERED = 1024;
@@ -61,12 +62,7 @@ public final class ImagePulls implements AutoCloseable {
     this.store = store;
     this.options = new RegistryOptions(options);
     this.retryAfterSeconds = Math.max(1, retryAfterSeconds);
-    AtomicInteger ids = new AtomicInteger();
-    this.pullers = Executors.newFixedThreadPool(maxPulls, r -> {
-      Thread t = new Thread(r, "thaw-image-pull-" + ids.incrementAndGet());
-      t.setDaemon(true);
-      return t;
-    });
+    this.pullers = Executors.newFixedThreadPool(maxPulls, Threads.daemonFactory("thaw-image-pull"));
   }
 
   /** The local tag an image with this OCI manifest digest is committed under. */

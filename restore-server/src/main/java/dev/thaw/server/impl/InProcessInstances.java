@@ -23,6 +23,7 @@ import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.server.ServeException;
+import dev.thaw.server.ServerLogs;
 import dev.thaw.server.StartupTimeline;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
@@ -52,7 +53,7 @@ import org.slf4j.LoggerFactory;
  */
 public final class InProcessInstances implements InstanceFactory {
 
-  private static final Logger LOG = LoggerFactory.getLogger("dev.thaw.server.instances");
+  private static final Logger LOG = LoggerFactory.getLogger(ServerLogs.INSTANCES);
 
   /** How an instance gets its image's bytes. */
   public enum Restore {

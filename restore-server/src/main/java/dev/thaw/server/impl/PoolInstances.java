@@ -30,6 +30,7 @@ import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.host.Threads;
 import dev.thaw.server.ServeException;
+import dev.thaw.server.ServerLogs;
 import dev.thaw.server.StartupTimeline;
 import dev.thaw.server.spi.FunctionInstance;
 import dev.thaw.server.spi.InstanceFactory;
@@ -78,7 +79,7 @@ import org.slf4j.LoggerFactory;
 public final class PoolInstances implements InstanceFactory {
 
   private static final ObjectMapper JSON = new ObjectMapper();
-  private static final Logger LOG = LoggerFactory.getLogger("dev.thaw.server.instances");
+  private static final Logger LOG = LoggerFactory.getLogger(ServerLogs.INSTANCES);
 
   private final ContextPool pool;
   private final ImageTiers tiers;

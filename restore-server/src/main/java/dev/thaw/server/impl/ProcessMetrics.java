@@ -28,9 +28,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * ({@code jvm_*}, {@code process_*}, {@code system_*}), and the HTTP responses it sent by status code. Codes are a
  * bounded label (at most the three-digit codes); the ones the API answers with are registered at zero from the start.
  *
- * <p>The binders are bound at the first scrape ({@link #bindProcess()}), not with the server: binding them costs
- * 150-300 ms of a cold JVM (management beans, GC listeners) that a server starting from zero must not spend before its
- * first response. Every scrape lists them; GC pauses are counted from the first scrape on.
+ * <p>The binders are bound at the first scrape ({@link #bindProcess()}), not with the server: binding them costs a
+ * cold JVM a good part of a second (management beans, GC listeners) that a server starting from zero must not spend
+ * before its first response. Every scrape lists them; GC pauses are counted from the first scrape on.
  */
 public final class ProcessMetrics implements AutoCloseable {
 

@@ -8,6 +8,7 @@ import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.server.FunctionOptions;
 import dev.thaw.server.ServeException;
+import dev.thaw.server.ServerLogs;
 import dev.thaw.server.TenantLimits;
 import java.time.Duration;
 import java.util.HashMap;
@@ -37,7 +38,7 @@ import org.slf4j.LoggerFactory;
  */
 public final class Registrations implements AutoCloseable {
 
-  private static final Logger LOG = LoggerFactory.getLogger("dev.thaw.server.instances");
+  private static final Logger LOG = LoggerFactory.getLogger(ServerLogs.INSTANCES);
   /**
    * How long a registration by reference waits for its image before it answers 202: an image the store holds
    * already (a function registered again after the server restarted) is in within milliseconds, and then the

@@ -1,5 +1,6 @@
 package dev.thaw.server.impl;
 
+import dev.thaw.runtime.host.Threads;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -28,9 +29,7 @@ final class RequestLog implements AutoCloseable {
 
   RequestLog(Logger log) {
     this.log = log;
-    this.writer = new Thread(this::run, "thaw-request-log");
-    writer.setDaemon(true);
-    writer.start();
+    this.writer = Threads.startDaemon(this::run, "thaw-request-log");
   }
 
   /** False when the log is off: the caller need not build a line. */

@@ -3,6 +3,7 @@ package dev.thaw.server.proxy;
 import com.sun.net.httpserver.Headers;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import dev.thaw.runtime.host.Threads;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -102,11 +103,7 @@ public final class FunctionProxy implements AutoCloseable {
     // A thread per request in flight, made only when none is idle (a pool of fixed size would make one per request
     // until it is full: 30 MiB of stacks after a few hundred requests), up to maxConcurrency.
     ThreadPoolExecutor workers = new ThreadPoolExecutor(0, options.maxConcurrency(), 30, TimeUnit.SECONDS,
-        new SynchronousQueue<>(), r -> {
-          Thread t = new Thread(r, "thaw-proxy");
-          t.setDaemon(true);
-          return t;
-        });
+        new SynchronousQueue<>(), Threads.daemonFactory("thaw-proxy"));
     // Its answers go out at once: with Nagle's algorithm on, a response written in two parts (head, body) waits for
     // the client's delayed acknowledgement of the first, ~40 ms.
     System.setProperty("sun.net.httpserver.nodelay", "true");
@@ -122,9 +119,7 @@ public final class FunctionProxy implements AutoCloseable {
     http.createContext("/", p::handle);
     http.setExecutor(workers);
     http.start();
-    p.registrar = new Thread(p::registerUntilDone, "thaw-proxy-register");
-    p.registrar.setDaemon(true);
-    p.registrar.start();
+    p.registrar = Threads.startDaemon(p::registerUntilDone, "thaw-proxy-register");
     return p;
   }
 

@@ -1,7 +1,9 @@
 package dev.thaw.server.spi;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.ResponseStream;
 import java.util.concurrent.CompletableFuture;
 
@@ -27,7 +29,7 @@ public interface FunctionInstance extends AutoCloseable {
   /**
    * Serves one request.
    *
-   * @throws dev.thaw.runtime.function.InvalidRequestException if the function refuses the request (HTTP 400);
+   * @throws InvalidRequestException if the function refuses the request (HTTP 400);
    *     the instance stays fit
    * @throws Exception anything else: the request failed (HTTP 500); {@link #healthy()} says whether the instance
    *     may serve again
@@ -98,7 +100,7 @@ public interface FunctionInstance extends AutoCloseable {
    * @param chromeTrace {@code {"traceEvents": [...]}}, timestamps in microseconds from {@code originNanos}
    * @param originNanos when the restore began, on the {@link System#nanoTime()} clock
    */
-  record RestoreTimeline(com.fasterxml.jackson.databind.JsonNode chromeTrace, long originNanos) {}
+  record RestoreTimeline(JsonNode chromeTrace, long originNanos) {}
 
   /** Frees the instance's device memory and whatever else it holds. Idempotent. */
   @Override

@@ -5,7 +5,9 @@ import dev.thaw.image.ImageManifest;
 import dev.thaw.pool.ColdStartPlacement;
 import dev.thaw.pool.ColdStartPlacement.Choice;
 import dev.thaw.pool.ColdStartPlacement.DeviceView;
+import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
 import dev.thaw.runtime.gpu.DeviceInfo;
+import io.micrometer.core.instrument.MeterRegistry;
 import java.util.List;
 import java.util.Optional;
 
@@ -31,7 +33,7 @@ public interface InstanceFactory extends AutoCloseable {
   /**
    * Starts an instance of the image: the cold start. Blocks; the server calls it on the instance's own thread.
    *
-   * @throws dev.thaw.runtime.gpu.CudaOutOfMemoryException if the device cannot hold it (HTTP 503)
+   * @throws CudaOutOfMemoryException if the device cannot hold it (HTTP 503)
    * @throws Exception any other failure to restore (HTTP 500)
    */
   FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) throws Exception;
@@ -97,7 +99,7 @@ public interface InstanceFactory extends AutoCloseable {
   default void unprepare(String tag) {}
 
   /** Registers the factory's own gauges (e.g. its worker pool's sizes) with the server's metrics. */
-  default void bindMetrics(io.micrometer.core.instrument.MeterRegistry registry) {}
+  default void bindMetrics(MeterRegistry registry) {}
 
   /**
    * Where the factory holds image {@code tag} now, for {@code GET /v1/functions/{name}} ({@code "image"}), or null

@@ -225,7 +225,9 @@ class FunctionProxyTest {
     assertEquals(200, sse.statusCode());
     assertTrue(sse.headers().firstValue("Content-Type").orElseThrow().startsWith("text/event-stream"));
     String events = new String(sse.body().readAllBytes(), StandardCharsets.UTF_8);
-    assertEquals(4, events.split("\n\n").length, events);
+    // Three tokens, the chunk that gives the finish reason, then [DONE].
+    assertEquals(5, events.split("\n\n").length, events);
+    assertTrue(events.contains("\"finish_reason\":\"length\""), events);
     assertTrue(events.endsWith("data: [DONE]\n\n"), events);
     // The other tenant's proxy reaches only its own function.
     HttpResponse<String> cross = post(other, "/v1/completions", "{\"model\": \"gpt2\", \"prompt\": [1, 2]}");

@@ -4,10 +4,11 @@ import dev.thaw.runtime.gpu.sim.DeviceMemory;
 import dev.thaw.runtime.gpu.sim.SimKernel;
 import dev.thaw.runtime.gpu.sim.SimLaunch;
 import java.util.Arrays;
+import java.util.ServiceLoader;
 
 /**
  * Java reference kernels that stand in for {@code check.ptx} on the simulated device, found by entry name
- * through {@link java.util.ServiceLoader} ({@code META-INF/services/dev.thaw.runtime.gpu.sim.SimKernel}).
+ * through {@link ServiceLoader} ({@code META-INF/services/dev.thaw.runtime.gpu.sim.SimKernel}).
  *
  * <p>All of this file's dependence on the sim SPI is here, on purpose: if that SPI changes, only this file does.
  * Each kernel computes the whole grid in one call. The CUDA kernels are grid-stride, so every element

@@ -32,7 +32,7 @@ public final class DeviceCheckOptions {
     return deviceOrdinal;
   }
 
-  public DeviceCheckOptions deviceOrdinal(int ordinal) {
+  public DeviceCheckOptions setDeviceOrdinal(int ordinal) {
     if (ordinal < 0) {
       throw new IllegalArgumentException("device ordinal must not be negative: " + ordinal);
     }
@@ -45,7 +45,7 @@ public final class DeviceCheckOptions {
     return elements;
   }
 
-  public DeviceCheckOptions elements(int count) {
+  public DeviceCheckOptions setElements(int count) {
     // Bounded so that each pinned buffer (4 bytes an element) stays within one ByteBuffer view.
     if (count < 1 || count > MAX_ELEMENTS) {
       throw new IllegalArgumentException("elements must be in [1, " + MAX_ELEMENTS + "]: " + count);
@@ -59,7 +59,7 @@ public final class DeviceCheckOptions {
     return emptyLaunches;
   }
 
-  public DeviceCheckOptions emptyLaunches(int count) {
+  public DeviceCheckOptions setEmptyLaunches(int count) {
     if (count < 1) {
       throw new IllegalArgumentException("empty launches must be at least 1: " + count);
     }
@@ -72,7 +72,7 @@ public final class DeviceCheckOptions {
     return seed;
   }
 
-  public DeviceCheckOptions seed(long seed) {
+  public DeviceCheckOptions setSeed(long seed) {
     this.seed = seed;
     return this;
   }
@@ -89,8 +89,8 @@ public final class DeviceCheckOptions {
     try {
       DeviceCheckOptions o = JSON.readValue(json, DeviceCheckOptions.class);
       // Re-validate through the setters: JSON is input.
-      return new DeviceCheckOptions().deviceOrdinal(o.deviceOrdinal).elements(o.elements)
-          .emptyLaunches(o.emptyLaunches).seed(o.seed);
+      return new DeviceCheckOptions().setDeviceOrdinal(o.deviceOrdinal).setElements(o.elements)
+          .setEmptyLaunches(o.emptyLaunches).setSeed(o.seed);
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("not a DeviceCheckOptions JSON object: " + e.getOriginalMessage());
     }

@@ -1,5 +1,6 @@
 package dev.thaw.runtime.check;
 
+import dev.thaw.runtime.gpu.DeviceInfo;
 import java.util.List;
 
 /**
@@ -12,7 +13,7 @@ import java.util.List;
  * @param driver {@code cuda} or {@code sim}
  * @param simulated true for the simulated device
  * @param driverVersion as CUDA writes it, {@code 13000} for 13.0
- * @param device {@link dev.thaw.runtime.gpu.DeviceInfo#describe()} of the checked device, or empty if it was not reached
+ * @param device {@link DeviceInfo#describe()} of the checked device, or empty if it was not reached
  * @param phases what ran, with timings
  * @param passed true when every phase ran and every result was exact
  * @param failure why the check failed: the phase and the reason; null when it passed

@@ -1,5 +1,6 @@
 package dev.thaw.runtime.function;
 
+import dev.thaw.runtime.gpu.AddressUnavailableException;
 import dev.thaw.runtime.gpu.DeviceBuffer;
 import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
@@ -9,13 +10,16 @@ import dev.thaw.runtime.gpu.Kernel;
 import dev.thaw.runtime.gpu.Mapping;
 import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.gpu.PhysicalMemory;
+import dev.thaw.runtime.gpu.PtxCompileException;
 import dev.thaw.runtime.gpu.VirtualRange;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Pattern;
 
 /**
@@ -84,7 +88,7 @@ public final class FunctionSession implements AutoCloseable {
   static final long ALIGNMENT = 256;
 
   private final Packing packing;
-  private final Set<String> hostWrites = java.util.concurrent.ConcurrentHashMap.newKeySet();
+  private final Set<String> hostWrites = ConcurrentHashMap.newKeySet();
   /** Mapped slabs, with the ranges that hold them; in the order made. */
   private final List<MappedSlab> slabs = new ArrayList<>();
   private final List<VirtualRange> slabRanges = new ArrayList<>();
@@ -96,7 +100,7 @@ public final class FunctionSession implements AutoCloseable {
   private record LoadedModule(GpuModule module, ModuleRecord record, Map<String, Kernel> kernels) {
 
     LoadedModule(GpuModule module, ModuleRecord record) {
-      this(module, record, new java.util.HashMap<>());
+      this(module, record, new HashMap<>());
     }
   }
 
@@ -129,7 +133,7 @@ public final class FunctionSession implements AutoCloseable {
    * A session with {@code table}'s allocations mapped again at their recorded addresses (their contents are
    * not copied: that is the restore's job) and its modules loaded again.
    *
-   * @throws dev.thaw.runtime.gpu.AddressUnavailableException if a recorded address is taken in this process
+   * @throws AddressUnavailableException if a recorded address is taken in this process
    */
   public static FunctionSession rebuild(GpuContext context, SessionTable table) {
     return rebuild(context, table, Set.of(), SlabSource.FRESH);
@@ -454,7 +458,7 @@ public final class FunctionSession implements AutoCloseable {
   /**
    * JIT-compiles {@code ptx} and keeps it under {@code name}, with the cubin, for the image.
    *
-   * @throws dev.thaw.runtime.gpu.PtxCompileException with the JIT log if it does not compile
+   * @throws PtxCompileException with the JIT log if it does not compile
    */
   public void loadModule(String name, String ptx) {
     checkOpen();

@@ -7,8 +7,8 @@ import java.util.Set;
 
 /**
  * How a rebuilt session maps a table's allocations: a few slabs, each one reservation, one physical allocation,
- * one map and one access grant, instead of one of each per buffer (GPT-2-large's 518 buffers cost 42-62 ms
- * mapped one by one).
+ * one map and one access grant, instead of one of each per buffer: a model has hundreds of buffers, and the driver's
+ * calls cost per call ({@code docs/design/memory-tiers.md}, "Packed allocations").
  *
  * <p>Computed from the recorded addresses and sizes alone, so it serves images built before packing (each
  * buffer on its own granularity-aligned pages, usually back to back) and packed ones (buffers 256-byte aligned

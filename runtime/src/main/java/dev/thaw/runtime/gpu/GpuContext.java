@@ -128,8 +128,8 @@ public interface GpuContext extends AutoCloseable {
 
   /**
    * Page-locks host memory this process already has mapped ({@code cuMemHostRegister_v2}, portable to every
-   * context), e.g. a shared-memory arena, so asynchronous copies read it at full speed. Registration is slow
-   * (about 0.12-0.17 s per GiB on an H200): do it once, off the cold path. Closing the returned buffer
+   * context), e.g. a shared-memory arena, so asynchronous copies read it at full speed. Registration is slow (it
+   * pins every page): do it once, off the cold path. Closing the returned buffer
    * unregisters ({@code cuMemHostUnregister}) and leaves the memory mapped; unmapping it before that is the
    * caller's error.
    *

@@ -1,5 +1,6 @@
 package dev.thaw.runtime.gpu;
 
+import java.util.ArrayList;
 import java.util.List;
 
 /**
@@ -26,7 +27,7 @@ public record ParamLayout(List<KernelParam> params, int totalSize) {
   /** Lays out parameters the way the PTX ABI does: each at the next offset aligned to its alignment. */
   public static ParamLayout ofAligned(List<String> names, List<ParamType> types, List<Integer> sizes,
       List<Integer> alignments) {
-    var out = new java.util.ArrayList<KernelParam>(names.size());
+    var out = new ArrayList<KernelParam>(names.size());
     int offset = 0;
     for (int i = 0; i < names.size(); i++) {
       int align = alignments.get(i);

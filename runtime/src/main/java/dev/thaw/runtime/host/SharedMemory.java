@@ -6,6 +6,7 @@ import com.sun.jna.Pointer;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.MappedByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -17,7 +18,7 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * it sees the same bytes. Mapped read-only ({@code PROT_READ}), a store through the mapping would kill the
  * process, so the views handed out are read-only {@link ByteBuffer}s.
  *
- * <p>Unlike {@link java.nio.MappedByteBuffer} it maps more than 2 GiB at one address, which is what
+ * <p>Unlike {@link MappedByteBuffer} it maps more than 2 GiB at one address, which is what
  * {@code cuMemHostRegister} needs. {@link #close()} unmaps and closes the descriptor; the owner that
  * {@link #create created} a file also removes it. Idempotent.
  */

@@ -2,10 +2,13 @@ package dev.thaw.runtime.speculation;
 
 import com.fasterxml.jackson.annotation.JsonProperty;
 import com.fasterxml.jackson.annotation.JsonValue;
+import dev.thaw.runtime.function.FunctionSession;
 import java.util.Collections;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.TreeSet;
 
 /**
  * What profiling invocations found out about an image's launches, for the manifest's {@code profile} section:
@@ -20,7 +23,7 @@ import java.util.TreeMap;
  *     order, then by address. Allocations no launch touched are not listed.
  * @param kernels per kernel ({@code module/entry}), sorted by name
  * @param written allocations the invocations wrote, by kernel stores or host uploads ({@link
- *     dev.thaw.runtime.function.FunctionSession#upload}), sorted; null when not every write could be seen (a
+ *     FunctionSession#upload}), sorted; null when not every write could be seen (a
  *     kernel launched unvalidated on a GPU). The others are read-only: the HBM tier keeps them on the device.
  */
 public record AccessProfile(int formatVersion, String image, OrderSource orderSource, long launches,
@@ -31,7 +34,7 @@ public record AccessProfile(int formatVersion, String image, OrderSource orderSo
   public AccessProfile {
     firstTouch = List.copyOf(firstTouch);
     kernels = Collections.unmodifiableMap(new TreeMap<>(kernels));
-    written = written == null ? null : List.copyOf(new java.util.TreeSet<>(written));
+    written = written == null ? null : List.copyOf(new TreeSet<>(written));
   }
 
   /** A profile that does not say what was written. */
@@ -52,7 +55,7 @@ public record AccessProfile(int formatVersion, String image, OrderSource orderSo
 
     @JsonValue
     public String json() {
-      return name().toLowerCase(java.util.Locale.ROOT);
+      return name().toLowerCase(Locale.ROOT);
     }
   }
 

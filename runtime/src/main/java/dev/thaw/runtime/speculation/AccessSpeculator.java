@@ -10,7 +10,8 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Derives the buffers a launch may touch from its raw parameter bytes (DESIGN decision 4, the PhoenixOS rule):
+ * Derives the buffers a launch may touch from its raw parameter bytes (PhoenixOS's rule; on-demand restore may
+ * start a launch only once it knows them, {@code docs/design/speculation.md}):
  * every 8-byte-aligned 8-byte value of the parameter buffer that lies inside a live allocation names that
  * allocation, struct parameters included. How each is touched comes from the kernel's PTX
  * ({@link PtxAccessAnalysis}): the kinds of the slots that name it, or'ed. A slot the analysis never saw used

@@ -12,8 +12,10 @@ import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.Kernel;
 import dev.thaw.runtime.gpu.KernelArgs;
+import dev.thaw.runtime.ptx.instrument.AccessOp;
 import dev.thaw.runtime.ptx.instrument.AccessSite;
 import dev.thaw.runtime.ptx.instrument.GuardTable;
+import dev.thaw.runtime.ptx.instrument.GuardViolation;
 import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
 import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
 import dev.thaw.runtime.ptx.instrument.ValidatingLauncher;
@@ -27,10 +29,12 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 
 /**
- * Profiling on a GPU (DESIGN decision 5): the same {@link AccessProfile} as {@link Profiler} makes on the sim
- * device, with PTX instrumentation as the validation.
+ * Profiling on a GPU: the same {@link AccessProfile} as {@link Profiler} makes on the sim device, with PTX
+ * instrumentation as the validation, since a GPU kernel cannot be watched the way a Java kernel's checked views
+ * are ({@code docs/design/ptx-instrumentation.md}).
  *
  * <p>At {@link #attach}, every module the session has loaded is instrumented ({@link PtxInstrumenter}) and the
  * result loaded into the session's context, outside the session (it is not part of the image); a module loaded
@@ -166,7 +170,7 @@ public final class GpuProfiler implements AccessProfiler {
     }
     Set<String> order = new LinkedHashSet<>();
     // Writes are known only where every launch was validated exact: then each stayed inside its speculated kinds.
-    Set<String> written = new java.util.TreeSet<>(session.hostWrites());
+    Set<String> written = new TreeSet<>(session.hostWrites());
     boolean writesKnown = true;
     Map<KernelRef, List<GpuLaunchCheck>> byKernel = new LinkedHashMap<>();
     for (GpuLaunchCheck c : checks) {
@@ -347,7 +351,7 @@ public final class GpuProfiler implements AccessProfiler {
     }
     AllocationIndex index = set.allocations();
     Map<Key, Group> groups = new LinkedHashMap<>();
-    for (dev.thaw.runtime.ptx.instrument.Violation v : report.recorded()) {
+    for (GuardViolation v : report.recorded()) {
       int need = v.kind().mask();
       Offending o = offending(set, v.address(), v.size(), need);
       AccessKind access;
@@ -367,7 +371,7 @@ public final class GpuProfiler implements AccessProfiler {
     groups.forEach((k, g) -> {
       AccessSite site = sites.get(k.site);
       if (site == null) {
-        site = new AccessSite(k.site, "?", 0, dev.thaw.runtime.ptx.instrument.AccessKind.ofCode(
+        site = new AccessSite(k.site, "?", 0, AccessOp.ofCode(
             k.access == AccessKind.READ_WRITE ? 3 : k.access.bits), false, "(no such site in the instrumented module)");
       }
       out.add(new SiteViolation(new Violation(kernel, launch, k.access, g.start, g.end - g.start,

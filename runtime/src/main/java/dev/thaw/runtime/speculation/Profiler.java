@@ -13,6 +13,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 
 /**
  * Runs profiling invocations with validation on and turns what they did into an {@link AccessProfile}: the
@@ -74,7 +75,7 @@ public final class Profiler implements AccessProfiler {
     List<LaunchCheck> launches = new ArrayList<>(validator.launches());
     launches.sort((a, b) -> Long.compare(a.launch(), b.launch()));
     Set<String> order = new LinkedHashSet<>();
-    Set<String> written = new java.util.TreeSet<>(session.hostWrites());
+    Set<String> written = new TreeSet<>(session.hostWrites());
     Map<KernelRef, List<LaunchCheck>> byKernel = new LinkedHashMap<>();
     for (LaunchCheck c : launches) {
       order.addAll(touched(c));

@@ -3,11 +3,12 @@ package dev.thaw.runtime.speculation;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.ThawFunction;
+import dev.thaw.runtime.gpu.GpuContext;
 import java.util.List;
 
 /**
  * The one entry point the image builder needs: profiling with the validation the session's device has.
- * Where the context {@linkplain dev.thaw.runtime.gpu.GpuContext#recordsAccesses records accesses} (the sim
+ * Where the context {@linkplain GpuContext#recordsAccesses records accesses} (the sim
  * device) that is {@link Profiler} (exact recorded accesses, order source {@code recorded}); on a GPU,
  * {@link GpuProfiler} (PTX instrumentation, order source {@code speculated}).
  */

@@ -1,10 +1,13 @@
 package dev.thaw.runtime.speculation;
 
+import dev.thaw.runtime.gpu.KernelParam;
 import dev.thaw.runtime.gpu.ParamLayout;
 import dev.thaw.runtime.gpu.ParamType;
 import dev.thaw.runtime.ptx.PtxEntries;
 import dev.thaw.runtime.ptx.PtxModuleInfo;
+import dev.thaw.runtime.ptx.PtxSyntaxException;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.BitSet;
 import java.util.Collections;
 import java.util.HashMap;
@@ -70,7 +73,7 @@ public final class PtxAccessAnalysis {
   /**
    * Analyses every {@code .entry} of {@code ptx}.
    *
-   * @throws dev.thaw.runtime.ptx.PtxSyntaxException if {@link PtxEntries} cannot read the module
+   * @throws PtxSyntaxException if {@link PtxEntries} cannot read the module
    */
   public static PtxAccessAnalysis of(String ptx) {
     PtxModuleInfo info = PtxEntries.parse(ptx);
@@ -135,7 +138,7 @@ public final class PtxAccessAnalysis {
 
     static EntryAccess conservative(String entry, ParamLayout layout, String why) {
       byte[] all = new byte[PtxAccessAnalysis.slotCount(layout.totalSize())];
-      java.util.Arrays.fill(all, (byte) (READ | WRITE));
+      Arrays.fill(all, (byte) (READ | WRITE));
       return new EntryAccess(entry, layout, all, List.of(why));
     }
 
@@ -254,10 +257,10 @@ public final class PtxAccessAnalysis {
         semi = text.indexOf(';', i);
       }
       int end = params.isEmpty() ? 0 : params.get(params.size() - 1).offset + params.get(params.size() - 1).size;
-      List<dev.thaw.runtime.gpu.KernelParam> kp = new ArrayList<>();
+      List<KernelParam> kp = new ArrayList<>();
       for (int k = 0; k < params.size(); k++) {
         Param p = params.get(k);
-        kp.add(new dev.thaw.runtime.gpu.KernelParam(k, p.name, p.offset, p.size, ParamType.BYTES));
+        kp.add(new KernelParam(k, p.name, p.offset, p.size, ParamType.BYTES));
       }
       ParamLayout layout = new ParamLayout(kp, end);
       if (brace >= 0 && (semi < 0 || brace < semi)) {
@@ -454,7 +457,7 @@ public final class PtxAccessAnalysis {
 
     static Summary conservative(Function f, String why) {
       Summary s = new Summary(slotCount(f.layout.totalSize()));
-      java.util.Arrays.fill(s.slotBits, READ | WRITE);
+      Arrays.fill(s.slotBits, READ | WRITE);
       s.returns.set(LOADED);
       s.returns.set(1, 1 + s.slotBits.length);
       s.notes.add(why);

@@ -21,7 +21,8 @@ import java.util.Map;
 import java.util.function.Consumer;
 
 /**
- * Validates speculation on the sim device, exactly (DESIGN decision 5): every launch of the session is speculated
+ * Validates speculation on the sim device, exactly (Java kernels touch memory only through views that record every
+ * range they read and write): every launch of the session is speculated
  * before it is submitted (a {@link LaunchInterceptor}), and what it really read and wrote (a
  * {@link SimContext#addLaunchListener launch listener}) is compared with that set. A byte read or written outside
  * every speculated buffer, or written in a buffer speculated read-only (read in one speculated write-only), is a

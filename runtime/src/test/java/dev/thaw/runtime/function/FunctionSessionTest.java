@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.runtime.gpu.AddressUnavailableException;
+import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
@@ -132,7 +133,7 @@ class FunctionSessionTest {
       session.setLaunchInterceptor((kernel, grid, block, shmem, stream, args) ->
           seen.add(kernel + " a=" + args.slab().getFloat(0) + " y=" + args.slab().getLong(16)));
       f.invoke(session, s, FunctionRequest.of(JSON.readTree("{\"a\": 3}")));
-      session.kernel(s.saxpy()).launch(dev.thaw.runtime.gpu.Dim3.of(1), dev.thaw.runtime.gpu.Dim3.of(256),
+      session.kernel(s.saxpy()).launch(Dim3.of(1), Dim3.of(256),
           session.stream(), 4f, session.address(s.x()), session.address(s.out()), 256);
       assertEquals(List.of("contract/thaw_test_saxpy a=3.0 y=" + session.address(s.out()),
           "contract/thaw_test_saxpy a=4.0 y=" + session.address(s.out())), seen);

@@ -5,7 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
-import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.util.Map;
 import org.junit.jupiter.api.Test;
 
 class GpuDriversTest {
@@ -22,16 +22,26 @@ class GpuDriversTest {
 
   @Test
   void simIsAlwaysThere() {
-    try (GpuDriver d = GpuDrivers.open(DeviceChoice.SIM, new SimOptions())) {
+    try (GpuDriver d = GpuDrivers.open(DeviceChoice.SIM, Map.of())) {
       assertEquals("sim", d.name());
       assertTrue(d.isSimulated());
     }
   }
 
   @Test
+  void theSimulatedDeviceTakesItsSettingsFromTheEnvironmentItIsGiven() {
+    try (GpuDriver d = GpuDrivers.open(DeviceChoice.SIM, Map.of("THAW_SIM_MEMORY", "512m", "THAW_SIM_DEVICES", "2"))) {
+      assertEquals(2, d.devices().size());
+      assertEquals(512L << 20, d.devices().get(0).totalMemoryBytes());
+    }
+    assertThrows(IllegalArgumentException.class,
+        () -> GpuDrivers.open(DeviceChoice.SIM, Map.of("THAW_SIM_MEMORY", "lots")));
+  }
+
+  @Test
   void autoTakesTheGpuWhenThereIsOneElseTheSim() {
     boolean gpu = CudaDriver.availability().available();
-    try (GpuDriver d = GpuDrivers.open(DeviceChoice.AUTO, new SimOptions())) {
+    try (GpuDriver d = GpuDrivers.open(DeviceChoice.AUTO, Map.of())) {
       assertEquals(gpu ? "cuda" : "sim", d.name());
     }
   }
@@ -40,12 +50,12 @@ class GpuDriversTest {
   void forcingCudaWithoutAGpuSaysWhy() {
     DriverAvailability cuda = CudaDriver.availability();
     if (cuda.available()) {
-      try (GpuDriver d = GpuDrivers.open(DeviceChoice.CUDA, new SimOptions())) {
+      try (GpuDriver d = GpuDrivers.open(DeviceChoice.CUDA, Map.of())) {
         assertEquals("cuda", d.name());
       }
     } else {
       GpuUnavailableException e = assertThrows(GpuUnavailableException.class,
-          () -> GpuDrivers.open(DeviceChoice.CUDA, new SimOptions()));
+          () -> GpuDrivers.open(DeviceChoice.CUDA, Map.of()));
       assertTrue(e.getMessage().startsWith("THAW_DEVICE=cuda but no GPU is usable: "), e.getMessage());
       assertTrue(e.getMessage().contains(cuda.unavailabilityCause()));
     }

@@ -16,10 +16,13 @@ import dev.thaw.runtime.function.LaunchInterceptor;
 import dev.thaw.runtime.function.LaunchRedirect;
 import dev.thaw.runtime.function.SaxpyFunction;
 import dev.thaw.runtime.gpu.Dim3;
+import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.KernelArgs;
 import dev.thaw.runtime.gpu.sim.SimContext;
 import dev.thaw.runtime.gpu.sim.SimLaunchRecord;
+import dev.thaw.runtime.ptx.instrument.AccessOp;
 import dev.thaw.runtime.ptx.instrument.AccessSite;
+import dev.thaw.runtime.ptx.instrument.GuardViolation;
 import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
 import dev.thaw.runtime.ptx.instrument.ViolationReport;
 import java.nio.ByteBuffer;
@@ -178,11 +181,11 @@ class GpuProfilerTest {
       LaunchRedirect other = new LaunchRedirect() {
         @Override
         public void beforeLaunch(KernelRef kernel, Dim3 grid, Dim3 block, int shmem,
-            dev.thaw.runtime.gpu.GpuStream stream, KernelArgs args) {}
+            GpuStream stream, KernelArgs args) {}
 
         @Override
         public boolean launchInstead(KernelRef kernel, Dim3 grid, Dim3 block, int shmem,
-            dev.thaw.runtime.gpu.GpuStream stream, KernelArgs args) {
+            GpuStream stream, KernelArgs args) {
           return false;
         }
       };
@@ -207,14 +210,14 @@ class GpuProfilerTest {
       long t = s.address(t0);
       long tb = s.address(tables);
       long o = s.address(out);
-      List<dev.thaw.runtime.ptx.instrument.Violation> recorded = List.of(
+      List<GuardViolation> recorded = List.of(
           read(7, t + 4, 4), read(7, t, 4), read(7, t + 28, 4),
-          new dev.thaw.runtime.ptx.instrument.Violation(9, tb, 8, dev.thaw.runtime.ptx.instrument.AccessKind.WRITE),
-          new dev.thaw.runtime.ptx.instrument.Violation(11, o + 4, 4, dev.thaw.runtime.ptx.instrument.AccessKind.ATOMIC),
+          new GuardViolation(9, tb, 8, AccessOp.WRITE),
+          new GuardViolation(11, o + 4, 4, AccessOp.ATOMIC),
           read(7, t + 32, 4),
           read(5, tb + 4, 8));
       Map<Integer, AccessSite> sites = Map.of(7, new AccessSite(7, "spec_pointer_table", 45,
-          dev.thaw.runtime.ptx.instrument.AccessKind.READ, false, "ld.global.f32 %f1, [%rd10];"));
+          AccessOp.READ, false, "ld.global.f32 %f1, [%rd10];"));
       List<SiteViolation> got = GpuProfiler.violations(table, 3, set, new ViolationReport(9, recorded), sites);
 
       assertEquals(5, got.size(), got.toString());
@@ -264,8 +267,8 @@ class GpuProfilerTest {
     }
   }
 
-  private static dev.thaw.runtime.ptx.instrument.Violation read(int site, long address, int size) {
-    return new dev.thaw.runtime.ptx.instrument.Violation(site, address, size,
-        dev.thaw.runtime.ptx.instrument.AccessKind.READ);
+  private static GuardViolation read(int site, long address, int size) {
+    return new GuardViolation(site, address, size,
+        AccessOp.READ);
   }
 }

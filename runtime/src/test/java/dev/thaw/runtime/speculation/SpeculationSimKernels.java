@@ -5,6 +5,7 @@ import dev.thaw.runtime.gpu.sim.SimKernel;
 import dev.thaw.runtime.gpu.sim.SimLaunch;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.Arrays;
 
 /**
  * Java twins of {@code src/test/cuda/speculation.cu} for the sim device: each touches exactly the bytes its CUDA
@@ -69,7 +70,7 @@ public final class SpeculationSimKernels {
       int total = l.intArg(1) + l.intArg(2);
       if (total > 0) {
         float[] ones = new float[total];
-        java.util.Arrays.fill(ones, 1.0f);
+        Arrays.fill(ones, 1.0f);
         l.memory().putFloats(p, ones, 0, total);
       }
     }

@@ -6,6 +6,7 @@ import com.sun.jna.Pointer;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.ReadOnlyBufferException;
 
 /**
  * Page-locked, portable host memory: from {@code cuMemHostAlloc} (freed on close), or memory of the process
@@ -65,7 +66,7 @@ final class CudaPinnedBuffer extends CudaResource implements PinnedBuffer {
 
   /**
    * A read-only registration is mapped read-only too: its views must refuse a put with
-   * {@link java.nio.ReadOnlyBufferException}, since a write through them would be a SIGSEGV that kills the JVM.
+   * {@link ReadOnlyBufferException}, since a write through them would be a SIGSEGV that kills the JVM.
    */
   private ByteBuffer view(ByteBuffer b) {
     return (readOnly ? b.asReadOnlyBuffer() : b).order(ByteOrder.LITTLE_ENDIAN);

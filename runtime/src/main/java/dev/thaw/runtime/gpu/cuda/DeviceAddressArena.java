@@ -7,10 +7,10 @@ import java.util.TreeMap;
  * The device addresses this process hands out: one large reservation at a fixed base, sub-allocated here.
  *
  * <p>Why: with unified addressing a device range also takes host addresses, and the driver decides where.
- * Measured on an H200 (driver 580): {@code cuMemAddressReserve} ignores the hint of a small request and
- * sub-allocates it from its own pool near the top of the address space, where a JVM's mappings differ from
- * process to process; a 1 TiB request at {@code 0x200000000000} was honoured, in a fresh process and in one
- * whose low addresses were taken. So every Thaw process reserves the same arena at the same base (the first
+ * {@code cuMemAddressReserve} (driver 580, {@code docs/design/gpu-driver.md}) ignores the hint of a small request
+ * and sub-allocates it from its own pool near the top of the address space, where a JVM's mappings differ from
+ * process to process; a 1 TiB request at {@code 0x200000000000} is honoured, in a fresh process and in one whose
+ * low addresses are taken. So every Thaw process reserves the same arena at the same base (the first
  * of {@link #CANDIDATE_BASES} the driver honours) and places device ranges inside it itself: a range reserved
  * in one process can be reserved at the same address in another, which same-address restore relies on.
  *

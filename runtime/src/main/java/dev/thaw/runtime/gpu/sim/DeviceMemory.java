@@ -6,6 +6,7 @@ import static dev.thaw.runtime.gpu.sim.SimNative.INT_BASE;
 import static dev.thaw.runtime.gpu.sim.SimNative.SHORT_BASE;
 import static dev.thaw.runtime.gpu.sim.SimNative.U;
 
+import dev.thaw.runtime.gpu.MemoryAccess;
 import java.util.Objects;
 
 /**
@@ -13,7 +14,7 @@ import java.util.Objects;
  *
  * <p><b>Checked.</b> Every access is checked against the device's mappings before memory is touched: a byte
  * that is not mapped, mapped without access, or (for a store) mapped {@link
- * dev.thaw.runtime.gpu.MemoryAccess#READ READ}-only is an illegal address. The access throws, the launch ends
+ * MemoryAccess#READ READ}-only is an illegal address. The access throws, the launch ends
  * there, and the context is poisoned with {@code CUDA_ERROR_ILLEGAL_ADDRESS} (700), reported at the next
  * synchronization, as on a GPU. Catching the exception does not save the launch: the view stays faulted and
  * every later access throws too. A bulk access is checked whole before any byte moves; it may span mappings

@@ -6,6 +6,7 @@ import dev.thaw.runtime.gpu.AddressUnavailableException;
 import dev.thaw.runtime.gpu.CudaError;
 import dev.thaw.runtime.gpu.MemoryAccess;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -66,7 +67,7 @@ final class SimAddressSpace {
 
   SimAddressSpace(int devices) {
     Segment[][] none = new Segment[devices][];
-    java.util.Arrays.fill(none, NONE);
+    Arrays.fill(none, NONE);
     this.segments = none;
   }
 

@@ -14,6 +14,7 @@ import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.Mapping;
 import dev.thaw.runtime.gpu.ParamLayout;
 import dev.thaw.runtime.gpu.PhysicalMemory;
 import dev.thaw.runtime.gpu.PinnedBuffer;
@@ -34,6 +35,8 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Objects;
+import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -53,19 +56,19 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Synchronous copies and memsets run on the caller's thread; stream work runs on each stream's worker.
  * A fault in a kernel (or in queued work whose device memory was unmapped before it ran) poisons the whole
- * driver, as a sticky error poisons a whole CUDA process (measured on an H200: after an illegal address even
- * a context created afterwards cannot run work). From then on device work on any of its contexts —
+ * driver, as a sticky error poisons a whole CUDA process (after an illegal address even a context created
+ * afterwards cannot run work: {@code docs/design/gpu-driver.md}). From then on device work on any of its contexts —
  * synchronization, copies, memsets, launches, stream and event calls, module loads — throws a
  * {@link CudaException} with that error ({@code CUDA_ERROR_ILLEGAL_ADDRESS}, 700, or
  * {@code CUDA_ERROR_LAUNCH_FAILED}, 719). Address-space bookkeeping (reserve, create, map, set access,
- * unmap, release) still works, as it did on the H200; so does {@code close()}. Only a new driver (on a GPU,
+ * unmap, release) still works, as it does on CUDA; so does {@code close()}. Only a new driver (on a GPU,
  * a new process) recovers.
  *
- * <p>A mapping made read-only ({@link dev.thaw.runtime.gpu.Mapping#setAccess}) while any stream of its context has
+ * <p>A mapping made read-only ({@link Mapping#setAccess}) while any stream of its context has
  * work queued or running poisons the driver too ({@code CUDA_ERROR_ILLEGAL_ADDRESS}): the call itself succeeds, as
- * {@code cuMemSetAccess} does, and the error surfaces at the next synchronization. On an H200 the driver neither
- * refuses nor waits for such work, and kernels reading memory whose access changed under them faulted now and then;
- * the sim device makes that hazard certain, for any work of the context, so that a test catches every protection
+ * {@code cuMemSetAccess} does, and the error surfaces at the next synchronization. CUDA's driver neither refuses nor
+ * waits for such work, and a kernel reading memory whose access changes under it may fault; the sim device makes
+ * that hazard certain, for any work of the context, so that a test catches every protection
  * applied while something runs.
  */
 public final class SimContext implements GpuContext {
@@ -102,7 +105,7 @@ public final class SimContext implements GpuContext {
    * throws is logged and ignored. Launches skipped because the context was already poisoned are not reported.
    */
   public void addLaunchListener(Consumer<SimLaunchRecord> listener) {
-    listeners.add(java.util.Objects.requireNonNull(listener));
+    listeners.add(Objects.requireNonNull(listener));
   }
 
   public void removeLaunchListener(Consumer<SimLaunchRecord> listener) {
@@ -110,8 +113,8 @@ public final class SimContext implements GpuContext {
   }
 
   /** The error that poisoned this context's driver, if one did. Never throws. */
-  public java.util.Optional<CudaException> poisonedBy() {
-    return java.util.Optional.ofNullable(driver.poison());
+  public Optional<CudaException> poisonedBy() {
+    return Optional.ofNullable(driver.poison());
   }
 
   // ---- GpuContext ----

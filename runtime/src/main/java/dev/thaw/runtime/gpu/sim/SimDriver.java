@@ -6,10 +6,12 @@ import dev.thaw.runtime.gpu.DeviceInfo;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import java.nio.ByteOrder;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.ServiceLoader;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -62,7 +64,7 @@ public final class SimDriver implements GpuDriver {
 
   private SimDriver(SimOptions options) {
     this.options = options;
-    List<DeviceInfo> list = new java.util.ArrayList<>();
+    List<DeviceInfo> list = new ArrayList<>();
     for (int i = 0; i < options.deviceCount(); i++) {
       list.add(new DeviceInfo(i, options.deviceName(), options.computeCapabilityMajor(),
           options.computeCapabilityMinor(), options.memoryBytes(),
@@ -247,12 +249,12 @@ public final class SimDriver implements GpuDriver {
   }
 
   /** Host ranges registered with {@code cuMemHostRegister}, by start; guarded by itself. */
-  private final java.util.TreeMap<Long, Long> registered = new java.util.TreeMap<>();
+  private final TreeMap<Long, Long> registered = new TreeMap<>();
 
   /** Records a registration; false if it overlaps one, as CUDA's 712 says. */
   boolean register(long address, long size) {
     synchronized (registered) {
-      java.util.Map.Entry<Long, Long> below = registered.floorEntry(address + size - 1);
+      Map.Entry<Long, Long> below = registered.floorEntry(address + size - 1);
       if (below != null && below.getKey() + below.getValue() > address) {
         return false;
       }

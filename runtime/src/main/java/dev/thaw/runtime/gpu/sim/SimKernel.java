@@ -1,12 +1,14 @@
 package dev.thaw.runtime.gpu.sim;
 
+import java.util.ServiceLoader;
+
 /**
  * A kernel for the simulated device, written in Java: what runs when a PTX {@code .entry} of the same name
  * is launched on the sim driver.
  *
  * <h2>Registering</h2>
  * List the implementation in {@code META-INF/services/dev.thaw.runtime.gpu.sim.SimKernel}; each
- * {@link SimDriver} discovers them once, when it opens, through {@link java.util.ServiceLoader} (or call
+ * {@link SimDriver} discovers them once, when it opens, through {@link ServiceLoader} (or call
  * {@link SimDriver#registerKernel}). It needs a public no-argument constructor. Two kernels with one entry
  * name are an error. A module whose PTX names an entry with no Java kernel still loads; asking it for that
  * kernel fails with {@code CUDA_ERROR_NOT_FOUND}.

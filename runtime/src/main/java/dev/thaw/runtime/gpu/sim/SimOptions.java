@@ -4,6 +4,7 @@ import com.fasterxml.jackson.annotation.JsonAutoDetect;
 import com.fasterxml.jackson.annotation.JsonProperty;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.runtime.gpu.DeviceInfo;
 import java.util.Locale;
 import java.util.Map;
 
@@ -52,7 +53,7 @@ public final class SimOptions {
     return memoryBytes;
   }
 
-  public SimOptions memoryBytes(long bytes) {
+  public SimOptions setMemoryBytes(long bytes) {
     if (bytes <= 0) {
       throw new IllegalArgumentException("simulated memory must be positive: " + bytes);
     }
@@ -65,7 +66,7 @@ public final class SimOptions {
     return copyGBps;
   }
 
-  public SimOptions copyGBps(double gbps) {
+  public SimOptions setCopyGBps(double gbps) {
     if (!(gbps >= 0) || Double.isInfinite(gbps)) {
       throw new IllegalArgumentException("copy bandwidth must be a finite number of GB/s, 0 for none: " + gbps);
     }
@@ -77,7 +78,7 @@ public final class SimOptions {
     return deviceName;
   }
 
-  public SimOptions deviceName(String name) {
+  public SimOptions setDeviceName(String name) {
     this.deviceName = name;
     return this;
   }
@@ -90,7 +91,7 @@ public final class SimOptions {
     return computeCapabilityMinor;
   }
 
-  public SimOptions computeCapability(int major, int minor) {
+  public SimOptions setComputeCapability(int major, int minor) {
     this.computeCapabilityMajor = major;
     this.computeCapabilityMinor = minor;
     return this;
@@ -105,7 +106,7 @@ public final class SimOptions {
     return deviceCount;
   }
 
-  public SimOptions deviceCount(int n) {
+  public SimOptions setDeviceCount(int n) {
     if (n < 1 || n > MAX_DEVICE_COUNT) {
       throw new IllegalArgumentException("simulated devices: 1 to " + MAX_DEVICE_COUNT + ", not " + n);
     }
@@ -114,14 +115,14 @@ public final class SimOptions {
   }
 
   /**
-   * The SMs each device reports ({@link dev.thaw.runtime.gpu.DeviceInfo#multiprocessorCount()}): code that sizes
+   * The SMs each device reports ({@link DeviceInfo#multiprocessorCount()}): code that sizes
    * its launches by them (a grid per wave) sees a smaller or larger GPU. Nothing runs faster or slower.
    */
   public int multiprocessorCount() {
     return multiprocessorCount;
   }
 
-  public SimOptions multiprocessorCount(int n) {
+  public SimOptions setMultiprocessorCount(int n) {
     if (n < 1 || n > 1024) {
       throw new IllegalArgumentException("simulated SMs: 1 to 1024, not " + n);
     }
@@ -129,12 +130,12 @@ public final class SimOptions {
     return this;
   }
 
-  /** Bandwidth between two devices in GB/s (NVLink: 393 measured between two H200s); 0 as fast as the host. */
+  /** Bandwidth between two devices in GB/s (two H200s' NVLink: 393); 0 as fast as the host. */
   public double peerGBps() {
     return peerGBps;
   }
 
-  public SimOptions peerGBps(double gbps) {
+  public SimOptions setPeerGBps(double gbps) {
     if (!(gbps >= 0) || Double.isInfinite(gbps)) {
       throw new IllegalArgumentException("peer bandwidth must be a finite number of GB/s, 0 for none: " + gbps);
     }
@@ -150,7 +151,7 @@ public final class SimOptions {
     return peerAccess;
   }
 
-  public SimOptions peerAccess(boolean on) {
+  public SimOptions setPeerAccess(boolean on) {
     this.peerAccess = on;
     return this;
   }
@@ -167,12 +168,12 @@ public final class SimOptions {
     SimOptions options = new SimOptions();
     String memory = env.get("THAW_SIM_MEMORY");
     if (memory != null && !memory.isBlank()) {
-      options.memoryBytes(parseBytes("THAW_SIM_MEMORY", memory));
+      options.setMemoryBytes(parseBytes("THAW_SIM_MEMORY", memory));
     }
     String gbps = env.get("THAW_SIM_COPY_GBPS");
     if (gbps != null && !gbps.isBlank()) {
       try {
-        options.copyGBps(Double.parseDouble(gbps.strip()));
+        options.setCopyGBps(Double.parseDouble(gbps.strip()));
       } catch (NumberFormatException e) {
         throw new IllegalArgumentException("THAW_SIM_COPY_GBPS=" + gbps + " is not a number of GB/s");
       }
@@ -180,7 +181,7 @@ public final class SimOptions {
     String devices = env.get("THAW_SIM_DEVICES");
     if (devices != null && !devices.isBlank()) {
       try {
-        options.deviceCount(Integer.parseInt(devices.strip()));
+        options.setDeviceCount(Integer.parseInt(devices.strip()));
       } catch (NumberFormatException e) {
         throw new IllegalArgumentException("THAW_SIM_DEVICES=" + devices + " is not a number of devices");
       }
@@ -188,14 +189,14 @@ public final class SimOptions {
     String peer = env.get("THAW_SIM_PEER_GBPS");
     if (peer != null && !peer.isBlank()) {
       try {
-        options.peerGBps(Double.parseDouble(peer.strip()));
+        options.setPeerGBps(Double.parseDouble(peer.strip()));
       } catch (NumberFormatException e) {
         throw new IllegalArgumentException("THAW_SIM_PEER_GBPS=" + peer + " is not a number of GB/s");
       }
     }
     String access = env.get("THAW_SIM_PEER_ACCESS");
     if (access != null && !access.isBlank()) {
-      options.peerAccess(switch (access.strip().toLowerCase(Locale.ROOT)) {
+      options.setPeerAccess(switch (access.strip().toLowerCase(Locale.ROOT)) {
         case "1", "true", "yes" -> true;
         case "0", "false", "no" -> false;
         default -> throw new IllegalArgumentException("THAW_SIM_PEER_ACCESS=" + access + " is not 0 or 1");
@@ -237,10 +238,10 @@ public final class SimOptions {
     try {
       SimOptions o = JSON.readValue(json, SimOptions.class);
       // Re-validate through the setters: JSON is input.
-      return new SimOptions().memoryBytes(o.memoryBytes).copyGBps(o.copyGBps).deviceName(o.deviceName)
-          .computeCapability(o.computeCapabilityMajor, o.computeCapabilityMinor).deviceCount(o.deviceCount)
-          .multiprocessorCount(o.multiprocessorCount)
-          .peerGBps(o.peerGBps).peerAccess(o.peerAccess);
+      return new SimOptions().setMemoryBytes(o.memoryBytes).setCopyGBps(o.copyGBps).setDeviceName(o.deviceName)
+          .setComputeCapability(o.computeCapabilityMajor, o.computeCapabilityMinor).setDeviceCount(o.deviceCount)
+          .setMultiprocessorCount(o.multiprocessorCount)
+          .setPeerGBps(o.peerGBps).setPeerAccess(o.peerAccess);
     } catch (JsonProcessingException e) {
       throw new IllegalArgumentException("not a SimOptions JSON object: " + e.getOriginalMessage());
     }

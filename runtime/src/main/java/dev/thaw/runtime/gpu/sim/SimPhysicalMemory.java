@@ -5,6 +5,8 @@ import dev.thaw.runtime.gpu.PhysicalMemory;
 import dev.thaw.runtime.host.ProcessFds;
 import dev.thaw.runtime.host.SharedMemory;
 import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 
 /**
  * Simulated physical device memory: a zeroed block of host memory, counted against its device's memory.
@@ -83,7 +85,7 @@ final class SimPhysicalMemory implements PhysicalMemory {
    */
   static int exporterDevice(int fd, int fallback) {
     try {
-      String target = java.nio.file.Files.readSymbolicLink(java.nio.file.Path.of("/proc/self/fd/" + fd)).toString();
+      String target = Files.readSymbolicLink(Path.of("/proc/self/fd/" + fd)).toString();
       int at = target.indexOf(MEMFD_PREFIX);
       if (at < 0) {
         return fallback;

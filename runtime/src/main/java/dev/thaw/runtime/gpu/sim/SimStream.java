@@ -5,6 +5,7 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.host.Threads;
 import java.util.ArrayDeque;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
@@ -41,8 +42,7 @@ final class SimStream implements GpuStream {
 
   SimStream(SimContext context, String name) {
     this.context = context;
-    this.worker = new Thread(this::loop, name);
-    worker.setDaemon(true);
+    this.worker = Threads.daemon(this::loop, name);
   }
 
   void start() {

@@ -11,7 +11,7 @@ package dev.thaw.runtime.ptx.instrument;
  * @param generic true for a generic address (checked only when it points to global memory)
  * @param instruction the original instruction, as PTX text
  */
-public record AccessSite(int id, String function, int line, AccessKind kind, boolean generic, String instruction) {
+public record AccessSite(int id, String function, int line, AccessOp kind, boolean generic, String instruction) {
 
   @Override
   public String toString() {

@@ -145,11 +145,12 @@ public final class GuardTable {
     }
     long total = b.getLong(COUNT_OFFSET);
     int recorded = (int) Math.min(total, maxViolations);
-    List<Violation> out = new ArrayList<>(recorded);
+    List<GuardViolation> out = new ArrayList<>(recorded);
     long base = violationsOffset();
     for (int j = 0; j < recorded; j++) {
       int at = Math.toIntExact(base + (long) VIOLATION_BYTES * j);
-      out.add(new Violation(b.getInt(at + 12), b.getLong(at), b.getInt(at + 8), AccessKind.ofCode(b.getInt(at + 16))));
+      out.add(new GuardViolation(b.getInt(at + 12), b.getLong(at), b.getInt(at + 8),
+          AccessOp.ofCode(b.getInt(at + 16))));
     }
     return new ViolationReport(total, out);
   }

@@ -1,5 +1,6 @@
 package dev.thaw.runtime.ptx.instrument;
 
+import dev.thaw.runtime.ptx.PtxSyntaxException;
 import dev.thaw.runtime.ptx.instrument.PtxStatement.Directive;
 import dev.thaw.runtime.ptx.instrument.PtxStatement.Instruction;
 import dev.thaw.runtime.ptx.instrument.PtxStatement.Label;
@@ -90,7 +91,7 @@ public final class PtxInstrumenter {
    * Instruments {@code ptx}.
    *
    * @throws InstrumentationException for a construct it does not handle
-   * @throws dev.thaw.runtime.ptx.PtxSyntaxException if the text cannot be read
+   * @throws PtxSyntaxException if the text cannot be read
    */
   public static InstrumentedModule instrument(String ptx) {
     Matcher reserved = RESERVED.matcher(PtxModule.stripComments(ptx));
@@ -114,10 +115,10 @@ public final class PtxInstrumenter {
    * One checked access: {@code [address, address + size)}, {@code size} an immediate or a 32-bit register that
    * {@code setup} (emitted just before the check's arithmetic) computes, or null.
    */
-  private record Access(AccessKind kind, Space space, String address, String size, String skipWhen,
+  private record Access(AccessOp kind, Space space, String address, String size, String skipWhen,
       List<PtxStatement> setup) {
 
-    Access(AccessKind kind, Space space, String address, String size, String skipWhen) {
+    Access(AccessOp kind, Space space, String address, String size, String skipWhen) {
       this(kind, space, address, size, skipWhen, List.of());
     }
   }
@@ -213,22 +214,22 @@ public final class PtxInstrumenter {
           return classifyCopy(i, mods);
         }
         case "ld", "ldu" -> {
-          return memoryAccess(i, mods, AccessKind.READ);
+          return memoryAccess(i, mods, AccessOp.READ);
         }
         case "st" -> {
           if (mods.contains("async") || mods.contains("bulk")) {
             throw refuse(i, "st.async and st.bulk are not supported");
           }
-          return memoryAccess(i, mods, AccessKind.WRITE);
+          return memoryAccess(i, mods, AccessOp.WRITE);
         }
         case "red" -> {
           if (mods.contains("async")) {
             throw refuse(i, "red.async is not supported");
           }
-          return memoryAccess(i, mods, AccessKind.ATOMIC);
+          return memoryAccess(i, mods, AccessOp.ATOMIC);
         }
         case "atom" -> {
-          return memoryAccess(i, mods, AccessKind.ATOMIC);
+          return memoryAccess(i, mods, AccessOp.ATOMIC);
         }
         default -> {
           return null;
@@ -272,10 +273,10 @@ public final class PtxInstrumenter {
           throw refuse(i, "cannot tell whether '" + extra + "' is a source size or an ignore-src predicate");
         }
       }
-      return new Access(AccessKind.READ, Space.GLOBAL, ops.get(1), size, skipWhen);
+      return new Access(AccessOp.READ, Space.GLOBAL, ops.get(1), size, skipWhen);
     }
 
-    private Access memoryAccess(Instruction i, List<String> mods, AccessKind kind) {
+    private Access memoryAccess(Instruction i, List<String> mods, AccessOp kind) {
       Space space = space(mods);
       if (space == Space.OTHER) {
         return null;
@@ -355,7 +356,7 @@ public final class PtxInstrumenter {
       if (!am.matches()) {
         throw refuse(i, "cannot read the address operand " + address);
       }
-      AccessKind kind = mods.get(0).equals("load") ? AccessKind.READ : AccessKind.WRITE;
+      AccessOp kind = mods.get(0).equals("load") ? AccessOp.READ : AccessOp.WRITE;
       Space space = space(mods);
       if (IMMEDIATE.matcher(stride).matches()) {
         long span = ((rows - 1) * parseLong(stride) + cols) * elementBytes;

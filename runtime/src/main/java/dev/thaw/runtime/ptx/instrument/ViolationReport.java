@@ -9,7 +9,7 @@ import java.util.List;
  * @param recorded the first ones, up to the table's capacity, in the order the device recorded them (which
  *     is not deterministic between threads)
  */
-public record ViolationReport(long total, List<Violation> recorded) {
+public record ViolationReport(long total, List<GuardViolation> recorded) {
 
   public ViolationReport {
     recorded = List.copyOf(recorded);

@@ -38,6 +38,7 @@ import java.nio.ByteBuffer;
 import java.nio.ReadOnlyBufferException;
 import java.nio.file.Path;
 import java.nio.ByteOrder;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicReference;
@@ -550,7 +551,7 @@ public abstract class GpuDriverContract {
       assertEquals(0, direct.position());
       byte[] back = new byte[n - 7];
       direct.get(back);
-      assertArrayEquals(java.util.Arrays.copyOfRange(data, 7, n), back);
+      assertArrayEquals(Arrays.copyOfRange(data, 7, n), back);
       byte[] heapBack = new byte[n - 7];
       ctx.copyDeviceToHost(ByteBuffer.wrap(heapBack), a.address());
       assertArrayEquals(back, heapBack);
@@ -591,7 +592,7 @@ public abstract class GpuDriverContract {
       for (int i = 16; i < 32; i++) {
         assertEquals((byte) 0x01, back[i]);
       }
-      assertArrayEquals(java.util.Arrays.copyOfRange(data, 32, bytes), java.util.Arrays.copyOfRange(back, 32, bytes));
+      assertArrayEquals(Arrays.copyOfRange(data, 32, bytes), Arrays.copyOfRange(back, 32, bytes));
     }
   }
 
@@ -875,7 +876,7 @@ public abstract class GpuDriverContract {
     assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("contextSync"), "the context stays poisoned");
     assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("relaunch"), "nothing runs on it any more");
     assertNotEquals("ok", child.get("memset"));
-    // Measured on an H200: the error is sticky for the process, not the context. Only a new process recovers.
+    // The error is sticky for the process, not the context (docs/design/gpu-driver.md). Only a new process recovers.
     assertEquals("CUDA_ERROR_ILLEGAL_ADDRESS", child.get("fresh"), "a context created afterwards cannot run work either");
   }
 
@@ -947,7 +948,7 @@ public abstract class GpuDriverContract {
 
   static float[] filled(int n, float v) {
     float[] a = new float[n];
-    java.util.Arrays.fill(a, v);
+    Arrays.fill(a, v);
     return a;
   }
 

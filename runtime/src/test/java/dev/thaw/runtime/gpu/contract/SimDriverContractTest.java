@@ -15,7 +15,7 @@ class SimDriverContractTest extends GpuDriverContract {
 
   @Override
   protected GpuDriver openDriver() {
-    return SimDriver.open(new SimOptions().deviceCount(2));
+    return SimDriver.open(new SimOptions().setDeviceCount(2));
   }
 
   @Override

@@ -11,6 +11,7 @@ import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
 import dev.thaw.runtime.gpu.DeviceBuffer;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.Mapping;
+import dev.thaw.runtime.gpu.MemoryAccess;
 import dev.thaw.runtime.gpu.PhysicalMemory;
 import dev.thaw.runtime.gpu.VirtualRange;
 import java.nio.ByteBuffer;
@@ -66,14 +67,14 @@ class SimAddressSpaceTest {
       CudaException noAccess = assertThrows(CudaException.class,
           () -> ctx.copyHostToDevice(range.address() + MIB2, ByteBuffer.allocate(8)));
       assertEquals(CudaError.CUDA_ERROR_INVALID_VALUE, noAccess.code());
-      m.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ_WRITE);
+      m.setAccess(MemoryAccess.READ_WRITE);
       ctx.copyHostToDevice(range.address() + MIB2, ByteBuffer.allocate(8));
       // Not mapped at all.
       assertThrows(CudaException.class, () -> ctx.copyHostToDevice(range.address(), ByteBuffer.allocate(8)));
 
       // Two mappings contiguous in one range: a copy may span them.
       Mapping m2 = range.map(0, one);
-      m2.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ_WRITE);
+      m2.setAccess(MemoryAccess.READ_WRITE);
       ByteBuffer across = ByteBuffer.allocate(16);
       for (int i = 0; i < 16; i++) {
         across.put(i, (byte) (i + 1));
@@ -90,7 +91,7 @@ class SimAddressSpaceTest {
 
   @Test
   void outOfMemoryLeavesTheContextUsableAndCloseFreesEverything() {
-    try (SimDriver driver = SimDriver.open(new SimOptions().memoryBytes(8 * MIB2))) {
+    try (SimDriver driver = SimDriver.open(new SimOptions().setMemoryBytes(8 * MIB2))) {
       GpuContext ctx = driver.createContext(0);
       DeviceBuffer big = ctx.allocate(6 * MIB2);
       CudaOutOfMemoryException oom = assertThrows(CudaOutOfMemoryException.class, () -> ctx.allocate(4 * MIB2));
@@ -119,7 +120,7 @@ class SimAddressSpaceTest {
       VirtualRange range = ctx.reserve(MIB2, 0);
       PhysicalMemory mem = ctx.createMemory(MIB2);
       Mapping m = range.map(0, mem);
-      m.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ_WRITE);
+      m.setAccess(MemoryAccess.READ_WRITE);
       mem.close();
       assertEquals(MIB2, driver.memoryInUse());
       ctx.memsetD8(range.address(), (byte) 7, MIB2);

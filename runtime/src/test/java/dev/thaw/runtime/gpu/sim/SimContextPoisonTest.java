@@ -12,17 +12,21 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.MemoryAccess;
+import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.function.Executable;
 
 /**
- * Pins GPU-like sticky errors, as measured on an H200: a fault is reported at the next synchronization, then
- * by all device work on every context of the driver (a CUDA process), while address-space bookkeeping works.
+ * Pins GPU-like sticky errors, as CUDA has them ({@code docs/design/gpu-driver.md}): a fault is reported at the next
+ * synchronization, then by all device work on every context of the driver (a CUDA process), while address-space
+ * bookkeeping works.
  */
 class SimContextPoisonTest {
 
@@ -30,7 +34,7 @@ class SimContextPoisonTest {
 
   @BeforeEach
   void open() {
-    driver = SimDriver.open(new SimOptions().memoryBytes(64L << 20));
+    driver = SimDriver.open(new SimOptions().setMemoryBytes(64L << 20));
   }
 
   @AfterEach
@@ -81,15 +85,15 @@ class SimContextPoisonTest {
       assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, again.code(), again.getMessage());
     }
 
-    // Bookkeeping still works, as on the H200; device work on a context created afterwards does not.
+    // Bookkeeping still works, as on CUDA; device work on a context created afterwards does not.
     ctx.allocate(1).close();
-    buf.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ);
+    buf.setAccess(MemoryAccess.READ);
     try (GpuContext fresh = driver.createContext(0); DeviceBuffer b = fresh.allocate(64)) {
       CudaException stuck = assertThrows(CudaException.class, () -> fresh.memsetD32(b.address(), 1, 16));
       assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, stuck.code());
     }
     // A new driver, the sim's new process, is unaffected.
-    try (SimDriver next = SimDriver.open(new SimOptions().memoryBytes(64L << 20));
+    try (SimDriver next = SimDriver.open(new SimOptions().setMemoryBytes(64L << 20));
         GpuContext fresh = next.createContext(0); DeviceBuffer b = fresh.allocate(64)) {
       fresh.memsetD32(b.address(), 0x01020304, 16);
       ByteBuffer host = ByteBuffer.allocate(64);
@@ -138,15 +142,15 @@ class SimContextPoisonTest {
   @Test
   void aCopyQueuedBeforeItsDestinationTurnedReadOnlyFaultsWhenItRuns() throws Exception {
     try (SimContext ctx = (SimContext) driver.createContext(0); DeviceBuffer buf = ctx.allocate(4096);
-        dev.thaw.runtime.gpu.PinnedBuffer host = ctx.allocatePinned(4096)) {
+        PinnedBuffer host = ctx.allocatePinned(4096)) {
       SimStream stream = (SimStream) ctx.createStream();
       ctx.memsetD8(buf.address(), (byte) 0x5a, 4096);
       host.slice(0, 4096).put(new byte[4096]);
-      java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+      CountDownLatch release = new CountDownLatch(1);
       // Holds the stream until the mapping is read-only: the copy behind it runs only then.
       stream.enqueue(release::await);
       stream.copyHostToDeviceAsync(buf.address(), host, 0, 4096);
-      buf.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ);
+      buf.setAccess(MemoryAccess.READ);
       release.countDown();
       CudaException e = assertThrows(CudaException.class, stream::synchronize);
       assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, e.code());
@@ -169,14 +173,14 @@ class SimContextPoisonTest {
     try (SimContext ctx = (SimContext) driver.createContext(0); DeviceBuffer idle = ctx.allocate(4096);
         DeviceBuffer busy = ctx.allocate(4096); DeviceBuffer other = ctx.allocate(4096)) {
       SimStream stream = (SimStream) ctx.createStream();
-      idle.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ);
+      idle.setAccess(MemoryAccess.READ);
       assertTrue(ctx.poisonedBy().isEmpty(), "no work in flight: nothing to fault");
-      java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+      CountDownLatch release = new CountDownLatch(1);
       stream.enqueue(release::await);
       stream.memsetD8Async(other.address(), (byte) 1, 4096);
-      idle.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ_WRITE);
+      idle.setAccess(MemoryAccess.READ_WRITE);
       assertTrue(ctx.poisonedBy().isEmpty(), "widening access faults nothing");
-      busy.setAccess(dev.thaw.runtime.gpu.MemoryAccess.READ);
+      busy.setAccess(MemoryAccess.READ);
       release.countDown();
       CudaException e = assertThrows(CudaException.class, stream::synchronize);
       assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, e.code());

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.thaw.runtime.gpu.CudaError;
+import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.DeviceBuffer;
 import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.GpuModule;
@@ -16,6 +17,7 @@ import java.nio.ByteOrder;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assertions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
@@ -30,7 +32,7 @@ class SimLaunchRecordingTest {
 
   @BeforeEach
   void open() {
-    driver = SimDriver.open(new SimOptions().memoryBytes(64L << 20));
+    driver = SimDriver.open(new SimOptions().setMemoryBytes(64L << 20));
     ctx = (SimContext) driver.createContext(0);
     ctx.addLaunchListener(records::add);
     module = ctx.loadPtx(TestKernels.PTX);
@@ -120,7 +122,7 @@ class SimLaunchRecordingTest {
     Kernel readAt = module.kernel("sim_test_read_at");
     readAt.launch(Dim3.of(1), Dim3.of(1), stream, in, ro);
 
-    var e = org.junit.jupiter.api.Assertions.assertThrows(dev.thaw.runtime.gpu.CudaException.class, stream::synchronize);
+    var e = Assertions.assertThrows(CudaException.class, stream::synchronize);
     assertEquals(CudaError.CUDA_ERROR_ILLEGAL_ADDRESS, e.code());
     SimLaunchRecord r = records.get(0);
     assertEquals(List.of(AddressRange.of(in.address(), 4)), r.reads().ranges());

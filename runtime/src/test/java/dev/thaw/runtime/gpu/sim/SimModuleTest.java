@@ -20,6 +20,7 @@ import dev.thaw.runtime.gpu.PtxCompileException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -67,7 +68,7 @@ class SimModuleTest {
     assertEquals(TestKernels.PTX, fromPtx.ptx().orElseThrow());
     assertTrue(fromPtx.kernelNames().contains("sim_test_scale"));
     byte[] cubin = fromPtx.cubin();
-    assertArrayEquals("THAWSIM1".getBytes(StandardCharsets.US_ASCII), java.util.Arrays.copyOf(cubin, 8));
+    assertArrayEquals("THAWSIM1".getBytes(StandardCharsets.US_ASCII), Arrays.copyOf(cubin, 8));
 
     GpuModule fromCubin = ctx.loadCubin(cubin);
     assertTrue(fromCubin.ptx().isEmpty());
@@ -89,7 +90,7 @@ class SimModuleTest {
 
     CudaException bad = assertThrows(CudaException.class, () -> ctx.loadCubin(new byte[] {0x7f, 'E', 'L', 'F'}));
     assertEquals(CudaError.CUDA_ERROR_INVALID_IMAGE, bad.code());
-    try (SimDriver ampere = SimDriver.open(new SimOptions().computeCapability(8, 0));
+    try (SimDriver ampere = SimDriver.open(new SimOptions().setComputeCapability(8, 0));
         GpuContext other = ampere.createContext(0)) {
       CudaException arch = assertThrows(CudaException.class, () -> other.loadCubin(cubin));
       assertEquals(CudaError.CUDA_ERROR_NO_BINARY_FOR_GPU, arch.code());

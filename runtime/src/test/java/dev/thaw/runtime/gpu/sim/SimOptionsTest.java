@@ -54,8 +54,8 @@ class SimOptionsTest {
 
   @Test
   void roundTripsThroughJson() {
-    SimOptions o = new SimOptions().memoryBytes(1L << 30).copyGBps(12.5).deviceName("test").deviceCount(3)
-        .multiprocessorCount(2);
+    SimOptions o = new SimOptions().setMemoryBytes(1L << 30).setCopyGBps(12.5).setDeviceName("test").setDeviceCount(3)
+        .setMultiprocessorCount(2);
     SimOptions back = SimOptions.fromJson(o.toJson());
     assertEquals(o.toJson(), back.toJson());
     assertEquals(3, back.deviceCount());
@@ -63,7 +63,7 @@ class SimOptionsTest {
     try (SimDriver driver = SimDriver.open(back)) {
       assertEquals(2, driver.devices().get(2).multiprocessorCount());
     }
-    assertThrows(IllegalArgumentException.class, () -> new SimOptions().multiprocessorCount(0));
+    assertThrows(IllegalArgumentException.class, () -> new SimOptions().setMultiprocessorCount(0));
     assertThrows(IllegalArgumentException.class, () -> SimOptions.fromJson("{\"memoryBytes\": -5}"));
     assertThrows(IllegalArgumentException.class, () -> SimOptions.fromJson("not json"));
   }

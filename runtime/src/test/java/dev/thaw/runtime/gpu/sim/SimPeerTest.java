@@ -13,6 +13,7 @@ import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.MemoryAccess;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 
@@ -27,7 +28,7 @@ class SimPeerTest {
 
   @Test
   void aDeviceNotGrantedAccessCannotCopyFromAnothersMemory() {
-    try (SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         DeviceBuffer theirs = one.allocate(MIB); DeviceBuffer mine = zero.allocate(MIB);
         GpuStream stream = zero.createStream()) {
@@ -40,7 +41,7 @@ class SimPeerTest {
       theirs.setAccessFor(0, MemoryAccess.READ);
       stream.copyDeviceToDeviceAsync(mine.address(), theirs.address(), MIB);
       stream.synchronize();
-      ByteBuffer b = ByteBuffer.allocateDirect(16).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+      ByteBuffer b = ByteBuffer.allocateDirect(16).order(ByteOrder.LITTLE_ENDIAN);
       zero.copyDeviceToHost(b, mine.address());
       assertEquals(42, b.getInt(12));
       // Read access is not write access.
@@ -50,7 +51,7 @@ class SimPeerTest {
 
   @Test
   void devicesThatAreNotPeersRefuseAGrant() {
-    try (SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2).peerAccess(false));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2).setPeerAccess(false));
         GpuContext one = driver.createContext(1); DeviceBuffer theirs = one.allocate(MIB)) {
       assertFalse(driver.canAccessPeer(0, 1));
       CudaException e = assertThrows(CudaException.class, () -> theirs.setAccessFor(0, MemoryAccess.READ));
@@ -60,7 +61,7 @@ class SimPeerTest {
 
   @Test
   void memoryIsCountedPerDevice() {
-    try (SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2).memoryBytes(16 * MIB));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2).setMemoryBytes(16 * MIB));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         DeviceBuffer most = one.allocate(12 * MIB)) {
       assertEquals(4 * MIB, one.memoryInfo().freeBytes());
@@ -77,7 +78,7 @@ class SimPeerTest {
   @Test
   void aPeerCopyTakesTheModelledTimeOfThePeerLink() {
     // 0.5 GB/s: 8 MiB take ~17 ms; as fast as the host without the model. Only a lower bound is asserted.
-    try (SimDriver driver = SimDriver.open(new SimOptions().deviceCount(2).peerGBps(0.5));
+    try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2).setPeerGBps(0.5));
         GpuContext zero = driver.createContext(0); GpuContext one = driver.createContext(1);
         DeviceBuffer theirs = one.allocate(8 * MIB); DeviceBuffer mine = zero.allocate(8 * MIB);
         GpuStream stream = zero.createStream()) {

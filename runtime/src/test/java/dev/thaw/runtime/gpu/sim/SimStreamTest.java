@@ -15,6 +15,7 @@ import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.Kernel;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.Collectors;
@@ -31,7 +32,7 @@ class SimStreamTest {
 
   @BeforeEach
   void open() {
-    driver = SimDriver.open(new SimOptions().memoryBytes(256L << 20));
+    driver = SimDriver.open(new SimOptions().setMemoryBytes(256L << 20));
     ctx = (SimContext) driver.createContext(0);
     increment = ctx.loadPtx(TestKernels.PTX).kernel("sim_test_increment");
   }
@@ -43,7 +44,7 @@ class SimStreamTest {
   }
 
   private int readInt(DeviceBuffer b) {
-    ByteBuffer host = ByteBuffer.allocate(4).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+    ByteBuffer host = ByteBuffer.allocate(4).order(ByteOrder.LITTLE_ENDIAN);
     b.copyToHost(host);
     return host.getInt(0);
   }
@@ -141,7 +142,7 @@ class SimStreamTest {
 
   @Test
   void theBandwidthModelMakesCopiesTakeAtLeastTheirModelledTime() {
-    try (SimDriver slow = SimDriver.open(new SimOptions().copyGBps(1.0)); SimContext c =
+    try (SimDriver slow = SimDriver.open(new SimOptions().setCopyGBps(1.0)); SimContext c =
         (SimContext) slow.createContext(0)) {
       GpuStream stream = c.createStream();
       DeviceBuffer buf = c.allocate(4 << 20);

@@ -1,5 +1,6 @@
 package dev.thaw.runtime.gpu.sim;
 
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.locks.LockSupport;
 
 /** Java kernels for the sim driver's own tests, registered in the test services file. */
@@ -136,7 +137,7 @@ public final class TestKernels {
    * until then, however slowly the test's own thread runs.
    */
   public static final class Hold implements SimKernel {
-    private static final java.util.concurrent.Semaphore GATE = new java.util.concurrent.Semaphore(0);
+    private static final Semaphore GATE = new Semaphore(0);
 
     public static void release() {
       GATE.release();

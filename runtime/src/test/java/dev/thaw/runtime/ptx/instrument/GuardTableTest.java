@@ -50,8 +50,8 @@ class GuardTableTest {
     assertEquals(3, r.total());
     assertTrue(r.truncated());
     assertFalse(r.clean());
-    assertEquals(List.of(new Violation(17, 0x2000, 4, AccessKind.WRITE), new Violation(5, 0x1100, 16, AccessKind.ATOMIC)),
-        r.recorded());
+    assertEquals(List.of(new GuardViolation(17, 0x2000, 4, AccessOp.WRITE),
+        new GuardViolation(5, 0x1100, 16, AccessOp.ATOMIC)), r.recorded());
   }
 
   @Test

@@ -133,9 +133,9 @@ class InstrumentedKernelsGpuTest {
     };
     Object[] args = {table, count, n, out};
     ViolationReport r = runBoth("thaw_instr_pointer_table", Dim3.of(4), Dim3.of(256), init, args, allowed.build(), out);
-    List<Violation> expected = new ArrayList<>();
+    List<GuardViolation> expected = new ArrayList<>();
     for (int i = 0; i < n; i++) {
-      expected.add(new Violation(-1, b[2].address() + 4L * i, 4, AccessKind.READ));
+      expected.add(new GuardViolation(-1, b[2].address() + 4L * i, 4, AccessOp.READ));
     }
     expect("thaw_instr_pointer_table", r, expected, "thaw_instr_pointer_table");
 
@@ -168,9 +168,9 @@ class InstrumentedKernelsGpuTest {
           }
           upload(region, pattern);
         }, new Object[] {src, dst, n, extra}, allowed, region);
-    List<Violation> expected = new ArrayList<>();
+    List<GuardViolation> expected = new ArrayList<>();
     for (int j = 0; j < extra; j++) {
-      expected.add(new Violation(-1, neighbour + 4L * j, 4, AccessKind.WRITE));
+      expected.add(new GuardViolation(-1, neighbour + 4L * j, 4, AccessOp.WRITE));
     }
     expect("thaw_instr_overflow", r, expected, "thaw_instr_overflow");
   }
@@ -187,10 +187,10 @@ class InstrumentedKernelsGpuTest {
           zero(out);
           zero(victim);
         }, new Object[] {out, victim, n}, allowed, out, victim);
-    List<Violation> expected = new ArrayList<>();
-    expected.add(new Violation(-1, victim.address() + 4L * 3, 4, AccessKind.WRITE)); // the predicated store
+    List<GuardViolation> expected = new ArrayList<>();
+    expected.add(new GuardViolation(-1, victim.address() + 4L * 3, 4, AccessOp.WRITE)); // the predicated store
     for (int i = 1; i < n; i += 4) {
-      expected.add(new Violation(-1, victim.address() + 4L * i, 4, AccessKind.WRITE)); // generic, to global
+      expected.add(new GuardViolation(-1, victim.address() + 4L * i, 4, AccessOp.WRITE)); // generic, to global
     }
     expect("thaw_instr_predicated_generic", r, expected, "thaw_instr_predicated_generic");
     long generic = r.recorded().stream().filter(v -> rewrite.site(v.site()).generic()).count();
@@ -211,7 +211,7 @@ class InstrumentedKernelsGpuTest {
           zero(out);
           zero(victim);
         }, new Object[] {x, out, victim, n}, allowed, out, victim);
-    expect("thaw_instr_calls", r, List.of(new Violation(-1, victim.address() + 8, 4, AccessKind.WRITE)),
+    expect("thaw_instr_calls", r, List.of(new GuardViolation(-1, victim.address() + 8, 4, AccessOp.WRITE)),
         "thaw_instr_store_at");
   }
 
@@ -240,10 +240,10 @@ class InstrumentedKernelsGpuTest {
 
     ViolationReport r = runBoth("thaw_instr_atomics", Dim3.of(2), Dim3.of(256), init, args,
         allowed.apply(GuardTable.READ), counter, seen);
-    List<Violation> expected = new ArrayList<>();
+    List<GuardViolation> expected = new ArrayList<>();
     for (int i = 0; i < n; i++) {
-      expected.add(new Violation(-1, counter.address(), 4, AccessKind.ATOMIC));
-      expected.add(new Violation(-1, counter.address() + 4, 4, AccessKind.ATOMIC));
+      expected.add(new GuardViolation(-1, counter.address(), 4, AccessOp.ATOMIC));
+      expected.add(new GuardViolation(-1, counter.address() + 4, 4, AccessOp.ATOMIC));
     }
     expect("thaw_instr_atomics (counter read-only)", r, expected, "thaw_instr_atomics");
   }
@@ -260,7 +260,7 @@ class InstrumentedKernelsGpuTest {
           fillFloats(src, 4 * n, i -> i + 0.25f);
           zero(dst);
         }, new Object[] {src, dst, n}, allowed, dst);
-    expect("thaw_instr_cp_async", r, List.of(new Violation(-1, src.address() + 16L * (n - 1), 16, AccessKind.READ)),
+    expect("thaw_instr_cp_async", r, List.of(new GuardViolation(-1, src.address() + 16L * (n - 1), 16, AccessOp.READ)),
         "thaw_instr_cp_async");
   }
 
@@ -326,24 +326,24 @@ class InstrumentedKernelsGpuTest {
    * Compares violations as multisets of (address, size, kind); every reporting site must be a checked
    * instruction of {@code siteFunction} of the same kind.
    */
-  private void expect(String what, ViolationReport r, List<Violation> expected, String siteFunction) {
-    Comparator<Violation> order = Comparator.comparingLong(Violation::address).thenComparing(Violation::kind)
-        .thenComparingInt(Violation::size);
-    List<Violation> want = expected.stream().map(v -> new Violation(-1, v.address(), v.size(), v.kind())).sorted(order)
-        .toList();
-    List<Violation> got = r.recorded().stream().map(v -> new Violation(-1, v.address(), v.size(), v.kind()))
+  private void expect(String what, ViolationReport r, List<GuardViolation> expected, String siteFunction) {
+    Comparator<GuardViolation> order = Comparator.comparingLong(GuardViolation::address)
+        .thenComparing(GuardViolation::kind).thenComparingInt(GuardViolation::size);
+    List<GuardViolation> want = expected.stream().map(v -> new GuardViolation(-1, v.address(), v.size(), v.kind()))
+        .sorted(order).toList();
+    List<GuardViolation> got = r.recorded().stream().map(v -> new GuardViolation(-1, v.address(), v.size(), v.kind()))
         .sorted(order).toList();
     if (!want.equals(got) || r.total() != expected.size()) {
-      List<Violation> missing = new ArrayList<>(want);
+      List<GuardViolation> missing = new ArrayList<>(want);
       got.forEach(missing::remove);
-      List<Violation> unexpected = new ArrayList<>(got);
+      List<GuardViolation> unexpected = new ArrayList<>(got);
       want.forEach(unexpected::remove);
       fail(String.format("%s: expected %d violations, the device counted %d and recorded %d;%n  missing (%d): %s%n"
           + "  unexpected (%d): %s%n  sites: %s", what, expected.size(), r.total(), r.recorded().size(), missing.size(),
           abbreviate(missing), unexpected.size(), abbreviate(unexpected),
-          r.recorded().stream().map(Violation::site).distinct().map(this::describeSite).toList()));
+          r.recorded().stream().map(GuardViolation::site).distinct().map(this::describeSite).toList()));
     }
-    for (Violation v : r.recorded()) {
+    for (GuardViolation v : r.recorded()) {
       AccessSite s = rewrite.site(v.site());
       if (!s.function().equals(siteFunction) || s.kind() != v.kind()) {
         fail(what + ": " + v + " was reported by " + s + ", expected a " + v.kind() + " site of " + siteFunction);
@@ -359,7 +359,7 @@ class InstrumentedKernelsGpuTest {
     }
   }
 
-  private static String abbreviate(List<Violation> list) {
+  private static String abbreviate(List<GuardViolation> list) {
     return list.size() <= 8 ? list.toString() : list.subList(0, 8) + " and " + (list.size() - 8) + " more";
   }
 

@@ -11,6 +11,7 @@ import dev.thaw.runtime.gpu.ParamType;
 import dev.thaw.runtime.ptx.PtxEntries;
 import dev.thaw.runtime.ptx.PtxModuleInfo;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.regex.Matcher;
@@ -60,7 +61,7 @@ class PtxInstrumenterTest {
   void saxpyChecksItsTwoLoadsAndItsStoreWithTheirInstructionIndices() {
     InstrumentedModule m = PtxInstrumenter.instrument(TestPtx.resource(TestPtx.CONTRACT));
     List<AccessSite> sites = m.sitesOf("thaw_test_saxpy");
-    assertEquals(List.of(AccessKind.READ, AccessKind.READ, AccessKind.WRITE),
+    assertEquals(List.of(AccessOp.READ, AccessOp.READ, AccessOp.WRITE),
         sites.stream().map(AccessSite::kind).toList());
     assertEquals(List.of(56, 58, 60), sites.stream().map(AccessSite::line).toList());
     assertEquals("ld.global.f32 \t%f2, [%rd6];", sites.get(0).instruction());
@@ -80,7 +81,7 @@ class PtxInstrumenterTest {
         red.global.add.f32 [%rd2+4], %f1;
         """));
     String ptx = m.ptx();
-    assertEquals(List.of(AccessKind.READ, AccessKind.WRITE, AccessKind.READ, AccessKind.ATOMIC, AccessKind.ATOMIC),
+    assertEquals(List.of(AccessOp.READ, AccessOp.WRITE, AccessOp.READ, AccessOp.ATOMIC, AccessOp.ATOMIC),
         m.sites().stream().map(AccessSite::kind).toList());
     assertEquals(List.of(16L, 16L, 2L, 8L, 4L), sizes(ptx));
     assertTrue(ptx.contains("add.s64 \t%thaw_rd1, %rd2, 16;"), ptx);
@@ -171,8 +172,8 @@ class PtxInstrumenterTest {
     List<AccessSite> sites = m.sitesOf("thaw_instr_cp_async");
     assertEquals(2, sites.size());
     assertTrue(sites.get(0).instruction().startsWith("cp.async.cg.shared.global"), sites.get(0).toString());
-    assertEquals(AccessKind.READ, sites.get(0).kind());
-    assertEquals(AccessKind.WRITE, sites.get(1).kind());
+    assertEquals(AccessOp.READ, sites.get(0).kind());
+    assertEquals(AccessOp.WRITE, sites.get(1).kind());
   }
 
   @Test
@@ -293,7 +294,7 @@ class PtxInstrumenterTest {
     String ptx = m.ptx();
     List<AccessSite> sites = m.sitesOf("k");
     assertEquals(2, sites.size(), "the shared store is not checked: " + sites);
-    assertEquals(AccessKind.READ, sites.get(0).kind());
+    assertEquals(AccessOp.READ, sites.get(0).kind());
     assertTrue(sites.get(0).generic());
     assertTrue(ptx.contains("mad.lo.s32 \t%thaw_r0, %r7, 60, 32;"), ptx); // (16 - 1) * 4, 8 * 4
     assertTrue(ptx.contains("cvt.u64.u32 \t%thaw_rd2, %thaw_r0;"), ptx);
@@ -323,7 +324,7 @@ class PtxInstrumenterTest {
     List<AccessSite> sites = m.sitesOf("k");
     assertEquals(3, sites.size(), sites.toString());
     for (AccessSite s : sites) {
-      assertEquals(AccessKind.READ, s.kind(), s.toString());
+      assertEquals(AccessOp.READ, s.kind(), s.toString());
       assertTrue(s.instruction().startsWith("cp.async.c"), s.toString());
       assertFalse(s.generic(), s.toString());
     }
@@ -363,7 +364,7 @@ class PtxInstrumenterTest {
 
   private static List<Long> sizes(String ptx) {
     Matcher m = Pattern.compile("add\\.s64 \t%thaw_rd2, %thaw_rd1, (\\d+);").matcher(ptx);
-    List<Long> out = new java.util.ArrayList<>();
+    List<Long> out = new ArrayList<>();
     while (m.find()) {
       out.add(Long.parseLong(m.group(1)));
     }

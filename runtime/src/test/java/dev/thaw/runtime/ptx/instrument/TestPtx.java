@@ -1,5 +1,6 @@
 package dev.thaw.runtime.ptx.instrument;
 
+import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
@@ -54,7 +55,7 @@ final class TestPtx {
     if (path == null) {
       return null;
     }
-    for (String dir : path.split(java.io.File.pathSeparator)) {
+    for (String dir : path.split(File.pathSeparator)) {
       Path p = Path.of(dir, "ptxas");
       if (Files.isExecutable(p)) {
         return p;

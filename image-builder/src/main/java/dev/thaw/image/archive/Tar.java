@@ -1,4 +1,4 @@
-package dev.thaw.image.store;
+package dev.thaw.image.archive;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;

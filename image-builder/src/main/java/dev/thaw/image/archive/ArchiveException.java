@@ -1,4 +1,4 @@
-package dev.thaw.image.store;
+package dev.thaw.image.archive;
 
 /**
  * An image archive cannot be used: on import it is malformed, truncated, tampered with or incomplete, and

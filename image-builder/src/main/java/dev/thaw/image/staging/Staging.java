@@ -1,13 +1,13 @@
-package dev.thaw.image;
+package dev.thaw.image.staging;
+
 
 /**
  * The defaults and limits of the pinned staging ({@link StagingRing}) that builds and restores stream device memory
- * through, shared by {@link dev.thaw.image.build.BuildOptions}, {@link dev.thaw.image.restore.RestoreOptions} and
- * {@link dev.thaw.image.restore.RestoreResources}.
+ * through: one set for both, so a build's options and a restore's check their staging alike.
  */
 public final class Staging {
 
-  /** Buffers in flight: one being copied while the others are hashed or read (measured on the H200 host). */
+  /** Buffers in flight: one being copied while the others are hashed or read. */
   public static final int DEFAULT_BUFFERS = 6;
   public static final long DEFAULT_BYTES = 64L << 20;
   /** Hash or read threads: the host's cores, up to 16. */

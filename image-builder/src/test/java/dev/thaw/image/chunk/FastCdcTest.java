@@ -13,10 +13,10 @@ import java.util.Set;
 import org.junit.jupiter.api.Test;
 
 /** Pins the chunker's contract: deterministic, bounded, near the average, and shift-resistant. */
-class ChunkerTest {
+class FastCdcTest {
 
   /** Small sizes keep the tests fast; the algorithm does not depend on scale. */
-  private static final ChunkerOptions SMALL = ChunkerOptions.ofAverage(8 << 10);
+  private static final FastCdcOptions SMALL = FastCdcOptions.ofAverage(8 << 10);
 
   private static byte[] random(long seed, int n) {
     byte[] b = new byte[n];
@@ -24,7 +24,7 @@ class ChunkerTest {
     return b;
   }
 
-  private static void checkTiling(List<Chunk> chunks, long total, ChunkerOptions o) {
+  private static void checkTiling(List<Chunk> chunks, long total, FastCdcOptions o) {
     long expect = 0;
     for (int i = 0; i < chunks.size(); i++) {
       Chunk c = chunks.get(i);
@@ -41,13 +41,13 @@ class ChunkerTest {
   @Test
   void boundariesAreDeterministicAndIndependentOfBufferSplitsAndKind() {
     byte[] data = random(1, 3 << 20);
-    List<Chunk> whole = Chunker.cut(ByteBuffer.wrap(data), SMALL);
+    List<Chunk> whole = FastCdc.cut(ByteBuffer.wrap(data), SMALL);
     checkTiling(whole, data.length, SMALL);
-    assertEquals(whole, Chunker.cut(ByteBuffer.wrap(data.clone()), SMALL));
+    assertEquals(whole, FastCdc.cut(ByteBuffer.wrap(data.clone()), SMALL));
 
     Random r = new Random(7);
     for (int round = 0; round < 5; round++) {
-      Chunker c = new Chunker(SMALL);
+      FastCdc c = new FastCdc(SMALL);
       List<Chunk> streamed = new ArrayList<>();
       int pos = 0;
       while (pos < data.length) {
@@ -82,14 +82,14 @@ class ChunkerTest {
     ByteBuffer b = ByteBuffer.allocate(data.length + 100);
     b.position(100);
     b.put(data).position(100);
-    assertEquals(Chunker.cut(ByteBuffer.wrap(data), SMALL), Chunker.cut(b, SMALL));
+    assertEquals(FastCdc.cut(ByteBuffer.wrap(data), SMALL), FastCdc.cut(b, SMALL));
   }
 
   @Test
   void averageIsNearTheTargetOnRandomData() {
-    for (ChunkerOptions o : List.of(SMALL, ChunkerOptions.ofAverage(64 << 10))) {
+    for (FastCdcOptions o : List.of(SMALL, FastCdcOptions.ofAverage(64 << 10))) {
       byte[] data = random(3, 32 << 20);
-      List<Chunk> chunks = Chunker.cut(ByteBuffer.wrap(data), o);
+      List<Chunk> chunks = FastCdc.cut(ByteBuffer.wrap(data), o);
       checkTiling(chunks, data.length, o);
       double mean = (double) data.length / chunks.size();
       assertTrue(mean > 0.8 * o.avgSize() && mean < 1.25 * o.avgSize(),
@@ -100,15 +100,15 @@ class ChunkerTest {
   @Test
   void constantDataIsCutAtMax() {
     ByteBuffer zeros = ByteBuffer.allocateDirect(1 << 20);
-    List<Chunk> chunks = Chunker.cut(zeros, SMALL);
+    List<Chunk> chunks = FastCdc.cut(zeros, SMALL);
     checkTiling(chunks, 1 << 20, SMALL);
     assertTrue(chunks.size() >= (1 << 20) / SMALL.maxSize());
   }
 
   @Test
   void shortStreamsAreOneChunkAndEmptyIsNone() {
-    assertEquals(List.of(new Chunk(0, 100)), Chunker.cut(ByteBuffer.allocate(100), SMALL));
-    assertEquals(List.of(), Chunker.cut(ByteBuffer.allocate(0), SMALL));
+    assertEquals(List.of(new Chunk(0, 100)), FastCdc.cut(ByteBuffer.allocate(100), SMALL));
+    assertEquals(List.of(), FastCdc.cut(ByteBuffer.allocate(0), SMALL));
   }
 
   @Test
@@ -133,7 +133,7 @@ class ChunkerTest {
 
   private static Set<Digest> digests(byte[] data) {
     Set<Digest> out = new HashSet<>();
-    for (Chunk c : Chunker.cut(ByteBuffer.wrap(data), SMALL)) {
+    for (Chunk c : FastCdc.cut(ByteBuffer.wrap(data), SMALL)) {
       out.add(Digest.of(ByteBuffer.wrap(data, (int) c.offset(), c.length())));
     }
     return out;

@@ -13,7 +13,7 @@ package dev.thaw.image.chunk;
  * <p>Changing any of these changes every chunk boundary, and so every digest, of every image built after:
  * images built with other options still restore, they just share no chunks with new ones.
  */
-public final class ChunkerOptions {
+public final class FastCdcOptions {
 
   /**
    * 256 KiB, chosen by measurement ({@code docs/benchmarks/chunking.md}): well below a transformer's weight
@@ -35,9 +35,9 @@ public final class ChunkerOptions {
   private int maxSize = DEFAULT_MAX_SIZE;
   private int normalization = DEFAULT_NORMALIZATION;
 
-  public ChunkerOptions() {}
+  public FastCdcOptions() {}
 
-  public ChunkerOptions(ChunkerOptions other) {
+  public FastCdcOptions(FastCdcOptions other) {
     this.minSize = other.minSize;
     this.avgSize = other.avgSize;
     this.maxSize = other.maxSize;
@@ -45,13 +45,13 @@ public final class ChunkerOptions {
   }
 
   /** The defaults. */
-  public static ChunkerOptions defaults() {
-    return new ChunkerOptions();
+  public static FastCdcOptions defaults() {
+    return new FastCdcOptions();
   }
 
   /** {@code min = avg / 4}, {@code max = avg * 4}: the proportions the defaults use. */
-  public static ChunkerOptions ofAverage(int avgSize) {
-    return new ChunkerOptions().setAvgSize(avgSize).setMinSize(avgSize / 4).setMaxSize(avgSize * 4).validate();
+  public static FastCdcOptions ofAverage(int avgSize) {
+    return new FastCdcOptions().setAvgSize(avgSize).setMinSize(avgSize / 4).setMaxSize(avgSize * 4).validate();
   }
 
   public int minSize() {
@@ -70,22 +70,22 @@ public final class ChunkerOptions {
     return normalization;
   }
 
-  public ChunkerOptions setMinSize(int minSize) {
+  public FastCdcOptions setMinSize(int minSize) {
     this.minSize = minSize;
     return this;
   }
 
-  public ChunkerOptions setAvgSize(int avgSize) {
+  public FastCdcOptions setAvgSize(int avgSize) {
     this.avgSize = avgSize;
     return this;
   }
 
-  public ChunkerOptions setMaxSize(int maxSize) {
+  public FastCdcOptions setMaxSize(int maxSize) {
     this.maxSize = maxSize;
     return this;
   }
 
-  public ChunkerOptions setNormalization(int normalization) {
+  public FastCdcOptions setNormalization(int normalization) {
     this.normalization = normalization;
     return this;
   }
@@ -96,7 +96,7 @@ public final class ChunkerOptions {
    * @return this
    * @throws IllegalArgumentException naming the rule broken
    */
-  public ChunkerOptions validate() {
+  public FastCdcOptions validate() {
     requirePowerOfTwo("minSize", minSize);
     requirePowerOfTwo("avgSize", avgSize);
     requirePowerOfTwo("maxSize", maxSize);

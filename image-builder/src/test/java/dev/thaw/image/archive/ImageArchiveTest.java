@@ -1,15 +1,24 @@
-package dev.thaw.image.store;
+package dev.thaw.image.archive;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.image.archive.ArchiveException;
+import dev.thaw.image.archive.ImageArchive;
+import dev.thaw.image.archive.Tar;
+import dev.thaw.image.store.Digest;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.RocksChunkStoreTest;
 import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import dev.thaw.image.ImageManifest;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashSet;
@@ -152,7 +161,7 @@ class ImageArchiveTest {
       cs.add(new ImageManifest.Chunk(Digest.of(b), offset, b.length));
       offset += b.length;
     }
-    var json = new com.fasterxml.jackson.databind.ObjectMapper();
+    var json = new ObjectMapper();
     return new ImageManifest(ImageManifest.SCHEMA_VERSION,
         new ImageManifest.Function("dev.example.Fn", json.createObjectNode()),
         new ImageManifest.Device("sim", "9.0", "sm_90", "sim"),
@@ -183,8 +192,8 @@ class ImageArchiveTest {
     byte[] index = ("{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"" + ImageArchive.OCI_MANIFEST_TYPE
         + "\",\"digest\":\"" + od + "\",\"size\":" + oci.length + ",\"annotations\":{\"" + ImageArchive.REF_NAME
         + "\":\"" + tag + "\"}}]}").getBytes(StandardCharsets.UTF_8);
-    try (java.nio.channels.FileChannel out = java.nio.channels.FileChannel.open(file,
-        java.nio.file.StandardOpenOption.CREATE_NEW, java.nio.file.StandardOpenOption.WRITE)) {
+    try (FileChannel out = FileChannel.open(file,
+        StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
       entry(out, "oci-layout", "{\"imageLayoutVersion\":\"1.0.0\"}".getBytes(StandardCharsets.UTF_8));
       entry(out, "index.json", index);
       entry(out, "blobs/sha256/" + od.hex(), oci);
@@ -200,7 +209,7 @@ class ImageArchiveTest {
     return "{\"mediaType\":\"" + type + "\",\"digest\":\"" + d + "\",\"size\":" + size + "}";
   }
 
-  private static void entry(java.nio.channels.FileChannel out, String name, byte[] data) throws Exception {
+  private static void entry(FileChannel out, String name, byte[] data) throws Exception {
     out.write(Tar.header(name, data.length));
     out.write(ByteBuffer.wrap(data));
     out.write(ByteBuffer.allocate(Tar.padding(data.length)));

@@ -1,9 +1,10 @@
-package dev.thaw.image;
+package dev.thaw.image.staging;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
+import dev.thaw.image.staging.StagingRing;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import dev.thaw.runtime.gpu.sim.SimDriver;

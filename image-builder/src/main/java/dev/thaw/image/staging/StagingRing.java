@@ -1,13 +1,16 @@
-package dev.thaw.image;
+package dev.thaw.image.staging;
 
+import dev.thaw.image.staging.Staging;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
+import dev.thaw.runtime.host.Threads;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.CompletionStage;
 import java.util.concurrent.Semaphore;
 
 /**
@@ -59,8 +62,8 @@ public final class StagingRing implements AutoCloseable {
   /**
    * {@code count} pinned buffers of {@code bytes} each on {@code context}: the first {@code now} before it returns,
    * the others in ring order on a thread of its own, so that an owner that makes its staging ahead (a pool worker
-   * before it says READY) does not wait for all of it (pinning is paid per page: ~0.4 s per GiB on the H200
-   * host). A pipeline that reaches a slot still being made waits for it; a slot that could not be made
+   * before it says READY) does not wait for all of it (pinning is paid per page: {@code
+   * docs/design/on-demand-restore.md}). A pipeline that reaches a slot still being made waits for it; a slot that could not be made
    * fails the pipeline that takes it, with the allocation's error.
    *
    * @throws IllegalArgumentException unless {@link Staging#checkBuffers} and {@link Staging#checkBytes} allow them
@@ -76,7 +79,7 @@ public final class StagingRing implements AutoCloseable {
    * keeps them out of the pinning's way, which the driver serialises with them.
    */
   public static StagingRing allocate(GpuContext context, int count, long bytes, int now,
-      java.util.concurrent.CompletionStage<?> behindAfter) {
+      CompletionStage<?> behindAfter) {
     Staging.checkBuffers(count);
     Staging.checkBytes(bytes);
     if (now < 1 || now > count) {
@@ -110,7 +113,7 @@ public final class StagingRing implements AutoCloseable {
     if (now == count) {
       allocated.complete(null);
     } else {
-      Thread t = new Thread(() -> {
+      Threads.startDaemon(() -> {
         try {
           try {
             CompletableFuture.anyOf(behindAfter.toCompletableFuture(), closing).join();
@@ -139,8 +142,6 @@ public final class StagingRing implements AutoCloseable {
           allocated.complete(null);
         }
       }, "thaw-staging-alloc");
-      t.setDaemon(true);
-      t.start();
     }
     return new StagingRing(buffers, bytes, done, allocated, closing);
   }

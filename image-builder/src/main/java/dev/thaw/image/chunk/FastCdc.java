@@ -22,7 +22,7 @@ import java.util.List;
  * last, possibly short, chunk. Nothing is copied: bytes are read in place with absolute gets, and the
  * buffers' positions and limits are left alone. One instance cuts one stream at a time; not thread-safe.
  */
-public final class Chunker {
+public final class FastCdc {
 
   /** Receives chunks in stream order. */
   @FunctionalInterface
@@ -32,7 +32,7 @@ public final class Chunker {
 
   private static final long[] GEAR = GearTable.GEAR;
 
-  private final ChunkerOptions options;
+  private final FastCdcOptions options;
   private final int min;
   private final int avg;
   private final int max;
@@ -45,8 +45,8 @@ public final class Chunker {
   /** Stream offset of the open chunk's first byte. */
   private long chunkStart;
 
-  public Chunker(ChunkerOptions options) {
-    this.options = new ChunkerOptions(options).validate();
+  public FastCdc(FastCdcOptions options) {
+    this.options = new FastCdcOptions(options).validate();
     this.min = options.minSize();
     this.avg = options.avgSize();
     this.max = options.maxSize();
@@ -55,8 +55,8 @@ public final class Chunker {
     this.maskLarge = topBits(bits - options.normalization());
   }
 
-  public ChunkerOptions options() {
-    return new ChunkerOptions(options);
+  public FastCdcOptions options() {
+    return new FastCdcOptions(options);
   }
 
   private static long topBits(int k) {
@@ -64,9 +64,9 @@ public final class Chunker {
   }
 
   /** Cuts one whole buffer's remaining bytes; offsets are relative to its position. */
-  public static List<Chunk> cut(ByteBuffer data, ChunkerOptions options) {
+  public static List<Chunk> cut(ByteBuffer data, FastCdcOptions options) {
     List<Chunk> out = new ArrayList<>();
-    Chunker c = new Chunker(options);
+    FastCdc c = new FastCdc(options);
     c.update(data, (o, l) -> out.add(new Chunk(o, l)));
     c.finish((o, l) -> out.add(new Chunk(o, l)));
     return out;

@@ -1,4 +1,4 @@
-package dev.thaw.image.store;
+package dev.thaw.image.archive;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -8,6 +8,12 @@ import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.ImageVerifier;
 import dev.thaw.image.InvalidManifestException;
+import dev.thaw.image.store.ChunkNotFoundException;
+import dev.thaw.image.store.ChunkStore;
+import dev.thaw.image.store.Digest;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.Tags;
+import dev.thaw.runtime.host.IoErrors;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
@@ -124,7 +130,7 @@ public final class ImageArchive {
       syncDirectory(target.getParent());
       return written;
     } catch (IOException e) {
-      throw new ArchiveException("cannot export to " + target + ": " + StoreDirectory.describe(e), e);
+      throw new ArchiveException("cannot export to " + target + ": " + IoErrors.describe(e), e);
     } finally {
       if (tmp != null) {
         try {

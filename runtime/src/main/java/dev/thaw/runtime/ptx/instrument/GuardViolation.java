@@ -8,7 +8,7 @@ package dev.thaw.runtime.ptx.instrument;
  * @param size how many bytes it covers
  * @param kind what it does
  */
-public record Violation(int site, long address, int size, AccessKind kind) {
+public record GuardViolation(int site, long address, int size, AccessOp kind) {
 
   @Override
   public String toString() {

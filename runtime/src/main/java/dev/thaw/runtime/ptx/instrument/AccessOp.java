@@ -4,14 +4,14 @@ package dev.thaw.runtime.ptx.instrument;
  * What an access does, as a bit mask of the rights it needs: a range allows an access when its kind mask
  * holds all of the access's bits. An atomic or a reduction reads and writes.
  */
-public enum AccessKind {
+public enum AccessOp {
   READ(1),
   WRITE(2),
   ATOMIC(3);
 
   private final int mask;
 
-  AccessKind(int mask) {
+  AccessOp(int mask) {
     this.mask = mask;
   }
 
@@ -21,8 +21,8 @@ public enum AccessKind {
   }
 
   /** @throws IllegalArgumentException for a code no instrumented kernel writes */
-  public static AccessKind ofCode(int code) {
-    for (AccessKind k : values()) {
+  public static AccessOp ofCode(int code) {
+    for (AccessOp k : values()) {
       if (k.mask == code) {
         return k;
       }
