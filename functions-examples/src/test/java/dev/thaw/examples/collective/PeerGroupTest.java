@@ -44,7 +44,7 @@ class PeerGroupTest {
     final List<GpuStream> streams = new ArrayList<>();
 
     Ranks(int ranks, SimOptions options) {
-      driver = SimDriver.open(options.deviceCount(Math.max(ranks, options.deviceCount())));
+      driver = SimDriver.open(options.setDeviceCount(Math.max(ranks, options.deviceCount())));
       for (int r = 0; r < ranks; r++) {
         GpuContext c = driver.createContext(r);
         contexts.add(c);
@@ -194,14 +194,14 @@ class PeerGroupTest {
 
   @Test
   void devicesThatCannotHoldAGroupAreRefusedWithTheReason() {
-    try (SimDriver driver = SimDriver.open(new SimOptions().deviceCount(4))) {
+    try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(4))) {
       assertNull(PeerGroup.whyUnusable(driver, new int[] {0, 1, 2, 3}));
       assertTrue(PeerGroup.whyUnusable(driver, new int[] {0, 0}).contains("named twice"));
       assertTrue(PeerGroup.whyUnusable(driver, new int[] {0, 4}).contains("no device 4"));
       assertTrue(PeerGroup.whyUnusable(driver, new int[] {0, 1, 2, 3, 0}).contains("1 to 4 ranks"));
       assertTrue(PeerGroup.whyUnusable(driver, new int[] {}).contains("1 to 4 ranks"));
     }
-    try (Ranks ranks = new Ranks(2, new SimOptions().peerAccess(false))) {
+    try (Ranks ranks = new Ranks(2, new SimOptions().setPeerAccess(false))) {
       IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PeerGroup.open(ranks.streams));
       assertTrue(e.getMessage().contains("not peers"), e.getMessage());
     }
