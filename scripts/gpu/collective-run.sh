@@ -76,9 +76,13 @@ cat "$OUT/tests.txt"
 
 # 3. Timing, and whether the GPU test ran at all (a skipped test passes the launcher).
 grep -h "ALLREDUCE-TIME" "$OUT/tests.txt" > "$OUT/timing.txt"
+aborted=$(sed -n 's/^\[ *\([0-9]*\) tests aborted *\]$/\1/p' "$OUT/tests.txt")
+if [ "${aborted:-0}" != 0 ]; then
+  log "$aborted tests skipped (aborted): $(grep -h -m1 -o 'Assumption failed: .*' "$OUT/tests.txt")"
+  status=1
+fi
 if [ ! -s "$OUT/timing.txt" ]; then
-  log "no ALLREDUCE-TIME line: PeerGroupGpuTest was skipped or failed before timing (reason in tests.txt)"
-  grep -h -m1 -A1 "Assumption failed" "$OUT/tests.txt" | tee -a "$OUT/env.txt"
+  log "no ALLREDUCE-TIME line: PeerGroupGpuTest was skipped or failed before timing (see tests.txt)"
   status=1
 fi
 echo "== timing"
