@@ -118,8 +118,7 @@ class PeerGroupGpuTest {
       return;
     }
     cuda = new Ranks(cudaDriver, ranks);
-    simDriver = SimDriver.open(new SimOptions().setDeviceCount(ranks).setPeerAccess(true).setCopyGBps(0)
-        .setPeerGBps(0));
+    simDriver = SimDriver.open(new SimOptions().setDeviceCount(ranks));
     sim = new Ranks(simDriver, ranks);
     System.out.println("PeerGroupGpuTest: " + ranks + " ranks on " + cudaDriver.devices().subList(0, ranks)
         + " of " + visible + " visible");
