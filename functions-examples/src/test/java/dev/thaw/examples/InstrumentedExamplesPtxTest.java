@@ -2,6 +2,7 @@ package dev.thaw.examples;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
+import dev.thaw.examples.collective.CollectiveKernels;
 import dev.thaw.examples.gpt2.kernels.Gpt2Kernels;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
 import dev.thaw.examples.mlp.MlpFunction;
@@ -31,9 +32,10 @@ import org.junit.jupiter.params.provider.ValueSource;
 class InstrumentedExamplesPtxTest {
 
   @ParameterizedTest
-  @ValueSource(strings = {"gpt2", "llama", "llama_sm90a", "mlp", "probe", "wait"})
+  @ValueSource(strings = {"collective", "gpt2", "llama", "llama_sm90a", "mlp", "probe", "wait"})
   void everyKernelInstrumentsAndAssembles(String example) throws Exception {
     String ptx = switch (example) {
+      case "collective" -> CollectiveKernels.ptx();
       case "gpt2" -> Gpt2Kernels.ptx();
       case "llama" -> LlamaKernels.ptx();
       case "llama_sm90a" -> LlamaKernels.hopperPtx();
@@ -42,6 +44,7 @@ class InstrumentedExamplesPtxTest {
       default -> MlpFunction.ptx();
     };
     List<String> kernels = switch (example) {
+      case "collective" -> CollectiveKernels.ENTRIES;
       case "gpt2" -> List.of(Gpt2Kernels.EMBED, Gpt2Kernels.LAYERNORM, Gpt2Kernels.MATMUL,
           Gpt2Kernels.MATMUL_RESIDUAL, Gpt2Kernels.KV_APPEND, Gpt2Kernels.ATTENTION, Gpt2Kernels.LM_HEAD,
           Gpt2Kernels.ARGMAX);
