@@ -129,9 +129,11 @@ class OnDemandRestorerTest {
       // where they do not (a chunk repeated within it, zeros say, is stored once and copied to each place it fills).
       int chunks = manifest.allocations().stream().mapToInt(a -> a.chunks().size()).sum();
       assertTrue(stats.copies() <= chunks, stats + " for " + chunks + " chunks");
-      if (background && from == Source.HOST_CACHE && !tag.equals("planted") && stats.promotions() == 0) {
+      if (background && from == Source.HOST_CACHE && (tag.equals("mlp") || tag.equals("gpt2-tiny"))
+          && stats.promotions() == 0) {
         // A packed image from a cache laid out in restore order: allocations that follow each other on the device
-        // and in the cache are copied as one run (the planted image's odd sizes leave 256-byte gaps between them).
+        // and in the cache are copied as one run (the planted image's odd sizes leave 256-byte gaps between them, and
+        // Llama's zero-filled scratch takes a copy per place its one stored chunk fills, so neither is counted here).
         // Only where no launch promoted one on its own: on a loaded machine the request can outrun the streamer
         // and take every allocation as a single copy, which is right too.
         assertTrue(stats.copies() < manifest.allocations().size(), stats.copies() + " copies for "
