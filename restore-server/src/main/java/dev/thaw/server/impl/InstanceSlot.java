@@ -13,7 +13,9 @@ import java.util.concurrent.Executors;
  * to its image's {@code concurrency} requests at once ({@link #running}): the continuous batching of a function whose
  * engine batches them shares one instance between that many requests.
  *
- * <p>Invariant: read and written only under the {@link Scheduler}'s monitor, except the fields that are final.
+ * <p>Invariant: read and written only under the {@link Scheduler}'s monitor, except its final fields and its
+ * {@link #instance}, which is set before a request is dispatched to it and never changed after, so the thread that
+ * finishes a request reads it without the monitor.
  */
 final class InstanceSlot {
 

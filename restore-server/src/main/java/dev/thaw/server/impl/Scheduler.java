@@ -41,10 +41,11 @@ import org.slf4j.LoggerFactory;
  * <p>Invariants, all under this object's monitor: an instance serves at most its image's {@code concurrency}
  * requests at a time (1 unless its function batches them); a request is dispatched only from the head of its
  * function's queue, or straight to an instance with room when the queue is empty; a device's reserved bytes are the sum
- * of the footprints of the instances placed on it (starting ones included). Every instance's start, invokes and close
- * run on that instance's own thread, never on an event loop and never under the monitor — except the invoke of an
- * instance that {@link FunctionInstance#invokesAsync() invokes asynchronously} (a worker process), which the
- * dispatching thread makes once it left the monitor; a request is finished on the thread that completes its invoke.
+ * of the footprints of the instances placed on it (starting ones included; {@link DevicePlacement} keeps it). Every
+ * instance's start, invokes and close run on that instance's own thread, never on an event loop and never under the
+ * monitor — except the invoke of an instance that {@link FunctionInstance#invokesAsync() invokes asynchronously} (a
+ * worker process), which the dispatching thread makes once it left the monitor; a request is finished on the thread
+ * that completes its invoke.
  *
  * <p>This class keeps the queues, the dispatch and the instances' life cycle; the other jobs are classes of their own,
  * and every arrow between them runs one way (none calls back into a class that calls it):
