@@ -8,10 +8,10 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 
 /**
- * One instance of a {@link Deployment}, from the moment its start is placed on a device until it is evicted: the device,
- * the instance once started, and its own thread, where its start, its blocking invokes and its close run. It serves up
- * to its image's {@code concurrency} requests at once ({@link #running}): the continuous batching of a function whose
- * engine batches them shares one instance between that many requests.
+ * One instance of a {@link Deployment}, from the moment its start is placed on a device until it is evicted: the
+ * device, the instance once started, and its own thread, where its start, its blocking invokes and its close run. It
+ * serves up to its image's {@code concurrency} requests at once ({@link #running}): the continuous batching of a
+ * function whose engine batches them shares one instance between that many requests.
  *
  * <p>Invariant: read and written only under the {@link Scheduler}'s monitor, except its final fields and its
  * {@link #instance}, which is set before a request is dispatched to it and never changed after, so the thread that

@@ -130,8 +130,8 @@ public final class Scheduler implements AutoCloseable {
       throw shuttingDown();
     }
     awaiting.remove(name);
-    Deployment d = new Deployment(name, new FunctionOptions(options), image, new ColdStartTraces(tracesKept, epochNanos),
-        metrics.function(name));
+    Deployment d = new Deployment(name, new FunctionOptions(options), image,
+        new ColdStartTraces(tracesKept, epochNanos), metrics.function(name));
     Deployment old = deployments.put(d);
     if (old != null) {
       // After the new one is in: the name's meters stay (counters go on counting) while the old one retires.
