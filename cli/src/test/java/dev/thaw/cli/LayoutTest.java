@@ -34,7 +34,6 @@ class LayoutTest {
       "functions-examples/src/main/java/dev/thaw/examples/llama/LlamaCheckpoint.java",
       "functions-examples/src/main/java/dev/thaw/examples/llama/LlamaFunction.java",
       "image-builder/src/main/java/dev/thaw/image/restore/Residency.java",
-      "restore-server/src/main/java/dev/thaw/server/impl/CompletionsApi.java",
       "restore-server/src/main/java/dev/thaw/server/impl/InProcessInstances.java");
 
   private static Path root;

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionEngine;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
@@ -526,7 +527,7 @@ public final class TokenEngine implements FunctionEngine {
     j.result.complete(response);
   }
 
-  private void upload(dev.thaw.runtime.function.BufferRef ref, int[] v) {
+  private void upload(BufferRef ref, int[] v) {
     ByteBuffer b = ints(v.length);
     for (int i = 0; i < v.length; i++) {
       b.putInt(4 * i, v[i]);

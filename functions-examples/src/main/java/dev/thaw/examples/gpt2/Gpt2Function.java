@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.examples.function.Generation;
+import dev.thaw.examples.function.Sampling;
 import dev.thaw.examples.function.StagedUpload;
 import dev.thaw.examples.function.TokenEngine;
 import dev.thaw.examples.function.TokenRequest;
@@ -12,8 +13,8 @@ import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionEngine;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
-import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.ResponseStream;
@@ -24,6 +25,7 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Optional;
@@ -106,8 +108,8 @@ public final class Gpt2Function implements ThawFunction<Gpt2Function.State> {
       BufferRef qkv, BufferRef attn, BufferRef fc, BufferRef last, BufferRef logits) {}
 
   private static Set<String> fields(String... own) {
-    Set<String> all = new java.util.HashSet<>(Set.of(own));
-    all.addAll(dev.thaw.examples.function.Sampling.FIELDS);
+    Set<String> all = new HashSet<>(Set.of(own));
+    all.addAll(Sampling.FIELDS);
     return Set.copyOf(all);
   }
 

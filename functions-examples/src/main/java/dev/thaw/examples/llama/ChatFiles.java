@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.ToIntFunction;
 
 /**
  * What a Hugging Face checkpoint says about chats and their end: the chat template ({@code chat_template.jinja}, as
@@ -59,7 +60,7 @@ final class ChatFiles {
   }
 
   /** The ids that end a sequence; {@code idOf} finds a special token's id by its text (-1 when unknown). */
-  static List<Integer> stopTokens(Path dir, java.util.function.ToIntFunction<String> idOf) throws IOException {
+  static List<Integer> stopTokens(Path dir, ToIntFunction<String> idOf) throws IOException {
     List<Integer> ids = new ArrayList<>();
     JsonNode generation = read(dir.resolve("generation_config.json"));
     JsonNode eos = generation == null ? null : generation.get("eos_token_id");

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.examples.function.Generation;
+import dev.thaw.examples.function.Sampling;
 import dev.thaw.examples.function.StagedUpload;
 import dev.thaw.examples.function.TokenEngine;
 import dev.thaw.examples.function.TokenRequest;
@@ -20,6 +21,7 @@ import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.ThawFunction;
+import dev.thaw.runtime.function.Tokenizer;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -59,7 +61,7 @@ import java.util.Set;
  * {@code tokens}; the response then adds {@code "text"}, the new tokens decoded (special tokens left out); the
  * tokenizer is read again on the first text request of a restored instance, from the same path. Prompts may
  * have different lengths: each sequence
- * has its own positions and cache row, no padding. The fields of {@link dev.thaw.examples.function.Sampling}
+ * has its own positions and cache row, no padding. The fields of {@link Sampling}
  * ({@code temperature}, {@code topK}, {@code topP}, {@code seed}, penalties, {@code logitBias}, {@code stopTokens},
  * {@code logprobs}) pick tokens on the host step by step, and the response then adds {@code finish} (and
  * {@code logprobs}); without them the ids stay on the device and the host waits once. The signature names the
@@ -116,7 +118,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
   private static Set<String> fields(String... own) {
     Set<String> all = new java.util.HashSet<>(Set.of(own));
-    all.addAll(dev.thaw.examples.function.Sampling.FIELDS);
+    all.addAll(Sampling.FIELDS);
     return Set.copyOf(all);
   }
 
@@ -133,7 +135,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
   /** The checkpoint's tokenizer, read again from its path (a restored instance's first use pays for it). */
   @Override
-  public java.util.Optional<dev.thaw.runtime.function.Tokenizer> tokenizer(State s) {
+  public java.util.Optional<Tokenizer> tokenizer(State s) {
     return s.tokenizer() == null ? java.util.Optional.empty() : java.util.Optional.of(textTokenizer(s));
   }
 

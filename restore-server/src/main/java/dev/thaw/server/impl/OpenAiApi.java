@@ -1,11 +1,12 @@
 package dev.thaw.server.impl;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.FunctionRequest;
-import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.FunctionSignature.LanguageModel;
+import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.Tokenizer;
 import dev.thaw.runtime.text.TemplateException;
 import dev.thaw.server.ServeException;
@@ -15,12 +16,15 @@ import io.vertx.ext.web.Router;
 import io.vertx.ext.web.RoutingContext;
 import java.time.Instant;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.Executor;
+import java.util.concurrent.Executors;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -49,8 +53,8 @@ final class OpenAiApi {
       "metadata", "service_tier", "modalities", "reasoning_effort");
   private static final Set<String> ROLES = Set.of("system", "developer", "user", "assistant", "tool");
 
-  private static final com.fasterxml.jackson.databind.ObjectMapper PLAIN =
-      new com.fasterxml.jackson.databind.ObjectMapper();
+  private static final ObjectMapper PLAIN =
+      new ObjectMapper();
 
   private final Scheduler scheduler;
   private final Http http;
@@ -64,14 +68,14 @@ final class OpenAiApi {
   }
 
   /** Reads tokenizers and templates (files, parsing) off the event loops; its threads end with the process. */
-  private static final Executor LOADER = java.util.concurrent.Executors.newCachedThreadPool(r -> {
+  private static final Executor LOADER = Executors.newCachedThreadPool(r -> {
     Thread t = new Thread(r, "thaw-text-loader");
     t.setDaemon(true);
     return t;
   });
 
   private static Set<String> union(Set<String> a, String... more) {
-    Set<String> s = new java.util.HashSet<>(a);
+    Set<String> s = new HashSet<>(a);
     s.addAll(List.of(more));
     return Set.copyOf(s);
   }
@@ -391,7 +395,7 @@ final class OpenAiApi {
         t.flush();
         c.text = t.text();
         c.tokens = t.tokens();
-        c.ids = java.util.Arrays.copyOf(ids, c.tokens);
+        c.ids = Arrays.copyOf(ids, c.tokens);
         if (t.stopped()) {
           c.finish = "stop";
         }

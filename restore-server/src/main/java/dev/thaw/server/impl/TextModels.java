@@ -12,6 +12,7 @@ import dev.thaw.runtime.function.Tokenizer;
 import dev.thaw.runtime.text.ChatTemplate;
 import dev.thaw.runtime.text.TemplateException;
 import dev.thaw.server.ServeException;
+import java.nio.charset.StandardCharsets;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
@@ -93,7 +94,7 @@ final class TextModels {
           l.add(id);
         }
       }
-      return new String(encoding.decodeBytes(l), java.nio.charset.StandardCharsets.UTF_8);
+      return new String(encoding.decodeBytes(l), StandardCharsets.UTF_8);
     }
 
     @Override

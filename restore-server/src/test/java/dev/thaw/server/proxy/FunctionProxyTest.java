@@ -231,7 +231,7 @@ class FunctionProxyTest {
     assertTrue(events.endsWith("data: [DONE]\n\n"), events);
     // The other tenant's proxy reaches only its own function.
     HttpResponse<String> cross = post(other, "/v1/completions", "{\"model\": \"gpt2\", \"prompt\": [1, 2]}");
-    assertEquals(400, cross.statusCode(), cross.body());
+    assertEquals(404, cross.statusCode(), cross.body());
     assertTrue(cross.body().contains("model_not_found"), cross.body());
 
     // A body sent chunked, and one larger than the proxy keeps, reach the server whole (here: a request the MLP

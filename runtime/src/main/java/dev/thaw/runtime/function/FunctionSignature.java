@@ -1,6 +1,7 @@
 package dev.thaw.runtime.function;
 
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 
 /**
@@ -66,13 +67,13 @@ public record FunctionSignature(List<TensorSpec> inputs, List<TensorSpec> output
    * How a model's chats are written as a prompt: a Jinja template (Hugging Face's {@code chat_template}) and the
    * special tokens it may name ({@code bos_token}, {@code eos_token}, ...).
    */
-  public record ChatFormat(String template, java.util.Map<String, String> specialTokens) {
+  public record ChatFormat(String template, Map<String, String> specialTokens) {
 
     public ChatFormat {
       if (template == null || template.isEmpty()) {
         throw new IllegalArgumentException("a chat format needs a template");
       }
-      specialTokens = java.util.Map.copyOf(specialTokens);
+      specialTokens = Map.copyOf(specialTokens);
     }
   }
 }

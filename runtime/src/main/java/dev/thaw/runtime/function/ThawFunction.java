@@ -1,6 +1,7 @@
 package dev.thaw.runtime.function;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import java.util.Optional;
 
 /**
  * A GPU inference function: the unit Thaw builds into an image and restores on a cold invoke.
@@ -126,7 +127,7 @@ public interface ThawFunction<S> {
    * state alone, like {@link #signature}; it may read files the state names, so a server calls it off its event
    * loops and keeps the result. Empty by default.
    */
-  default java.util.Optional<Tokenizer> tokenizer(S state) {
-    return java.util.Optional.empty();
+  default Optional<Tokenizer> tokenizer(S state) {
+    return Optional.empty();
   }
 }

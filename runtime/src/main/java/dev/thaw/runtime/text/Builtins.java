@@ -6,7 +6,9 @@ import static dev.thaw.runtime.text.PyValues.truthy;
 
 import dev.thaw.runtime.text.PyValues.Callable;
 import dev.thaw.runtime.text.PyValues.Namespace;
+import java.time.LocalDateTime;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.Comparator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -273,7 +275,7 @@ final class Builtins {
           return new StringBuilder(s).reverse().toString();
         }
         List<Object> items = PyValues.iterate(v);
-        java.util.Collections.reverse(items);
+        Collections.reverse(items);
         return items;
       }
       case "default", "d" -> {
@@ -478,7 +480,7 @@ final class Builtins {
     g.put("raise_exception", (Callable) (a, k) -> {
       throw new TemplateException(a.isEmpty() ? "the chat template refused the conversation" : str(a.get(0)), true);
     });
-    g.put("strftime_now", (Callable) (a, k) -> Strftime.format(str(a.get(0)), java.time.LocalDateTime.now()));
+    g.put("strftime_now", (Callable) (a, k) -> Strftime.format(str(a.get(0)), LocalDateTime.now()));
     return g;
   }
 }
