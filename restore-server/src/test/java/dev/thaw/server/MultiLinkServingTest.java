@@ -69,7 +69,9 @@ class MultiLinkServingTest {
           .setHelperSlotBytes(1 << 20).setHelperMinFreeBytes(0)
           .setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "2", "THAW_SIM_COPY_GBPS", "0.05",
               "THAW_SIM_PEER_GBPS", "1")));
-      Duration brief = Duration.ofMillis(300);
+      // Longer than a restore here takes on a loaded machine (18 MiB at the sim's 0.05 GB/s a link): an instance that
+      // scales in before its weights are all resident offers none to the tier.
+      Duration brief = Duration.ofSeconds(2);
       // Mapping a tier's slabs priced at nothing: the images here are small enough that its real fixed cost would
       // outweigh every copy.
       PoolInstances instances = new PoolInstances(pool, cache, 64L << 20, store, storePath, driver.devices(),

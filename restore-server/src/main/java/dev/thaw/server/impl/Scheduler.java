@@ -659,6 +659,10 @@ public final class Scheduler implements AutoCloseable {
         damaged(p.deployment, damage);
       }
       following = afterInvoke(slot);
+      if (following.isEmpty()) {
+        // The slot went idle or was evicted: a function waiting for room may take it now, not at the next reap.
+        placeWaiting();
+      }
       checkDrained();
     }
     following.forEach(Pending::sendDirect);
