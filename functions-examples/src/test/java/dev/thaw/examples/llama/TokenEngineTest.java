@@ -107,20 +107,24 @@ class TokenEngineTest {
     try (Served s = Served.of("tiny", 2)) {
       List<String> ended = new CopyOnWriteArrayList<>();
       AtomicReference<CompletableFuture<FunctionResponse>> joined = new AtomicReference<>();
+      AtomicReference<CompletableFuture<Void>> shortEnded = new AtomicReference<>();
       List<JsonNode> longParts = new CopyOnWriteArrayList<>();
       ResponseStream longStream = ResponseStream.streamed(p -> {
         longParts.add(p);
         if (longParts.size() == 2) {
           // On the engine's thread, between two steps of the long request.
           CompletableFuture<FunctionResponse> f = s.submit(body(short1, 2), ResponseStream.unstreamed());
-          f.thenRun(() -> ended.add("short after " + longParts.size() + " long parts"));
+          shortEnded.set(f.thenRun(() -> ended.add("short after " + longParts.size() + " long parts")));
           joined.set(f);
         }
       });
       CompletableFuture<FunctionResponse> long12 = s.submit(body(long1, 12), longStream);
-      long12.thenRun(() -> ended.add("long"));
+      CompletableFuture<Void> longEnded = long12.thenRun(() -> ended.add("long"));
       JsonNode l = answer(long12);
       JsonNode sh = answer(joined.get());
+      // A join can return before the completing thread has run the other callbacks: wait for them too.
+      longEnded.get(30, TimeUnit.SECONDS);
+      shortEnded.get().get(30, TimeUnit.SECONDS);
       assertArrayEquals(s.ref().generate(new int[][] {long1}, 12).tokens()[0], tokens(l)[0]);
       assertArrayEquals(s.ref().generate(new int[][] {short1}, 2).tokens()[0], tokens(sh)[0]);
       assertEquals(2, ended.size(), ended.toString());
