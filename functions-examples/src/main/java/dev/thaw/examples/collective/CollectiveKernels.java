@@ -7,10 +7,7 @@ import dev.thaw.examples.function.KernelLaunch;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
-import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
+import dev.thaw.runtime.gpu.PtxResources;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
 
@@ -68,14 +65,7 @@ public final class CollectiveKernels implements AutoCloseable {
 
   /** The module's PTX text (compute_80: the driver JIT-compiles it for any newer GPU). */
   public static String ptx() {
-    try (InputStream in = CollectiveKernels.class.getResourceAsStream(PTX_RESOURCE)) {
-      if (in == null) {
-        throw new IllegalStateException(PTX_RESOURCE + " is missing from the classpath");
-      }
-      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
+    return PtxResources.read(CollectiveKernels.class, PTX_RESOURCE);
   }
 
   public GpuModule module() {

@@ -7,20 +7,18 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
-import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.KernelRef;
 import dev.thaw.runtime.function.TensorSpec;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.Dim3;
+import dev.thaw.runtime.gpu.PtxResources;
 import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
@@ -432,13 +430,6 @@ public final class MlpFunction implements ThawFunction<MlpFunction.State> {
 
 
   public static String ptx() {
-    try (InputStream in = MlpFunction.class.getResourceAsStream(PTX_RESOURCE)) {
-      if (in == null) {
-        throw new IllegalStateException("the mlp PTX " + PTX_RESOURCE + " is not on the class path");
-      }
-      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
-    } catch (IOException e) {
-      throw new UncheckedIOException("cannot read " + PTX_RESOURCE, e);
-    }
+    return PtxResources.read(MlpFunction.class, PTX_RESOURCE);
   }
 }

@@ -13,12 +13,9 @@ import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.KernelRef;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.Dim3;
-import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
+import dev.thaw.runtime.gpu.PtxResources;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.charset.StandardCharsets;
 import java.util.Iterator;
 import java.util.Locale;
 import java.util.Set;
@@ -208,13 +205,6 @@ public final class MemoryProbeFunction implements ThawFunction<MemoryProbeFuncti
   }
 
   public static String ptx() {
-    try (InputStream in = MemoryProbeFunction.class.getResourceAsStream(PTX_RESOURCE)) {
-      if (in == null) {
-        throw new IllegalStateException("the probe PTX " + PTX_RESOURCE + " is not on the class path");
-      }
-      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
-    } catch (IOException e) {
-      throw new UncheckedIOException("cannot read " + PTX_RESOURCE, e);
-    }
+    return PtxResources.read(MemoryProbeFunction.class, PTX_RESOURCE);
   }
 }

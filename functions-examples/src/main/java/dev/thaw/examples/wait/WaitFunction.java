@@ -12,12 +12,9 @@ import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.KernelRef;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.gpu.Dim3;
-import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
+import dev.thaw.runtime.gpu.PtxResources;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.charset.StandardCharsets;
 import java.util.Iterator;
 import java.util.Locale;
 
@@ -110,13 +107,6 @@ public final class WaitFunction implements ThawFunction<WaitFunction.State> {
   }
 
   public static String ptx() {
-    try (InputStream in = WaitFunction.class.getResourceAsStream(PTX_RESOURCE)) {
-      if (in == null) {
-        throw new IllegalStateException("the wait PTX " + PTX_RESOURCE + " is not on the class path");
-      }
-      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
-    } catch (IOException e) {
-      throw new UncheckedIOException("cannot read " + PTX_RESOURCE, e);
-    }
+    return PtxResources.read(WaitFunction.class, PTX_RESOURCE);
   }
 }

@@ -1,9 +1,6 @@
 package dev.thaw.runtime.check;
 
-import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
+import dev.thaw.runtime.gpu.PtxResources;
 
 /**
  * The device-check kernels bundled with the runtime: their entry names, their PTX ({@code check.ptx},
@@ -31,14 +28,7 @@ public final class CheckKernels {
 
   /** The bundled PTX text. */
   public static String ptx() {
-    try (InputStream in = CheckKernels.class.getResourceAsStream(PTX_RESOURCE)) {
-      if (in == null) {
-        throw new IllegalStateException(PTX_RESOURCE + " is missing from the classpath");
-      }
-      return new String(in.readAllBytes(), StandardCharsets.US_ASCII);
-    } catch (IOException e) {
-      throw new UncheckedIOException("cannot read " + PTX_RESOURCE, e);
-    }
+    return PtxResources.read(CheckKernels.class, PTX_RESOURCE);
   }
 
   /**

@@ -8,10 +8,7 @@ import dev.thaw.examples.function.KernelLaunch;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
-import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
+import dev.thaw.runtime.gpu.PtxResources;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -102,14 +99,7 @@ public final class Gpt2Kernels implements AutoCloseable {
 
   /** The module's PTX text. */
   public static String ptx() {
-    try (InputStream in = Gpt2Kernels.class.getResourceAsStream(PTX_RESOURCE)) {
-      if (in == null) {
-        throw new IllegalStateException(PTX_RESOURCE + " is missing from the classpath");
-      }
-      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
+    return PtxResources.read(Gpt2Kernels.class, PTX_RESOURCE);
   }
 
   public GpuModule module() {
