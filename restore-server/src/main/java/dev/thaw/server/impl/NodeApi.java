@@ -65,7 +65,7 @@ final class NodeApi {
     if (model == null || mayReach(ctx, model)) {
       ctx.next();
     } else {
-      OpenAiApi.sendError(ctx, OpenAiApi.modelNotFound(model));
+      OpenAiError.send(ctx, OpenAiError.modelNotFound(model));
     }
   }
 
