@@ -9,7 +9,6 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 
 /**
  * A request's prompts as the model reads them, checked against its context: a chat's messages rendered by the
@@ -21,7 +20,8 @@ import java.util.Set;
  */
 record OpenAiPrompts(List<int[]> ids, List<String> texts, int maxTokens) {
 
-  private static final Set<String> ROLES = Set.of("system", "developer", "user", "assistant", "tool");
+  /** In the order OpenAI's reference lists them: the error that names them says them in that order every time. */
+  private static final List<String> ROLES = List.of("system", "developer", "user", "assistant", "tool");
   private static final ObjectMapper PLAIN = new ObjectMapper();
 
   /** The prompts of a request's body, read with the model's tokenizer and chat template. */
