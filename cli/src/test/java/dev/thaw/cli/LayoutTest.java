@@ -29,12 +29,7 @@ class LayoutTest {
    * Files that still name JDK types inline: others were changing them when the house's names were imported, and
    * they are left to their merges. Take a file off once it imports its names (the test says when).
    */
-  private static final Set<String> PENDING_INLINE = Set.of(
-      "context-pool/src/main/java/dev/thaw/pool/impl/WorkerProcess.java",
-      "functions-examples/src/main/java/dev/thaw/examples/llama/LlamaCheckpoint.java",
-      "functions-examples/src/main/java/dev/thaw/examples/llama/LlamaFunction.java",
-      "image-builder/src/main/java/dev/thaw/image/restore/Residency.java",
-      "restore-server/src/main/java/dev/thaw/server/impl/InProcessInstances.java");
+  private static final Set<String> PENDING_INLINE = Set.of();
 
   private static Path root;
 

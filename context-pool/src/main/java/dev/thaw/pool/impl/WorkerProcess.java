@@ -49,6 +49,7 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
@@ -282,7 +283,7 @@ final class WorkerProcess implements Worker {
   }
 
   /** The keys this worker holds prepared, as far as the parent knows. */
-  java.util.Set<String> preparedKeys() {
+  Set<String> preparedKeys() {
     return prepares.keys();
   }
 

@@ -20,6 +20,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.TreeSet;
 
 /**
  * Llama-family weights from a Hugging Face directory as {@code save_pretrained} writes it: {@code config.json}
@@ -67,7 +68,7 @@ public final class LlamaCheckpoint implements LlamaWeights {
     List<SafetensorsFile> files = new ArrayList<>();
     try {
       Map<String, SafetensorsFile> byShard = new LinkedHashMap<>();
-      for (String shard : new java.util.TreeSet<>(shardOf.values())) {
+      for (String shard : new TreeSet<>(shardOf.values())) {
         Path p = dir.resolve(shard);
         if (!Files.isRegularFile(p)) {
           throw new InvalidConfigException(p + " does not exist (" + INDEX_FILE + " lists it for "

@@ -23,15 +23,20 @@ import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.ThawFunction;
 import dev.thaw.runtime.function.Tokenizer;
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * Text generation for the Llama family (Llama 3.x, Qwen2/2.5, Mistral): greedy decoding with a KV cache on the
@@ -94,7 +99,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
   /** The checkpoint file text requests are tokenized with. */
   public static final String TOKENIZER_FILE = "tokenizer.json";
   /** Tokenizers by path, loaded on the first text request (a restored instance may never see one). */
-  private static final Map<String, ByteLevelBpe> TOKENIZERS = new java.util.concurrent.ConcurrentHashMap<>();
+  private static final Map<String, ByteLevelBpe> TOKENIZERS = new ConcurrentHashMap<>();
 
   /**
    * The host state: the model's shape, sizes, and references to every buffer.
@@ -117,7 +122,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
   }
 
   private static Set<String> fields(String... own) {
-    Set<String> all = new java.util.HashSet<>(Set.of(own));
+    Set<String> all = new HashSet<>(Set.of(own));
     all.addAll(Sampling.FIELDS);
     return Set.copyOf(all);
   }
@@ -128,15 +133,15 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
    */
   @Override
   public FunctionSignature signature(State s) {
-    return new FunctionSignature(List.of(), List.of(), java.util.Optional.of(new FunctionSignature.LanguageModel(
+    return new FunctionSignature(List.of(), List.of(), Optional.of(new FunctionSignature.LanguageModel(
         s.tokenizer() == null ? null : TOKENIZER_FILE, s.config().vocabSize(), s.maxTokens(), s.maxBatch(), s.chat(),
         s.stopTokens(), true)));
   }
 
   /** The checkpoint's tokenizer, read again from its path (a restored instance's first use pays for it). */
   @Override
-  public java.util.Optional<Tokenizer> tokenizer(State s) {
-    return s.tokenizer() == null ? java.util.Optional.empty() : java.util.Optional.of(textTokenizer(s));
+  public Optional<Tokenizer> tokenizer(State s) {
+    return s.tokenizer() == null ? Optional.empty() : Optional.of(textTokenizer(s));
   }
 
   /**
@@ -283,7 +288,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       String noText = "these weights have no " + TOKENIZER_FILE + ": send 'tokens'";
       JsonNode path = config.get("path");
       ByteLevelBpe bpe = null;
-      if (path != null && java.nio.file.Files.isRegularFile(Path.of(path.asText(), TOKENIZER_FILE))) {
+      if (path != null && Files.isRegularFile(Path.of(path.asText(), TOKENIZER_FILE))) {
         Path file = Path.of(path.asText(), TOKENIZER_FILE).toAbsolutePath();
         try {
           bpe = ByteLevelBpe.load(file);
@@ -447,7 +452,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
         try {
           return ByteLevelBpe.load(Path.of(p));
         } catch (IOException e) {
-          throw new java.io.UncheckedIOException(e);
+          throw new UncheckedIOException(e);
         }
       });
     } catch (RuntimeException e) {

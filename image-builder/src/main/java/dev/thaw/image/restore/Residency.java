@@ -8,8 +8,12 @@ import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.PinnedBuffer;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicIntegerArray;
@@ -273,7 +277,7 @@ final class Residency {
     this.assignedChunks = new int[units];
     this.background = options.streamInBackground();
     List<long[]> ranges = new ArrayList<>(lease.residentRanges());
-    ranges.sort(java.util.Comparator.comparingLong(r -> r[0]));
+    ranges.sort(Comparator.comparingLong(r -> r[0]));
     this.residentStarts = new long[ranges.size()];
     this.residentEnds = new long[ranges.size()];
     for (int i = 0; i < ranges.size(); i++) {
@@ -920,7 +924,7 @@ final class Residency {
     for (Future<?> f : part.reads()) {
       try {
         f.get();
-      } catch (java.util.concurrent.ExecutionException e) {
+      } catch (ExecutionException e) {
         failed = failed == null ? e.getCause() : failed;
       }
     }
@@ -1105,10 +1109,10 @@ final class Residency {
   }
 
   /** Bytes each lane copied, by name ({@code direct}, {@code urgent}, {@code peer}, {@code device N}), in order. */
-  java.util.Map<String, Long> laneBytes() {
+  Map<String, Long> laneBytes() {
     lock.lock();
     try {
-      java.util.Map<String, Long> out = new java.util.LinkedHashMap<>();
+      Map<String, Long> out = new LinkedHashMap<>();
       for (Lane lane : lanes) {
         out.merge(lane.name, lane.bytes, Long::sum);
       }

@@ -32,10 +32,10 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -238,7 +238,7 @@ public final class InProcessInstances implements InstanceFactory {
     }
     try {
       return p.made().join();
-    } catch (java.util.concurrent.CompletionException e) {
+    } catch (CompletionException e) {
       // Made on another thread: the start makes its own and fails, or not, on this one.
       return null;
     }
@@ -357,7 +357,7 @@ public final class InProcessInstances implements InstanceFactory {
     PreparedRestore r;
     try {
       r = ahead.restore().join();
-    } catch (java.util.concurrent.CompletionException e) {
+    } catch (CompletionException e) {
       return null;
     }
     if (!ahead.tag().equals(tag) || ahead.manifest() != manifest) {
