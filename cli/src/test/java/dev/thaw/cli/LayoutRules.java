@@ -352,7 +352,8 @@ final class LayoutRules {
     arrows.forEach((from, tos) -> {
       Room room = rooms.get(roomOf(from));
       for (String to : tos) {
-        if (room == null || !room.constructs().contains(roomOf(to))) {
+        String toRoom = roomOf(to);
+        if (room == null || toRoom == null || !room.constructs().contains(toRoom)) {
           graph.computeIfAbsent(from, k -> new TreeSet<>()).add(to);
         }
       }
