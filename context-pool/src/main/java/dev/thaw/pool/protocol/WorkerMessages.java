@@ -31,8 +31,10 @@ public final class WorkerMessages {
   public sealed interface Head {
     FrameType type();
 
-    /** The head as it travels. */
-    ObjectNode toJson();
+    /** The head as it travels; an empty head for a message that says nothing but its type. */
+    default ObjectNode toJson() {
+      return FrameCodec.head();
+    }
   }
 
   /** What the parent sends a worker. */
@@ -210,11 +212,6 @@ public final class WorkerMessages {
     public FrameType type() {
       return FrameType.CANCEL;
     }
-
-    @Override
-    public ObjectNode toJson() {
-      return FrameCodec.head();
-    }
   }
 
   /** What are you doing; answered even while a BECOME or INVOKE runs. */
@@ -222,11 +219,6 @@ public final class WorkerMessages {
     @Override
     public FrameType type() {
       return FrameType.STATUS;
-    }
-
-    @Override
-    public ObjectNode toJson() {
-      return FrameCodec.head();
     }
   }
 
@@ -236,11 +228,6 @@ public final class WorkerMessages {
     public FrameType type() {
       return FrameType.EXIT;
     }
-
-    @Override
-    public ObjectNode toJson() {
-      return FrameCodec.head();
-    }
   }
 
   /** Export the resident image's read-only slabs for the HBM tier. */
@@ -248,11 +235,6 @@ public final class WorkerMessages {
     @Override
     public FrameType type() {
       return FrameType.EXPORT;
-    }
-
-    @Override
-    public ObjectNode toJson() {
-      return FrameCodec.head();
     }
   }
 
@@ -391,11 +373,6 @@ public final class WorkerMessages {
     public FrameType type() {
       return FrameType.NEAR;
     }
-
-    @Override
-    public ObjectNode toJson() {
-      return FrameCodec.head();
-    }
   }
 
   /** One part of the response of the INVOKE with this frame's id: the body is its JSON. */
@@ -403,11 +380,6 @@ public final class WorkerMessages {
     @Override
     public FrameType type() {
       return FrameType.PART;
-    }
-
-    @Override
-    public ObjectNode toJson() {
-      return FrameCodec.head();
     }
   }
 
@@ -649,11 +621,6 @@ public final class WorkerMessages {
     @Override
     public FrameType type() {
       return FrameType.RESULT;
-    }
-
-    @Override
-    public ObjectNode toJson() {
-      return FrameCodec.head();
     }
   }
 
