@@ -15,11 +15,12 @@ import dev.thaw.server.spi.StartPhases;
 import io.micrometer.core.instrument.MeterRegistry;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutorService;
@@ -78,6 +79,12 @@ public final class Scheduler implements AutoCloseable {
   private final Deployments deployments = new Deployments();
   /** Functions registered by a registry reference whose image is still being pulled (none of them deployed). */
   private final Map<String, Awaiting> awaiting = new LinkedHashMap<>();
+  /**
+   * The serving deployments whose requests wait for room, in the order they began to wait: what {@link #placeWaiting}
+   * and {@link #expireWaiting} look at, so a request's end costs nothing when none waits (not a walk of every
+   * function).
+   */
+  private final Set<Deployment> waitingForRoom = new LinkedHashSet<>();
   private final DevicePlacement placement;
   private final WakeAhead wakeAhead;
   private final ScheduledExecutorService reaper;
@@ -435,11 +442,13 @@ public final class Scheduler implements AutoCloseable {
           // Busy instances hold the memory or the slots: the requests wait for one of them to finish (then it is idle
           // and can be evicted for them), at most PLACEMENT_WAIT.
           d.waitingForRoom = System.nanoTime();
+          waitingForRoom.add(d);
         }
         return;
       }
     }
     d.waitingForRoom = 0;
+    waitingForRoom.remove(d);
   }
 
   /**
@@ -447,23 +456,20 @@ public final class Scheduler implements AutoCloseable {
    * that has waited longest first.
    */
   private void placeWaiting() {
-    List<Deployment> waiting = new ArrayList<>();
-    for (Deployment d : deployments.current()) {
-      if (d.waitingForRoom != 0) {
-        waiting.add(d);
-      }
+    if (waitingForRoom.isEmpty()) {
+      return;
     }
-    waiting.sort(Comparator.comparingLong(d -> d.waitingForRoom));
-    for (Deployment d : waiting) {
+    for (Deployment d : List.copyOf(waitingForRoom)) {
       scaleOut(d);
     }
   }
 
   /** Requests that waited {@link #PLACEMENT_WAIT} for room get 503; the rest wait on. */
   private void expireWaiting(long now) {
-    for (Deployment d : deployments.current()) {
-      if (d.waitingForRoom != 0 && now - d.waitingForRoom > PLACEMENT_WAIT.toNanos() && d.slots.isEmpty()) {
+    for (Deployment d : List.copyOf(waitingForRoom)) {
+      if (now - d.waitingForRoom > PLACEMENT_WAIT.toNanos() && d.slots.isEmpty()) {
         d.waitingForRoom = 0;
+        waitingForRoom.remove(d);
         d.meters.noMemory.increment();
         failQueue(d, placement.noRoom(d, retryAfterSeconds));
       }
@@ -743,6 +749,8 @@ public final class Scheduler implements AutoCloseable {
 
   private void retire(Deployment d) {
     d.retire = true;
+    // Only serving deployments are placed for room.
+    waitingForRoom.remove(d);
     deployments.retiring(d);
     for (InstanceSlot s : List.copyOf(d.slots)) {
       if (s.instance != null && !s.busy()) {
