@@ -28,7 +28,8 @@
 # .json, $OUT/serve-*.log, $OUT/harness.txt, $OUT/multilink-results.json; exits non-zero if a part failed.
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/multilink-run.sh <unpacked thaw dir>
 #   PARTS=contract,http,harness (the default), HTTP_MODES="one two tiers", ROUNDS=4, PEER_ROUNDS=3,
-#   SHAPES=gpt2-large, BUDGET=240, HELPER_SHARE (passed as --helper-share when set), TIER_BYTES=1800m.
+#   SHAPES=gpt2-large, BUDGET=240, HELPER_SHARE (passed as --helper-share when set), TIER_BYTES=1800m,
+#   HARNESS_SKIP (the harness's --skip: hbm,impact,sweep), LLAMA_MODES="one two" (a mode may carry its own share: "one two two:1.0"; "two" uses every GPU the host has).
 #   The harness gets what the budget leaves (often nothing): PARTS=harness runs it alone, in its own 5 minutes.
 # A dry run without GPUs: THAW_DEVICE=sim THAW_SIM_DEVICES=2 THAW_SIM_COPY_GBPS=2 SHAPES=tiny, and for the HTTP part a
 # function the sim runs quickly in GPT-2-large's place (HTTP_MODEL=mlp HTTP_FUNCTION=dev.thaw.examples.mlp.MlpFunction
@@ -89,7 +90,7 @@ fi
 # client's output to $OUT/http-NAME.txt. Its port is the one the server says it listens on.
 serve() {
   local name=$1 seconds=$2; shift 2
-  "$home/bin/thaw" serve --port 0 --config "$work/serve-$name.json" --idle-workers 2 "$@" \
+  "$home/bin/thaw" serve --port 0 --config "$work/serve-${name%%-*}.json" --idle-workers 2 "$@" \
       > "$OUT/serve-$name.log" 2>&1 &
   local pid=$! port=""
   for _ in $(seq 1 600); do
@@ -123,7 +124,10 @@ http() {
   # smaller image) pushes f's weights out of the other GPU's tier between two hbm-peer starts.
   echo "{\"functions\": {\"f\": {\"image\": \"$tag\", \"keepAlive\": \"1s\"}, \"blocker\": {\"image\": \"$tag\",
       \"keepAlive\": \"10m\"}, \"g\": {\"image\": \"$evict\", \"keepAlive\": \"1s\"}}}" > "$work/serve-tiers.json"
-  for mode in $modes; do
+  for spec in $modes; do
+    # A mode may name the helper share it runs at (two:1.0), over HELPER_SHARE; its files are then named two-1.0.
+    local mode=${spec%%:*} share_of=${spec#*:} name=${spec/:/-}
+    [[ $share_of == "$spec" ]] && share_of=${HELPER_SHARE:-}
     local each=$budget_each
     [[ $mode == tiers ]] && each=$(( budget_each * 3 / 2 ))
     local t=$(( $(left) < each ? $(left) : each ))
@@ -132,12 +136,12 @@ http() {
     fi
     echo "== http $mode ($model, at most $t s)"
     local shared=()
-    [[ -n ${HELPER_SHARE:-} ]] && shared=(--helper-share "$HELPER_SHARE")
+    [[ -n $share_of ]] && shared=(--helper-share "$share_of")
     case $mode in
       one) client=(--mode one --idle 2); CUDA_VISIBLE_DEVICES=0 THAW_SIM_DEVICES=1 serve one "$t" \
           --host-cache "$cache" --hbm-tier 0 --max-helpers 0 ;;
-      two) client=(--mode two --idle 4); serve two "$t" --host-cache "$cache" --hbm-tier 0 "${shared[@]}" ;;
-      tiers) client=(--mode tiers --idle 4); serve tiers "$t" --host-cache "$cache" --hbm-tier "${TIER_BYTES:-1800m}" \
+      two) client=(--mode two --idle 4 --gpus "$gpus"); serve "$name" "$t" --host-cache "$cache" --hbm-tier 0 "${shared[@]}" ;;
+      tiers) client=(--mode tiers --idle 4); serve "$name" "$t" --host-cache "$cache" --hbm-tier "${TIER_BYTES:-1800m}" \
           --max-workers 3 "${shared[@]}" ;;
     esac
   done
@@ -172,7 +176,7 @@ if [[ $parts == *,llama,* ]]; then
       --config '{"model": "llama-3.1-8b", "seed": 1, "maxBatch": 1, "maxTokens": 64}' --tag llama:8b \
       --sample-request "$request" > "$OUT/build-llama.txt" 2>&1 || { echo "build failed"; tail "$OUT/build-llama.txt"; status=1; }
   echo "build: $(grep -iE 'built|bytes' "$OUT/build-llama.txt" | tail -1)"
-  rounds=3 http llama:8b "one two" 24g 100
+  rounds=3 http llama:8b "${LLAMA_MODES:-one two}" 24g 100
 fi
 
 if [[ $parts == *,harness,* ]]; then
@@ -182,7 +186,8 @@ if [[ $parts == *,harness,* ]]; then
   else
     echo "== 3. MultiLinkHarness ($shapes, 3 rounds, at most $t s)"
     timeout -k 10 "$t" "$java" ${THAW_JAVA_OPTS:-} -cp "$home/lib/*:$home/lib/bench/*" \
-        dev.thaw.bench.restore.MultiLinkHarness --out "$OUT" --shapes "$shapes" --rounds 3 2>&1 \
+        dev.thaw.bench.restore.MultiLinkHarness --out "$OUT" --shapes "$shapes" --rounds 3 \
+        ${HARNESS_SKIP:+--skip "$HARNESS_SKIP"} 2>&1 \
         | grep -v '^\[main\] INFO' | strip > "$OUT/harness.txt"
     rc=${PIPESTATUS[0]}
     [[ $rc == 0 ]] || { echo "harness exit status $rc"; status=1; }

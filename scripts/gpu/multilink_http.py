@@ -157,6 +157,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--peer-rounds", type=int, default=3, help="hbm-peer starts in the tiers mode")
     p.add_argument("--idle", type=int, default=2, help="idle workers the server keeps, all GPUs")
+    p.add_argument("--gpus", type=int, default=2, help="the GPUs the server sees in the two mode")
     p.add_argument("--out", required=True)
     p.add_argument("--share", default="?", help="the helper share the server lends links at (its banner says)")
     a = p.parse_args()
@@ -193,7 +194,7 @@ def main():
             failed |= r["status"] != 200 or r["start"] != "cold" or any(b["status"] != 200 for b in beside)
         way = "host-cache-multilink" if a.mode == "two" else "host-cache"
         ms = [r["ms"] for r in out["cold"] if r["tier"] == way]
-        gpus = "2 GPUs" if a.mode == "two" else "1 GPU"
+        gpus = "%d GPUs" % a.gpus if a.mode == "two" else "1 GPU"
         print("SUMMARY http %s %s: cold from the host cache %s; %d of %d through %s%s" % (
             a.model, gpus, spread(ms), len(ms), len(out["cold"]), way,
             " (helper share %s)" % a.share if a.mode == "two" else ""))

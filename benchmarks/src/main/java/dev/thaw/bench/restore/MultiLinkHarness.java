@@ -47,6 +47,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
@@ -68,8 +69,9 @@ import java.util.function.Supplier;
  *   <li><b>links</b>: the devices, whether they are peers, and the three rates {@link HelperLink} measures (host → GPU
  *       0, host → GPU 1's ring, GPU 1 → GPU 0), with the peer copy by unified addressing and by
  *       {@code cuMemcpyPeerAsync};
- *   <li><b>restore</b>, per shape: one link, two links, two links with everything queued at once: ready, resident (by
- *       the events), GB/s, the helper's part;
+ *   <li><b>restore</b>, per shape: one link, two links, two links with everything queued at once (at the default
+ *       helper share), then two to every link of the node with the helpers lent whole: ready, resident (by the
+ *       events), GB/s, the helpers' part;
  *   <li><b>hbm</b>, per shape: from GPU 0's own HBM tier; from GPU 1's tier by a peer copy ({@link PeerSlabs}), the
  *       slabs mapped on GPU 1 and relayed through its link's ring, then mapped for GPU 0 (each with its mapping time);
  *       from GPU 1's tier mapped as it is (kernels then read the weights over NVLink), with a read kernel's GB/s on local
@@ -103,6 +105,8 @@ public final class MultiLinkHarness {
   private final List<String> summary = new ArrayList<>();
   private final List<String> failures = new ArrayList<>();
   private HelperLink link;
+  /** A link from every other GPU to GPU 0, in ordinal order; {@link #link} is the first (GPU 1's). */
+  private final List<HelperLink> helperLinks = new ArrayList<>();
   private PinnedBuffer staging;
 
   private MultiLinkHarness(GpuDriver driver, RocksChunkStore store, int rounds, Set<String> skip, String impactModel) {
@@ -237,9 +241,7 @@ public final class MultiLinkHarness {
   }
 
   private void close() {
-    if (link != null) {
-      link.close();
-    }
+    helperLinks.forEach(HelperLink::close);
     if (staging != null) {
       staging.close();
     }
@@ -260,7 +262,19 @@ public final class MultiLinkHarness {
         .orElse("usable as a helper"));
     long t = System.nanoTime();
     link = HelperLink.open(target, helper, options);
+    helperLinks.add(link);
     System.out.printf(Locale.ROOT, "link opened in %.1f ms: %s%n", (System.nanoTime() - t) / 1e6, link);
+    for (int d = 2; d < contexts.size(); d++) {
+      GpuContext other = contexts.get(d);
+      Optional<String> why = HelperLink.whyUnusable(target, other, options);
+      if (why.isPresent()) {
+        System.out.println("GPU " + d + ": not a helper: " + why.get());
+        continue;
+      }
+      HelperLink more = HelperLink.open(target, other, options);
+      helperLinks.add(more);
+      System.out.println("GPU " + d + ": " + more);
+    }
     j.put("directGBps", link.directGBps()).put("hostToHelperGBps", link.hostGBps()).put("peerGBps", link.peerGBps());
     double[] peer = peerCalls(target, helper);
     j.put("peerUnifiedGBps", peer[0]).put("peerMemcpyPeerGBps", peer[1]);
@@ -366,9 +380,18 @@ public final class MultiLinkHarness {
         .setHelpers(List.of(link)), image, null, null));
     double all = variant(shape, image, "2 links, all queued", () -> restore(0, m, image.source(),
         new OnDemandOptions().setHelpers(List.of(link)).setWindowBytes(Long.MAX_VALUE), image, null, null));
+    StringBuilder more = new StringBuilder();
+    // The same with idle helpers lent whole (share 1), through every link the node has.
+    for (int k = 1; k <= helperLinks.size(); k++) {
+      List<HelperLink> lent = helperLinks.subList(0, k);
+      double ms = variant(shape, image, (k + 1) + " links at share 1", () -> restore(0, m, image.source(),
+          new OnDemandOptions().setHelpers(lent).setHelperShare(1.0), image, null, null));
+      more.append(String.format(Locale.ROOT, "; %d links at share 1 %.2f ms (%.1f GB/s, x%.2f)", k + 1, ms,
+          image.bytes() / (ms * 1e6), one / ms));
+    }
     summary(String.format(Locale.ROOT, "%s %.2f GB from the host: 1 link %.2f ms (%.1f GB/s), 2 links %.2f ms"
-        + " (%.1f GB/s, x%.2f), 2 links all queued %.2f ms", image.shape(), image.bytes() / 1e9, one,
-        image.bytes() / (one * 1e6), two, image.bytes() / (two * 1e6), one / two, all));
+        + " (%.1f GB/s, x%.2f), 2 links all queued %.2f ms (share %.1f)%s", image.shape(), image.bytes() / 1e9, one,
+        image.bytes() / (one * 1e6), two, image.bytes() / (two * 1e6), one / two, all, OnDemandOptions.DEFAULT_HELPER_SHARE, more));
     return null;
   }
 
