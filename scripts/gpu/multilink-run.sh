@@ -112,6 +112,11 @@ serve() {
   kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
   grep 'cold start on worker' "$OUT/serve-$name.log" | strip | sed 's/.*dev.thaw.server.instances - //' | cut -c1-240
   summary "$OUT/http-$name.txt" >> "$OUT/summary.txt"
+  # The share each multi-link start used (the banner's unless every lent GPU hosted no instance: then 1).
+  local used
+  used=$(grep -o 'as well, at share [0-9.]*' "$OUT/serve-$name.log" | awk '{print $NF}' | sort | uniq -c \
+      | awk '{printf "%s%s x%s", (NR > 1 ? ", " : ""), $2, $1}')
+  [[ -n $used ]] && echo "http $name: multi-link starts at share $used" >> "$OUT/summary.txt"
 }
 
 # http TAG: parts 2a-2c (or, for the 8B, 2a and 2b) with the image TAG, each under the time left.
@@ -140,7 +145,7 @@ http() {
     case $mode in
       one) client=(--mode one --idle 2); CUDA_VISIBLE_DEVICES=0 THAW_SIM_DEVICES=1 serve one "$t" \
           --host-cache "$cache" --hbm-tier 0 --max-helpers 0 ;;
-      two) client=(--mode two --idle 4 --gpus "$gpus"); serve "$name" "$t" --host-cache "$cache" --hbm-tier 0 "${shared[@]}" ;;
+      two) client=(--mode two --idle $(( 2 * gpus )) --gpus "$gpus"); serve "$name" "$t" --host-cache "$cache" --hbm-tier 0 "${shared[@]}" ;;
       tiers) client=(--mode tiers --idle 4); serve "$name" "$t" --host-cache "$cache" --hbm-tier "${TIER_BYTES:-1800m}" \
           --max-workers 3 "${shared[@]}" ;;
     esac

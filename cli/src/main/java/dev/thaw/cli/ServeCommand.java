@@ -181,8 +181,8 @@ final class ServeCommand implements Callable<Integer> {
   Integer maxHelpers;
 
   @Option(names = "--helper-share", paramLabel = "SHARE",
-      description = {"The part of a borrowed GPU's link a cold start may use, over (0, 1].",
-          "Default: helperShare of the config, else 0.5."})
+      description = {"The part of a borrowed GPU's link a cold start may use while that GPU hosts instances, over"
+          + " (0, 1]. A GPU that hosts none lends its whole link.", "Default: helperShare of the config, else 0.5."})
   Double helperShare;
 
   @Option(names = "--wake-ahead", paramLabel = "DURATION",
@@ -319,7 +319,8 @@ final class ServeCommand implements Callable<Integer> {
           + (options.hbmTierBytes() >> 20) + " MiB per GPU");
       if (options.hostCacheBytes() > 0 && driver.devices().size() > 1) {
         out.println(options.maxHelpers() == 0 ? "helpers  none: a cold start copies through its own GPU's link"
-            : String.format(Locale.ROOT, "helpers  a cold start borrows up to %d idle GPUs' links, each at share %.2f",
+            : String.format(Locale.ROOT, "helpers  a cold start borrows up to %d idle GPUs' links, each at share %.2f"
+            + " (whole where the GPU hosts no instance)",
             options.maxHelpers(), options.helperShare()));
       }
     }

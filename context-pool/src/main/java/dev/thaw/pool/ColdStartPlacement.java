@@ -16,7 +16,9 @@ import java.util.function.BiPredicate;
  * <p>The estimate: the ways in run side by side (the weights from a tier on one stream, the rest from the host on
  * others), so a start costs its fixed part plus the slower of them; host bytes move at the device's link rate plus,
  * for each idle peer device up to {@link PlacementCosts#maxHelpers()}, its share of the slower of that device's link
- * and the peer link. Ties go to the device with more free budget, then the lower ordinal.
+ * and the peer link: the whole of it when no lent device hosts an instance (the share bounds what a borrowed link
+ * costs the functions on its device), else {@link PlacementCosts#helperShare()}; the vacant devices alone when they
+ * are faster so. Ties go to the device with more free budget, then the lower ordinal.
  */
 public final class ColdStartPlacement {
 
@@ -53,8 +55,16 @@ public final class ColdStartPlacement {
    * @param freeBytes its free budget, for ties
    * @param busy whether it runs a request now: a busy device lends no link
    * @param tierBytes bytes of this image's weights its HBM tier holds (0 for none)
+   * @param vacant whether no instance is there at all, starting or warm: nothing a borrowed link could slow, so it
+   *     lends its whole link
    */
-  public record DeviceView(int ordinal, boolean fits, long freeBytes, boolean busy, long tierBytes) {}
+  public record DeviceView(int ordinal, boolean fits, long freeBytes, boolean busy, long tierBytes, boolean vacant) {
+
+    /** A device that may host instances: a borrowed link is lent at the configured share. */
+    public DeviceView(int ordinal, boolean fits, long freeBytes, boolean busy, long tierBytes) {
+      this(ordinal, fits, freeBytes, busy, tierBytes, false);
+    }
+  }
 
   /**
    * The cheapest start.
@@ -64,12 +74,23 @@ public final class ColdStartPlacement {
    * @param tierDevice the device whose tier the weights come from ({@link Source#HBM}, {@link Source#HBM_PEER}), else
    *     -1
    * @param helpers the idle devices whose links the restore may use, in order (empty unless through the host cache)
+   * @param helperShare the part of each helper's link the restore may use: 1 when every helper is vacant, else the
+   *     configured {@link PlacementCosts#helperShare()}
    * @param estimatedMillis the estimate that made it the cheapest
    */
-  public record Choice(int device, Source source, int tierDevice, List<Integer> helpers, double estimatedMillis) {
+  public record Choice(int device, Source source, int tierDevice, List<Integer> helpers, double helperShare,
+      double estimatedMillis) {
 
     public Choice {
       helpers = List.copyOf(helpers);
+      if (!(helperShare > 0 && helperShare <= 1)) {
+        throw new IllegalArgumentException("a helper's share of its link is over (0, 1], not " + helperShare);
+      }
+    }
+
+    /** A start that borrows no link. */
+    public Choice(int device, Source source, int tierDevice, double estimatedMillis) {
+      this(device, source, tierDevice, List.of(), 1, estimatedMillis);
     }
 
     /** {@code tier;desc="<label>"}: the entry a response's {@code Server-Timing} carries. */
@@ -111,26 +132,26 @@ public final class ColdStartPlacement {
         continue;
       }
       List<Integer> helpers = hostCached ? helpers(d.ordinal(), devices) : List.of();
-      double rest = hostCached ? costs.hostLinkGBps() + helpers.size() * costs.helperShare()
-          * Math.min(costs.hostLinkGBps(), costs.peerGBps()) : costs.storeGBps();
+      double share = share(helpers, devices);
+      double rest = hostCached ? hostRate(helpers.size(), share) : costs.storeGBps();
       Source viaHost = !hostCached ? Source.STORE : helpers.isEmpty() ? Source.HOST_CACHE : Source.HOST_CACHE_MULTILINK;
       List<Choice> ways = new ArrayList<>();
-      ways.add(new Choice(d.ordinal(), viaHost, -1, viaHost == Source.STORE ? List.of() : helpers,
-          millis(imageBytes, rest)));
+      ways.add(viaHost == Source.STORE ? new Choice(d.ordinal(), viaHost, -1, millis(imageBytes, rest))
+          : new Choice(d.ordinal(), viaHost, -1, helpers, share, millis(imageBytes, rest)));
       for (DeviceView t : devices) {
         if (t.tierBytes() <= 0) {
           continue;
         }
         long others = Math.max(0, imageBytes - t.tierBytes());
         if (t.ordinal() == d.ordinal()) {
-          ways.add(new Choice(d.ordinal(), Source.HBM, t.ordinal(), others > 0 ? helpers : List.of(),
+          ways.add(new Choice(d.ordinal(), Source.HBM, t.ordinal(), others > 0 ? helpers : List.of(), share,
               costs.tierMapMillis() + millis(others, rest)));
         } else if (peers.test(d.ordinal(), t.ordinal())) {
           // The tier device's link does not carry the rest: it serves the pull.
           List<Integer> without = others > 0 ? helpers.stream().filter(h -> h != t.ordinal()).toList() : List.of();
-          double restWithout = hostCached ? costs.hostLinkGBps() + without.size() * costs.helperShare()
-              * Math.min(costs.hostLinkGBps(), costs.peerGBps()) : costs.storeGBps();
-          ways.add(new Choice(d.ordinal(), Source.HBM_PEER, t.ordinal(), without, costs.tierMapMillis()
+          double shareWithout = share(without, devices);
+          double restWithout = hostCached ? hostRate(without.size(), shareWithout) : costs.storeGBps();
+          ways.add(new Choice(d.ordinal(), Source.HBM_PEER, t.ordinal(), without, shareWithout, costs.tierMapMillis()
               + Math.max(millis(t.tierBytes(), costs.peerGBps()), millis(others, restWithout))));
         }
       }
@@ -145,15 +166,42 @@ public final class ColdStartPlacement {
     return Optional.ofNullable(best);
   }
 
-  /** The idle devices that can lend {@code target} their link, in ordinal order, at most {@code maxHelpers}. */
+  /**
+   * The idle devices that lend {@code target} their link, in ordinal order, at most {@code maxHelpers}: all of them
+   * (at the configured share when one hosts an instance), or only the vacant ones (whole links) when that is faster.
+   */
   private List<Integer> helpers(int target, List<DeviceView> devices) {
-    List<Integer> out = new ArrayList<>();
+    List<Integer> idle = new ArrayList<>();
+    List<Integer> vacant = new ArrayList<>();
     for (DeviceView h : devices) {
-      if (out.size() < costs.maxHelpers() && h.ordinal() != target && !h.busy() && peers.test(target, h.ordinal())) {
-        out.add(h.ordinal());
+      if (h.ordinal() != target && !h.busy() && peers.test(target, h.ordinal())) {
+        if (idle.size() < costs.maxHelpers()) {
+          idle.add(h.ordinal());
+        }
+        if (h.vacant() && vacant.size() < costs.maxHelpers()) {
+          vacant.add(h.ordinal());
+        }
       }
     }
-    return out;
+    return hostRate(vacant.size(), 1) > hostRate(idle.size(), share(idle, devices)) ? vacant : idle;
+  }
+
+  /**
+   * The share {@code helpers} are lent at: whole when none hosts an instance (the share bounds what a borrowed link
+   * costs the functions on its device, and there are none), else the configured share.
+   */
+  private double share(List<Integer> helpers, List<DeviceView> devices) {
+    for (DeviceView h : devices) {
+      if (helpers.contains(h.ordinal()) && !h.vacant()) {
+        return costs.helperShare();
+      }
+    }
+    return 1;
+  }
+
+  /** GB/s from the host through the target's link and {@code helpers} links lent at {@code share}. */
+  private double hostRate(int helpers, double share) {
+    return costs.hostLinkGBps() + helpers * share * Math.min(costs.hostLinkGBps(), costs.peerGBps());
   }
 
   private static double millis(long bytes, double gbps) {

@@ -13,8 +13,8 @@ import org.junit.jupiter.api.Test;
 /**
  * Pins where a cold start goes on a node and by which way: the same device's tier first, another device's tier over
  * the peer link when the image does not fit where its weights are, the host cache through every idle peer's link, one
- * link when the others are busy or not peers, the store when the host cache lacks the image; nothing when it fits no
- * device. Priced with the two-H200 defaults.
+ * link when the others are busy or not peers (lent whole when they host no instance, else at the configured share), the
+ * store when the host cache lacks the image; nothing when it fits no device. Priced with the two-H200 defaults.
  */
 class ColdStartPlacementTest {
 
@@ -62,6 +62,32 @@ class ColdStartPlacementTest {
     // The idle peer's link lent at the default share (half of it) beside the target's own.
     assertEquals(16 * GB / ((1 + PlacementCosts.DEFAULT_HELPER_SHARE) * 53e6), c.estimatedMillis(), 1e-9);
     assertEquals("tier;desc=\"host-cache-multilink\"", c.serverTiming());
+  }
+
+  @Test
+  void vacantHelpersLendTheirWholeLinkAndOneHostingAnInstanceHalvesEvery() {
+    DeviceView vacant0 = new DeviceView(0, true, 100 * GB, false, 0, true);
+    DeviceView vacant2 = new DeviceView(2, true, 100 * GB, false, 0, true);
+    DeviceView target = new DeviceView(1, true, 120 * GB, false, 0, true);
+    Choice whole = node.place(16 * GB, true, List.of(vacant0, target, vacant2)).orElseThrow();
+    assertEquals(1, whole.device());
+    assertEquals(List.of(0, 2), whole.helpers());
+    assertEquals(1.0, whole.helperShare(), "no instance on a helper: nothing for the share to protect");
+    assertEquals(16 * GB / (3 * 53e6), whole.estimatedMillis(), 1e-9);
+    // Device 2 holds an instance (idle now, so still a helper; full, so no target): the restore is paced on every
+    // helper it borrows.
+    DeviceView hosting2 = new DeviceView(2, false, 0, false, 0, false);
+    Choice paced = node.place(16 * GB, true, List.of(vacant0, target, hosting2)).orElseThrow();
+    assertEquals(1, paced.device());
+    assertEquals(List.of(0, 2), paced.helpers());
+    assertEquals(PlacementCosts.DEFAULT_HELPER_SHARE, paced.helperShare());
+    assertEquals(16 * GB / ((1 + 2 * PlacementCosts.DEFAULT_HELPER_SHARE) * 53e6), paced.estimatedMillis(), 1e-9);
+    // Four devices, one hosting: two vacant links whole (3 x 53 GB/s) beat three at half (2.5 x 53).
+    DeviceView vacant3 = new DeviceView(3, false, 0, false, 0, true);
+    Choice vacantOnly = node.place(16 * GB, true, List.of(vacant0, target, hosting2, vacant3)).orElseThrow();
+    assertEquals(List.of(0, 3), vacantOnly.helpers());
+    assertEquals(1.0, vacantOnly.helperShare());
+    assertThrows(IllegalArgumentException.class, () -> new Choice(0, Source.HOST_CACHE, -1, List.of(1), 0, 1.0));
   }
 
   @Test

@@ -178,7 +178,7 @@ public final class ImageTiers implements AutoCloseable {
     List<ColdStartPlacement.DeviceView> views = new ArrayList<>(devices.size());
     for (ColdStartPlacement.DeviceView d : devices) {
       views.add(new ColdStartPlacement.DeviceView(d.ordinal(), d.fits(), d.freeBytes(), d.busy(),
-          residentBytes(tag, d.ordinal())));
+          residentBytes(tag, d.ordinal()), d.vacant()));
     }
     Placed p = placed.get(tag);
     boolean hostCached = cache != null && p != null && p.state().equals("cached");
@@ -262,7 +262,7 @@ public final class ImageTiers implements AutoCloseable {
    */
   public ColdSource coldStart(String tag, ImageManifest manifest, int device) {
     return coldStart(tag, manifest, new ColdStartPlacement.Choice(device, ColdStartPlacement.Source.HOST_CACHE, -1,
-        List.of(), 0));
+        0));
   }
 
   /**
@@ -299,7 +299,7 @@ public final class ImageTiers implements AutoCloseable {
     }
     if (!choice.helpers().isEmpty()) {
       // The rest of the image (all of it, from the host cache alone) comes through the idle devices' links as well.
-      source = source.withHelpers(choice.helpers(), placement.costs().helperShare());
+      source = source.withHelpers(choice.helpers(), choice.helperShare());
       way = way.equals("host-cache") ? "host-cache-multilink" : way;
     }
     (switch (way) {

@@ -136,7 +136,8 @@ final class DevicePlacement {
   /**
    * Where a start of {@code image} goes and by which way in ({@link InstanceFactory#place}), over every device as the
    * scheduler sees it: whether the image fits its budget and instance slots, its free budget, whether it is busy
-   * ({@link #busy}), and what the factory keeps of the image there. Empty when it fits nowhere now.
+   * ({@link #busy}), what the factory keeps of the image there, and whether it holds no instance at all (its link is
+   * then lent whole). Empty when it fits nowhere now.
    */
   private Optional<ColdStartPlacement.Choice> choose(ImageInfo image) {
     if (overlapsResident(image)) {
@@ -146,7 +147,8 @@ final class DevicePlacement {
     for (int i = 0; i < budget.length; i++) {
       long free = budget[i] - reserved[i];
       boolean fits = free >= image.deviceBytes() && placed[i] < factory.maxInstances(i);
-      views.add(new ColdStartPlacement.DeviceView(i, fits, free, busy(i), factory.residentBytes(image.tag(), i)));
+      views.add(new ColdStartPlacement.DeviceView(i, fits, free, busy(i), factory.residentBytes(image.tag(), i),
+          placed[i] == 0));
     }
     return factory.place(image.tag(), image.deviceBytes(), views).filter(c -> views.get(c.device()).fits());
   }

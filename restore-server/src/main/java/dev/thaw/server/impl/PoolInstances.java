@@ -305,7 +305,7 @@ public final class PoolInstances implements InstanceFactory {
   @Override
   public FunctionInstance startBlocking(String tag, ImageManifest manifest, int device) {
     return startBlocking(tag, manifest, new ColdStartPlacement.Choice(device, ColdStartPlacement.Source.HOST_CACHE,
-        -1, List.of(), 0));
+        -1, 0));
   }
 
   @Override
@@ -363,7 +363,8 @@ public final class PoolInstances implements InstanceFactory {
         default -> "store";
       };
       StartLine line = new StartLine(tag, worker.pid(), device, from + (b.helpers().isEmpty() ? ""
-          : " (through devices " + b.helpers() + " as well)") + (image != null ? ", prepared" : ""), b);
+          : " (through devices " + b.helpers() + " as well, at share " + choice.helperShare() + ")")
+          + (image != null ? ", prepared" : ""), b);
       try {
         background.execute(line);
       } catch (RejectedExecutionException closing) {

@@ -66,7 +66,7 @@ public interface InstanceFactory extends AutoCloseable {
     }
     boolean held = best.tierBytes() > 0;
     return Optional.of(new Choice(best.ordinal(), held ? ColdStartPlacement.Source.HBM
-        : ColdStartPlacement.Source.STORE, held ? best.ordinal() : -1, List.of(), 0));
+        : ColdStartPlacement.Source.STORE, held ? best.ordinal() : -1, 0));
   }
 
   /**
