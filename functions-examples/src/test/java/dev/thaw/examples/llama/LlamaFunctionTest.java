@@ -173,6 +173,17 @@ class LlamaFunctionTest {
   }
 
   @Test
+  void aContextLongerThanTheScoresKernelsServesOnFlashAttention(@TempDir Path dir) throws Exception {
+    // maxTokens over LlamaKernels.MAX_CONTEXT: only the row-of-scores kernel is bound by it, not the cache append.
+    LlamaConfig d64 = headSize64(HalfType.BF16, 1);
+    LlamaConfig longer = new LlamaConfig("tiny-d64-8k", d64.architecture(), 128, 1, 4, 2, 64, 256, 97, 8192,
+        d64.rmsNormEps(), d64.ropeTheta(), d64.ropeScaling(), false, false, d64.slidingWindow(), d64.type())
+        .validate();
+    int[][] prompts = {prompts(1, 9, 97, 4)[0]};
+    checkCheckpointAgainstReference(longer, dir, prompts, 4, 1, LlamaKernels.MAX_CONTEXT + 904);
+  }
+
+  @Test
   void llamaWithLlama3RopeScalingMatchesTheCpuReference() throws Exception {
     // 2 x 3 prompt rows: the prompt pass streams weights too (M <= 8).
     checkAgainstReference("tiny", "bf16", prompts(2, 3, 97, 1), 12, 2);

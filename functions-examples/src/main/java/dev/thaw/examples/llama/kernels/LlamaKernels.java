@@ -503,7 +503,7 @@ public final class LlamaKernels implements AutoCloseable {
    */
   public void ropeKv(GpuStream stream, long qkv, long kcache, long vcache, long invFreq, long positions,
       long cacheRows, int M, int Hq, int Hkv, int D, int maxT) {
-    checkHeads(M, Hq, Hkv, D, maxT);
+    checkHeads(M, Hq, Hkv, D, maxT, false);
     address("qkv", qkv);
     address("kcache", kcache);
     address("vcache", vcache);
@@ -674,10 +674,6 @@ public final class LlamaKernels implements AutoCloseable {
     address("out", out);
     address("positions", positions);
     address("cacheRows", cacheRows);
-  }
-
-  private static void checkHeads(int M, int Hq, int Hkv, int D, int maxT) {
-    checkHeads(M, Hq, Hkv, D, maxT, true);
   }
 
   private static void checkHeads(int M, int Hq, int Hkv, int D, int maxT, boolean limitContext) {
