@@ -54,9 +54,14 @@ final class RankMemory implements LlamaMemory, AutoCloseable {
     context.copyHostToDevice(b.address(), src);
   }
 
-  /** Copies the start of the buffer into {@code dst} (position to limit); complete when it returns. */
-  void download(BufferRef ref, ByteBuffer dst) {
-    context.copyDeviceToHost(dst, buffer(ref.name()).address());
+  /** Copies the buffer's bytes from {@code offset} into {@code dst} (position to limit); complete when it returns. */
+  void download(BufferRef ref, long offset, ByteBuffer dst) {
+    DeviceBuffer b = buffer(ref.name());
+    if (offset < 0 || offset + dst.remaining() > b.size()) {
+      throw new IllegalArgumentException(dst.remaining() + " bytes at " + offset + " are outside '" + ref.name()
+          + "' of " + b.size());
+    }
+    context.copyDeviceToHost(dst, b.address() + offset);
   }
 
   /** Device bytes held. */
