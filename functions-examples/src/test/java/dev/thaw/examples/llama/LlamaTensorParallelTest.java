@@ -222,8 +222,9 @@ class LlamaTensorParallelTest {
         LlamaTensorParallel tp = LlamaTensorParallel.open(driver, devices(4), new SeededLlamaWeights(GQA1, 7), 2, 40,
             (rank, module) -> rank == 2 ? new FailingModule(module, launchesLeft) : module)) {
       LlamaTensorParallel.Result before = tp.generate(PROMPTS, NEW_TOKENS);
-      // Rank 2 fails at its 20th launch: the second layer of the prompt pass, after exchanges the others passed.
-      launchesLeft.set(20);
+      // Rank 2 fails at its 12th launch (the embedding, 8 per layer of a prompt pass): the second layer's rotary
+      // step, after the first layer's two exchanges, which the others passed with it.
+      launchesLeft.set(12);
       IllegalStateException e = assertThrows(IllegalStateException.class, () -> tp.generate(PROMPTS, NEW_TOKENS));
       assertEquals("injected launch failure", e.getMessage());
       assertEquals(3, e.getSuppressed().length, "the other ranks stopped at their next exchange: " + List.of(
