@@ -23,6 +23,11 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.BiFunction;
 
@@ -220,7 +225,8 @@ public final class LlamaTensorParallel implements AutoCloseable {
 
   /**
    * Every rank's shard from {@code weights}: each tensor read once, in blocks of whole rows, each block's rows dealt
-   * to the ranks whose pieces cover them (a column piece gathered row by row) through each rank's pinned staging.
+   * to the ranks whose pieces cover them (a column piece gathered row by row) through each rank's pinned staging, one
+   * thread per rank; the next block is read while the ranks deal the last one.
    */
   private static void upload(LlamaWeights weights, Rank[] ranks, List<GpuStream> streams) throws IOException {
     record Target(int rank, Piece piece, long device) {}
@@ -235,11 +241,18 @@ public final class LlamaTensorParallel implements AutoCloseable {
       }
     }
     StagedUpload[] staging = new StagedUpload[ranks.length];
+    ExecutorService dealers = Executors.newFixedThreadPool(ranks.length, task -> {
+      Thread t = new Thread(task, "thaw-tp-upload");
+      t.setDaemon(true);
+      return t;
+    });
+    List<Future<?>> dealing = List.of();
     try {
       for (int r = 0; r < ranks.length; r++) {
         staging[r] = new StagedUpload(ranks[r].memory.context(), streams.get(r), LlamaFunction.STAGING_BYTES);
       }
-      ByteBuffer block = null;
+      ByteBuffer[] blocks = new ByteBuffer[2];
+      int next = 0;
       for (LlamaTensor t : LlamaTensor.all(weights.config())) {
         List<Target> targets = byTensor.get(t.index());
         if (targets == null) {
@@ -249,32 +262,89 @@ public final class LlamaTensorParallel implements AutoCloseable {
         long rows = t.elements() / columns;
         long rowBytes = 2 * columns;
         long perBlock = Math.max(1, READ_BLOCK / rowBytes);
-        if (block == null || block.capacity() < Math.min(rows, perBlock) * rowBytes) {
-          block = ByteBuffer.allocateDirect((int) (Math.min(rows, perBlock) * rowBytes)).order(ByteOrder.LITTLE_ENDIAN);
-        }
         for (long r0 = 0; r0 < rows; r0 += perBlock) {
           long r1 = Math.min(rows, r0 + perBlock);
-          block.clear().limit((int) ((r1 - r0) * rowBytes));
-          weights.read(t, r0 * rowBytes, block);
-          for (Target target : targets) {
-            Piece p = target.piece();
-            long a = Math.max(r0, p.firstRow());
-            long b = Math.min(r1, p.firstRow() + p.rows());
-            if (a >= b) {
-              continue;
-            }
-            ByteBuffer read = block;
-            long first = r0;
-            staging[target.rank()].copy(target.device() + 2 * (a - p.firstRow()) * p.columns(),
-                2 * (b - a) * p.columns(), (offset, view) -> gather(read, first, columns, p, a, offset, view));
+          int bytes = (int) ((r1 - r0) * rowBytes);
+          if (blocks[next] == null || blocks[next].capacity() < bytes) {
+            blocks[next] = ByteBuffer.allocateDirect(Math.max(bytes, READ_BLOCK)).order(ByteOrder.LITTLE_ENDIAN);
           }
+          ByteBuffer block = blocks[next].clear().limit(bytes);
+          weights.read(t, r0 * rowBytes, block);
+          // The ranks are done with the other block before this one is dealt (and before it is read again).
+          await(dealing);
+          List<Future<?>> started = new ArrayList<>();
+          for (int r = 0; r < ranks.length; r++) {
+            StagedUpload rankStaging = staging[r];
+            List<Target> mine = new ArrayList<>();
+            for (Target target : targets) {
+              if (target.rank() == r) {
+                mine.add(target);
+              }
+            }
+            long first = r0;
+            started.add(dealers.submit(() -> {
+              for (Target target : mine) {
+                Piece p = target.piece();
+                long a = Math.max(first, p.firstRow());
+                long b = Math.min(r1, p.firstRow() + p.rows());
+                if (a < b) {
+                  rankStaging.copy(target.device() + 2 * (a - p.firstRow()) * p.columns(), 2 * (b - a) * p.columns(),
+                      (offset, view) -> gather(block, first, columns, p, a, offset, view));
+                }
+              }
+              return null;
+            }));
+          }
+          dealing = started;
+          next ^= 1;
         }
       }
+      await(dealing);
     } finally {
+      // Every dealer has stopped before the staging it copies through is freed.
+      dealers.shutdownNow();
+      awaitQuietly(dealing);
       for (StagedUpload s : staging) {
         if (s != null) {
           s.close();
         }
+      }
+    }
+  }
+
+  /** Waits for every task; throws the first one's failure as it was thrown. */
+  private static void await(List<Future<?>> tasks) throws IOException {
+    for (Future<?> f : tasks) {
+      try {
+        f.get();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IOException("interrupted while uploading the weights", e);
+      } catch (ExecutionException e) {
+        Throwable cause = e.getCause();
+        if (cause instanceof IOException io) {
+          throw io;
+        }
+        if (cause instanceof RuntimeException re) {
+          throw re;
+        }
+        if (cause instanceof Error err) {
+          throw err;
+        }
+        throw new IOException(cause);
+      }
+    }
+  }
+
+  private static void awaitQuietly(List<Future<?>> tasks) {
+    for (Future<?> f : tasks) {
+      try {
+        f.get();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      } catch (ExecutionException | CancellationException e) {
+        // Reported by await, or the upload failed elsewhere first.
       }
     }
   }
