@@ -22,6 +22,8 @@ import dev.thaw.runtime.gpu.KernelArgs;
 import dev.thaw.runtime.gpu.ParamLayout;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.io.IOException;
+import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Optional;
@@ -199,6 +201,40 @@ class LlamaTensorParallelTest {
           apart, devices(2), new SeededLlamaWeights(GQA1, 1), 1, 16));
       assertTrue(peers.getMessage().contains("are not peers"), peers.getMessage());
       assertEquals(0, apart.memoryInUse());
+    }
+  }
+
+  @Test
+  void weightsThatFailToReadHalfwayFailTheOpenAndFreeEveryRanksMemory() throws Exception {
+    SeededLlamaWeights seeded = new SeededLlamaWeights(GQA1, 7);
+    AtomicInteger reads = new AtomicInteger();
+    LlamaWeights failing = new LlamaWeights() {
+      @Override
+      public LlamaConfig config() {
+        return seeded.config();
+      }
+
+      @Override
+      public String describe() {
+        return "failing";
+      }
+
+      @Override
+      public void read(LlamaTensor tensor, long offset, ByteBuffer dst) throws IOException {
+        if (reads.incrementAndGet() == 10) {
+          throw new IOException("disk gone at " + tensor.name());
+        }
+        seeded.read(tensor, offset, dst);
+      }
+
+      @Override
+      public void close() {}
+    };
+    try (SimDriver driver = fourDevices()) {
+      IOException e = assertThrows(IOException.class, () -> LlamaTensorParallel.open(driver, devices(4), failing, 2,
+          40));
+      assertTrue(e.getMessage().startsWith("disk gone"), e.getMessage());
+      assertEquals(0, driver.memoryInUse(), "every rank's weights, staging and group buffers are freed");
     }
   }
 
