@@ -200,6 +200,21 @@ public final class Generation {
 
   /** Writes the prompt ids, every position and every cache row; complete when it returns. */
   public void upload(FunctionSession session, BufferRef tokens, BufferRef positions, BufferRef cacheRows) {
+    Inputs in = inputs();
+    session.upload(tokens, 0, ints(in.tokens()));
+    session.upload(positions, 0, ints(in.positions()));
+    // Synchronous copies are complete when they return, so the kernels after them read these inputs.
+    session.upload(cacheRows, 0, ints(in.cacheRows()));
+  }
+
+  /**
+   * What the io buffers start with: the prompt ids, every row's position (the prompt's, then each step's), and every
+   * row's cache row (the prompt's, then the steps' 0 .. batch − 1).
+   */
+  public record Inputs(int[] tokens, int[] positions, int[] cacheRows) {}
+
+  /** The request's {@link Inputs}; also fixes {@link #lastRow}. */
+  public Inputs inputs() {
     int steps = request.maxNewTokens();
     int[] tok = new int[promptRows];
     int[] pos = new int[promptRows + Math.max(0, steps - 1) * batch];
@@ -218,10 +233,7 @@ public final class Generation {
         pos[promptRows + (step - 1) * batch + b] = p.length + step - 1;
       }
     }
-    session.upload(tokens, 0, ints(tok));
-    session.upload(positions, 0, ints(pos));
-    // Synchronous copies are complete when they return, so the kernels after them read these inputs.
-    session.upload(cacheRows, 0, ints(rows));
+    return new Inputs(tok, pos, rows);
   }
 
   /**
@@ -300,7 +312,8 @@ public final class Generation {
     return out;
   }
 
-  private static ByteBuffer ints(int[] v) {
+  /** {@code v} as little-endian ints, position 0, limit its length. */
+  public static ByteBuffer ints(int[] v) {
     ByteBuffer b = ByteBuffer.allocateDirect(4 * Math.max(1, v.length)).order(ByteOrder.LITTLE_ENDIAN);
     for (int i = 0; i < v.length; i++) {
       b.putInt(4 * i, v[i]);

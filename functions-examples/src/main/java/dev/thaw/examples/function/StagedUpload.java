@@ -31,8 +31,12 @@ public final class StagedUpload implements AutoCloseable {
 
   /** Staging of two halves of {@code halfBytes} each. */
   public StagedUpload(FunctionSession session, int halfBytes) {
-    GpuContext ctx = session.context();
-    this.stream = session.stream();
+    this(session.context(), session.stream(), halfBytes);
+  }
+
+  /** Staging of two halves of {@code halfBytes} each in {@code ctx}, copying on {@code stream} (of that context). */
+  public StagedUpload(GpuContext ctx, GpuStream stream, int halfBytes) {
+    this.stream = stream;
     this.half = halfBytes;
     this.pinned = ctx.allocatePinned(2L * halfBytes);
     try {

@@ -92,6 +92,10 @@ public record LlamaConfig(String name, Architecture architecture, int hiddenSize
         1000000, null, true, true, 0, HalfType.BF16));
     put(new LlamaConfig("qwen2.5-7b", Architecture.QWEN2, 3584, 28, 28, 4, 128, 18944, 152064, 32768, 1e-6f,
         1000000, null, false, true, 0, HalfType.BF16));
+    put(new LlamaConfig("qwen2.5-32b", Architecture.QWEN2, 5120, 64, 40, 8, 128, 27648, 152064, 32768, 1e-6f,
+        1000000, null, false, true, 0, HalfType.BF16));
+    put(new LlamaConfig("llama-3.1-70b", Architecture.LLAMA, 8192, 80, 64, 8, 128, 28672, 128256, 131072, 1e-5f,
+        500000, LLAMA31, false, false, 0, HalfType.BF16));
     put(new LlamaConfig("mistral-7b", Architecture.MISTRAL, 4096, 32, 32, 8, 128, 14336, 32768, 32768, 1e-5f,
         1000000, null, false, false, 0, HalfType.BF16));
     // For tests: small enough for the sim device and the CPU reference. tiny has llama3 scaling that moves some

@@ -233,7 +233,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     }
     try (LlamaWeights weights = openWeights(config)) {
       LlamaConfig c = weights.config();
-      int contextLimit = flashPrefill(c) ? c.maxPositions() : Math.min(c.maxPositions(), LlamaKernels.MAX_CONTEXT);
+      int contextLimit = contextLimit(c);
       int maxBatch = intSetting(config, "maxBatch", DEFAULT_MAX_BATCH, 1, MAX_BATCH_LIMIT);
       int maxTokens = intSetting(config, "maxTokens", Math.min(DEFAULT_MAX_TOKENS, contextLimit), 1, contextLimit);
       c.checkContext(maxTokens);
@@ -252,38 +252,12 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
         }
       }
 
-      long rows = (long) maxBatch * maxTokens;
-      long cap = rows + maxBatch; // prompt rows, then one id per sequence per step (see Scratch)
-      long cc = c.hiddenSize();
-      float[] freq = c.inverseFrequencies();
-      BufferRef invFreq = session.allocate("rope.inv_freq", 4L * freq.length);
-      ByteBuffer f = ByteBuffer.allocateDirect(4 * freq.length).order(ByteOrder.LITTLE_ENDIAN);
-      f.asFloatBuffer().put(freq);
-      session.upload(invFreq, 0, f);
-      Scratch scratch = new Scratch(
-          session.allocate("io.tokens", 4 * cap),
-          session.allocate("io.positions", 4 * cap),
-          session.allocate("io.cache_rows", 4 * cap),
-          invFreq,
-          session.allocate("act.x", 4 * rows * cc),
-          session.allocate("act.h", 2 * rows * cc),
-          session.allocate("act.qkv", 2 * rows * c.qkvWidth()),
-          session.allocate("act.attn", 2 * rows * c.attentionWidth()),
-          session.allocate("act.attn_partial", 4 * LlamaKernels.decodePartialFloats(maxBatch, c.heads(),
-              c.headDim(), LlamaKernels.MAX_SPLITS)),
-          // Only passes of at most GEMV_MAX_ROWS rows write gate | up: larger ones fuse SwiGLU into the product.
-          session.allocate("act.gate_up", 2L * Math.min(rows, LlamaKernels.GEMV_MAX_ROWS) * 2
-              * c.intermediateSize()),
-          session.allocate("act.mlp", 2 * rows * c.intermediateSize()),
-          session.allocate("act.last", 2L * maxBatch * cc),
-          session.allocate("act.logits", 4L * maxBatch * c.vocabSize()));
+      LlamaMemory memory = LlamaMemory.of(session);
+      LlamaShard whole = new LlamaShard(c, 0, 1);
+      Scratch scratch = allocateScratch(memory, whole, maxBatch, maxTokens);
       List<BufferRef> k = new ArrayList<>();
       List<BufferRef> v = new ArrayList<>();
-      long cacheBytes = 2 * rows * c.kvHeads() * c.headDim();
-      for (int i = 0; i < c.layers(); i++) {
-        k.add(session.allocate("kv." + i + ".k", cacheBytes));
-        v.add(session.allocate("kv." + i + ".v", cacheBytes));
-      }
+      allocateCache(memory, whole, maxBatch, maxTokens, k, v);
       String tokenizer = null;
       String noText = "these weights have no " + TOKENIZER_FILE + ": send 'tokens'";
       JsonNode path = config.get("path");
@@ -312,6 +286,58 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       warmUp(session, state);
       return state;
     }
+  }
+
+  /**
+   * The scratch of passes over up to maxBatch × maxTokens rows for {@code shard}'s widths (the whole model's at one
+   * rank), with the rotary frequencies uploaded: a pass's input and output rows ({@code io.*}) and every activation
+   * ({@code act.*}). The logits are the whole vocabulary's, gathered on every rank.
+   */
+  static Scratch allocateScratch(LlamaMemory memory, LlamaShard shard, int maxBatch, int maxTokens) {
+    LlamaConfig c = shard.config();
+    long rows = (long) maxBatch * maxTokens;
+    long cap = rows + maxBatch; // prompt rows, then one id per sequence per step (see Scratch)
+    long cc = c.hiddenSize();
+    float[] freq = c.inverseFrequencies();
+    BufferRef invFreq = memory.allocate("rope.inv_freq", 4L * freq.length);
+    ByteBuffer f = ByteBuffer.allocateDirect(4 * freq.length).order(ByteOrder.LITTLE_ENDIAN);
+    f.asFloatBuffer().put(freq);
+    memory.upload(invFreq, f);
+    return new Scratch(
+        memory.allocate("io.tokens", 4 * cap),
+        memory.allocate("io.positions", 4 * cap),
+        memory.allocate("io.cache_rows", 4 * cap),
+        invFreq,
+        memory.allocate("act.x", 4 * rows * cc),
+        memory.allocate("act.h", 2 * rows * cc),
+        memory.allocate("act.qkv", 2 * rows * shard.qkvWidth()),
+        memory.allocate("act.attn", 2 * rows * shard.attentionWidth()),
+        memory.allocate("act.attn_partial", 4 * LlamaKernels.decodePartialFloats(maxBatch, shard.heads(),
+            c.headDim(), LlamaKernels.MAX_SPLITS)),
+        // Only passes of at most GEMV_MAX_ROWS rows write gate | up: larger ones fuse SwiGLU into the product.
+        memory.allocate("act.gate_up", 2L * Math.min(rows, LlamaKernels.GEMV_MAX_ROWS) * 2
+            * shard.intermediateSize()),
+        memory.allocate("act.mlp", 2 * rows * shard.intermediateSize()),
+        memory.allocate("act.last", 2L * maxBatch * cc),
+        memory.allocate("act.logits", 4L * maxBatch * c.vocabSize()));
+  }
+
+  /** A KV cache of maxBatch × maxTokens positions per layer for {@code shard}'s key-value heads, into k and v. */
+  static void allocateCache(LlamaMemory memory, LlamaShard shard, int maxBatch, int maxTokens, List<BufferRef> k,
+      List<BufferRef> v) {
+    long cacheBytes = 2L * maxBatch * maxTokens * shard.kvHeads() * shard.config().headDim();
+    for (int i = 0; i < shard.config().layers(); i++) {
+      k.add(memory.allocate("kv." + i + ".k", cacheBytes));
+      v.add(memory.allocate("kv." + i + ".v", cacheBytes));
+    }
+  }
+
+  /**
+   * The longest context a pass runs: any with flash prefill ({@link #flashPrefill}), else
+   * {@link LlamaKernels#MAX_CONTEXT}, and never past the model's own.
+   */
+  static int contextLimit(LlamaConfig c) {
+    return flashPrefill(c) ? c.maxPositions() : Math.min(c.maxPositions(), LlamaKernels.MAX_CONTEXT);
   }
 
   /**

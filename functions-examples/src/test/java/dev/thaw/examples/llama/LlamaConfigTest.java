@@ -50,6 +50,8 @@ class LlamaConfigTest {
     assertEquals(1.24e9, LlamaConfig.named("llama-3.2-1b").parameterCount(), 0.01e9);
     assertEquals(0.494e9, LlamaConfig.named("qwen2.5-0.5b").parameterCount(), 0.001e9);
     assertEquals(7.62e9, LlamaConfig.named("qwen2.5-7b").parameterCount(), 0.01e9);
+    assertEquals(32.76e9, LlamaConfig.named("qwen2.5-32b").parameterCount(), 0.01e9);
+    assertEquals(70.55e9, LlamaConfig.named("llama-3.1-70b").parameterCount(), 0.01e9);
     assertEquals(7.25e9, LlamaConfig.named("mistral-7b").parameterCount(), 0.01e9);
     assertEquals(1.10e9, LlamaConfig.named("tinyllama-1.1b").parameterCount(), 0.01e9);
   }

@@ -15,6 +15,7 @@ import java.util.Map;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * The tensor-parallel split of a Llama-family checkpoint: over the ranks, the pieces of every split tensor tile it
@@ -128,5 +129,23 @@ class LlamaShardTest {
     InvalidConfigException e = assertThrows(InvalidConfigException.class,
         () -> new LlamaShard(LlamaConfig.named(name), 0, ranks));
     assertTrue(e.getMessage().contains(reason), e.getMessage());
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"tiny", "tiny-qwen2", "llama-3.1-8b", "qwen2.5-7b"})
+  void oneRanksShardIsTheFunctionsFusedLayoutSoOnePassServesBoth(String name) {
+    LlamaConfig c = LlamaConfig.named(name);
+    List<Weight> shard = new LlamaShard(c, 0, 1).weights();
+    List<LlamaFunction.DeviceWeight> function = LlamaFunction.deviceWeights(c);
+    assertEquals(function.size(), shard.size(), name);
+    for (int i = 0; i < shard.size(); i++) {
+      Weight w = shard.get(i);
+      assertEquals(function.get(i).name(), w.name());
+      assertEquals(function.get(i).bytes(), w.bytes(), w.name());
+      assertEquals(function.get(i).parts(), w.pieces().stream().map(Piece::tensor).toList(), w.name());
+      for (Piece p : w.pieces()) {
+        assertEquals(p.tensor().elements(), p.rows() * p.columns(), p + " is the whole tensor");
+      }
+    }
   }
 }
