@@ -12,6 +12,8 @@
 #   4. The table (scripts/llama/forward_summary.py), also in $OUT/summary.txt.
 # The tarball must be built from this branch (mvn -B -Pdist package -DskipTests).
 # Usage (repository root on the GPU machine): OUT=<dir> scripts/gpu/forward-run.sh <unpacked thaw dir>
+#   HF_MODES: PyTorch's modes and their seconds (default "sdpa:70 compile:130 static-compile:110 eager:60"; empty:
+#   Thaw alone, beside the PyTorch figures of another run, said as such).
 # Writes $OUT/env.txt, reference.txt, thaw.txt, thaw.json, hf-<mode>.txt, hf-<mode>.json, summary.txt. Work files
 # (the 16 GB checkpoint) under /dev/shm/thaw-forward (FORWARD_WORK), removed at the end.
 # Exit 0 when Thaw matches transformers and every part ran, 1 otherwise.
@@ -67,7 +69,7 @@ log "LlamaCompare exit $rc$(cut_short $rc && echo ' (timed out)')"
 [ "$rc" -ne 0 ] && status=1
 
 # 3. PyTorch's modes, most telling first, each in the time left.
-for spec in sdpa:70 compile:130 static-compile:110 eager:60; do
+for spec in ${HF_MODES-sdpa:70 compile:130 static-compile:110 eager:60}; do
   mode=${spec%%:*}
   t=$(cap "${spec##*:}")
   if [ "$t" -lt 30 ]; then
