@@ -2,6 +2,7 @@ package dev.thaw.examples.llama;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import dev.thaw.examples.collective.CollectiveKernels;
@@ -24,11 +25,12 @@ import org.junit.jupiter.api.TestInstance;
 
 /**
  * The tensor-parallel forward on real peer GPUs: the model split over 2 ranks, and over 4 where four peer GPUs are
- * visible and the model splits 4 ways, against the same model on one GPU (rank 0's device): two ragged prompts, 16 greedy tokens each, the same
- * ids and the last logits within the 16-bit tolerance of {@link LlamaTensorParallelTest#assertLogitsClose}. Random
+ * visible and the model splits 4 ways, against the same model on one GPU (rank 0's device): two ragged prompts, 16
+ * greedy tokens each, the same ids and the last logits near ({@link #assertNear}). Random
  * weights make near ties likely: where the split model first picks another id, that step is run again on both sides
- * in the same context and the two ids must be a near tie there (within that tolerance of each other in the single
- * GPU's logits), their logits close, and the step before it the same; anything else fails. One line per split starting
+ * in the same context and the two ids must be a near tie there (in the single GPU's logits, within the 16-bit bound
+ * or twice the two sides' largest difference on that row), their logits near, and the step before it the same;
+ * anything else fails. One line per split starting
  * {@value #LINE} says which held and the largest logit difference.
  *
  * <p>Weights: the checkpoint folder in {@code THAW_TP_CHECKPOINT} (e.g. written by transformers' save_pretrained),
@@ -42,6 +44,7 @@ class LlamaTensorParallelGpuTest {
   static final String CHECKPOINT_ENV = "THAW_TP_CHECKPOINT";
   static final int NEW_TOKENS = 16;
   static final int MAX_TOKENS = 256;
+  static final double MAX_RELATIVE_L2 = 0.02;
 
   private CudaDriver driver;
   private final List<Integer> splits = new ArrayList<>();
@@ -129,7 +132,7 @@ class LlamaTensorParallelGpuTest {
     }
     if (firstDiff == NEW_TOKENS) {
       for (int b = 0; b < prompts.length; b++) {
-        LlamaTensorParallelTest.assertLogitsClose(one.logits()[b], tp.logits()[b], what + " sequence " + b);
+        assertNear(one.logits()[b], tp.logits()[b], what + " sequence " + b);
       }
       System.out.printf(Locale.ROOT, "%s ranks=%d model=%s ids=identical (%d sequences x %d tokens) "
           + "max_logit_diff=%.3g logit_rms=%.3g%n", LINE, n, c.name(), prompts.length, NEW_TOKENS,
@@ -146,11 +149,12 @@ class LlamaTensorParallelGpuTest {
           what + ": the same ids before the first step that differs");
       int mine = a.tokens()[b][firstDiff];
       int theirs = t.tokens()[b][firstDiff];
-      LlamaTensorParallelTest.assertLogitsClose(a.logits()[b], t.logits()[b], what + " step " + firstDiff
-          + " sequence " + b);
+      assertNear(a.logits()[b], t.logits()[b], what + " step " + firstDiff + " sequence " + b);
       float[] e = a.logits()[b];
       assertEquals(mine, ArgmaxSimKernel.argmax(e, e.length), what + ": the single GPU's id is its argmax");
-      double tol = 2e-2 * Math.abs(e[mine]) + 2e-3 * rms(new float[][] {e});
+      // A swap the two sides' own disagreement on this row explains: the gap within twice their largest difference.
+      double tol = Math.max(2e-2 * Math.abs(e[mine]) + 2e-3 * rms(new float[][] {e}),
+          2 * maxDifference(new float[][] {e}, new float[][] {t.logits()[b]}));
       if (e[mine] - e[theirs] > tol) {
         fail(what + " sequence " + b + " step " + firstDiff + ": the split model chose " + theirs + " ("
             + e[theirs] + ") where the single GPU chose " + mine + " (" + e[mine] + "): not a near tie (" + tol + ")");
@@ -159,6 +163,27 @@ class LlamaTensorParallelGpuTest {
     System.out.printf(Locale.ROOT, "%s ranks=%d model=%s ids=identical-until-near-tie step=%d of %d "
         + "max_logit_diff=%.3g logit_rms=%.3g%n", LINE, n, c.name(), firstDiff, NEW_TOKENS,
         maxDifference(a.logits(), t.logits()), rms(a.logits()));
+  }
+
+  /**
+   * The split's logits against the single GPU's: their difference's L2 norm within {@value #MAX_RELATIVE_L2} of the
+   * row's. On a GPU the split runs other product tiles (each rank's N is a fraction of the whole) and sums partials
+   * in rank order, so fp32 sums round differently and the 16-bit roundings after them amplify that through the layers;
+   * a per-logit 16-bit bound (the sim device's, where the kernels are one code) is too tight for a logit near zero.
+   * The bound is a third of transformers' own bf16 logits' distance from fp32 on the 8B (about 0.065, the forward
+   * run's record) and far below what a wrong exchange gives (of the order of 1).
+   */
+  private static void assertNear(float[] expected, float[] got, String what) {
+    assertEquals(expected.length, got.length, what);
+    double diff = 0;
+    double norm = 0;
+    for (int v = 0; v < expected.length; v++) {
+      diff += (double) (got[v] - expected[v]) * (got[v] - expected[v]);
+      norm += (double) expected[v] * expected[v];
+    }
+    double relative = Math.sqrt(diff / norm);
+    System.out.printf(Locale.ROOT, "%s %s: logits relative L2 %.3g%n", LINE, what, relative);
+    assertTrue(relative <= MAX_RELATIVE_L2, what + ": logits relative L2 " + relative + " over " + MAX_RELATIVE_L2);
   }
 
   private static double maxDifference(float[][] a, float[][] b) {
