@@ -369,6 +369,9 @@ final class WorkerImage implements WorkerLoop.Work {
     if (!links.isEmpty()) {
       onDemand.setHelpers(links).setHelperShare(b.source().helperShare());
     }
+    if (!b.source().helpers().isEmpty()) {
+      t = WorkerMain.phase(phases, "lend", t);
+    }
     // A prepared image was checked against the store then; that store is still the one open unless another PREPARE
     // reopened it since.
     RocksChunkStore store = ready != null && ready.store() == stores.current() ? ready.store()
