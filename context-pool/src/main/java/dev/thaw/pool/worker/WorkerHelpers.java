@@ -115,8 +115,10 @@ final class WorkerHelpers implements AutoCloseable {
   }
 
   /**
-   * The open links of {@code devices}, in their order, whose device still has {@link WorkerConfig#helperMinFreeBytes()}
-   * free; a named device without one is skipped, and said on stderr when it was short of memory.
+   * The open links of {@code devices}, in their order; a named device without one is skipped. No driver call: lending
+   * allocates nothing on the lender (its ring was made at open, where {@link WorkerConfig#helperMinFreeBytes()} was
+   * asked), whether it may lend is the owner's choice (it knows what runs there), and a query of the lender's memory on
+   * the cold path waits behind whatever another process does to that device (a worker exiting there).
    */
   synchronized List<HelperLink> lend(List<Integer> devices) {
     List<HelperLink> out = new ArrayList<>();
@@ -125,16 +127,9 @@ final class WorkerHelpers implements AutoCloseable {
     }
     for (int device : devices) {
       Helper h = open.get(device);
-      if (h == null) {
-        continue;
+      if (h != null) {
+        out.add(h.link());
       }
-      long free = h.context().memoryInfo().freeBytes();
-      if (free < config.helperMinFreeBytes()) {
-        System.err.println("worker " + pid + ": helper device " + device + " not lent: " + (free >> 20)
-            + " MiB free, " + (config.helperMinFreeBytes() >> 20) + " MiB must stay free");
-        continue;
-      }
-      out.add(h.link());
     }
     return out;
   }
