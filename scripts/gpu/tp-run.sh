@@ -17,6 +17,7 @@
 #      on every GPU, until the first new id is on every GPU; decode from there until the last step's id, per step;
 #      load from open until every rank's weights, KV cache and scratch are on its GPU.
 # Usage (repository root on the GPU machine): OUT=<dir> scripts/gpu/tp-run.sh <unpacked thaw dir>
+#   TP_PARTS=check,bench (the default; check: part 1 alone, bench: part 2 alone).
 # The tarball must be built from this branch (mvn -B -Pdist package -DskipTests). Work files (the two small
 # checkpoints, under 1 GB) under /dev/shm/thaw-tp, removed at the end.
 # Writes $OUT/summary.txt (SUMMARY lines), env.txt, topo.txt, tests.txt, bench-*.txt and bench-*.json.
@@ -74,8 +75,9 @@ then
   exit 1
 fi
 
+parts=,${TP_PARTS:-check,bench},
 # 1. Correctness on the GPUs against one GPU, on checkpoints transformers wrote.
-if [[ $THAW_DEVICE != sim ]]; then
+if [[ $THAW_DEVICE != sim && $parts == *,check,* ]]; then
   : > "$OUT/tests.txt"
   check_shapes=(llama-3.2-1b)
   # Qwen2's biases too where the time allows (x2: no 70B in part 2); the sim test covers them everywhere.
@@ -156,7 +158,9 @@ EOF
 }
 
 shapes=${TP_SHAPES:-}
-if [[ -n $shapes ]]; then
+if [[ $parts != *,bench,* ]]; then
+  log "benches not run (TP_PARTS=${TP_PARTS:-})"
+elif [[ -n $shapes ]]; then
   # Dry run: the named shape at 2 ranks and its rank's share alone.
   bench "$shapes-tp2" 120 --shape "$shapes" --ranks 2
   bench "$shapes-rank-of-2" 120 --shape "$shapes" --ranks 2 --rank-twin
