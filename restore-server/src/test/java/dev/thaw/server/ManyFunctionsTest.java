@@ -45,7 +45,7 @@ class ManyFunctionsTest {
 
   private static final String TOKEN = "many-functions-token";
   private static final Pattern PID = Pattern.compile("worker pid ([0-9]+)");
-  private static final Pattern RECYCLES = Pattern.compile("(?m)^thaw_pool_recycles_total\\{[^}]*device=\"0\"[^}]*\} "
+  private static final Pattern RECYCLES = Pattern.compile("(?m)^thaw_pool_recycles_total\\{[^}]*device=\"0\"[^}]*\\} "
       + "([0-9.eE+-]+)");
   private static final int IMAGES = 8;
   private static final int FUNCTIONS = 40;

@@ -570,7 +570,8 @@ public final class WorkerMessages {
    * Blank again.
    *
    * @param phases where the drop went: {@code stop} (copies and the function's work), {@code scrub}, {@code free}
-   *     (unmap, release, unload), {@code check} (nothing of the image's left on the device)
+   *     (unmap, release, unload), {@code check} (nothing of the image's left on the device), {@code gc} (its host
+   *     state collected)
    * @param scrubbedBytes device bytes zeroed before they were released
    * @param keptBytes device bytes released unscrubbed because the HBM tier holds them (imported from it, or exported
    *     to it and kept)

@@ -863,6 +863,11 @@ final class WorkerImage implements WorkerLoop.Work {
     slabsProtected = false;
     importedRanges = List.of();
     invocations = 0;
+    // The image's host state is garbage now: collected here, before the worker is handed out again, so that the next
+    // cold start does not run into a collection it did not cause.
+    long gc = System.nanoTime();
+    System.gc();
+    WorkerMain.phase(phases, "gc", gc);
     state = State.BLANK;
     System.err.printf(Locale.ROOT, "worker %d: dropped '%s' (%d image(s) so far): %.1f MiB scrubbed, %.1f MiB the "
         + "HBM tier's%n", pid, was, images, scrubbed[0].scrubbedBytes() / 1048576.0,
