@@ -20,7 +20,7 @@ public enum FrameType {
   /**
    * Parent → worker, once its image is resident and it is idle: export the read-only slabs' physical memory as
    * descriptors (the RESULT's head: {@code pid}, {@code slabs} encoded) for the HBM tier, which takes them before
-   * the worker exits.
+   * the worker exits or drops the image (RECYCLE).
    */
   EXPORT(7),
   /**

@@ -899,7 +899,10 @@ final class WorkerImage implements WorkerLoop.Work {
 
   // ---- EXPORT, TRACE ----
 
-  /** Hands the image's read-only slabs to the parent's HBM tier: descriptors it takes before this worker exits. */
+  /**
+   * Hands the image's read-only slabs to the parent's HBM tier: descriptors it takes before this worker exits or drops
+   * the image.
+   */
   private Frame export(Frame f) {
     if (state != State.READY || restored == null || !restored.isResident()) {
       return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "only a worker whose image is wholly on the device "
