@@ -571,7 +571,7 @@ public final class WorkerMessages {
    *
    * @param phases where the drop went: {@code stop} (copies and the function's work), {@code scrub}, {@code free}
    *     (unmap, release, unload), {@code check} (nothing of the image's left on the device), {@code gc} (its host
-   *     state collected)
+   *     state collected), {@code helperLinks} (the links its first restore closed, opened again)
    * @param scrubbedBytes device bytes zeroed before they were released
    * @param keptBytes device bytes released unscrubbed because the HBM tier holds them (imported from it, or exported
    *     to it and kept)

@@ -114,8 +114,8 @@ final class WorkerImage implements WorkerLoop.Work {
   private final HostCacheView cache;
   private final WorkerStores stores;
   private final PreparedImages prepared;
-  /** Other devices' links, or null. */
-  private final WorkerHelpers helpers;
+  /** Other devices' links, or null; made afresh when a recycled worker opens them again. */
+  private volatile WorkerHelpers helpers;
   private final WorkerReplies out;
   private final WorkerLoop loop;
   private final ObjectMapper json = FrameCodec.json();
@@ -580,7 +580,8 @@ final class WorkerImage implements WorkerLoop.Work {
   private void releaseAfterRestore() {
     PeerSlabs peer = peerSlabs;
     peerSlabs = null;
-    if (peer == null && helpers == null) {
+    WorkerHelpers links = helpers;
+    if (peer == null && links == null) {
       return;
     }
     Thread t = WorkerMain.daemon(() -> {
@@ -589,8 +590,8 @@ final class WorkerImage implements WorkerLoop.Work {
           peer.close();
         }
       } finally {
-        if (helpers != null) {
-          helpers.close();
+        if (links != null) {
+          links.close();
         }
       }
     }, "thaw-worker-release");
@@ -867,7 +868,15 @@ final class WorkerImage implements WorkerLoop.Work {
     // cold start does not run into a collection it did not cause.
     long gc = System.nanoTime();
     System.gc();
-    WorkerMain.phase(phases, "gc", gc);
+    long t = WorkerMain.phase(phases, "gc", gc);
+    WorkerHelpers links = helpers;
+    if (links != null && links.isClosed()) {
+      // Its first restore closed them: opened again here, off any cold path, so that the next image restores through
+      // them as a fresh worker's would.
+      helpers = links.fresh();
+      helpers.openAll();
+      WorkerMain.phase(phases, "helperLinks", t);
+    }
     state = State.BLANK;
     System.err.printf(Locale.ROOT, "worker %d: dropped '%s' (%d image(s) so far): %.1f MiB scrubbed, %.1f MiB the "
         + "HBM tier's%n", pid, was, images, scrubbed[0].scrubbedBytes() / 1048576.0,
