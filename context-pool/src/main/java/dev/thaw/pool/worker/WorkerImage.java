@@ -72,14 +72,15 @@ import java.util.concurrent.TimeUnit;
  * A worker's image life cycle, on the executing thread: prepare images while blank (or forget them), become one
  * (an on-demand restore: answered once the function is invocable, RESIDENT sent when the last byte landed), then
  * serve INVOKEs, EXPORT its read-only slabs for the HBM tier and give its restore's TRACE, then, once released,
- * drop the image and become blank again (RECYCLE) or exit. The INVOKEs of a function that serves several requests at once
- * ({@code concurrency} above 1) go to its engine and are answered from the engine's thread as each completes; any
- * other function's run one at a time here.
+ * drop the image and become blank again (RECYCLE) or exit. The INVOKEs of a function that serves several requests
+ * at once ({@code concurrency} above 1) go to its engine and are answered from the engine's thread as each
+ * completes; any other function's run one at a time here.
  *
  * <p>Invariants: a BECOME's answer is written before anything else is arranged for it (its RESIDENT report comes
  * after it, always, and never after the RECYCLE that dropped its restore); the image's read-only slabs are
  * write-protected only while no request runs (a mapping's access changed under a kernel faulted on the GPU), once the
- * worker has been idle {@code protectAfterIdleMillis}; an INVOKE's PART frames are all written before its RESULT (the function sends them before it answers).
+ * worker has been idle {@code protectAfterIdleMillis}; an INVOKE's PART frames are all written before its RESULT
+ * (the function sends them before it answers).
  */
 final class WorkerImage implements WorkerLoop.Work {
 
