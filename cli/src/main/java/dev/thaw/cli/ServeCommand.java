@@ -157,8 +157,15 @@ final class ServeCommand implements Callable<Integer> {
 
   @Option(names = "--max-starting", paramLabel = "N",
       description = {"Worker processes the pool starts at once per device (default: a quarter of the cores, at least 2).",
-          "Each cold start of another function takes a fresh worker: this bounds a node's rate of cold starts."})
+          "A cold start that finds no blank worker waits for one to start: this bounds that rate."})
   Integer maxStarting;
+
+  @Option(names = "--recycle-limit", paramLabel = "N",
+      description = {"Times a worker that scaled to zero may drop its image and become blank again for another "
+          + "function (default: 64, or the config's).",
+          "Its device memory is scrubbed and its state dropped; 0: every worker process becomes one image in its "
+              + "life."})
+  Integer recycleLimit;
 
   @Option(names = "--tier-policy", paramLabel = "recency|registration",
       description = {"What the host cache, the HBM tier and blank workers keep: recency (the default) or registration.",
@@ -447,6 +454,7 @@ final class ServeCommand implements Callable<Integer> {
           .limit(ContextPoolOptions.DEFAULT_MAX_PREPARED_IMAGES).toList();
       ContextPoolOptions poolOptions = new ContextPoolOptions().setDevices(List.of(0)).setIdleTarget(c.idleWorkers)
           .setMaxWorkers(Math.max(options.maxWorkers(), c.idleWorkers + 1)).setMaxStarting(options.maxStarting())
+          .setRecycleLimit(options.recycleLimit())
           .setDeviceChoice(choice).setStorePath(storePath).setWarmupAfterReady(true).setPrepareAtStart(atStart)
           .setWakeAhead(options.wakeAhead()).setHelperLinks(options.maxHelpers());
       HostImageCache cache = null;
@@ -583,6 +591,9 @@ final class ServeCommand implements Callable<Integer> {
       }
       if (maxStarting != null) {
         o.setMaxStarting(maxStarting);
+      }
+      if (recycleLimit != null) {
+        o.setRecycleLimit(recycleLimit);
       }
       if (tierPolicy != null) {
         o.setTierPolicy(tierPolicy);

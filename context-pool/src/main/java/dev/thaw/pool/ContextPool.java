@@ -19,7 +19,7 @@ import java.util.List;
  *   Worker w = pool.acquire();                                  // PoolExhaustedException -> 503
  *   w.becomeBlocking("gpt2:large", manifestBytes, ImageSource.store(storePath));
  *   InvokeResult r = w.invokeBlocking("{\"tokens\": [[464]]}".getBytes(UTF_8));
- *   w.release();                                                // the worker exits; a fresh one takes its place
+ *   w.release();                                                // dropped, scrubbed, back blank (or exits)
  * }
  * }</pre>
  */

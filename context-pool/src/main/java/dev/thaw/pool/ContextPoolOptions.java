@@ -34,6 +34,10 @@ public final class ContextPoolOptions {
   public static final long DEFAULT_BECOME_TIMEOUT_MILLIS = 120_000;
   public static final long DEFAULT_INVOKE_TIMEOUT_MILLIS = 60_000;
   public static final long DEFAULT_EXIT_GRACE_MILLIS = 2_000;
+  /** {@link #recycleLimit()}: a worker becomes at most 65 images in its life. */
+  public static final int DEFAULT_RECYCLE_LIMIT = 64;
+  public static final int MAX_RECYCLE_LIMIT = 1_000_000;
+  public static final long DEFAULT_RECYCLE_TIMEOUT_MILLIS = 10_000;
   public static final int DEFAULT_MAX_FRAME_BYTES = 256 << 20;
   /** {@link #wakeAhead()}: 0.5 ms. */
   public static final long DEFAULT_WAKE_AHEAD_MICROS = 500;
@@ -70,6 +74,8 @@ public final class ContextPoolOptions {
   @JsonProperty private long becomeTimeoutMillis = DEFAULT_BECOME_TIMEOUT_MILLIS;
   @JsonProperty private long invokeTimeoutMillis = DEFAULT_INVOKE_TIMEOUT_MILLIS;
   @JsonProperty private long exitGraceMillis = DEFAULT_EXIT_GRACE_MILLIS;
+  @JsonProperty private int recycleLimit = DEFAULT_RECYCLE_LIMIT;
+  @JsonProperty private long recycleTimeoutMillis = DEFAULT_RECYCLE_TIMEOUT_MILLIS;
   @JsonProperty private int maxFrameBytes = DEFAULT_MAX_FRAME_BYTES;
   @JsonProperty private String logDirectory;
   @JsonProperty private long wakeAheadMicros = DEFAULT_WAKE_AHEAD_MICROS;
@@ -103,6 +109,8 @@ public final class ContextPoolOptions {
     becomeTimeoutMillis = o.becomeTimeoutMillis;
     invokeTimeoutMillis = o.invokeTimeoutMillis;
     exitGraceMillis = o.exitGraceMillis;
+    recycleLimit = o.recycleLimit;
+    recycleTimeoutMillis = o.recycleTimeoutMillis;
     maxFrameBytes = o.maxFrameBytes;
     logDirectory = o.logDirectory;
     wakeAheadMicros = o.wakeAheadMicros;
@@ -472,6 +480,36 @@ public final class ContextPoolOptions {
     return this;
   }
 
+  /**
+   * How many times a worker may drop an image and become blank again (so it becomes at most this many images plus
+   * one in its life). A worker released after it became an image is asked to drop it (RECYCLE: the function stopped,
+   * its device memory scrubbed and freed, its modules and state dropped; context, address arena, restore resources and
+   * host-cache registration kept), and goes back to the idle set once it said it is blank; past the limit, or when it
+   * cannot drop the image cleanly, it exits. 0: one image per worker process (the driver, not the worker, clears the
+   * memory for the next process). See {@code docs/design/context-pool.md}, "Process model".
+   */
+  public int recycleLimit() {
+    return recycleLimit;
+  }
+
+  public ContextPoolOptions setRecycleLimit(int limit) {
+    if (limit < 0 || limit > MAX_RECYCLE_LIMIT) {
+      throw new IllegalArgumentException("the recycle limit is 0.." + MAX_RECYCLE_LIMIT + ": " + limit);
+    }
+    this.recycleLimit = limit;
+    return this;
+  }
+
+  /** How long a worker may take to drop its image (RECYCLE) before it is killed. */
+  public Duration recycleTimeout() {
+    return Duration.ofMillis(recycleTimeoutMillis);
+  }
+
+  public ContextPoolOptions setRecycleTimeout(Duration d) {
+    recycleTimeoutMillis = positive(d, "recycle timeout");
+    return this;
+  }
+
   private static long positive(Duration d, String what) {
     if (d.isNegative() || d.isZero()) {
       throw new IllegalArgumentException(what + " must be positive: " + d);
@@ -515,7 +553,8 @@ public final class ContextPoolOptions {
         .setWakeAhead(Duration.ofNanos(o.wakeAheadMicros * 1000))
         .setProtectAfterIdle(Duration.ofMillis(o.protectAfterIdleMillis))
         .setHelperLinks(o.helperLinks).setHelperSlotBytes(o.helperSlotBytes)
-        .setHelperMinFreeBytes(o.helperMinFreeBytes);
+        .setHelperMinFreeBytes(o.helperMinFreeBytes).setRecycleLimit(o.recycleLimit)
+        .setRecycleTimeout(Duration.ofMillis(o.recycleTimeoutMillis));
     return checked;
   }
 

@@ -10,10 +10,11 @@ package dev.thaw.pool;
  * @param started workers that reached READY since the pool opened
  * @param failedStarts workers that died or timed out before READY
  * @param lost handed-out workers that crashed, hung or were evicted
+ * @param recycled times a released worker dropped its image and went back to the idle set blank
  * @param lastFailure the last start failure or loss, or null
  */
 public record PoolStats(int device, int idle, int starting, int inUse, long started, long failedStarts, long lost,
-    String lastFailure) {
+    long recycled, String lastFailure) {
 
   /** Workers alive: idle, starting and in use. */
   public int live() {

@@ -122,6 +122,13 @@ public interface Worker extends AutoCloseable {
   CompletableFuture<List<ExportedSlab>> exportReadOnly();
 
   /**
+   * The HBM tier took the slabs of the last {@link #exportReadOnly()} ({@link HbmTier#offer} said true): their memory
+   * is the tier's now, so a worker that drops its image ({@link #release()}) neither scrubs nor writes it. Without
+   * this call every slab the worker releases is scrubbed.
+   */
+  void exportKept();
+
+  /**
    * The timeline of the restore {@link #become} started, from the worker, placed on this process's clock: its
    * BECOME's phases, each copy on the restore stream (runs of them coalesced beyond {@code maxSpans}, said in the
    * trace) and the first launch. Ask once {@link #resident()} completed; it is answered after the requests sent
@@ -141,8 +148,10 @@ public interface Worker extends AutoCloseable {
   long[] wakeAheads();
 
   /**
-   * Done with this worker. One that never became an image goes back to the pool's idle set; one that did exits
-   * (its device memory goes with its process), so no later caller can see this one's data.
+   * Done with this worker. One that never became an image goes back to the pool's idle set. One that did is asked to
+   * drop the image and become blank again (its device memory scrubbed and freed, its state forgotten), and goes back
+   * once it said so, while {@link ContextPoolOptions#recycleLimit()} allows; else, or when it cannot drop the image
+   * cleanly, it exits (its device memory goes with its process). Either way no later caller sees this one's data.
    */
   void release();
 

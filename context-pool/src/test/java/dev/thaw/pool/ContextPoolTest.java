@@ -41,8 +41,9 @@ class ContextPoolTest {
 
   @Test
   void aWorkerBecomesAnImageServesItAndIsReplacedAfterRelease() throws Exception {
+    // One image per process (recycling off): WorkerRecycleTest pins the recycled worker.
     List<Long> seen = new ArrayList<>();
-    ContextPool pool = ContextPool.create(options());
+    ContextPool pool = ContextPool.create(options().setRecycleLimit(0));
     try {
       Worker w = pool.acquire(0, WAIT);
       seen.add(w.pid());
@@ -143,7 +144,8 @@ class ContextPoolTest {
   @Test
   void aDrainedPoolRefillsWithFreshProcesses() throws Exception {
     List<Long> seen = new ArrayList<>();
-    ContextPool pool = ContextPool.create(options().setIdleTarget(2).setMaxWorkers(3).setMaxStarting(2));
+    ContextPool pool = ContextPool.create(options().setIdleTarget(2).setMaxWorkers(3).setMaxStarting(2)
+        .setRecycleLimit(0));
     try {
       assertTrue(pool.awaitIdle(WAIT), pool.stats().toString());
       Set<Long> first = new HashSet<>(pool.pids());

@@ -25,7 +25,8 @@ import org.junit.jupiter.api.io.TempDir;
  * GPU host: that is what proves the driver zeroes a previous tenant's memory). A first tenant fills its whole
  * mapped span — past the image's bytes up to the 2 MiB granularity — and more fresh memory with 0xAB, and its
  * worker exits; the next worker maps the same image at the same addresses and must read the image's bytes where
- * the image has them and zeros everywhere else. And no worker holds another worker's pipes.
+ * the image has them and zeros everywhere else; the same for one worker recycled between the tenants. And no worker
+ * holds another worker's pipes.
  */
 class TenantIsolationTest {
 
@@ -38,7 +39,8 @@ class TenantIsolationTest {
     PoolTestImages.Built probe = PoolTestImages.build(dir.resolve("store"), "probe", PoolProbeFunction.class.getName(),
         "{}", "{\"op\": \"touch\"}");
     List<Long> seen = new ArrayList<>();
-    ContextPool pool = ContextPool.create(PoolTesting.options(dir.resolve("store")).setIdleTarget(1).setMaxWorkers(2));
+    ContextPool pool = ContextPool.create(PoolTesting.options(dir.resolve("store")).setIdleTarget(1).setMaxWorkers(2)
+        .setRecycleLimit(0));
     try {
       Worker first = pool.acquire(0, WAIT);
       seen.add(first.pid());
@@ -63,6 +65,44 @@ class TenantIsolationTest {
       assertEquals(filled.get("address").asLong(), scan.get("address").asLong(), "same device address");
       assertEquals(0, scan.get("headMismatches").asLong(), "the image's bytes, not the first tenant's: " + scan);
       assertTrue(scan.get("tailBytes").asLong() > 0, scan.toString());
+      assertEquals(0, scan.get("tailNonZero").asLong(), "the mapped tail the image never writes is zero: " + scan);
+      assertEquals(0, scan.get("extraNonZero").asLong(), "fresh device memory is zero: " + scan);
+      next.release();
+    } finally {
+      PoolTesting.closeAndCheck(pool, seen);
+    }
+  }
+
+  /**
+   * The same on one worker that is recycled between the tenants: what the first tenant wrote in its mapped span is
+   * zeroed before the span is released, so the next image mapped there, and fresh memory the next tenant allocates
+   * (on a GPU very likely the first tenant's pages), read the image's bytes and zeros.
+   */
+  @Test
+  void aRecycledWorkerNeverShowsTheNextTenantAnEarlierTenantsDeviceBytes() throws Exception {
+    PoolTestImages.Built probe = PoolTestImages.build(dir.resolve("store"), "probe", PoolProbeFunction.class.getName(),
+        "{}", "{\"op\": \"touch\"}");
+    List<Long> seen = new ArrayList<>();
+    ContextPool pool = ContextPool.create(PoolTesting.options(dir.resolve("store")).setIdleTarget(1).setMaxWorkers(1));
+    try {
+      Worker first = pool.acquire(0, WAIT);
+      seen.add(first.pid());
+      first.becomeBlocking("probe", probe.manifest(), ImageSource.store(dir.resolve("store")));
+      first.resident().get();
+      JsonNode filled = first.invokeBlocking(json("{\"op\": \"fill\", \"value\": 171}")).jsonTree();
+      JsonNode dirty = first.invokeBlocking(json("{\"op\": \"scan\"}")).jsonTree();
+      assertTrue(dirty.get("tailNonZero").asLong() == dirty.get("tailBytes").asLong()
+          && dirty.get("headMismatches").asLong() > 0, "the first tenant's fill landed: " + dirty);
+      first.release();
+
+      Worker next = pool.acquire(0, WAIT);
+      assertEquals(first.pid(), next.pid(), "the same worker, recycled");
+      long extra = next.start().simulated() ? 8L << 20 : 1L << 30;
+      next.becomeBlocking("probe", probe.manifest(), ImageSource.store(dir.resolve("store")));
+      next.resident().get();
+      JsonNode scan = next.invokeBlocking(json("{\"op\": \"scan\", \"extraBytes\": " + extra + "}")).jsonTree();
+      assertEquals(filled.get("address").asLong(), scan.get("address").asLong(), "same device address");
+      assertEquals(0, scan.get("headMismatches").asLong(), "the image's bytes, not the first tenant's: " + scan);
       assertEquals(0, scan.get("tailNonZero").asLong(), "the mapped tail the image never writes is zero: " + scan);
       assertEquals(0, scan.get("extraNonZero").asLong(), "fresh device memory is zero: " + scan);
       next.release();

@@ -7,6 +7,7 @@ import com.sun.management.OperatingSystemMXBean;
 import dev.thaw.image.registry.RegistryOptions;
 import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
+import dev.thaw.pool.ContextPoolOptions;
 import dev.thaw.pool.PlacementCosts;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -24,7 +25,8 @@ import java.util.regex.Pattern;
  * {"host": "127.0.0.1", "port": 8080, "invokePort": -1, "socket": null, "adminToken": null,
  *  "maxBodyBytes": 16777216, "maxJsonDepth": 64, "drainTimeout": "30s", "retryAfter": "1s",
  *  "gpuMemoryBytes": 0, "hostCacheBytes": 8589934592, "hbmTierBytes": 17179869184, "wakeAhead": "500us",
- *  "maxWorkers": 8, "maxStarting": 4, "tierPolicy": "recency", "maxHelpers": 3, "helperShare": 0.5,
+ *  "maxWorkers": 8, "maxStarting": 4, "recycleLimit": 64, "tierPolicy": "recency", "maxHelpers": 3,
+ *  "helperShare": 0.5,
  *  "maxConnections": 4096, "headerTimeout": "10s", "bodyTimeout": "30s", "idleTimeout": "60s",
  *  "maxPulls": 2, "tenants": {"maxFunctions": 64, ...}, "labels": {"service": "mlp"},
  *  "functions": {"mlp": {"image": "mlp:1", "maxInstances": 2}}}
@@ -65,6 +67,8 @@ public final class ServerOptions {
    * rate of cold starts.
    */
   public static final int DEFAULT_MAX_STARTING = Math.max(2, Runtime.getRuntime().availableProcessors() / 4);
+  /** {@link #recycleLimit()}: {@code ContextPoolOptions.DEFAULT_RECYCLE_LIMIT}. */
+  public static final int DEFAULT_RECYCLE_LIMIT = ContextPoolOptions.DEFAULT_RECYCLE_LIMIT;
   /** {@link #tierPolicy()}: what the node keeps in its tiers, by cold-start recency. */
   public static final String DEFAULT_TIER_POLICY = "recency";
   /** {@link #maxConnections()}: 4096 per port, well under the file descriptors a server is given. */
@@ -85,7 +89,7 @@ public final class ServerOptions {
   private static final Set<String> FIELDS = Set.of("host", "port", "invokePort", "storePath", "adminToken",
       "maxBodyBytes", "maxJsonDepth", "drainTimeout", "retryAfter", "gpuMemoryBytes", "labels", "functions",
       "tracesKept", "hostCacheBytes", "hbmTierBytes", "wakeAhead", "maxWorkers", "maxStarting", "tierPolicy",
-      "maxConnections",
+      "maxConnections", "recycleLimit",
       "headerTimeout", "bodyTimeout", "idleTimeout", "socket", "maxPulls", "tenants", "maxHelpers", "helperShare");
   private static final Pattern DURATION = Pattern.compile("([0-9]+(?:\\.[0-9]+)?)(ms|us|s|m)?");
 
@@ -105,6 +109,7 @@ public final class ServerOptions {
   private Duration wakeAhead = DEFAULT_WAKE_AHEAD;
   private int maxWorkers = DEFAULT_MAX_WORKERS;
   private int maxStarting = DEFAULT_MAX_STARTING;
+  private int recycleLimit = DEFAULT_RECYCLE_LIMIT;
   private String tierPolicy = DEFAULT_TIER_POLICY;
   private int maxConnections = DEFAULT_MAX_CONNECTIONS;
   private Duration headerTimeout = DEFAULT_HEADER_TIMEOUT;
@@ -138,6 +143,7 @@ public final class ServerOptions {
     wakeAhead = o.wakeAhead;
     maxWorkers = o.maxWorkers;
     maxStarting = o.maxStarting;
+    recycleLimit = o.recycleLimit;
     tierPolicy = o.tierPolicy;
     maxConnections = o.maxConnections;
     headerTimeout = o.headerTimeout;
@@ -335,6 +341,21 @@ public final class ServerOptions {
   /** Worker processes the pool starts at once per device ({@link #DEFAULT_MAX_STARTING}). */
   public ServerOptions setMaxStarting(int maxStarting) {
     this.maxStarting = FunctionOptions.checkRange("maxStarting", maxStarting, 1, 64);
+    return this;
+  }
+
+  /**
+   * How many times a worker that scaled to zero may drop its image and become blank again for another function,
+   * instead of exiting ({@code ContextPoolOptions.recycleLimit()}): a cold start then finds a warm worker rather than
+   * waiting for a process to start. 0: every worker becomes one image in its life.
+   */
+  public int recycleLimit() {
+    return recycleLimit;
+  }
+
+  public ServerOptions setRecycleLimit(int recycleLimit) {
+    this.recycleLimit = FunctionOptions.checkRange("recycleLimit", recycleLimit, 0,
+        ContextPoolOptions.MAX_RECYCLE_LIMIT);
     return this;
   }
 
@@ -574,6 +595,7 @@ public final class ServerOptions {
     json.put("wakeAhead", wakeAhead.toNanos() / 1000 + "us");
     json.put("maxWorkers", maxWorkers);
     json.put("maxStarting", maxStarting);
+    json.put("recycleLimit", recycleLimit);
     json.put("tierPolicy", tierPolicy);
     json.put("maxConnections", maxConnections);
     json.put("headerTimeout", headerTimeout.toMillis() + "ms");
@@ -685,6 +707,9 @@ public final class ServerOptions {
     }
     if (json.has("maxStarting")) {
       o.setMaxStarting(FunctionOptions.intField(json, "maxStarting"));
+    }
+    if (json.has("recycleLimit")) {
+      o.setRecycleLimit(FunctionOptions.intField(json, "recycleLimit"));
     }
     if (json.hasNonNull("tierPolicy")) {
       o.setTierPolicy(json.get("tierPolicy").asText());

@@ -4,6 +4,7 @@ import static dev.thaw.server.ServerFixture.get;
 import static dev.thaw.server.ServerFixture.json;
 import static dev.thaw.server.ServerFixture.postJson;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -44,6 +45,8 @@ class ManyFunctionsTest {
 
   private static final String TOKEN = "many-functions-token";
   private static final Pattern PID = Pattern.compile("worker pid ([0-9]+)");
+  private static final Pattern RECYCLES = Pattern.compile("(?m)^thaw_pool_recycles_total\\{[^}]*device=\"0\"[^}]*\\} "
+      + "([0-9.eE+-]+)");
   private static final int IMAGES = 8;
   private static final int FUNCTIONS = 40;
 
@@ -116,9 +119,25 @@ class ManyFunctionsTest {
         }
         String metrics = get(port, "/metrics").body();
         assertTrue(metrics.contains("reason=\"lost\""), "workers lost while idle are counted");
+        // Instances evicted for room released their workers, which came back blank (recycled) instead of exiting,
+        // and answered other functions' images right above.
+        Matcher recycled = RECYCLES.matcher(metrics);
+        assertTrue(recycled.find(), metrics);
+        assertEquals(workers.stats().get(0).recycled(), (long) Double.parseDouble(recycled.group(1)));
+        assertTrue(workers.stats().get(0).recycled() > 0, workers.stats().toString());
       }
       assertTrue(workers.pids().isEmpty(), "every worker gone with the server");
     }
+  }
+
+  @Test
+  void theRecycleLimitIsAServerOption() {
+    assertEquals(ServerOptions.DEFAULT_RECYCLE_LIMIT, new ServerOptions().recycleLimit());
+    ServerOptions o = ServerOptions.fromJson(ServerFixture.JSON.createObjectNode().put("recycleLimit", 0));
+    assertEquals(0, o.recycleLimit());
+    assertEquals(0, ServerOptions.fromJson(o.toJson()).recycleLimit(), "the JSON form round-trips");
+    assertThrows(IllegalArgumentException.class,
+        () -> ServerOptions.fromJson(ServerFixture.JSON.createObjectNode().put("recycleLimit", -1)));
   }
 
   /** A worker killed while its instance is idle: the instance leaves, and the next request starts a fresh one. */

@@ -45,7 +45,8 @@ import org.junit.jupiter.api.io.TempDir;
  *       faults, the request gets the 502 {@code device_fault}, the worker is replaced, and it hands nothing to the
  *       HBM tier. A store into {@code out} (read-write) and reads are served as before.
  *   <li>In a worker that mapped the slab from the HBM tier: the store faults just the same, and the next worker that
- *       maps the tier's copy reads the image's bytes exactly where the store aimed.
+ *       maps the tier's copy reads the image's bytes exactly where the store aimed. A healthy worker that retires
+ *       hands its weights to the tier and is recycled without touching them (the reads from the tier check that).
  * </ul>
  */
 class ReadOnlyWeightsTest {
@@ -56,6 +57,7 @@ class ReadOnlyWeightsTest {
   static final String WRITE_WEIGHTS = "{\"offset\": 1000, \"count\": 4, \"fill\": -7.5}";
   static final String WRITE_OUT = "{\"offset\": " + ELEMENTS + ", \"count\": 4, \"fill\": 3.25}";
   static final Pattern PID = Pattern.compile("worker pid ([0-9]+)");
+  static final Pattern IN_USE = Pattern.compile("(?m)^thaw_pool_workers\\{[^}]*state=\"in_use\"[^}]*\\} ([0-9.eE+-]+)");
   static final String INVOKE = "/v1/functions/probe/invoke";
 
   @TempDir
@@ -97,7 +99,7 @@ class ReadOnlyWeightsTest {
 
       // Registered again: the healthy instance retires and leaves its protected weights on the device.
       reregister(port, server);
-      awaitExit(second);
+      awaitReleased(port, second);
       ServerFixture.awaitState(port, "probe", s -> s.path("image").path("hbmBytes").path("0").asLong() >= 2 << 20);
 
       // A worker that maps the tier's copy read-only: the store faults there too.
@@ -133,7 +135,7 @@ class ReadOnlyWeightsTest {
       assertValues(postJson(port, INVOKE, WRITE_WEIGHTS), -7.5, -7.5, -7.5, -7.5);
       long healthy = pid(port);
       reregister(port, server);
-      awaitExit(healthy);
+      awaitReleased(port, healthy);
       assertEquals(0, hbmBytes(port), "a slab written before its protection is not kept");
 
       HttpResponse<String> fresh = postJson(port, INVOKE, READ);
@@ -141,7 +143,7 @@ class ReadOnlyWeightsTest {
       assertTrue(timing(fresh).contains("tier;desc=\"host-cache\""), timing(fresh));
       long reader = pid(port);
       reregister(port, server);
-      awaitExit(reader);
+      awaitReleased(port, reader);
       ServerFixture.awaitState(port, "probe", s -> s.path("image").path("hbmBytes").path("0").asLong() >= 2 << 20);
       HttpResponse<String> fromTier = postJson(port, INVOKE, READ);
       assertTrue(timing(fromTier).contains("tier;desc=\"hbm\""), timing(fromTier));
@@ -251,6 +253,23 @@ class ReadOnlyWeightsTest {
     Matcher m = PID.matcher(status);
     assertTrue(m.find(), status);
     return Long.parseLong(m.group(1));
+  }
+
+  /**
+   * Waits until the retired instance's worker is done with: it exited, or it was recycled (its image dropped) and is
+   * back in the pool, blank. Either way its hand-off to the HBM tier came before.
+   */
+  private static void awaitReleased(int port, long pid) throws Exception {
+    long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+    while (ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false)) {
+      Matcher inUse = IN_USE.matcher(get(port, "/metrics").body());
+      if (inUse.find() && Double.parseDouble(inUse.group(1)) == 0
+          && json(get(port, "/v1/functions/probe")).path("instances").isEmpty()) {
+        return;
+      }
+      assertTrue(System.nanoTime() < deadline, "worker " + pid + " neither exited nor went back to the pool");
+      Thread.sleep(10);
+    }
   }
 
   private static void awaitExit(long pid) throws InterruptedException {

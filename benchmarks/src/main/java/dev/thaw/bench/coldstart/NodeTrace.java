@@ -47,8 +47,8 @@ import picocli.CommandLine.Option;
 @Command(name = "node-trace", mixinStandardHelpOptions = true, sortOptions = false,
     description = {
         "Many functions on one thaw serve, an open-loop trace (Zipf popularity, bursty arrivals), once per tier",
-        "policy: recency (the default), registration (the policy-free baseline) and off (no host cache, no HBM",
-        "tier). Reports per tier the cold-start share and time to first response, warm latency, errors, hit rates,",
+        "policy: recency (the default), registration (the policy-free baseline), off (no host cache, no HBM",
+        "tier) and no-recycle (recency, every worker one image in its life: --recycle-limit 0). Reports per tier the cold-start share and time to first response, warm latency, errors, hit rates,",
         "bytes moved per request, evictions and memory held. On the simulated device every figure is SIMULATED.",
         ""})
 public final class NodeTrace implements Callable<Integer> {
@@ -105,6 +105,10 @@ public final class NodeTrace implements Callable<Integer> {
 
   @Option(names = "--max-starting", description = "thaw serve --max-starting (default: the server's).")
   Integer maxStarting;
+
+  @Option(names = "--recycle-limit", description = "thaw serve --recycle-limit for every policy but no-recycle "
+      + "(default: the server's).")
+  Integer recycleLimit;
 
   @Option(names = "--policies", split = ",", description = "Policies to run (default: ${DEFAULT-VALUE}).")
   List<String> policies = List.of("recency", "registration", "off");
@@ -258,11 +262,15 @@ public final class NodeTrace implements Callable<Integer> {
 
   private List<String> serveOptions(String policy) {
     boolean off = policy.equals("off");
+    boolean noRecycle = policy.equals("no-recycle");
     List<String> o = new ArrayList<>(List.of("--idle-workers", Integer.toString(idleWorkers), "--max-workers",
         Integer.toString(maxWorkers), "--host-cache", off ? "0" : hostCache, "--hbm-tier", off ? "0" : hbmTier,
-        "--tier-policy", off ? "recency" : policy));
+        "--tier-policy", off || noRecycle ? "recency" : policy));
     if (maxStarting != null) {
       o.addAll(List.of("--max-starting", Integer.toString(maxStarting)));
+    }
+    if (noRecycle || recycleLimit != null) {
+      o.addAll(List.of("--recycle-limit", noRecycle ? "0" : Integer.toString(recycleLimit)));
     }
     return o;
   }
@@ -398,6 +406,7 @@ public final class NodeTrace implements Callable<Integer> {
       ev.put(reason, delta(before, after, "thaw_evictions_total", "reason=\"" + reason + "\""));
     }
     ev.put("hostCacheBytes", delta(before, after, "thaw_host_cache_evicted_bytes_total"));
+    into.put("recycles", delta(before, after, "thaw_pool_recycles_total"));
     ObjectNode held = into.putObject("heldAtEnd");
     held.put("hostCacheBytes", NodeServer.sum(after, "thaw_host_cache_bytes", "state=\"used\""));
     held.put("hbmTierBytes", NodeServer.sum(after, "thaw_hbm_tier_bytes"));

@@ -98,13 +98,16 @@ final class NodeTraceReport {
     }
     b.append("\nPolicies: `recency` (the default: a registration stages only into free host-cache room, cold starts "
         + "decide what stays), `registration` (the policy-free baseline: every registration stages, evicting the least "
-        + "recently used), `off` (no host cache, no HBM tier: every cold start from the store).\n");
+        + "recently used), `off` (no host cache, no HBM tier: every cold start from the store), `no-recycle` "
+        + "(recency, with every worker one image in its life: a cold start of another function takes a fresh worker; "
+        + "the others recycle a worker that scaled to zero).\n");
     for (Iterator<Map.Entry<String, JsonNode>> it = policies.fields(); it.hasNext(); ) {
       Map.Entry<String, JsonNode> e = it.next();
       JsonNode p = e.getValue();
       b.append(String.format(Locale.ROOT, "%n%s: %d functions registered in %.0f ms; GET /v1/functions %.1f ms; "
-              + "/metrics %d series.", e.getKey(), r.path("setup").path("functions").asInt(),
-          p.path("registerMillis").asDouble(), p.path("listMillis").asDouble(), p.path("metricsLines").asInt()));
+              + "/metrics %d series; %.0f workers recycled during the trace.", e.getKey(),
+          r.path("setup").path("functions").asInt(), p.path("registerMillis").asDouble(),
+          p.path("listMillis").asDouble(), p.path("metricsLines").asInt(), p.path("recycles").asDouble()));
       for (JsonNode err : p.path("errorSamples")) {
         b.append("\n- error: ").append(err.asText());
       }

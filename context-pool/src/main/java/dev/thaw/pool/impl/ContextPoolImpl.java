@@ -70,6 +70,7 @@ public final class ContextPoolImpl implements ContextPool {
     long started;
     long failedStarts;
     long lost;
+    long recycled;
     int failuresInARow;
     long backoffUntilNanos;
     String lastFailure;
@@ -301,7 +302,7 @@ public final class ContextPoolImpl implements ContextPool {
       List<PoolStats> out = new ArrayList<>();
       for (DeviceWorkers d : devices.values()) {
         out.add(new PoolStats(d.device, d.idle.size(), d.starting.size(), d.inUse.size(), d.started,
-            d.failedStarts, d.lost, d.lastFailure));
+            d.failedStarts, d.lost, d.recycled, d.lastFailure));
       }
       return out;
     } finally {
@@ -448,6 +449,27 @@ public final class ContextPoolImpl implements ContextPool {
         } else if (d.inUse.remove(w) && lost) {
           d.lost++;
           d.lastFailure = why.getMessage();
+        }
+        changed.signalAll();
+      } finally {
+        lock.unlock();
+      }
+    }
+
+    @Override
+    public void recycled(WorkerProcess w) {
+      lock.lock();
+      try {
+        DeviceWorkers d = devices.get(w.device());
+        if (d.inUse.remove(w)) {
+          d.recycled++;
+          if (closed.get()) {
+            w.lose(WorkerErrorKind.CRASHED, null, "the pool closed");
+          } else {
+            d.idle.addFirst(w);
+            // It dropped what it held prepared with its image: the pool's set is sent again, as to a new worker.
+            ahead.ahead().forEach(w::prepare);
+          }
         }
         changed.signalAll();
       } finally {

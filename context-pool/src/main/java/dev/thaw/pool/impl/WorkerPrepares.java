@@ -62,6 +62,14 @@ final class WorkerPrepares {
     }
   }
 
+  /** The worker dropped its image and holds exactly {@code keys} prepared now (a RECYCLE's answer). */
+  void recycled(List<String> keys) {
+    sent.clear();
+    placements.clear();
+    atStart.clear();
+    preparedAtStart(keys);
+  }
+
   /** Sends PREPARE for {@code image} unless the worker holds it already (one prepared at start learns its placement). */
   void prepare(PreparedImage image) {
     if (image.placement() != null && atStart.remove(image.key())) {

@@ -30,6 +30,8 @@ import dev.thaw.pool.protocol.WorkerMessages.Failure;
 import dev.thaw.pool.protocol.WorkerMessages.Invoke;
 import dev.thaw.pool.protocol.WorkerMessages.InvokeAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Ready;
+import dev.thaw.pool.protocol.WorkerMessages.Recycle;
+import dev.thaw.pool.protocol.WorkerMessages.RecycleAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Resident;
 import dev.thaw.pool.protocol.WorkerMessages.Source;
 import dev.thaw.pool.protocol.WorkerMessages.Status;
@@ -83,6 +85,9 @@ final class WorkerProcess implements Worker {
 
     /** The worker never became an image and goes back to the idle set. */
     void returned(WorkerProcess w);
+
+    /** The worker dropped the image it became and is blank again ({@link ContextPoolOptions#recycleLimit()}). */
+    void recycled(WorkerProcess w);
   }
 
   /** Loaded at first use, after the spawn: a server's first worker starts before Jackson has loaded anywhere. */
@@ -107,7 +112,8 @@ final class WorkerProcess implements Worker {
   private final WorkerPrepares prepares;
 
   private final CompletableFuture<WorkerStart> ready = new CompletableFuture<>();
-  private final CompletableFuture<RestoreCompletion> resident = new CompletableFuture<>();
+  /** The current image's residency: made anew by each BECOME after the first. */
+  private volatile CompletableFuture<RestoreCompletion> resident = new CompletableFuture<>();
   private final CompletableFuture<WorkerException> endedFuture = new CompletableFuture<>();
   /** The host cache lease of the image this worker restores: held until the restore is complete or the worker ends. */
   private final AtomicReference<CacheLease> lease = new AtomicReference<>();
@@ -127,6 +133,10 @@ final class WorkerProcess implements Worker {
   private volatile List<Integer> helperLinks = List.of();
   /** The worker's recent invokes (decode, function, encode), smoothed: the wake-ahead's prediction; 0: none yet. */
   private volatile long invokeNanos;
+  /** Images this worker dropped and became blank again after (its RECYCLEs), as the last one's answer said. */
+  private volatile int imagesBefore;
+  /** The HBM tier took the slabs of this image's EXPORT ({@link #exportKept()}). */
+  private volatile boolean exportKept;
 
   private WorkerProcess(int device, Process process, long spawnNanos, Path log, ContextPoolOptions options,
       ScheduledExecutorService timer, Executor io, Listener listener) {
@@ -327,6 +337,9 @@ final class WorkerProcess implements Worker {
           + "image in its life");
     }
     claim();
+    if (imagesBefore > 0) {
+      resident = new CompletableFuture<>();
+    }
     becameAnImage = true;
     image = name;
     if (source.lease() != null) {
@@ -477,6 +490,11 @@ final class WorkerProcess implements Worker {
   }
 
   @Override
+  public void exportKept() {
+    exportKept = true;
+  }
+
+  @Override
   public CompletableFuture<WorkerTimeline> restoreTimeline(int maxSpans) {
     checkUsable();
     if (!invocable) {
@@ -527,11 +545,58 @@ final class WorkerProcess implements Worker {
     if (ended.get() != null) {
       return;
     }
-    if (!becameAnImage && !busy.get() && invoking.get() == 0 && process.isAlive()) {
+    boolean idle = !busy.get() && invoking.get() == 0 && process.isAlive();
+    if (!becameAnImage && idle) {
       listener.returned(this);
+    } else if (becameAnImage && invocable && idle && imagesBefore < options.recycleLimit()) {
+      recycle();
     } else {
       retire("released after becoming '" + image + "'");
     }
+  }
+
+  /**
+   * Asks the worker to drop its image (RECYCLE) and hands it back to the pool once it answered that it is blank again;
+   * a worker that could not ends as a released one does.
+   */
+  private void recycle() {
+    String was = image;
+    try {
+      claim();
+    } catch (IllegalStateException e) {
+      retire("released after becoming '" + was + "' while busy");
+      return;
+    }
+    // A restore still copying is stopped by the worker: its lease on the host cache ends here.
+    closeLease();
+    pipe.send(new Recycle(exportKept), null, options.recycleTimeout()).whenComplete((f, e) -> {
+      if (e != null) {
+        Throwable c = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
+        LOG.info("Worker {} could not drop '{}'; it exits: {}", pid, was, c.getMessage());
+        retire("could not drop '" + was + "': " + c.getMessage());
+        return;
+      }
+      RecycleAnswer a = RecycleAnswer.from(f.head());
+      resident.completeExceptionally(new WorkerException(WorkerErrorKind.STATE, pid, null, "'" + was
+          + "' was dropped before it was resident"));
+      prepares.recycled(a.prepared());
+      helperLinks = a.helpers();
+      imagesBefore = a.images();
+      invokeNanos = 0;
+      exportKept = false;
+      invocable = false;
+      image = null;
+      becameAnImage = false;
+      busy.set(false);
+      LOG.debug("Worker {} dropped '{}': {} bytes scrubbed, {} the HBM tier's, {}", pid, was, a.scrubbedBytes(),
+          a.keptBytes(), a.phases());
+      listener.recycled(this);
+    });
+  }
+
+  /** Times this worker dropped an image and became blank again. */
+  int imagesBefore() {
+    return imagesBefore;
   }
 
   @Override

@@ -20,7 +20,7 @@ public enum FrameType {
   /**
    * Parent → worker, once its image is resident and it is idle: export the read-only slabs' physical memory as
    * descriptors (the RESULT's head: {@code pid}, {@code slabs} encoded) for the HBM tier, which takes them before
-   * the worker exits.
+   * the worker exits or drops the image (RECYCLE).
    */
   EXPORT(7),
   /**
@@ -59,6 +59,13 @@ public enum FrameType {
    * for a request already answered. Never answered itself.
    */
   CANCEL(13),
+  /**
+   * Parent → worker, once its image is idle and it was released: drop the image and become blank again (stop the
+   * function, scrub and free its device memory but what the HBM tier keeps, unload its modules, forget its state),
+   * keeping the context, the address arena, the restore's resources and the host cache. The RESULT says what it
+   * scrubbed and what it still holds; an ERROR means it could not, and the parent ends it.
+   */
+  RECYCLE(14),
   /** Worker → parent: the answer to the request with the same id. */
   RESULT(16),
   /** Worker → parent: the request with the same id failed (id 0: the worker itself failed and exits). */

@@ -39,12 +39,12 @@ public final class WorkerMessages {
 
   /** What the parent sends a worker. */
   public sealed interface Request extends Head
-      permits Become, Invoke, Cancel, Status, Exit, Export, Prepare, Forget, Trace {}
+      permits Become, Invoke, Cancel, Status, Exit, Export, Prepare, Forget, Trace, Recycle {}
 
   /** What a worker sends its parent: an answer (RESULT) or a report of its own. */
   public sealed interface Reply extends Head
       permits Ready, Near, Part, Resident, BecomeAnswer, InvokeAnswer, PrepareAnswer, ForgetAnswer, ExportAnswer,
-      TraceAnswer, StatusAnswer, ExitAnswer, Failure {}
+      TraceAnswer, StatusAnswer, ExitAnswer, RecycleAnswer, Failure {}
 
   // ---- parent → worker ----
 
@@ -307,6 +307,30 @@ public final class WorkerMessages {
     }
   }
 
+  /**
+   * Drop the image and become blank again.
+   *
+   * @param exportKept the HBM tier took the slabs of this worker's EXPORT: their memory is the tier's now, and the
+   *     worker neither scrubs nor writes it (without this, exported slabs are scrubbed like the rest)
+   */
+  public record Recycle(boolean exportKept) implements Request {
+    @Override
+    public FrameType type() {
+      return FrameType.RECYCLE;
+    }
+
+    @Override
+    public ObjectNode toJson() {
+      ObjectNode h = FrameCodec.head();
+      h.put("exportKept", exportKept);
+      return h;
+    }
+
+    public static Recycle from(JsonNode h) {
+      return new Recycle(h.path("exportKept").asBoolean(false));
+    }
+  }
+
   // ---- worker → parent ----
 
   /**
@@ -539,6 +563,53 @@ public final class WorkerMessages {
 
     public static ForgetAnswer from(JsonNode h) {
       return new ForgetAnswer(readStrings(h.path("dropped")));
+    }
+  }
+
+  /**
+   * Blank again.
+   *
+   * @param phases where the drop went: {@code stop} (copies and the function's work), {@code scrub}, {@code free}
+   *     (unmap, release, unload), {@code check} (nothing of the image's left on the device), {@code gc} (its host
+   *     state collected), {@code helperLinks} (the links its first restore closed, opened again)
+   * @param scrubbedBytes device bytes zeroed before they were released
+   * @param keptBytes device bytes released unscrubbed because the HBM tier holds them (imported from it, or exported
+   *     to it and kept)
+   * @param prepared keys of the images it holds prepared now
+   * @param helpers the other devices it holds a link to now
+   * @param images the images this worker has become in its life
+   */
+  public record RecycleAnswer(Map<String, Double> phases, long scrubbedBytes, long keptBytes, List<String> prepared,
+      List<Integer> helpers, int images) implements Reply {
+    public RecycleAnswer {
+      phases = Collections.unmodifiableMap(new LinkedHashMap<>(phases));
+      prepared = List.copyOf(prepared);
+      helpers = List.copyOf(helpers);
+    }
+
+    @Override
+    public FrameType type() {
+      return FrameType.RESULT;
+    }
+
+    @Override
+    public ObjectNode toJson() {
+      ObjectNode h = FrameCodec.head();
+      putPhases(h.putObject("phases"), phases);
+      h.put("scrubbedBytes", scrubbedBytes);
+      h.put("keptBytes", keptBytes);
+      putStrings(h.putArray("prepared"), prepared);
+      ArrayNode a = h.putArray("helpers");
+      helpers.forEach(a::add);
+      h.put("images", images);
+      return h;
+    }
+
+    public static RecycleAnswer from(JsonNode h) {
+      List<Integer> helpers = new ArrayList<>();
+      h.path("helpers").forEach(v -> helpers.add(v.asInt()));
+      return new RecycleAnswer(readPhases(h.path("phases")), h.path("scrubbedBytes").asLong(),
+          h.path("keptBytes").asLong(), readStrings(h.path("prepared")), helpers, h.path("images").asInt());
     }
   }
 

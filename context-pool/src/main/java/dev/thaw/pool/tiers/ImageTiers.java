@@ -361,9 +361,9 @@ public final class ImageTiers implements AutoCloseable {
   }
 
   /**
-   * Hands a scaled-in worker's read-only slabs to its device's HBM tier before it exits (where the tier holds none
-   * of the image yet: imported memory cannot be exported again). The weights then stay on the GPU for the next
-   * start. Best effort: the next start copies them from the host cache otherwise.
+   * Hands a scaled-in worker's read-only slabs to its device's HBM tier before it exits or is recycled (where the
+   * tier holds none of the image yet: imported memory cannot be exported again). The weights then stay on the GPU
+   * for the next start. Best effort: the next start copies them from the host cache otherwise.
    */
   public void keepOnDevice(String tag, Worker worker) {
     HbmTier tier = hbm.get(worker.device());
@@ -374,6 +374,8 @@ public final class ImageTiers implements AutoCloseable {
       List<ExportedSlab> slabs = worker.exportReadOnly().get(10, TimeUnit.SECONDS);
       if (!slabs.isEmpty() && tier.offer(tag, worker.pid(), slabs)) {
         hbmKept.incrementAndGet();
+        // The tier holds that memory now: a worker that drops the image to be recycled must not scrub it.
+        worker.exportKept();
       }
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();

@@ -39,6 +39,18 @@ final class WorkerHelpers implements AutoCloseable {
     this.config = config;
   }
 
+  /**
+   * Links like these, none open yet: what a recycled worker opens again, its first restore having closed these (an
+   * instance holds nothing on other devices).
+   */
+  WorkerHelpers fresh() {
+    return new WorkerHelpers(driver, target, config);
+  }
+
+  synchronized boolean isClosed() {
+    return closed;
+  }
+
   /** The devices a worker on {@code own} opens links to: the lowest other ordinals, at most {@code links}. */
   static List<Integer> candidates(List<DeviceInfo> devices, int own, int links) {
     List<Integer> out = new ArrayList<>();

@@ -37,6 +37,8 @@ import dev.thaw.pool.protocol.WorkerMessages.InvokeAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Near;
 import dev.thaw.pool.protocol.WorkerMessages.Part;
 import dev.thaw.pool.protocol.WorkerMessages.Prepare;
+import dev.thaw.pool.protocol.WorkerMessages.Recycle;
+import dev.thaw.pool.protocol.WorkerMessages.RecycleAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Resident;
 import dev.thaw.pool.protocol.WorkerMessages.StatusAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Trace;
@@ -69,18 +71,24 @@ import java.util.concurrent.TimeUnit;
 /**
  * A worker's image life cycle, on the executing thread: prepare images while blank (or forget them), become one
  * (an on-demand restore: answered once the function is invocable, RESIDENT sent when the last byte landed), then
- * serve INVOKEs, EXPORT its read-only slabs for the HBM tier and give its restore's TRACE. A worker becomes one image
- * in its life. The INVOKEs of a function that serves several requests at once ({@code concurrency} above 1) go to its
- * engine and are answered from the engine's thread as each completes; any other function's run one at a time here.
+ * serve INVOKEs, EXPORT its read-only slabs for the HBM tier and give its restore's TRACE, then, once released,
+ * drop the image and become blank again (RECYCLE) or exit. The INVOKEs of a function that serves several requests
+ * at once ({@code concurrency} above 1) go to its engine and are answered from the engine's thread as each
+ * completes; any other function's run one at a time here.
  *
  * <p>Invariants: a BECOME's answer is written before anything else is arranged for it (its RESIDENT report comes
- * after it, always); the image's read-only slabs are write-protected only while no request runs (a mapping's access
- * changed under a kernel faulted on the GPU), once the worker has been idle {@code protectAfterIdleMillis}; an
- * INVOKE's PART frames are all written before its RESULT (the function sends them before it answers).
+ * after it, always, and never after the RECYCLE that dropped its restore); the image's read-only slabs are
+ * write-protected only while no request runs (a mapping's access changed under a kernel faulted on the GPU), once the
+ * worker has been idle {@code protectAfterIdleMillis}; an INVOKE's PART frames are all written before its RESULT
+ * (the function sends them before it answers).
  */
 final class WorkerImage implements WorkerLoop.Work {
 
-  enum State { STARTING, BLANK, BECOMING, READY, INVOKING }
+  /** {@code DAMAGED}: a RECYCLE could not drop the image cleanly; the worker takes nothing more and is ended. */
+  enum State { STARTING, BLANK, BECOMING, READY, INVOKING, RECYCLING, DAMAGED }
+
+  /** How long a RECYCLE waits for the thread releasing the restore's peer slabs and links. */
+  private static final long RELEASE_WAIT_MILLIS = 10_000;
 
   /** Copy spans in a TRACE answer when the request names no cap. */
   private static final int TRACE_SPANS = 512;
@@ -107,8 +115,8 @@ final class WorkerImage implements WorkerLoop.Work {
   private final HostCacheView cache;
   private final WorkerStores stores;
   private final PreparedImages prepared;
-  /** Other devices' links, or null. */
-  private final WorkerHelpers helpers;
+  /** Other devices' links, or null; made afresh when a recycled worker opens them again. */
+  private volatile WorkerHelpers helpers;
   private final WorkerReplies out;
   private final WorkerLoop loop;
   private final ObjectMapper json = FrameCodec.json();
@@ -131,6 +139,16 @@ final class WorkerImage implements WorkerLoop.Work {
   private boolean slabsProtected;
   /** Another device's HBM-tier slabs {@link #restored} pulls from, until it is resident; or null. */
   private volatile PeerSlabs peerSlabs;
+  /** The thread {@link #releaseAfterRestore} started, or null: a RECYCLE waits for it. */
+  private volatile Thread releasing;
+  /** {@code [start, end)} device ranges of {@link #restored}'s slabs imported from the HBM tier: the tier's memory. */
+  private List<long[]> importedRanges = List.of();
+  /** The slabs the last EXPORT handed to the parent, whose descriptors this process holds until a RECYCLE. */
+  private List<ExportedSlab> exported = List.of();
+  /** Bytes of device memory this process held when it was blank, before the BECOME: a RECYCLE must return to it. */
+  private long blankHeldBytes;
+  /** Images this worker became in its life. */
+  private int images;
 
   private record Became(long takenNanos, BecomeAnswer answer) {}
 
@@ -204,6 +222,7 @@ final class WorkerImage implements WorkerLoop.Work {
         case FORGET -> Frame.of(f.id(), prepared.forget(Forget.from(f.head())));
         case EXPORT -> export(f);
         case TRACE -> trace(f);
+        case RECYCLE -> recycle(f);
         default -> invoke(f);
       };
     } catch (Throwable e) {
@@ -262,7 +281,8 @@ final class WorkerImage implements WorkerLoop.Work {
     long read = loop.becomeRead();
     became = new Became(read != 0 ? read : taken, sent);
     reportResident(f.id());
-    // This worker is that image for life: the others' modules go (after the answer, off the cold path).
+    // This worker is that image until it is recycled, which prepares afresh: the others' modules go (after the answer,
+    // off the cold path).
     prepared.closeAll();
   }
 
@@ -275,7 +295,9 @@ final class WorkerImage implements WorkerLoop.Work {
     if (kind == WorkerErrorKind.CUDA_STICKY) {
       Runtime.getRuntime().halt(WorkerMain.EXIT_STICKY);
     }
-    if (restoring && state == State.BECOMING) {
+    if (f.type() == FrameType.RECYCLE) {
+      state = State.DAMAGED;
+    } else if (restoring && state == State.BECOMING) {
       state = State.BLANK;
       image = null;
     } else if (state == State.INVOKING && !restoring && f.type() == FrameType.INVOKE) {
@@ -289,8 +311,8 @@ final class WorkerImage implements WorkerLoop.Work {
 
   private Frame prepare(Frame f) throws Exception {
     if (state != State.BLANK && state != State.STARTING) {
-      return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "this worker became '" + image
-          + "'; it prepares no other image"));
+      return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "this worker is '" + image + "' (" + state
+          + "); it prepares no other image"));
     }
     return Frame.of(f.id(), prepared.prepare(Prepare.from(f.head(), f.body().length), f.body()));
   }
@@ -308,8 +330,9 @@ final class WorkerImage implements WorkerLoop.Work {
    */
   private WorkerMessages.Reply become(Frame f) throws Exception {
     if (state != State.BLANK) {
-      return new Failure(WorkerErrorKind.STATE, "this worker already became '" + image
-          + "'; a worker becomes one image in its life");
+      return new Failure(WorkerErrorKind.STATE, state == State.DAMAGED ? "this worker could not drop '" + image
+          + "' and takes no other image" : "this worker is '" + image + "'; it becomes another only once blank "
+          + "again (RECYCLE)");
     }
     Become b = Become.from(f.head());
     long start = System.nanoTime();
@@ -326,6 +349,7 @@ final class WorkerImage implements WorkerLoop.Work {
     }
     image = b.name();
     state = State.BECOMING;
+    blankHeldBytes = context.heldMemoryBytes();
     byte[] body = f.body();
     int manifestBytes = ready != null ? 0 : manifestBytes(b, body);
     byte[] manifestBody = ready != null ? ready.manifest()
@@ -405,6 +429,8 @@ final class WorkerImage implements WorkerLoop.Work {
     }
     peerSlabs = peer;
     restored = restore;
+    importedRanges = resident != null ? resident.residentRanges() : List.of();
+    images++;
     becomeStart = start;
     state = State.READY;
     long totalEnd = System.nanoTime();
@@ -525,42 +551,56 @@ final class WorkerImage implements WorkerLoop.Work {
     OnDemandRestore restore = restored;
     long start = becomeStart;
     restore.resident().whenComplete((ok, failure) -> {
-      if (failure != null) {
-        Throwable c = WorkerFailures.unwrap(failure);
-        c.printStackTrace();
-        out.fail(WorkerFailures.kindOf(c, true), c, WorkerMain.EXIT_RESTORE_FAILED);
-        return;
+      synchronized (this) {
+        // A restore a RECYCLE dropped says nothing more: its stop is no failure, and its parent forgot it.
+        if (restored != restore) {
+          return;
+        }
+        residentReported(restore, becomeId, start, failure);
       }
-      // The copies no longer read another device's slabs or lend links: the memory they hold goes back. (A failed
-      // restore ends the worker instead, with copies maybe still in flight.)
-      releaseAfterRestore();
-      OnDemandRestore.Stats s = restore.stats();
-      out.send(becomeId, new Resident((restore.residentNanos() - start) / 1e6, s.bytes(), s.hostBytes(),
-          s.storeBytes(), s.residentBytes(), s.copies(), s.promotions(), s.waits(), s.peerBytes(), s.helperBytes()));
     });
+  }
+
+  private void residentReported(OnDemandRestore restore, int becomeId, long start, Throwable failure) {
+    if (failure != null) {
+      Throwable c = WorkerFailures.unwrap(failure);
+      c.printStackTrace();
+      out.fail(WorkerFailures.kindOf(c, true), c, WorkerMain.EXIT_RESTORE_FAILED);
+      return;
+    }
+    // The copies no longer read another device's slabs or lend links: the memory they hold goes back. (A failed
+    // restore ends the worker instead, with copies maybe still in flight.)
+    releaseAfterRestore();
+    OnDemandRestore.Stats s = restore.stats();
+    out.send(becomeId, new Resident((restore.residentNanos() - start) / 1e6, s.bytes(), s.hostBytes(),
+        s.storeBytes(), s.residentBytes(), s.copies(), s.promotions(), s.waits(), s.peerBytes(), s.helperBytes()));
   }
 
   /**
    * Unmaps the other device's slabs and closes the helper links and their contexts, on a thread of its own (closing a
-   * context is not free): the worker restores once in its life.
+   * context is not free): the links serve a worker's first restore only (an instance holds nothing on other devices;
+   * a recycled worker restores through its own link).
    */
   private void releaseAfterRestore() {
     PeerSlabs peer = peerSlabs;
     peerSlabs = null;
-    if (peer == null && helpers == null) {
+    WorkerHelpers links = helpers;
+    if (peer == null && links == null) {
       return;
     }
-    WorkerMain.daemon(() -> {
+    Thread t = WorkerMain.daemon(() -> {
       try {
         if (peer != null) {
           peer.close();
         }
       } finally {
-        if (helpers != null) {
-          helpers.close();
+        if (links != null) {
+          links.close();
         }
       }
-    }, "thaw-worker-release").start();
+    }, "thaw-worker-release");
+    releasing = t;
+    t.start();
   }
 
   // ---- INVOKE ----
@@ -761,9 +801,121 @@ final class WorkerImage implements WorkerLoop.Work {
     }
   }
 
+  // ---- RECYCLE ----
+
+  /**
+   * Drops the image and makes the worker blank again, keeping the context, the address arena, the restore's resources
+   * and the host cache: the copies and the function's engine stop, every slab but the HBM tier's is zeroed
+   * ({@link DeviceScrub}), the session's memory is unmapped and released and its modules unloaded, the restore's
+   * resources go back, and its state, its host state with it, is forgotten. Then this process must hold no more device
+   * memory than before the BECOME: memory a function allocated outside its session would outlive the image, so the
+   * worker says so and is ended instead. Any failure leaves the worker {@link State#DAMAGED}: never blank.
+   */
+  private Frame recycle(Frame f) throws Exception {
+    boolean idle;
+    synchronized (this) {
+      idle = state == State.READY && inEngine == 0 && restored != null;
+      if (idle) {
+        state = State.RECYCLING;
+      }
+    }
+    if (!idle) {
+      state = state == State.BLANK || state == State.STARTING ? state : State.DAMAGED;
+      return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "only an idle worker that became an image drops it "
+          + "(state " + state + ")"));
+    }
+    boolean exportKept = Recycle.from(f.head()).exportKept();
+    List<long[]> tier = new ArrayList<>(importedRanges);
+    if (exportKept) {
+      for (ExportedSlab e : exported) {
+        tier.add(new long[] {e.address(), e.address() + e.size()});
+      }
+    }
+    // The parent has taken its copies of the descriptors (or let them go): this process's go now, so that the memory
+    // lives on only where the tier holds it.
+    HbmExport.close(exported);
+    exported = List.of();
+    Map<String, Double> phases = new LinkedHashMap<>();
+    long start = System.nanoTime();
+    OnDemandRestore restore;
+    synchronized (this) {
+      restore = restored;
+      restored = null;
+    }
+    releaseRestoreHolds();
+    long[] marks = new long[2];
+    DeviceScrub.Result[] scrubbed = new DeviceScrub.Result[1];
+    restore.close(session -> {
+      marks[0] = System.nanoTime();
+      scrubbed[0] = DeviceScrub.scrub(session, tier);
+      marks[1] = System.nanoTime();
+    });
+    long freed = System.nanoTime();
+    phases.put("stop", (marks[0] - start) / 1e6);
+    phases.put("scrub", (marks[1] - marks[0]) / 1e6);
+    phases.put("free", (freed - marks[1]) / 1e6);
+    long held = context.heldMemoryBytes();
+    WorkerMain.phase(phases, "check", freed);
+    if (held > blankHeldBytes) {
+      state = State.DAMAGED;
+      return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "'" + image + "' left " + (held - blankHeldBytes)
+          + " bytes of device memory allocated outside its session; the worker is not reused"));
+    }
+    String was = image;
+    image = null;
+    became = null;
+    becomeStart = 0;
+    slabsProtected = false;
+    importedRanges = List.of();
+    invocations = 0;
+    // The image's host state is garbage now: collected here, before the worker is handed out again, so that the next
+    // cold start does not run into a collection it did not cause.
+    long gc = System.nanoTime();
+    System.gc();
+    long t = WorkerMain.phase(phases, "gc", gc);
+    WorkerHelpers links = helpers;
+    if (links != null && links.isClosed()) {
+      // Its first restore closed them: opened again here, off any cold path, so that the next image restores through
+      // them as a fresh worker's would.
+      helpers = links.fresh();
+      helpers.openAll();
+      WorkerMain.phase(phases, "helperLinks", t);
+    }
+    state = State.BLANK;
+    System.err.printf(Locale.ROOT, "worker %d: dropped '%s' (%d image(s) so far): %.1f MiB scrubbed, %.1f MiB the "
+        + "HBM tier's%n", pid, was, images, scrubbed[0].scrubbedBytes() / 1048576.0,
+        scrubbed[0].keptBytes() / 1048576.0);
+    return Frame.of(f.id(), new RecycleAnswer(phases, scrubbed[0].scrubbedBytes(), scrubbed[0].keptBytes(),
+        prepared.keys(), helpers == null ? List.of() : helpers.devices(), images));
+  }
+
+  /**
+   * What the restore holds besides its session, given back before it closes: another device's slabs (mapped while
+   * the restore still copied) and the thread releasing them and the links once it was resident.
+   */
+  private void releaseRestoreHolds() throws InterruptedException {
+    PeerSlabs peer = peerSlabs;
+    peerSlabs = null;
+    if (peer != null) {
+      peer.close();
+    }
+    Thread t = releasing;
+    releasing = null;
+    if (t != null) {
+      t.join(RELEASE_WAIT_MILLIS);
+      if (t.isAlive()) {
+        throw new IllegalStateException("the restore's peer slabs and links were not released in "
+            + RELEASE_WAIT_MILLIS + " ms");
+      }
+    }
+  }
+
   // ---- EXPORT, TRACE ----
 
-  /** Hands the image's read-only slabs to the parent's HBM tier: descriptors it takes before this worker exits. */
+  /**
+   * Hands the image's read-only slabs to the parent's HBM tier: descriptors it takes before this worker exits or drops
+   * the image.
+   */
   private Frame export(Frame f) {
     if (state != State.READY || restored == null || !restored.isResident()) {
       return Frame.of(f.id(), new Failure(WorkerErrorKind.STATE, "only a worker whose image is wholly on the device "
@@ -776,6 +928,8 @@ final class WorkerImage implements WorkerLoop.Work {
           + "protected; not handed to the HBM tier");
     }
     List<ExportedSlab> slabs = HbmExport.exportReadOnly(restored.function().session(), written);
+    HbmExport.close(exported);
+    exported = slabs;
     return Frame.of(f.id(), new ExportAnswer(pid, ExportedSlab.encodeAll(slabs)));
   }
 

@@ -17,9 +17,9 @@ import java.util.ArrayDeque;
 /**
  * The worker's two threads and its stdin. One thread reads stdin at a time and answers STATUS and EXIT itself, so a
  * busy worker still answers them, and passes CANCEL on at once; the other executes the work frames (PREPARE, FORGET,
- * BECOME, INVOKE, EXPORT, TRACE), one at a time, in the order they came (an INVOKE of a function that batches is
- * handed to its engine, so executing it takes no longer than that). An INVOKE read while nothing executes runs on the thread that read
- * it, and the other thread takes over reading: a warm request waits for no thread to wake up.
+ * BECOME, INVOKE, EXPORT, TRACE, RECYCLE), one at a time, in the order they came (an INVOKE of a function that
+ * batches is handed to its engine, so executing it takes no longer than that). An INVOKE read while nothing executes
+ * runs on the thread that read it, and the other thread takes over reading: a warm request waits for no thread to wake up.
  *
  * <p>Until {@link #serve} nothing executes: work read during start-up waits in the queue, except PREPAREs, which a
  * warm-up runs at its safe points ({@link #preparesThenRequestWaiting}). The worker never outlives its parent: end of
@@ -278,7 +278,7 @@ final class WorkerLoop {
           out.send(f.id(), new ExitAnswer());
           Runtime.getRuntime().halt(0);
         }
-        case BECOME, INVOKE, EXPORT, PREPARE, FORGET, TRACE -> {
+        case BECOME, INVOKE, EXPORT, PREPARE, FORGET, TRACE, RECYCLE -> {
           return f;
         }
         default -> {

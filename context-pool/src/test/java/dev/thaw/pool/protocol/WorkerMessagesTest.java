@@ -26,6 +26,8 @@ import dev.thaw.pool.protocol.WorkerMessages.Part;
 import dev.thaw.pool.protocol.WorkerMessages.Prepare;
 import dev.thaw.pool.protocol.WorkerMessages.PrepareAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Ready;
+import dev.thaw.pool.protocol.WorkerMessages.Recycle;
+import dev.thaw.pool.protocol.WorkerMessages.RecycleAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Resident;
 import dev.thaw.pool.protocol.WorkerMessages.Source;
 import dev.thaw.pool.protocol.WorkerMessages.Status;
@@ -82,6 +84,7 @@ class WorkerMessagesTest {
     m.put(new Prepare("gpt2@1", "gpt2", 3, 8), f -> Prepare.from(f.head(), f.body().length));
     m.put(new Forget(List.of("a@1")), f -> Forget.from(f.head()));
     m.put(new Trace(64), f -> Trace.from(f.head(), 512));
+    m.put(new Recycle(true), f -> Recycle.from(f.head()));
     m.put(new Near(), f -> new Near());
     m.put(new Part(), f -> new Part());
     m.put(new Resident(30.5, 100, 60, 30, 10, 4, 1, 2, 8, 20), f -> Resident.from(f.head()));
@@ -94,6 +97,8 @@ class WorkerMessagesTest {
     m.put(new TraceAnswer(5, 9), f -> TraceAnswer.from(f.head()));
     m.put(new StatusAnswer(42, "READY", "gpt2", 3, 1), f -> StatusAnswer.from(f.head()));
     m.put(new ExitAnswer(), f -> new ExitAnswer());
+    m.put(new RecycleAnswer(PHASES, 4 << 20, 2 << 20, List.of("a@1"), List.of(1), 2),
+        f -> RecycleAnswer.from(f.head()));
     m.put(new Failure(WorkerErrorKind.CUDA, "dev.thaw.runtime.gpu.CudaException", "launch failed",
         "cuLaunchKernel", 700, "CUDA_ERROR_ILLEGAL_ADDRESS"), f -> Failure.from(f.head()));
     return m;

@@ -1,11 +1,13 @@
 package dev.thaw.image.restore;
 
+import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.GpuEvent;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
+import java.util.function.Consumer;
 
 /**
  * An on-demand restore in progress, and the function it serves: {@link #function()} can be invoked at once, while
@@ -249,6 +251,15 @@ public final class OnDemandRestore implements AutoCloseable {
    */
   @Override
   public void close() {
+    close(session -> { });
+  }
+
+  /**
+   * Closes as {@link #close()} does, handing the function's session to {@code beforeFree} once the copies, the
+   * function's engine and its work have stopped and before its memory is freed (a pooled worker that keeps its
+   * context for another image scrubs that memory there). The rest of the close happens also when it fails.
+   */
+  public void close(Consumer<FunctionSession> beforeFree) {
     if (closed) {
       return;
     }
@@ -263,7 +274,10 @@ public final class OnDemandRestore implements AutoCloseable {
           validator.close();
         }
         trace.release();
-        function.close();
+        function.close(session -> {
+          session.synchronize();
+          beforeFree.accept(session);
+        });
       } finally {
         resources.giveBack();
       }

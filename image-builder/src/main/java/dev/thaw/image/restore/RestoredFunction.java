@@ -8,6 +8,7 @@ import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.ThawFunction;
 import java.util.List;
+import java.util.function.Consumer;
 
 /**
  * A function restored from an image and ready to serve: its rebuilt session with every byte verified and in
@@ -103,6 +104,14 @@ public final class RestoredFunction<S> implements AutoCloseable {
   /** Closes the engine (if one was made), then frees the session. Idempotent. */
   @Override
   public void close() {
+    close(session -> { });
+  }
+
+  /**
+   * Closes the engine (if one was made), hands the session to {@code beforeFree} while its memory is still mapped and
+   * nothing of the function's runs any more, then frees the session, also when {@code beforeFree} fails.
+   */
+  public void close(Consumer<FunctionSession> beforeFree) {
     FunctionEngine e;
     synchronized (this) {
       closed = true;
@@ -113,6 +122,7 @@ public final class RestoredFunction<S> implements AutoCloseable {
       if (e != null) {
         e.close();
       }
+      beforeFree.accept(session);
     } finally {
       session.close();
     }

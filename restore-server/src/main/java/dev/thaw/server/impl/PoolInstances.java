@@ -190,7 +190,10 @@ public final class PoolInstances implements InstanceFactory {
     tiers.unregister(tag);
   }
 
-  /** {@code thaw_pool_workers{device, state}}: the pool's idle, starting and in-use workers per device. */
+  /**
+   * {@code thaw_pool_workers{device, state}}: the pool's idle, starting and in-use workers per device; {@code
+   * thaw_pool_recycles_total{device}}: workers that dropped their image and went back blank.
+   */
   @Override
   public void bindMetrics(MeterRegistry registry) {
     for (DeviceInfo d : devices) {
@@ -201,6 +204,10 @@ public final class PoolInstances implements InstanceFactory {
             .description("the context pool's worker processes per device: idle (warm, ready for a cold start), "
                 + "starting, in use by an instance").register(registry);
       }
+      FunctionCounter.builder("thaw.pool.recycles", pool, p -> recycles(p, ordinal))
+          .tag("device", Integer.toString(ordinal))
+          .description("workers that scaled to zero, dropped their image (scrubbed) and went back to the idle set "
+              + "blank, instead of exiting").register(registry);
     }
     bindTierMetrics(registry);
   }
@@ -255,6 +262,15 @@ public final class PoolInstances implements InstanceFactory {
       case "used" -> s.usedBytes();
       default -> s.pinnedBytes();
     };
+  }
+
+  private static double recycles(ContextPool pool, int device) {
+    for (PoolStats s : pool.stats()) {
+      if (s.device() == device) {
+        return s.recycled();
+      }
+    }
+    return 0;
   }
 
   private static double workers(ContextPool pool, int device, String state) {
@@ -567,7 +583,10 @@ public final class PoolInstances implements InstanceFactory {
       return "worker pid " + worker.pid() + " on device " + worker.device();
     }
 
-    /** Releases the worker (it exits), first handing its read-only slabs to the HBM tier where there is one. */
+    /**
+     * Releases the worker (it is recycled or exits), first handing its read-only slabs to the HBM tier where there is
+     * one.
+     */
     @Override
     public void close() {
       try {

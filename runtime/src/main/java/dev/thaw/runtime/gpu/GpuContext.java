@@ -56,6 +56,13 @@ public interface GpuContext extends AutoCloseable {
    */
   DeviceMemoryInfo memoryInfo();
 
+  /**
+   * Bytes of physical memory handles created or imported through this context and not yet closed: this process's
+   * own view, unlike {@link #memoryInfo()}. A pooled worker compares it before and after it drops an image, so that
+   * memory a function allocated outside its session cannot outlive the image.
+   */
+  long heldMemoryBytes();
+
   /** The allocation granularity, in bytes (2 MiB on an H100/H200 and on the sim device). */
   long granularity();
 

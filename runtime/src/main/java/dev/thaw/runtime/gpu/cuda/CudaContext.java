@@ -302,6 +302,17 @@ final class CudaContext extends CudaResource implements GpuContext {
   }
 
   @Override
+  public long heldMemoryBytes() {
+    long bytes = 0;
+    for (Object o : owned) {
+      if (o instanceof PhysicalMemory m) {
+        bytes += m.size();
+      }
+    }
+    return bytes;
+  }
+
+  @Override
   public PhysicalMemory createMemory(long size) {
     long rounded = roundUp(size);
     return create(() -> {

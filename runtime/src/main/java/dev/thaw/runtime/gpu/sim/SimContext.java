@@ -180,6 +180,17 @@ public final class SimContext implements GpuContext {
   }
 
   @Override
+  public long heldMemoryBytes() {
+    long bytes = 0;
+    for (Object o : owned) {
+      if (o instanceof PhysicalMemory m) {
+        bytes += m.size();
+      }
+    }
+    return bytes;
+  }
+
+  @Override
   public PhysicalMemory createMemory(long size) {
     checkOpen();
     if (size <= 0) {
