@@ -23,11 +23,11 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CancellationException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.BiFunction;
 
@@ -301,9 +301,10 @@ public final class LlamaTensorParallel implements AutoCloseable {
       }
       await(dealing);
     } finally {
-      // Every dealer has stopped before the staging it copies through is freed.
+      // Every dealer has stopped before the staging it copies through is freed: a dealing not started never will
+      // (shutdownNow drops it, and its future never completes: it is not waited for), one under way ends.
       dealers.shutdownNow();
-      awaitQuietly(dealing);
+      awaitTermination(dealers);
       for (StagedUpload s : staging) {
         if (s != null) {
           s.close();
@@ -336,16 +337,20 @@ public final class LlamaTensorParallel implements AutoCloseable {
     }
   }
 
-  private static void awaitQuietly(List<Future<?>> tasks) {
-    for (Future<?> f : tasks) {
+  /** Waits until every task {@code pool} started has ended; an interrupt is kept for the caller, not obeyed. */
+  private static void awaitTermination(ExecutorService pool) {
+    boolean interrupted = false;
+    while (true) {
       try {
-        f.get();
+        if (pool.awaitTermination(1, TimeUnit.SECONDS)) {
+          break;
+        }
       } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        return;
-      } catch (ExecutionException | CancellationException e) {
-        // Reported by await, or the upload failed elsewhere first.
+        interrupted = true;
       }
+    }
+    if (interrupted) {
+      Thread.currentThread().interrupt();
     }
   }
 
