@@ -7,10 +7,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.examples.function.TokenRequest;
-import dev.thaw.examples.gpt2.kernels.ArgmaxSimKernel;
 import dev.thaw.examples.llama.kernels.HalfType;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
 import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
+import dev.thaw.examples.transformer.ArgmaxSim;
 import dev.thaw.runtime.function.AllocationRecord;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
@@ -107,7 +107,7 @@ class LlamaFunctionTest {
       float[][] steps = path.steps()[b];
       for (int s = 0; s < ids[b].length; s++) {
         float[] e = steps[s];
-        int best = ArgmaxSimKernel.argmax(e, e.length);
+        int best = ArgmaxSim.argmax(e, e.length);
         int chose = ids[b][s];
         double tol = 2e-2 * Math.abs(e[best]) + 2e-3 * rms(e);
         assertTrue(chose == best || (chose >= 0 && chose < e.length && e[best] - e[chose] <= tol), what

@@ -1,6 +1,6 @@
 package dev.thaw.examples.llama.kernels;
 
-import dev.thaw.examples.gpt2.kernels.ArgmaxSimKernel;
+import dev.thaw.examples.transformer.ArgmaxSim;
 import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.sim.DeviceMemory;
 import dev.thaw.runtime.gpu.sim.SimKernel;
@@ -767,30 +767,10 @@ public final class LlamaSimKernels {
     return g / (1f + (float) Math.exp(-g));
   }
 
-  /** {@code llama_argmax(logits, out, M, V)}: the rule of gpt2_argmax. */
-  public static final class Argmax implements SimKernel {
-    @Override
-    public String entry() {
-      return LlamaKernels.ARGMAX;
-    }
-
-    @Override
-    public void launch(SimLaunch launch) {
-      long logits = launch.pointer(0);
-      long out = launch.pointer(1);
-      int M = launch.intArg(2);
-      int V = launch.intArg(3);
-      if (M <= 0) {
-        return;
-      }
-      DeviceMemory memory = launch.memory();
-      float[] row = new float[Math.max(V, 0)];
-      int[] result = new int[M];
-      for (int m = 0; m < M; m++) {
-        memory.getFloats(logits + 4L * m * V, row, 0, row.length);
-        result[m] = ArgmaxSimKernel.argmax(row, row.length);
-      }
-      memory.putInts(out, result, 0, M);
+  /** {@code llama_argmax(logits, out, M, V)}: the rule of {@link ArgmaxSim}. */
+  public static final class Argmax extends ArgmaxSim {
+    public Argmax() {
+      super(LlamaKernels.ARGMAX);
     }
   }
 
