@@ -2,8 +2,8 @@ package dev.thaw.examples.gpt2.kernels;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assertions.fail;
 
+import dev.thaw.examples.transformer.KernelOutput;
 import dev.thaw.runtime.gpu.DeviceBuffer;
 import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.GpuEvent;
@@ -126,20 +126,11 @@ class Gpt2InstrumentedGpuTest {
   void instrumentedKernelsReportNothingAndComputeTheSameBits(Gpt2Cases.Case c) {
     violations.clear();
     int before = launches;
-    List<Gpt2Cases.Output> expected = c.run(plain);
-    List<Gpt2Cases.Output> got = c.run(guarded);
+    List<KernelOutput> expected = c.run(plain);
+    List<KernelOutput> got = c.run(guarded);
     assertTrue(launches > before, c.name + ": no launch went through the instrumented module");
     assertEquals(List.of(), violations, c.name + ": violations with every argument allowed");
-    for (int o = 0; o < expected.size(); o++) {
-      float[] e = expected.get(o).values();
-      float[] g = got.get(o).values();
-      for (int i = 0; i < e.length; i++) {
-        if (Float.floatToRawIntBits(e[i]) != Float.floatToRawIntBits(g[i])) {
-          fail(String.format("%s, output %s [%d]: plain %s, instrumented %s", c.name, expected.get(o).name(), i, e[i],
-              g[i]));
-        }
-      }
-    }
+    KernelOutput.assertSameBits(c.name, expected, got);
   }
 
   @Test

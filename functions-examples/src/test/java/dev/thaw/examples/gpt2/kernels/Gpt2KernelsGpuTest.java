@@ -2,6 +2,7 @@ package dev.thaw.examples.gpt2.kernels;
 
 import static org.junit.jupiter.api.Assertions.assertNull;
 
+import dev.thaw.examples.transformer.KernelOutput;
 import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
 import dev.thaw.runtime.gpu.sim.SimDriver;
@@ -94,9 +95,9 @@ class Gpt2KernelsGpuTest {
   @ParameterizedTest(name = "{0}")
   @MethodSource("cases")
   void cudaMatchesSim(Gpt2Cases.Case c) {
-    List<Gpt2Cases.Output> onSim = c.run(sim);
-    List<Gpt2Cases.Output> onCuda = c.run(cuda);
-    assertNull(Gpt2Cases.compare(c.name + " [" + cuda.context.device().name() + "]", "sim", onSim, "cuda",
+    List<KernelOutput> onSim = c.run(sim);
+    List<KernelOutput> onCuda = c.run(cuda);
+    assertNull(KernelOutput.compare(c.name + " [" + cuda.context.device().name() + "]", "sim", onSim, "cuda",
         onCuda));
   }
 }
