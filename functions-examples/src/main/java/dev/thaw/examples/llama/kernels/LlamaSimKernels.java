@@ -1,5 +1,8 @@
 package dev.thaw.examples.llama.kernels;
 
+import static dev.thaw.examples.transformer.SimLaunches.ceilDiv;
+import static dev.thaw.examples.transformer.SimLaunches.expectShape;
+
 import dev.thaw.examples.transformer.ArgmaxSim;
 import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.sim.DeviceMemory;
@@ -788,23 +791,5 @@ public final class LlamaSimKernels {
     int[] out = new int[n];
     memory.getInts(address, out, 0, n);
     return out;
-  }
-
-  static int ceilDiv(int a, int b) {
-    return (a + b - 1) / b;
-  }
-
-  /**
-   * A kernel that is not grid-stride touches what its grid covers; its twin computes that only for the grid
-   * {@link LlamaKernels} launches, and refuses any other (failing the launch) rather than touch other bytes.
-   */
-  static void expectShape(SimLaunch launch, int gridX, int gridY, int threads) {
-    Dim3 g = launch.grid();
-    Dim3 b = launch.block();
-    if (g.x() != gridX || g.y() != gridY || g.z() != 1 || b.x() != threads || b.y() != 1 || b.z() != 1) {
-      throw new IllegalArgumentException(String.format(
-          "%s is written for grid (%d, %d, 1) x block (%d, 1, 1); launched as grid %s x block %s",
-          launch.kernelName(), gridX, gridY, threads, g, b));
-    }
   }
 }
