@@ -1,18 +1,23 @@
 package dev.thaw.examples.gpt2;
 
+import static dev.thaw.examples.transformer.ReferenceCompare.JSON;
+import static dev.thaw.examples.transformer.ReferenceCompare.floats;
+import static dev.thaw.examples.transformer.ReferenceCompare.ints;
+import static dev.thaw.examples.transformer.ReferenceCompare.ints1;
+import static dev.thaw.examples.transformer.ReferenceCompare.median;
+
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.transformer.ReferenceCompare;
+import dev.thaw.examples.transformer.ReferenceCompare.Diff;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuDrivers;
 import java.io.File;
-import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.List;
 import java.util.Locale;
 
 /**
@@ -32,18 +37,10 @@ import java.util.Locale;
  */
 public final class Gpt2Compare {
 
-  private static final ObjectMapper JSON = new ObjectMapper();
-
   private Gpt2Compare() {}
 
   public static void main(String[] args) {
-    try {
-      System.exit(run(args));
-    } catch (Exception e) {
-      System.err.println("Gpt2Compare failed: " + e);
-      e.printStackTrace();
-      System.exit(2);
-    }
+    ReferenceCompare.main("Gpt2Compare", Gpt2Compare::run, args);
   }
 
   static int run(String[] args) throws Exception {
@@ -85,9 +82,7 @@ public final class Gpt2Compare {
     Gpt2Function f = new Gpt2Function();
     try (GpuDriver driver = GpuDrivers.open(); GpuContext ctx = driver.createContext(0);
         FunctionSession session = FunctionSession.record(ctx)) {
-      String device = driver.name() + " / " + ctx.device().name() + (driver.isSimulated()
-          ? " (SIMULATED: timings are not GPU timings)" : "");
-      System.out.println("device: " + device);
+      String device = ReferenceCompare.device(driver, ctx);
       summary.put("device", device).put("model", ref.path("model").asText());
       ObjectNode config = JSON.createObjectNode().put("path", dir).put("maxBatch", prompts.length)
           .put("maxTokens", longest + newTokens);
@@ -109,49 +104,19 @@ public final class Gpt2Compare {
         float[] expected = floats(ref.get("forward_logits").get(b));
         float[] got = floats(fwd.get("logits").get(b));
         Diff d = Diff.of(expected, got);
-        boolean ok = d.relL2 <= relL2Limit && d.sameArgmax;
+        boolean ok = d.relL2() <= relL2Limit && d.sameArgmax();
         pass &= ok;
         System.out.printf(Locale.ROOT, "%-28s %-4d %12.4g %12.4g %10s %s%n", "prompt logits (last pos)", b,
-            d.maxAbs, d.relL2, d.sameArgmax ? "same" : "DIFFERS", ok ? "PASS" : "FAIL");
-        checks.addObject().put("check", "forward_logits").put("seq", b).put("max_abs", d.maxAbs)
-            .put("rel_l2", d.relL2).put("same_argmax", d.sameArgmax).put("pass", ok);
+            d.maxAbs(), d.relL2(), d.sameArgmax() ? "same" : "DIFFERS", ok ? "PASS" : "FAIL");
+        checks.addObject().put("check", "forward_logits").put("seq", b).put("max_abs", d.maxAbs())
+            .put("rel_l2", d.relL2()).put("same_argmax", d.sameArgmax()).put("pass", ok);
       }
 
       // 2. Greedy generation.
       JsonNode gen = f.invoke(session, state, FunctionRequest.of(
           Gpt2FunctionRequests.of(prompts, newTokens, true))).json();
       for (int b = 0; b < prompts.length; b++) {
-        int[] expected = ints1(ref.get("generated").get(b));
-        int[] got = ints1(gen.get("tokens").get(b));
-        int diverge = -1;
-        for (int i = 0; i < Math.min(expected.length, got.length); i++) {
-          if (expected[i] != got[i]) {
-            diverge = i;
-            break;
-          }
-        }
-        if (diverge < 0 && expected.length != got.length) {
-          diverge = Math.min(expected.length, got.length);
-        }
-        String verdict;
-        boolean ok;
-        if (diverge < 0) {
-          ok = true;
-          verdict = "PASS (" + got.length + "/" + expected.length + " ids identical)";
-        } else {
-          JsonNode gaps = ref.path("generate_step_gaps").path(b);
-          double gap = gaps.has(diverge) ? gaps.get(diverge).asDouble() : Double.NaN;
-          ok = gap < tieGap;
-          verdict = (ok ? "PASS near-tie" : "FAIL") + String.format(Locale.ROOT,
-              " (first difference at step %d: ref %d, got %d; ref top-2 gap there %.4g)", diverge,
-              diverge < expected.length ? expected[diverge] : -1, diverge < got.length ? got[diverge] : -1, gap);
-        }
-        pass &= ok;
-        System.out.printf(Locale.ROOT, "%-28s %-4d %s%n", "greedy " + newTokens + " tokens", b, verdict);
-        System.out.println("    reference: " + Arrays.toString(expected));
-        System.out.println("    thaw:      " + Arrays.toString(got));
-        checks.addObject().put("check", "greedy_tokens").put("seq", b).put("first_difference", diverge)
-            .put("pass", ok).put("verdict", verdict);
+        pass &= ReferenceCompare.greedy(ref, b, newTokens, ints1(gen.get("tokens").get(b)), tieGap, checks);
       }
 
       // 3. Warm latency, batch 1, on the first prompt: as the reference timed it.
@@ -170,81 +135,12 @@ public final class Gpt2Compare {
       summary.putObject("timing_ms").put("forward_median", forwardMs).put("generate_median", generateMs)
           .put("runs", runs).put("warmup", warmup);
     }
-    summary.put("pass", pass);
-    System.out.println();
-    System.out.println(pass ? "RESULT: PASS" : "RESULT: FAIL");
-    if (out != null) {
-      JSON.writerWithDefaultPrettyPrinter().writeValue(new File(out), summary);
-    }
-    return pass ? 0 : 1;
+    return ReferenceCompare.finish(summary, pass, out);
   }
 
   private static double[] time(Gpt2Function f, FunctionSession session, Gpt2Function.State state, JsonNode request,
       int warmup, int runs) {
     FunctionRequest r = FunctionRequest.of(request);
-    for (int i = 0; i < warmup; i++) {
-      f.invoke(session, state, r);
-    }
-    double[] ms = new double[runs];
-    for (int i = 0; i < runs; i++) {
-      long t0 = System.nanoTime();
-      f.invoke(session, state, r);
-      ms[i] = (System.nanoTime() - t0) / 1e6;
-    }
-    return ms;
-  }
-
-  public static double median(double[] v) {
-    double[] s = v.clone();
-    Arrays.sort(s);
-    int n = s.length;
-    return n % 2 == 1 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-  }
-
-  /** How far {@code got} is from {@code expected}. */
-  public record Diff(double maxAbs, double relL2, boolean sameArgmax) {
-    public static Diff of(float[] expected, float[] got) {
-      if (expected.length != got.length) {
-        return new Diff(Double.POSITIVE_INFINITY, Double.POSITIVE_INFINITY, false);
-      }
-      double max = 0;
-      double num = 0;
-      double den = 0;
-      for (int i = 0; i < expected.length; i++) {
-        double d = (double) got[i] - expected[i];
-        max = Math.max(max, Math.abs(d));
-        num += d * d;
-        den += (double) expected[i] * expected[i];
-      }
-      double rel = den == 0 ? (num == 0 ? 0 : Double.POSITIVE_INFINITY) : Math.sqrt(num / den);
-      if (Double.isNaN(max)) {
-        return new Diff(Double.NaN, Double.NaN, false);
-      }
-      return new Diff(max, rel, Gpt2Reference.argmax(expected) == Gpt2Reference.argmax(got));
-    }
-  }
-
-  public static int[][] ints(JsonNode rows) {
-    List<int[]> out = new ArrayList<>();
-    for (JsonNode r : rows) {
-      out.add(ints1(r));
-    }
-    return out.toArray(new int[0][]);
-  }
-
-  public static int[] ints1(JsonNode r) {
-    int[] v = new int[r.size()];
-    for (int i = 0; i < v.length; i++) {
-      v[i] = r.get(i).asInt();
-    }
-    return v;
-  }
-
-  public static float[] floats(JsonNode r) {
-    float[] v = new float[r.size()];
-    for (int i = 0; i < v.length; i++) {
-      v[i] = (float) r.get(i).asDouble();
-    }
-    return v;
+    return ReferenceCompare.time(() -> f.invoke(session, state, r), warmup, runs);
   }
 }

@@ -1,11 +1,14 @@
 package dev.thaw.examples.gpt2;
 
+import static dev.thaw.examples.transformer.ConfigJson.intField;
+import static dev.thaw.examples.transformer.ConfigJson.positive;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.transformer.ConfigJson;
 import dev.thaw.runtime.function.InvalidConfigException;
 import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -117,24 +120,9 @@ public record Gpt2Config(String name, int nEmbd, int nLayer, int nHead, int nPos
     return this;
   }
 
-  private static void positive(String field, int value) {
-    if (value <= 0) {
-      throw new InvalidConfigException(field + " must be positive, not " + value);
-    }
-  }
-
   /** Reads and validates {@code dir/config.json}. */
   public static Gpt2Config fromDirectory(Path dir) throws IOException {
-    Path file = dir.resolve("config.json");
-    if (!Files.isRegularFile(file)) {
-      throw new InvalidConfigException(file + " does not exist");
-    }
-    JsonNode json;
-    try {
-      json = new ObjectMapper().readTree(file.toFile());
-    } catch (IOException e) {
-      throw new InvalidConfigException(file + " is not JSON: " + e.getMessage(), e);
-    }
+    JsonNode json = ConfigJson.read(dir);
     return fromHuggingFace(json);
   }
 
@@ -186,20 +174,6 @@ public record Gpt2Config(String name, int nEmbd, int nLayer, int nHead, int nPos
     if (v != null && !v.isNull() && v.asBoolean(supported) != supported) {
       throw new InvalidConfigException(field + " = " + v + " is not supported; the kernels need " + supported);
     }
-  }
-
-  private static int intField(JsonNode json, String field, Integer fallback) {
-    JsonNode v = json.get(field);
-    if (v == null || v.isNull()) {
-      if (fallback != null) {
-        return fallback;
-      }
-      throw new InvalidConfigException("config.json has no '" + field + "'");
-    }
-    if (!v.isIntegralNumber() || !v.canConvertToInt()) {
-      throw new InvalidConfigException("'" + field + "' must be an integer, not " + v);
-    }
-    return v.asInt();
   }
 
   /** This config as Hugging Face's {@code config.json} for {@code GPT2LMHeadModel} (fp16 weights). */

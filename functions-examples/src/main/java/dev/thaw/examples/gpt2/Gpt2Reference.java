@@ -1,6 +1,7 @@
 package dev.thaw.examples.gpt2;
 
 import dev.thaw.examples.gpt2.kernels.Fp16;
+import dev.thaw.examples.transformer.ArgmaxSim;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -80,15 +81,7 @@ public final class Gpt2Reference {
 
   /** The index of the largest value, the lowest on ties; NaN never wins (-1 if all are NaN), as the kernel. */
   public static int argmax(float[] v) {
-    int best = -1;
-    float max = Float.NEGATIVE_INFINITY;
-    for (int i = 0; i < v.length; i++) {
-      if (v[i] > max || (best < 0 && v[i] == max)) {
-        max = v[i];
-        best = i;
-      }
-    }
-    return best;
+    return ArgmaxSim.argmax(v, v.length);
   }
 
   /** One sequence's KV cache, fed a token at a time (a prompt token by token gives the same as one pass). */

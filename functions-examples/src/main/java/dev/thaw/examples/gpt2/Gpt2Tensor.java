@@ -1,5 +1,6 @@
 package dev.thaw.examples.gpt2;
 
+import dev.thaw.examples.transformer.WeightTensor;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -10,7 +11,7 @@ import java.util.List;
  *
  * @param index the tensor's place in {@link #all}: also what seeds its random values
  */
-public record Gpt2Tensor(int index, String name, long[] shape, Init init) {
+public record Gpt2Tensor(int index, String name, long[] shape, Init init) implements WeightTensor {
 
   /** How a tensor starts in a freshly initialized GPT-2. */
   public enum Init {
@@ -24,21 +25,9 @@ public record Gpt2Tensor(int index, String name, long[] shape, Init init) {
 
   public static final String PREFIX = "transformer.";
 
-  public long elements() {
-    long n = 1;
-    for (long d : shape) {
-      n *= d;
-    }
-    return n;
-  }
-
   /** Bytes in fp16. */
   public long halfBytes() {
     return 2 * elements();
-  }
-
-  public String shapeString() {
-    return Arrays.toString(shape);
   }
 
   /** Every tensor of a model of {@code config}, in the order the function uploads them. */
@@ -84,7 +73,7 @@ public record Gpt2Tensor(int index, String name, long[] shape, Init init) {
 
   @Override
   public int hashCode() {
-    return name.hashCode() * 31 + Arrays.hashCode(shape);
+    return WeightTensor.hash(this);
   }
 
   @Override

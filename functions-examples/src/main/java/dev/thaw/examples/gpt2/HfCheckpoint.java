@@ -94,7 +94,7 @@ public final class HfCheckpoint implements Gpt2Weights {
           throw new InvalidConfigException(weights + ": tensor '" + info.name() + "' is " + info.dtype()
               + "; F16, BF16 or F32 expected");
         }
-        if (!info.shape().equals(box(t.shape()))) {
+        if (!info.hasShape(t.shape())) {
           throw new InvalidConfigException(weights + ": tensor '" + info.name() + "' has shape " + info.shape()
               + " but the config needs " + t.shapeString());
         }
@@ -112,14 +112,6 @@ public final class HfCheckpoint implements Gpt2Weights {
       file.close();
       throw e;
     }
-  }
-
-  private static List<Long> box(long[] shape) {
-    List<Long> out = new ArrayList<>(shape.length);
-    for (long d : shape) {
-      out.add(d);
-    }
-    return out;
   }
 
   @Override
@@ -192,15 +184,8 @@ public final class HfCheckpoint implements Gpt2Weights {
         .writeValue(dir.resolve(CONFIG_FILE).toFile(), weights.config().toHuggingFace());
     SafetensorsWriter writer = new SafetensorsWriter().metadata("format", "pt");
     for (Gpt2Tensor t : Gpt2Tensor.all(weights.config())) {
-      writer.add(Gpt2Tensor.PREFIX + t.name(), DType.F16, t.shape(), sink -> {
-        int chunk = 8 << 20;
-        ByteBuffer buf = ByteBuffer.allocateDirect((int) Math.min(chunk, t.halfBytes()));
-        for (long at = 0; at < t.halfBytes(); at += chunk) {
-          buf.clear().limit((int) Math.min(chunk, t.halfBytes() - at));
-          weights.read(t, at, buf);
-          sink.write(buf.flip());
-        }
-      });
+      writer.add(Gpt2Tensor.PREFIX + t.name(), DType.F16, t.shape(),
+          SafetensorsWriter.streamed(t.halfBytes(), (at, buf) -> weights.read(t, at, buf)));
     }
     writer.write(dir.resolve(WEIGHTS_FILE));
   }

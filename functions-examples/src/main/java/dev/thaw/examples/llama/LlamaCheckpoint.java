@@ -106,7 +106,7 @@ public final class LlamaCheckpoint implements LlamaWeights {
               + " but the model is " + config.type().torchName() + " (" + config.type().dtype()
               + "): mixed dtypes are not supported");
         }
-        if (!info.shape().equals(box(t.shape()))) {
+        if (!info.hasShape(t.shape())) {
           throw new InvalidConfigException(f.path() + ": tensor '" + t.name() + "' has shape " + info.shape()
               + " but the config needs " + t.shapeString());
         }
@@ -178,14 +178,6 @@ public final class LlamaCheckpoint implements LlamaWeights {
         .map(n -> "'" + n + "'").orElse("tensors");
   }
 
-  private static List<Long> box(long[] shape) {
-    List<Long> out = new ArrayList<>(shape.length);
-    for (long d : shape) {
-      out.add(d);
-    }
-    return out;
-  }
-
   @Override
   public LlamaConfig config() {
     return config;
@@ -230,15 +222,8 @@ public final class LlamaCheckpoint implements LlamaWeights {
       int to = all.size() * (s + 1) / shards;
       for (LlamaTensor t : all.subList(from, to)) {
         map.put(t.name(), name);
-        writer.add(t.name(), config.type().dtype(), t.shape(), sink -> {
-          int chunk = 8 << 20;
-          ByteBuffer buf = ByteBuffer.allocateDirect((int) Math.min(chunk, t.bytes()));
-          for (long at = 0; at < t.bytes(); at += chunk) {
-            buf.clear().limit((int) Math.min(chunk, t.bytes() - at));
-            weights.read(t, at, buf);
-            sink.write(buf.flip());
-          }
-        });
+        writer.add(t.name(), config.type().dtype(), t.shape(),
+            SafetensorsWriter.streamed(t.bytes(), (at, buf) -> weights.read(t, at, buf)));
       }
       writer.write(dir.resolve(name));
     }

@@ -1,13 +1,18 @@
 package dev.thaw.examples.llama;
 
+import static dev.thaw.examples.transformer.ArgmaxSim.argmax;
+import static dev.thaw.examples.transformer.ReferenceCompare.JSON;
+import static dev.thaw.examples.transformer.ReferenceCompare.floats;
+import static dev.thaw.examples.transformer.ReferenceCompare.ints;
+import static dev.thaw.examples.transformer.ReferenceCompare.ints1;
+import static dev.thaw.examples.transformer.ReferenceCompare.median;
+
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.examples.function.TokenRequest;
-import dev.thaw.examples.gpt2.Gpt2Compare;
-import dev.thaw.examples.gpt2.Gpt2Compare.Diff;
-import dev.thaw.examples.gpt2.kernels.ArgmaxSimKernel;
+import dev.thaw.examples.transformer.ReferenceCompare;
+import dev.thaw.examples.transformer.ReferenceCompare.Diff;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.gpu.GpuContext;
@@ -40,18 +45,10 @@ import java.util.Random;
  */
 public final class LlamaCompare {
 
-  private static final ObjectMapper JSON = new ObjectMapper();
-
   private LlamaCompare() {}
 
   public static void main(String[] args) {
-    try {
-      System.exit(run(args));
-    } catch (Exception e) {
-      System.err.println("LlamaCompare failed: " + e);
-      e.printStackTrace();
-      System.exit(2);
-    }
+    ReferenceCompare.main("LlamaCompare", LlamaCompare::run, args);
   }
 
   static int run(String[] args) throws Exception {
@@ -94,7 +91,7 @@ public final class LlamaCompare {
       return 2;
     }
     JsonNode ref = JSON.readTree(new File(reference));
-    int[][] prompts = Gpt2Compare.ints(ref.get("prompts"));
+    int[][] prompts = ints(ref.get("prompts"));
     int newTokens = ref.get("max_new_tokens").asInt();
     int longest = Arrays.stream(prompts).mapToInt(p -> p.length).max().orElse(1);
     if (decodeContexts == null) {
@@ -111,9 +108,7 @@ public final class LlamaCompare {
     LlamaFunction f = new LlamaFunction();
     try (GpuDriver driver = GpuDrivers.open(); GpuContext ctx = driver.createContext(0);
         FunctionSession session = FunctionSession.record(ctx)) {
-      String device = driver.name() + " / " + ctx.device().name() + (driver.isSimulated()
-          ? " (SIMULATED: timings are not GPU timings)" : "");
-      System.out.println("device: " + device);
+      String device = ReferenceCompare.device(driver, ctx);
       summary.put("device", device).put("model", ref.path("model").asText());
       ObjectNode config = JSON.createObjectNode().put("path", dir).put("maxBatch", prompts.length)
           .put("maxTokens", maxTokens);
@@ -135,18 +130,18 @@ public final class LlamaCompare {
           "rel L2", "thaw vs fp32", "hf vs fp32", "argmax", "verdict");
       ArrayNode checks = summary.putArray("checks");
       for (int b = 0; b < prompts.length; b++) {
-        float[] expected = Gpt2Compare.floats(ref.get("forward_logits").get(b));
-        float[] got = Gpt2Compare.floats(fwd.get("logits").get(b));
+        float[] expected = floats(ref.get("forward_logits").get(b));
+        float[] got = floats(fwd.get("logits").get(b));
         Diff d = Diff.of(expected, got);
         // A different argmax passes only as a near-tie: the reference scores ours within tieGap of its own.
-        double argmaxGap = d.sameArgmax() ? 0 : expected[ArgmaxSimKernel.argmax(expected, expected.length)]
-            - expected[ArgmaxSimKernel.argmax(got, got.length)];
+        double argmaxGap = d.sameArgmax() ? 0 : expected[argmax(expected, expected.length)]
+            - expected[argmax(got, got.length)];
         // Against the fp32 truth, when the reference has it: Thaw may differ from transformers' bf16 logits by more
         // than relL2Limit only by being at least as close to fp32 as they are (within 10%), and within 3 x relL2Limit.
         double thaw32 = Double.NaN;
         double hf32 = Double.NaN;
         if (fp32 != null && fp32.has(b)) {
-          float[] truth = Gpt2Compare.floats(fp32.get(b));
+          float[] truth = floats(fp32.get(b));
           thaw32 = Diff.of(truth, got).relL2();
           hf32 = Diff.of(truth, expected).relL2();
         }
@@ -170,34 +165,7 @@ public final class LlamaCompare {
       JsonNode gen = f.invoke(session, state, FunctionRequest.of(TokenRequest.body(prompts, newTokens, false)))
           .json();
       for (int b = 0; b < prompts.length; b++) {
-        int[] expected = Gpt2Compare.ints1(ref.get("generated").get(b));
-        int[] got = Gpt2Compare.ints1(gen.get("tokens").get(b));
-        int diverge = -1;
-        for (int i = 0; i < Math.max(expected.length, got.length); i++) {
-          if (i >= expected.length || i >= got.length || expected[i] != got[i]) {
-            diverge = i;
-            break;
-          }
-        }
-        String verdict;
-        boolean ok;
-        if (diverge < 0) {
-          ok = true;
-          verdict = "PASS (" + got.length + "/" + expected.length + " ids identical)";
-        } else {
-          JsonNode gaps = ref.path("generate_step_gaps").path(b);
-          double gap = gaps.has(diverge) ? gaps.get(diverge).asDouble() : Double.NaN;
-          ok = gap < tieGap;
-          verdict = (ok ? "PASS near-tie" : "FAIL") + String.format(Locale.ROOT,
-              " (first difference at step %d: ref %d, got %d; ref top-2 gap there %.4g)", diverge,
-              diverge < expected.length ? expected[diverge] : -1, diverge < got.length ? got[diverge] : -1, gap);
-        }
-        pass &= ok;
-        System.out.printf(Locale.ROOT, "%-28s %-4d %s%n", "greedy " + newTokens + " tokens", b, verdict);
-        System.out.println("    reference: " + Arrays.toString(expected));
-        System.out.println("    thaw:      " + Arrays.toString(got));
-        checks.addObject().put("check", "greedy_tokens").put("seq", b).put("first_difference", diverge)
-            .put("pass", ok).put("verdict", verdict);
+        pass &= ReferenceCompare.greedy(ref, b, newTokens, ints1(gen.get("tokens").get(b)), tieGap, checks);
       }
 
       // 3. Warm speed, batch 1: the whole forward by prompt length, decode per token by context.
@@ -211,7 +179,7 @@ public final class LlamaCompare {
         ObjectNode byLength = timing.putObject("prefill_ms_by_tokens");
         for (int L : prefill) {
           int[][] p = {ids.ints(L, 0, c.vocabSize()).toArray()};
-          double ms = Gpt2Compare.median(time(f, session, state, TokenRequest.body(p, 1, false), runs));
+          double ms = median(time(f, session, state, TokenRequest.body(p, 1, false), runs));
           System.out.printf(Locale.ROOT, "  %6d tokens  thaw %9.2f ms  (%.0f tokens/s)%n", L, ms, L / ms * 1e3);
           byLength.put(Integer.toString(L), ms);
         }
@@ -231,8 +199,8 @@ public final class LlamaCompare {
         for (int C : decodeContexts) {
           int[][] p = C == prompts[0].length ? new int[][] {prompts[0]} : new int[][] {ids.ints(C, 0,
               c.vocabSize()).toArray()};
-          double base = Gpt2Compare.median(time(f, session, state, TokenRequest.body(p, 1, false), runs));
-          double full = Gpt2Compare.median(time(f, session, state, TokenRequest.body(p, 1 + decodeTokens, false),
+          double base = median(time(f, session, state, TokenRequest.body(p, 1, false), runs));
+          double full = median(time(f, session, state, TokenRequest.body(p, 1 + decodeTokens, false),
               runs));
           double perToken = (full - base) / decodeTokens;
           System.out.printf(Locale.ROOT, "  context %6d  thaw %7.3f ms/token%n", C, perToken);
@@ -250,13 +218,7 @@ public final class LlamaCompare {
       }
       timing.put("runs", runs);
     }
-    summary.put("pass", pass);
-    System.out.println();
-    System.out.println(pass ? "RESULT: PASS" : "RESULT: FAIL");
-    if (out != null) {
-      JSON.writerWithDefaultPrettyPrinter().writeValue(new File(out), summary);
-    }
-    return pass ? 0 : 1;
+    return ReferenceCompare.finish(summary, pass, out);
   }
 
   private static int[] positiveInts(String flag, String csv) {
@@ -272,15 +234,6 @@ public final class LlamaCompare {
   private static double[] time(LlamaFunction f, FunctionSession session, LlamaFunction.State state, JsonNode request,
       int runs) {
     FunctionRequest r = FunctionRequest.of(request);
-    for (int i = 0; i < 2; i++) {
-      f.invoke(session, state, r);
-    }
-    double[] ms = new double[runs];
-    for (int i = 0; i < runs; i++) {
-      long t0 = System.nanoTime();
-      f.invoke(session, state, r);
-      ms[i] = (System.nanoTime() - t0) / 1e6;
-    }
-    return ms;
+    return ReferenceCompare.time(() -> f.invoke(session, state, r), 2, runs);
   }
 }

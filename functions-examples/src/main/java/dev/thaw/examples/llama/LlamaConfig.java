@@ -1,13 +1,17 @@
 package dev.thaw.examples.llama;
 
+import static dev.thaw.examples.transformer.ConfigJson.doubleField;
+import static dev.thaw.examples.transformer.ConfigJson.intField;
+import static dev.thaw.examples.transformer.ConfigJson.positive;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.examples.llama.kernels.HalfType;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
+import dev.thaw.examples.transformer.ConfigJson;
 import dev.thaw.runtime.function.InvalidConfigException;
 import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
@@ -250,12 +254,6 @@ public record LlamaConfig(String name, Architecture architecture, int hiddenSize
     }
   }
 
-  private static void positive(String field, int value) {
-    if (value <= 0) {
-      throw new InvalidConfigException(field + " must be positive, not " + value);
-    }
-  }
-
   private static void multiple(String field, long value) {
     if (value % K_MULTIPLE != 0) {
       throw new InvalidConfigException(field + " = " + value + " is not a multiple of " + K_MULTIPLE
@@ -267,16 +265,7 @@ public record LlamaConfig(String name, Architecture architecture, int hiddenSize
 
   /** Reads and validates {@code dir/config.json}; a missing dtype is left null for the caller to infer. */
   public static LlamaConfig fromDirectory(Path dir) throws IOException {
-    Path file = dir.resolve("config.json");
-    if (!Files.isRegularFile(file)) {
-      throw new InvalidConfigException(file + " does not exist");
-    }
-    JsonNode json;
-    try {
-      json = new ObjectMapper().readTree(file.toFile());
-    } catch (IOException e) {
-      throw new InvalidConfigException(file + " is not JSON: " + e.getMessage(), e);
-    }
+    JsonNode json = ConfigJson.read(dir);
     return fromHuggingFace(json, null);
   }
 
@@ -427,34 +416,6 @@ public record LlamaConfig(String name, Architecture architecture, int hiddenSize
     if (json.path(field).asBoolean(false)) {
       throw new InvalidConfigException(field + " = true is not supported");
     }
-  }
-
-  private static int intField(JsonNode json, String field, Integer fallback) {
-    JsonNode v = json.get(field);
-    if (v == null || v.isNull()) {
-      if (fallback != null) {
-        return fallback;
-      }
-      throw new InvalidConfigException("config.json has no '" + field + "'");
-    }
-    if (!v.isIntegralNumber() || !v.canConvertToInt()) {
-      throw new InvalidConfigException("'" + field + "' must be an integer, not " + v);
-    }
-    return v.asInt();
-  }
-
-  private static double doubleField(JsonNode json, String field, Double fallback) {
-    JsonNode v = json.get(field);
-    if (v == null || v.isNull()) {
-      if (fallback != null) {
-        return fallback;
-      }
-      throw new InvalidConfigException("config.json has no '" + field + "'");
-    }
-    if (!v.isNumber()) {
-      throw new InvalidConfigException("'" + field + "' must be a number, not " + v);
-    }
-    return v.asDouble();
   }
 
   /** This config as Hugging Face's {@code config.json} (transformers 4 spelling, which 5 also reads). */

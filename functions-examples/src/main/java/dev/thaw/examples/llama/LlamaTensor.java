@@ -1,5 +1,6 @@
 package dev.thaw.examples.llama;
 
+import dev.thaw.examples.transformer.WeightTensor;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -10,7 +11,7 @@ import java.util.List;
  *
  * @param index the tensor's place in {@link #all}: also what seeds its random values
  */
-public record LlamaTensor(int index, String name, long[] shape, Init init) {
+public record LlamaTensor(int index, String name, long[] shape, Init init) implements WeightTensor {
 
   /** How seeded weights fill a tensor. */
   public enum Init {
@@ -20,21 +21,9 @@ public record LlamaTensor(int index, String name, long[] shape, Init init) {
     ONES
   }
 
-  public long elements() {
-    long n = 1;
-    for (long d : shape) {
-      n *= d;
-    }
-    return n;
-  }
-
   /** Bytes in a 16-bit type. */
   public long bytes() {
     return 2 * elements();
-  }
-
-  public String shapeString() {
-    return Arrays.toString(shape);
   }
 
   /** Every tensor of a checkpoint of {@code config} (no {@code lm_head.weight} when tied), in upload order. */
@@ -85,7 +74,7 @@ public record LlamaTensor(int index, String name, long[] shape, Init init) {
 
   @Override
   public int hashCode() {
-    return name.hashCode() * 31 + Arrays.hashCode(shape);
+    return WeightTensor.hash(this);
   }
 
   @Override

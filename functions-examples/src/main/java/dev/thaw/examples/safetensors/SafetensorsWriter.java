@@ -38,6 +38,25 @@ public final class SafetensorsWriter {
     void write(ByteBuffer src) throws IOException;
   }
 
+  /** Reads bytes {@code [at, at + dst.remaining())} of a tensor into {@code dst}. */
+  @FunctionalInterface
+  public interface RangeReader {
+    void read(long at, ByteBuffer dst) throws IOException;
+  }
+
+  /** A tensor of {@code bytes} bytes streamed from {@code source} in 8 MiB chunks through one direct buffer. */
+  public static TensorData streamed(long bytes, RangeReader source) {
+    return sink -> {
+      int chunk = 8 << 20;
+      ByteBuffer buf = ByteBuffer.allocateDirect((int) Math.min(chunk, bytes));
+      for (long at = 0; at < bytes; at += chunk) {
+        buf.clear().limit((int) Math.min(chunk, bytes - at));
+        source.read(at, buf);
+        sink.write(buf.flip());
+      }
+    };
+  }
+
   private record Entry(String name, DType dtype, long[] shape, long bytes, TensorData data) {}
 
   private static final ObjectMapper JSON = new ObjectMapper();

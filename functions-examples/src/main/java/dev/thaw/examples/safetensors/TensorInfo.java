@@ -31,6 +31,19 @@ public record TensorInfo(String name, DType dtype, List<Long> shape, long begin,
     return end - begin;
   }
 
+  /** Whether its dimensions are {@code dims}, outermost first. */
+  public boolean hasShape(long[] dims) {
+    if (dims.length != shape.size()) {
+      return false;
+    }
+    for (int i = 0; i < dims.length; i++) {
+      if (shape.get(i) != dims[i]) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   /** The shape as an int array, for shapes known to fit. */
   public long[] dims() {
     return shape.stream().mapToLong(Long::longValue).toArray();

@@ -3,12 +3,15 @@ package dev.thaw.examples.function;
 import dev.thaw.runtime.gpu.DeviceBuffer;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
+import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
+import java.util.function.Consumer;
 
 /**
  * One context and stream on one driver for kernel tests, with upload and download of plain arrays. Subclasses add
@@ -92,6 +95,28 @@ public abstract class KernelTestDevice implements AutoCloseable {
 
   private static ByteBuffer direct(long bytes) {
     return ByteBuffer.allocateDirect(Math.toIntExact(bytes)).order(ByteOrder.LITTLE_ENDIAN);
+  }
+
+  /**
+   * Median of 20 launches of {@code launch} on this device's stream, each timed by CUDA events, after 3
+   * unmeasured ones.
+   */
+  public double medianMs(Consumer<GpuStream> launch) {
+    try (GpuEvent start = context.createEvent(); GpuEvent end = context.createEvent()) {
+      for (int i = 0; i < 3; i++) {
+        launch.accept(stream);
+      }
+      double[] t = new double[20];
+      for (int i = 0; i < t.length; i++) {
+        start.record(stream);
+        launch.accept(stream);
+        end.record(stream);
+        end.synchronize();
+        t[i] = end.elapsedMillisSince(start);
+      }
+      Arrays.sort(t);
+      return (t[9] + t[10]) / 2;
+    }
   }
 
   /** Frees what earlier cases uploaded. */

@@ -2,23 +2,19 @@ package dev.thaw.examples.gpt2;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.examples.function.CudaAndSim;
+import dev.thaw.examples.function.ProfiledRun;
 import dev.thaw.examples.gpt2.kernels.Gpt2Kernels;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
-import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
 import dev.thaw.runtime.speculation.AccessProfile;
-import dev.thaw.runtime.speculation.AccessProfiler;
-import dev.thaw.runtime.speculation.Profiling;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -35,8 +31,7 @@ class Gpt2FunctionGpuProfileTest {
 
   @BeforeEach
   void needsAGpu() {
-    DriverAvailability a = CudaDriver.availability();
-    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+    CudaAndSim.assumeGpu();
   }
 
   static Stream<String> configs() {
@@ -60,35 +55,9 @@ class Gpt2FunctionGpuProfileTest {
     try (CudaDriver driver = CudaDriver.open(); GpuContext ctx = driver.createContext(0);
         FunctionSession session = FunctionSession.record(ctx)) {
       Gpt2Function.State s = f.init(session, JSON.readTree(config));
-      List<JsonNode> plain = new ArrayList<>();
-      for (FunctionRequest r : samples) {
-        f.invoke(session, s, r); // warm: the timed pass below is steady state
-      }
-      long t0 = System.nanoTime();
-      for (FunctionRequest r : samples) {
-        plain.add(f.invoke(session, s, r).json());
-      }
-      long plainNs = System.nanoTime() - t0;
-
-      List<JsonNode> profiled = new ArrayList<>();
-      AccessProfile profile;
-      long a0 = System.nanoTime();
-      long attachNs;
-      long profiledNs;
-      try (AccessProfiler p = Profiling.attach(session)) {
-        attachNs = System.nanoTime() - a0;
-        long t1 = System.nanoTime();
-        for (FunctionRequest r : samples) {
-          profiled.add(f.invoke(session, s, r).json());
-        }
-        profiledNs = System.nanoTime() - t1;
-        profile = p.finish("gpt2-profile-test");
-      }
-
-      for (int i = 0; i < samples.size(); i++) {
-        assertEquals(plain.get(i), profiled.get(i), config + ": request " + i + " answered differently when profiled");
-      }
-      assertEquals(AccessProfile.OrderSource.SPECULATED, profile.orderSource());
+      ProfiledRun run = ProfiledRun.of(config, session, samples, r -> f.invoke(session, s, r).json(),
+          "gpt2-profile-test");
+      AccessProfile profile = run.profile();
       Set<String> expected = new TreeSet<>();
       for (String k : List.of(Gpt2Kernels.EMBED, Gpt2Kernels.LAYERNORM, Gpt2Kernels.MATMUL,
           Gpt2Kernels.MATMUL_RESIDUAL, Gpt2Kernels.KV_APPEND, Gpt2Kernels.ATTENTION, Gpt2Kernels.LM_HEAD,
@@ -96,17 +65,8 @@ class Gpt2FunctionGpuProfileTest {
         expected.add(Gpt2Function.MODULE + "/" + k);
       }
       assertEquals(expected, profile.kernels().keySet(), config);
-      profile.kernels().forEach((name, k) -> assertEquals(AccessProfile.Verdict.EXACT, k.verdict(),
-          config + ": " + name + ": " + k.reasons()));
-      assertEquals(session.table().allocations().size(), profile.firstTouch().size(),
-          config + ": every buffer is an argument of some launch: " + profile.firstTouch());
-
-      double plainMs = plainNs / 1e6 / samples.size();
-      double profiledMs = profiledNs / 1e6 / samples.size();
-      System.out.printf("gpu profiling overhead [%s]: gpt2 %s: plain %.2f ms/request, profiled %.2f ms/request "
-          + "(%.1fx), %d launches in %d requests; attach (instrument + JIT) %.1f ms%n", ctx.device().name(),
-          s.config().name(), plainMs, profiledMs, profiledMs / plainMs, profile.launches(), samples.size(),
-          attachNs / 1e6);
+      run.assertEveryKernelExact(config, session);
+      run.printOverhead(ctx, "gpt2", s.config().name());
     }
   }
 }

@@ -2,27 +2,20 @@ package dev.thaw.examples.gpt2;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertThrows;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import dev.thaw.runtime.function.AllocationRecord;
-import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.examples.transformer.FunctionChecks.Snapshot;
+import dev.thaw.examples.transformer.FunctionChecks;
 import dev.thaw.runtime.function.FunctionEngine;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
-import dev.thaw.runtime.function.HostStates;
-import dev.thaw.runtime.function.InvalidConfigException;
-import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.function.SessionTable;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
-import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -36,14 +29,8 @@ import org.junit.jupiter.api.io.TempDir;
 /** The function on the sim device against the CPU reference, its request checks, and the SPI round trip. */
 class Gpt2FunctionTest {
 
-  private static final ObjectMapper JSON = new ObjectMapper();
-
   static JsonNode json(String s) {
-    try {
-      return JSON.readTree(s);
-    } catch (Exception e) {
-      throw new IllegalArgumentException(s, e);
-    }
+    return FunctionChecks.json(s);
   }
 
   static ObjectNode request(int[][] prompts, int maxNewTokens, boolean logits) {
@@ -51,32 +38,12 @@ class Gpt2FunctionTest {
   }
 
   static int[][] tokens(JsonNode response) {
-    JsonNode t = response.get("tokens");
-    int[][] out = new int[t.size()][];
-    for (int b = 0; b < t.size(); b++) {
-      out[b] = new int[t.get(b).size()];
-      for (int i = 0; i < out[b].length; i++) {
-        out[b][i] = t.get(b).get(i).asInt();
-      }
-    }
-    return out;
+    return FunctionChecks.tokens(response);
   }
 
   /** Logits agree to fp16 tolerance: each within 1e-2 of its size plus 1e-3 of the row's RMS. */
   static void assertLogitsClose(float[] expected, JsonNode got, String what) {
-    assertEquals(expected.length, got.size(), what);
-    double rms = 0;
-    for (float e : expected) {
-      rms += (double) e * e;
-    }
-    rms = Math.sqrt(rms / expected.length);
-    for (int v = 0; v < expected.length; v++) {
-      double g = got.get(v).asDouble();
-      double tol = 1e-2 * Math.abs(expected[v]) + 1e-3 * rms;
-      int at = v;
-      assertTrue(Math.abs(g - expected[v]) <= tol,
-          () -> what + " logit " + at + ": expected " + expected[at] + ", got " + g);
-    }
+    FunctionChecks.assertLogitsClose(expected, got, what, 1e-2, 1e-3);
   }
 
   private static int[][] prompts(int batch, int length, int vocab, long seed) {
@@ -190,16 +157,7 @@ class Gpt2FunctionTest {
           "-1 is not a token id", "2.5 is not a token id", "\"2\" is not a token id", "4294967297",
           "'maxNewTokens' must be an integer", "'maxNewTokens' must be an integer", "exceeds the 32 positions",
           "exceeds the 32 positions", "'returnLogits' must be true or false"};
-      int before = launches.get();
-      for (int i = 0; i < bad.length; i++) {
-        JsonNode r = json(bad[i]);
-        int at = i;
-        InvalidRequestException e = assertThrows(InvalidRequestException.class,
-            () -> f.invoke(session, s, FunctionRequest.of(r)), bad[i]);
-        assertTrue(e.getMessage().contains(says[i]), () -> bad[at] + " -> " + e.getMessage());
-      }
-      assertEquals(before, launches.get(), "a refused request launches nothing");
-      assertEquals(first, f.invoke(session, s, FunctionRequest.of(good)).json(), "the next request is served");
+      FunctionChecks.assertRefusesRequests(f, session, s, launches, good, first, bad, says);
     }
   }
 
@@ -214,17 +172,7 @@ class Gpt2FunctionTest {
     String[] says = {"exactly one of", "exactly one of", "'gpt5'", "'model' must be a name", "'maxBatch'",
         "'maxTokens' must be an integer in [1, 64]", "'seed' must be an integer", "unknown config field 'batch'",
         "config.json does not exist", "JSON object"};
-    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
-      for (int i = 0; i < bad.length; i++) {
-        try (FunctionSession session = FunctionSession.record(ctx)) {
-          JsonNode c = json(bad[i]);
-          InvalidConfigException e = assertThrows(InvalidConfigException.class, () -> f.init(session, c), bad[i]);
-          int at = i;
-          assertTrue(e.getMessage().contains(says[i]), () -> bad[at] + " -> " + e.getMessage());
-        }
-      }
-      assertEquals(0, driver.memoryInUse(), "closed sessions leave nothing behind");
-    }
+    FunctionChecks.assertRefusesConfigs(f, bad, says);
   }
 
   /**
@@ -236,37 +184,13 @@ class Gpt2FunctionTest {
     HfCheckpoint.save(new SeededWeights(Gpt2Config.named("tiny"), 3), dir);
     Gpt2Function f = new Gpt2Function();
     JsonNode request = request(new int[][] {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3}}, 5, true);
-    SessionTable table;
-    List<ByteBuffer> contents = new ArrayList<>();
-    JsonNode stateJson;
-    JsonNode first;
-    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
-        FunctionSession session = FunctionSession.record(ctx)) {
-      Gpt2Function.State state = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, "
-          + "\"maxTokens\": 24}"));
-      first = f.invoke(session, state, FunctionRequest.of(request)).json();
-      table = session.table();
-      for (AllocationRecord a : table.allocations()) {
-        ByteBuffer b = ByteBuffer.allocateDirect((int) a.size());
-        session.download(new BufferRef(a.name()), 0, b);
-        contents.add(b);
-      }
-      stateJson = HostStates.write(state);
-    }
+    JsonNode config = json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, \"maxTokens\": 24}");
+    Snapshot snapshot = FunctionChecks.assertRebuiltSessionServesTheSame(f, config, request);
+    SessionTable table = snapshot.table();
+    JsonNode stateJson = snapshot.state();
     assertEquals("h.0.attn.c_attn.weight", table.allocations().get(4).name());
     assertEquals("wte.weight", table.allocations().get(0).name());
     assertEquals(2, stateJson.get("kCache").size());
     assertEquals(dir.toString(), stateJson.get("weights").asText());
-
-    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
-        FunctionSession restored = FunctionSession.rebuild(ctx, table)) {
-      for (int i = 0; i < table.allocations().size(); i++) {
-        AllocationRecord a = table.allocations().get(i);
-        assertEquals(a.address(), restored.address(new BufferRef(a.name())), a.name());
-        restored.upload(new BufferRef(a.name()), 0, contents.get(i));
-      }
-      Gpt2Function.State state = HostStates.read(stateJson, Gpt2Function.State.class);
-      assertEquals(first, f.invoke(restored, state, FunctionRequest.of(request)).json());
-    }
   }
 }

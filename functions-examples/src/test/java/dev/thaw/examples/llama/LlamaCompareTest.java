@@ -1,12 +1,13 @@
 package dev.thaw.examples.llama;
 
+import static dev.thaw.examples.transformer.ReferenceFiles.JSON;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.transformer.ReferenceFiles;
 import java.nio.file.Path;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -14,25 +15,14 @@ import org.junit.jupiter.api.io.TempDir;
 /** The GPU comparison's verdicts, run on the sim device against the CPU reference standing in for transformers. */
 class LlamaCompareTest {
 
-  private static final ObjectMapper JSON = new ObjectMapper();
-
   @TempDir Path dir;
 
   private ObjectNode reference(int[][] prompts, int newTokens) throws Exception {
     SeededLlamaWeights weights = new SeededLlamaWeights(LlamaConfig.named("tiny"), 9);
     LlamaCheckpoint.save(weights, dir.resolve("hf"), 1);
     LlamaReference ref = LlamaReference.load(weights);
-    ObjectNode r = JSON.createObjectNode().put("model", "tiny").put("max_new_tokens", newTokens);
-    r.set("prompts", JSON.valueToTree(prompts));
-    r.set("forward_logits", JSON.valueToTree(ref.generate(prompts, 0).logits()));
-    r.set("generated", JSON.valueToTree(ref.generate(prompts, newTokens).tokens()));
-    ArrayNode gaps = r.putArray("generate_step_gaps");
-    for (int[] p : prompts) {
-      ArrayNode row = gaps.addArray();
-      for (int i = 0; i < newTokens; i++) {
-        row.add(1.0);
-      }
-    }
+    ObjectNode r = ReferenceFiles.reference(prompts, newTokens, ref.generate(prompts, 0).logits(),
+        ref.generate(prompts, newTokens).tokens());
     r.putObject("timing_ms").put("decode_ms_per_token", 1.0).put("prefill_ms", 1.0);
     return r;
   }
@@ -65,20 +55,7 @@ class LlamaCompareTest {
     assertTrue(bench.get("decode_ms_per_token_by_context").has("30"));
     assertEquals(2, compare(ref, "nonsense", "--prefill", "0,-3"));
 
-    ObjectNode wrong = ref.deepCopy();
-    ArrayNode seq = (ArrayNode) wrong.get("generated").get(1);
-    seq.set(2, seq.get(2).asInt() == 0 ? 1 : 0);
-    assertEquals(1, compare(wrong, "wrong"));
-
-    ((ArrayNode) wrong.get("generate_step_gaps").get(1)).set(2, 0.001);
-    assertEquals(0, compare(wrong, "tie"));
-
-    ObjectNode badLogits = ref.deepCopy();
-    ArrayNode logits = (ArrayNode) badLogits.get("forward_logits").get(0);
-    for (int v = 0; v < logits.size(); v++) {
-      logits.set(v, logits.get(v).asDouble() * 1.5);
-    }
-    assertEquals(1, compare(badLogits, "logits"));
+    ObjectNode badLogits = ReferenceFiles.assertVerdicts(ref, this::compare);
     // The same wrong bf16 reference, with the fp32 truth beside it that Thaw is close to: Thaw is the better one.
     badLogits.set("forward_logits_fp32", ref.get("forward_logits"));
     assertEquals(0, compare(badLogits, "fp32"));

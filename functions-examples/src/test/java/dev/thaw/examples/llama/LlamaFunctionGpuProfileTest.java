@@ -2,8 +2,9 @@ package dev.thaw.examples.llama;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.thaw.examples.function.CudaAndSim;
+import dev.thaw.examples.function.ProfiledRun;
 import dev.thaw.examples.function.TokenRequest;
 import dev.thaw.examples.llama.kernels.GemmTiles;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
@@ -11,18 +12,14 @@ import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
 import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
-import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
 import dev.thaw.runtime.speculation.AccessProfile;
-import dev.thaw.runtime.speculation.AccessProfiler;
-import dev.thaw.runtime.speculation.Profiling;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -39,8 +36,7 @@ class LlamaFunctionGpuProfileTest {
 
   @BeforeEach
   void needsAGpu() {
-    DriverAvailability a = CudaDriver.availability();
-    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+    CudaAndSim.assumeGpu();
   }
 
   static Stream<String> configs() {
@@ -80,35 +76,9 @@ class LlamaFunctionGpuProfileTest {
         FunctionSession session = FunctionSession.record(ctx)) {
       LlamaFunction.State s = f.init(session, JSON.readTree(config));
       List<FunctionRequest> samples = samples(s.maxTokens());
-      List<JsonNode> plain = new ArrayList<>();
-      for (FunctionRequest r : samples) {
-        f.invoke(session, s, r); // warm: the timed pass below is steady state
-      }
-      long t0 = System.nanoTime();
-      for (FunctionRequest r : samples) {
-        plain.add(f.invoke(session, s, r).json());
-      }
-      long plainNs = System.nanoTime() - t0;
-
-      List<JsonNode> profiled = new ArrayList<>();
-      AccessProfile profile;
-      long a0 = System.nanoTime();
-      long attachNs;
-      long profiledNs;
-      try (AccessProfiler p = Profiling.attach(session)) {
-        attachNs = System.nanoTime() - a0;
-        long t1 = System.nanoTime();
-        for (FunctionRequest r : samples) {
-          profiled.add(f.invoke(session, s, r).json());
-        }
-        profiledNs = System.nanoTime() - t1;
-        profile = p.finish("llama-profile-test");
-      }
-
-      for (int i = 0; i < samples.size(); i++) {
-        assertEquals(plain.get(i), profiled.get(i), config + ": request " + i + " answered differently when profiled");
-      }
-      assertEquals(AccessProfile.OrderSource.SPECULATED, profile.orderSource());
+      ProfiledRun run = ProfiledRun.of(config, session, samples, r -> f.invoke(session, s, r).json(),
+          "llama-profile-test");
+      AccessProfile profile = run.profile();
       // Every kernel but the WMMA matmul (kept for comparisons), the 128-row flash prefill (from 4096 rows), one of
       // the two prompt attentions, by head size, and the product tiles the prompts do not pick.
       Set<String> expected = new TreeSet<>();
@@ -132,17 +102,8 @@ class LlamaFunctionGpuProfileTest {
       expected.remove(LlamaFunction.MODULE + "/" + (LlamaKernels.FLASH_HEAD_SIZES.contains(s.config().headDim())
           ? LlamaKernels.ATTENTION : LlamaKernels.FLASH_ATTENTION));
       assertEquals(expected, profile.kernels().keySet(), config);
-      profile.kernels().forEach((name, k) -> assertEquals(AccessProfile.Verdict.EXACT, k.verdict(),
-          config + ": " + name + ": " + k.reasons()));
-      assertEquals(session.table().allocations().size(), profile.firstTouch().size(),
-          config + ": every buffer is an argument of some launch: " + profile.firstTouch());
-
-      double plainMs = plainNs / 1e6 / samples.size();
-      double profiledMs = profiledNs / 1e6 / samples.size();
-      System.out.printf("gpu profiling overhead [%s]: llama %s: plain %.2f ms/request, profiled %.2f ms/request "
-          + "(%.1fx), %d launches in %d requests; attach (instrument + JIT) %.1f ms%n", ctx.device().name(),
-          s.config().name(), plainMs, profiledMs, profiledMs / plainMs, profile.launches(), samples.size(),
-          attachNs / 1e6);
+      run.assertEveryKernelExact(config, session);
+      run.printOverhead(ctx, "llama", s.config().name());
     }
   }
 }

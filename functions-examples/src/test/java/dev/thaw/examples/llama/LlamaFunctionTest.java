@@ -5,18 +5,15 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.thaw.examples.function.TokenRequest;
-import dev.thaw.examples.gpt2.kernels.ArgmaxSimKernel;
 import dev.thaw.examples.llama.kernels.HalfType;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
 import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
-import dev.thaw.runtime.function.AllocationRecord;
-import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.examples.transformer.ArgmaxSim;
+import dev.thaw.examples.transformer.FunctionChecks.Snapshot;
+import dev.thaw.examples.transformer.FunctionChecks;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
-import dev.thaw.runtime.function.HostStates;
-import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.SessionTable;
 import dev.thaw.runtime.gpu.GpuContext;
@@ -24,7 +21,6 @@ import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.runtime.speculation.AccessProfile;
 import dev.thaw.runtime.speculation.Profiler;
-import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -44,43 +40,17 @@ import org.junit.jupiter.params.provider.ValueSource;
  */
 class LlamaFunctionTest {
 
-  private static final ObjectMapper JSON = new ObjectMapper();
-
   static JsonNode json(String s) {
-    try {
-      return JSON.readTree(s);
-    } catch (Exception e) {
-      throw new IllegalArgumentException(s, e);
-    }
+    return FunctionChecks.json(s);
   }
 
   static int[][] tokens(JsonNode response) {
-    JsonNode t = response.get("tokens");
-    int[][] out = new int[t.size()][];
-    for (int b = 0; b < t.size(); b++) {
-      out[b] = new int[t.get(b).size()];
-      for (int i = 0; i < out[b].length; i++) {
-        out[b][i] = t.get(b).get(i).asInt();
-      }
-    }
-    return out;
+    return FunctionChecks.tokens(response);
   }
 
   /** Logits agree to 16-bit tolerance: each within 2e-2 of its size plus 2e-3 of the row's RMS. */
   static void assertLogitsClose(float[] expected, JsonNode got, String what) {
-    assertEquals(expected.length, got.size(), what);
-    double rms = 0;
-    for (float e : expected) {
-      rms += (double) e * e;
-    }
-    rms = Math.sqrt(rms / expected.length);
-    for (int v = 0; v < expected.length; v++) {
-      double g = got.get(v).asDouble();
-      double tol = 2e-2 * Math.abs(expected[v]) + 2e-3 * rms;
-      int at = v;
-      assertTrue(Math.abs(g - expected[v]) <= tol,
-          () -> what + " logit " + at + ": expected " + expected[at] + ", got " + g);
-    }
+    FunctionChecks.assertLogitsClose(expected, got, what, 2e-2, 2e-3);
   }
 
   static int[][] prompts(int batch, int length, int vocab, long seed) {
@@ -107,7 +77,7 @@ class LlamaFunctionTest {
       float[][] steps = path.steps()[b];
       for (int s = 0; s < ids[b].length; s++) {
         float[] e = steps[s];
-        int best = ArgmaxSimKernel.argmax(e, e.length);
+        int best = ArgmaxSim.argmax(e, e.length);
         int chose = ids[b][s];
         double tol = 2e-2 * Math.abs(e[best]) + 2e-3 * rms(e);
         assertTrue(chose == best || (chose >= 0 && chose < e.length && e[best] - e[chose] <= tol), what
@@ -231,16 +201,7 @@ class LlamaFunctionTest {
       };
       String[] says = {"97 is not a token id in [0, 97)", "-1 is not a token id", "1 to 2 (maxBatch)",
           "exceeds the 32 positions", "prompt 0 is empty", "'temperature' must be a number in [0, 2]"};
-      int before = launches.get();
-      for (int i = 0; i < bad.length; i++) {
-        JsonNode r = json(bad[i]);
-        int at = i;
-        InvalidRequestException e = assertThrows(InvalidRequestException.class,
-            () -> f.invoke(session, s, FunctionRequest.of(r)), bad[i]);
-        assertTrue(e.getMessage().contains(says[i]), () -> bad[at] + " -> " + e.getMessage());
-      }
-      assertEquals(before, launches.get(), "a refused request launches nothing");
-      assertEquals(first, f.invoke(session, s, FunctionRequest.of(good)).json(), "the next request is served");
+      FunctionChecks.assertRefusesRequests(f, session, s, launches, good, first, bad, says);
     }
   }
 
@@ -255,17 +216,7 @@ class LlamaFunctionTest {
     String[] says = {"exactly one of", "exactly one of", "'llama-9'", "'maxTokens' must be an integer in [1, 64]",
         "'dtype' must be", "'dtype' goes with 'model'", "'maxBatch'", "unknown config field 'temperature'",
         "config.json does not exist"};
-    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0)) {
-      for (int i = 0; i < bad.length; i++) {
-        try (FunctionSession session = FunctionSession.record(ctx)) {
-          JsonNode c = json(bad[i]);
-          InvalidConfigException e = assertThrows(InvalidConfigException.class, () -> f.init(session, c), bad[i]);
-          int at = i;
-          assertTrue(e.getMessage().contains(says[i]), () -> bad[at] + " -> " + e.getMessage());
-        }
-      }
-      assertEquals(0, driver.memoryInUse(), "closed sessions leave nothing behind");
-    }
+    FunctionChecks.assertRefusesConfigs(f, bad, says);
   }
 
   /**
@@ -277,39 +228,15 @@ class LlamaFunctionTest {
     LlamaCheckpoint.save(new SeededLlamaWeights(LlamaConfig.named("tiny-qwen2"), 3), dir, 3);
     LlamaFunction f = new LlamaFunction();
     JsonNode request = TokenRequest.body(new int[][] {{3, 1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8, 9, 7, 9}}, 5, true);
-    SessionTable table;
-    List<ByteBuffer> contents = new ArrayList<>();
-    JsonNode stateJson;
-    JsonNode first;
-    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
-        FunctionSession session = FunctionSession.record(ctx)) {
-      LlamaFunction.State state = f.init(session, json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, "
-          + "\"maxTokens\": 24}"));
-      first = f.invoke(session, state, FunctionRequest.of(request)).json();
-      table = session.table();
-      for (AllocationRecord a : table.allocations()) {
-        ByteBuffer b = ByteBuffer.allocateDirect((int) a.size());
-        session.download(new BufferRef(a.name()), 0, b);
-        contents.add(b);
-      }
-      stateJson = HostStates.write(state);
-    }
+    JsonNode config = json("{\"path\": \"" + dir + "\", \"maxBatch\": 2, \"maxTokens\": 24}");
+    Snapshot snapshot = FunctionChecks.assertRebuiltSessionServesTheSame(f, config, request);
+    SessionTable table = snapshot.table();
+    JsonNode stateJson = snapshot.state();
     assertEquals("model.embed_tokens.weight", table.allocations().get(0).name());
     assertEquals("model.layers.0.self_attn.qkv_proj.weight", table.allocations().get(2).name());
     assertEquals("model.layers.0.self_attn.qkv_proj.bias", table.allocations().get(3).name());
     assertEquals(2, stateJson.get("kCache").size());
     assertEquals(dir.toString(), stateJson.get("weights").asText());
-
-    try (SimDriver driver = SimDriver.open(new SimOptions()); GpuContext ctx = driver.createContext(0);
-        FunctionSession restored = FunctionSession.rebuild(ctx, table)) {
-      for (int i = 0; i < table.allocations().size(); i++) {
-        AllocationRecord a = table.allocations().get(i);
-        assertEquals(a.address(), restored.address(new BufferRef(a.name())), a.name());
-        restored.upload(new BufferRef(a.name()), 0, contents.get(i));
-      }
-      LlamaFunction.State state = HostStates.read(stateJson, LlamaFunction.State.class);
-      assertEquals(first, f.invoke(restored, state, FunctionRequest.of(request)).json());
-    }
   }
 
   /** What the image builder does with sample requests: every kernel is exact on the sim device. */

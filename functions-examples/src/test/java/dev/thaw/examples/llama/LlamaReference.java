@@ -1,7 +1,7 @@
 package dev.thaw.examples.llama;
 
-import dev.thaw.examples.gpt2.kernels.ArgmaxSimKernel;
 import dev.thaw.examples.llama.kernels.HalfType;
+import dev.thaw.examples.transformer.ArgmaxSim;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -68,7 +68,7 @@ final class LlamaReference {
       float[] logits = prompt(prompts[b], kc, vc);
       int pos = prompts[b].length;
       for (int s = 0; s < maxNew; s++) {
-        int next = ArgmaxSimKernel.argmax(logits, logits.length);
+        int next = ArgmaxSim.argmax(logits, logits.length);
         out[b][s] = next;
         if (s < maxNew - 1) {
           logits = step(next, pos++, kc, vc);

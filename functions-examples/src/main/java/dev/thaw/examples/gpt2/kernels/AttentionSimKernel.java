@@ -1,5 +1,6 @@
 package dev.thaw.examples.gpt2.kernels;
 
+import dev.thaw.examples.transformer.SimLaunches;
 import dev.thaw.runtime.gpu.sim.DeviceMemory;
 import dev.thaw.runtime.gpu.sim.SimKernel;
 import dev.thaw.runtime.gpu.sim.SimLaunch;
@@ -34,7 +35,7 @@ public final class AttentionSimKernel implements SimKernel {
     int D = launch.intArg(8);
     int maxT = launch.intArg(9);
     float scale = launch.floatArg(10);
-    SimIo.expectShape(launch, H, M, Gpt2Kernels.ATTENTION_THREADS);
+    SimLaunches.expectShape(launch, H, M, Gpt2Kernels.ATTENTION_THREADS);
     if (D <= 0 || D > Gpt2Kernels.MAX_HEAD_SIZE || D % 8 != 0) {
       throw new IllegalArgumentException("gpt2_attention: D must be a multiple of 8 and at most "
           + Gpt2Kernels.MAX_HEAD_SIZE + ": " + D);

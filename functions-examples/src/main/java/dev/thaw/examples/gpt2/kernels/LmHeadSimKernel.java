@@ -1,5 +1,6 @@
 package dev.thaw.examples.gpt2.kernels;
 
+import dev.thaw.examples.transformer.SimLaunches;
 import dev.thaw.runtime.gpu.sim.DeviceMemory;
 import dev.thaw.runtime.gpu.sim.SimKernel;
 import dev.thaw.runtime.gpu.sim.SimLaunch;
@@ -35,7 +36,7 @@ public final class LmHeadSimKernel implements SimKernel {
     if (M <= 0 || V <= 0 || C <= 0 || C % Gpt2Kernels.TILE != 0) {
       throw new IllegalArgumentException("gpt2_lm_head: bad shape M=" + M + " V=" + V + " C=" + C);
     }
-    SimIo.expectShape(launch, SimIo.ceilDiv(V, Gpt2Kernels.TILE), SimIo.ceilDiv(M, Gpt2Kernels.TILE),
+    SimLaunches.expectShape(launch, SimLaunches.ceilDiv(V, Gpt2Kernels.TILE), SimLaunches.ceilDiv(M, Gpt2Kernels.TILE),
         Gpt2Kernels.MATMUL_THREADS);
     DeviceMemory memory = launch.memory();
     float[] x = SimIo.readHalves(memory, X, M * C);

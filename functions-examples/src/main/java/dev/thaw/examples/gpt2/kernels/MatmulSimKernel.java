@@ -1,5 +1,6 @@
 package dev.thaw.examples.gpt2.kernels;
 
+import dev.thaw.examples.transformer.SimLaunches;
 import dev.thaw.runtime.gpu.sim.DeviceMemory;
 import dev.thaw.runtime.gpu.sim.SimKernel;
 import dev.thaw.runtime.gpu.sim.SimLaunch;
@@ -48,7 +49,7 @@ public final class MatmulSimKernel implements SimKernel {
     if (M <= 0 || N <= 0 || K <= 0 || N % Gpt2Kernels.TILE != 0 || K % Gpt2Kernels.TILE != 0) {
       throw new IllegalArgumentException(launch.kernelName() + ": bad shape M=" + M + " N=" + N + " K=" + K);
     }
-    SimIo.expectShape(launch, N / Gpt2Kernels.TILE, SimIo.ceilDiv(M, Gpt2Kernels.TILE),
+    SimLaunches.expectShape(launch, N / Gpt2Kernels.TILE, SimLaunches.ceilDiv(M, Gpt2Kernels.TILE),
         Gpt2Kernels.MATMUL_THREADS);
     DeviceMemory memory = launch.memory();
     float[] b = SimIo.readHalves(memory, bias, N);

@@ -1,12 +1,10 @@
 package dev.thaw.examples.gpt2.kernels;
 
-import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.sim.DeviceMemory;
-import dev.thaw.runtime.gpu.sim.SimLaunch;
 
 /**
- * What the GPT-2 sim kernels share: bulk half/float moves between device memory and plain arrays, the launch
- * shape checks, and the scalar maths written exactly as in {@code gpt2.cu}.
+ * What the GPT-2 sim kernels share: bulk half/float moves between device memory and plain arrays, and the
+ * scalar maths written exactly as in {@code gpt2.cu}.
  */
 final class SimIo {
 
@@ -36,28 +34,10 @@ final class SimIo {
     return out;
   }
 
-  /**
-   * A kernel that is not grid-stride touches what its grid covers; its twin computes that only for the grid
-   * {@link Gpt2Kernels} launches, and refuses any other (failing the launch) rather than touch other bytes.
-   */
-  static void expectShape(SimLaunch launch, int gridX, int gridY, int threads) {
-    Dim3 g = launch.grid();
-    Dim3 b = launch.block();
-    if (g.x() != gridX || g.y() != gridY || g.z() != 1 || b.x() != threads || b.y() != 1 || b.z() != 1) {
-      throw new IllegalArgumentException(String.format(
-          "%s is written for grid (%d, %d, 1) x block (%d, 1, 1); launched as grid %s x block %s",
-          launch.kernelName(), gridX, gridY, threads, g, b));
-    }
-  }
-
   /** GELU, tanh approximation ("gelu_new"), as gpt2.cu computes it: fp32 except tanh, taken in double. */
   static float geluNew(float x) {
     final float sqrt2OverPi = 0.7978845608028654f;
     float inner = sqrt2OverPi * (x + 0.044715f * x * x * x);
     return 0.5f * x * (1.0f + (float) Math.tanh(inner));
-  }
-
-  static int ceilDiv(int a, int b) {
-    return (a + b - 1) / b;
   }
 }

@@ -1,6 +1,9 @@
 package dev.thaw.examples.llama.kernels;
 
-import dev.thaw.examples.gpt2.kernels.ArgmaxSimKernel;
+import static dev.thaw.examples.transformer.SimLaunches.ceilDiv;
+import static dev.thaw.examples.transformer.SimLaunches.expectShape;
+
+import dev.thaw.examples.transformer.ArgmaxSim;
 import dev.thaw.runtime.gpu.Dim3;
 import dev.thaw.runtime.gpu.sim.DeviceMemory;
 import dev.thaw.runtime.gpu.sim.SimKernel;
@@ -767,30 +770,10 @@ public final class LlamaSimKernels {
     return g / (1f + (float) Math.exp(-g));
   }
 
-  /** {@code llama_argmax(logits, out, M, V)}: the rule of gpt2_argmax. */
-  public static final class Argmax implements SimKernel {
-    @Override
-    public String entry() {
-      return LlamaKernels.ARGMAX;
-    }
-
-    @Override
-    public void launch(SimLaunch launch) {
-      long logits = launch.pointer(0);
-      long out = launch.pointer(1);
-      int M = launch.intArg(2);
-      int V = launch.intArg(3);
-      if (M <= 0) {
-        return;
-      }
-      DeviceMemory memory = launch.memory();
-      float[] row = new float[Math.max(V, 0)];
-      int[] result = new int[M];
-      for (int m = 0; m < M; m++) {
-        memory.getFloats(logits + 4L * m * V, row, 0, row.length);
-        result[m] = ArgmaxSimKernel.argmax(row, row.length);
-      }
-      memory.putInts(out, result, 0, M);
+  /** {@code llama_argmax(logits, out, M, V)}: the rule of {@link ArgmaxSim}. */
+  public static final class Argmax extends ArgmaxSim {
+    public Argmax() {
+      super(LlamaKernels.ARGMAX);
     }
   }
 
@@ -808,23 +791,5 @@ public final class LlamaSimKernels {
     int[] out = new int[n];
     memory.getInts(address, out, 0, n);
     return out;
-  }
-
-  static int ceilDiv(int a, int b) {
-    return (a + b - 1) / b;
-  }
-
-  /**
-   * A kernel that is not grid-stride touches what its grid covers; its twin computes that only for the grid
-   * {@link LlamaKernels} launches, and refuses any other (failing the launch) rather than touch other bytes.
-   */
-  static void expectShape(SimLaunch launch, int gridX, int gridY, int threads) {
-    Dim3 g = launch.grid();
-    Dim3 b = launch.block();
-    if (g.x() != gridX || g.y() != gridY || g.z() != 1 || b.x() != threads || b.y() != 1 || b.z() != 1) {
-      throw new IllegalArgumentException(String.format(
-          "%s is written for grid (%d, %d, 1) x block (%d, 1, 1); launched as grid %s x block %s",
-          launch.kernelName(), gridX, gridY, threads, g, b));
-    }
   }
 }

@@ -1,5 +1,6 @@
 package dev.thaw.examples.gpt2.kernels;
 
+import dev.thaw.examples.transformer.KernelOutput;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
@@ -12,62 +13,22 @@ public final class Gpt2Cases {
 
   private Gpt2Cases() {}
 
-  /**
-   * One tensor a case produces: compared exactly (bits), or within {@code rtol*|e| + atolRms*rms(e)} plus, where
-   * the arithmetic of one kernel bounds an error of its own beyond that, {@code allowance[i]} (null: none).
-   */
-  public record Output(String name, float[] values, int width, boolean exact, double rtol, double atolRms,
-      double[] allowance) {
+  /** fp16 outputs compared exactly. */
+  static KernelOutput exactHalves(String name, short[] values, int width) {
+    float[] f = new float[values.length];
+    Fp16.toFloats(values, 0, f, 0, f.length);
+    return KernelOutput.exact(name, f, width);
+  }
 
-    public Output(String name, float[] values, int width, boolean exact, double rtol, double atolRms) {
-      this(name, values, width, exact, rtol, atolRms, null);
-    }
+  /** fp16 outputs: one rounding to half (2^-11 relative) plus fp32 noise. */
+  static KernelOutput half(String name, short[] values, int width) {
+    float[] f = new float[values.length];
+    Fp16.toFloats(values, 0, f, 0, f.length);
+    return new KernelOutput(name, f, width, false, 1e-2, 1e-3);
+  }
 
-    /** This output with a per-value allowance added to its tolerance. */
-    public Output withAllowance(double[] extra) {
-      if (extra.length != values.length) {
-        throw new IllegalArgumentException(extra.length + " allowances for " + values.length + " values");
-      }
-      return new Output(name, values, width, exact, rtol, atolRms, extra);
-    }
-
-    static Output exact(String name, float[] values, int width) {
-      return new Output(name, values, width, true, 0, 0);
-    }
-
-    static Output exact(String name, int[] values, int width) {
-      float[] f = new float[values.length];
-      for (int i = 0; i < f.length; i++) {
-        f[i] = values[i];
-      }
-      return exact(name, f, width);
-    }
-
-    static Output exactHalves(String name, short[] values, int width) {
-      float[] f = new float[values.length];
-      Fp16.toFloats(values, 0, f, 0, f.length);
-      return exact(name, f, width);
-    }
-
-    /** fp16 outputs: one rounding to half (2^-11 relative) plus fp32 noise. */
-    static Output half(String name, short[] values, int width) {
-      float[] f = new float[values.length];
-      Fp16.toFloats(values, 0, f, 0, f.length);
-      return new Output(name, f, width, false, 1e-2, 1e-3);
-    }
-
-    static Output half(String name, double[] values, int width) {
-      return new Output(name, toFloats(values), width, false, 1e-2, 1e-3);
-    }
-
-    /** fp32 outputs: sums in another order. */
-    static Output fp32(String name, float[] values, int width) {
-      return new Output(name, values, width, false, 1e-4, 1e-4);
-    }
-
-    static Output fp32(String name, double[] values, int width) {
-      return fp32(name, toFloats(values), width);
-    }
+  static KernelOutput half(String name, double[] values, int width) {
+    return new KernelOutput(name, KernelOutput.floats(values), width, false, 1e-2, 1e-3);
   }
 
   /** A kernel launch with its inputs; {@link #run} on a device, {@link #reference} in fp64 on the host. */
@@ -78,71 +39,14 @@ public final class Gpt2Cases {
       this.name = name;
     }
 
-    abstract List<Output> run(Gpt2Device dev);
+    abstract List<KernelOutput> run(Gpt2Device dev);
 
-    abstract List<Output> reference();
+    abstract List<KernelOutput> reference();
 
     @Override
     public String toString() {
       return name;
     }
-  }
-
-  /**
-   * Compares outputs; returns null when they agree, else a message naming the case, the tensor, the first
-   * bad indices (with row and column), expected vs got, and how many are bad.
-   */
-  public static String compare(String caseName, String expectedFrom, List<Output> expected, String gotFrom,
-      List<Output> got) {
-    if (expected.size() != got.size()) {
-      return caseName + ": " + expected.size() + " outputs vs " + got.size();
-    }
-    StringBuilder report = new StringBuilder();
-    for (int o = 0; o < expected.size(); o++) {
-      Output e = expected.get(o);
-      Output g = got.get(o);
-      if (e.values.length != g.values.length) {
-        report.append(String.format("%s %s: %d values expected, got %d%n", caseName, e.name, e.values.length,
-            g.values.length));
-        continue;
-      }
-      double rms = 0;
-      for (float v : e.values) {
-        rms += (double) v * v;
-      }
-      rms = Math.sqrt(rms / Math.max(1, e.values.length));
-      double atol = e.atolRms * rms;
-      int bad = 0;
-      double worst = 0;
-      StringBuilder first = new StringBuilder();
-      for (int i = 0; i < e.values.length; i++) {
-        float ev = e.values[i];
-        float gv = g.values[i];
-        boolean ok;
-        double err = Math.abs((double) gv - ev);
-        if (e.exact) {
-          ok = Float.floatToIntBits(ev) == Float.floatToIntBits(gv);
-        } else {
-          ok = !Double.isNaN(err) && err <= allowed(e, i, atol);
-        }
-        if (!ok) {
-          if (bad < 5) {
-            first.append(String.format("  [%d] (row %d, col %d): %s %s, %s %s (|diff| %.3g, allowed %.3g)%n", i,
-                i / e.width, i % e.width, expectedFrom, ev, gotFrom, gv, err, allowed(e, i, atol)));
-          }
-          bad++;
-          worst = Math.max(worst, Double.isNaN(err) ? Double.POSITIVE_INFINITY : err);
-        }
-      }
-      if (bad > 0) {
-        report.append(String.format("%s, output %s: %d of %d values differ (worst |diff| %.3g, %s):%n%s", caseName,
-            e.name, bad, e.values.length, worst, e.exact ? "exact expected" : String.format(
-                "allowed %.0e*|%s| + %.0e*rms(%s) = %.3g%s", e.rtol, expectedFrom, e.atolRms, expectedFrom, atol,
-                e.allowance != null ? " + the per-value allowance" : ""),
-            first));
-      }
-    }
-    return report.length() == 0 ? null : report.toString();
   }
 
   // ---- data ----
@@ -169,14 +73,6 @@ public final class Gpt2Cases {
     return Fp16.toFloat(a[i]);
   }
 
-  static float[] toFloats(double[] a) {
-    float[] f = new float[a.length];
-    for (int i = 0; i < a.length; i++) {
-      f[i] = (float) a[i];
-    }
-    return f;
-  }
-
   static double geluNew(double x) {
     return 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x * x * x)));
   }
@@ -195,22 +91,22 @@ public final class Gpt2Cases {
     }
     return new Case(String.format("gpt2_embed M=%d C=%d", M, C)) {
       @Override
-      List<Output> run(Gpt2Device dev) {
+      List<KernelOutput> run(Gpt2Device dev) {
         long x = dev.upload(new float[M * C]);
         dev.kernels.embed(dev.stream, dev.upload(wte), dev.upload(wpe), dev.upload(tokens), dev.upload(positions),
             x, M, C);
-        return List.of(Output.exact("x", dev.floats(x, M * C), C));
+        return List.of(KernelOutput.exact("x", dev.floats(x, M * C), C));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         float[] x = new float[M * C];
         for (int m = 0; m < M; m++) {
           for (int c = 0; c < C; c++) {
             x[m * C + c] = (float) (h(wte, tokens[m] * C + c) + h(wpe, positions[m] * C + c));
           }
         }
-        return List.of(Output.exact("x", x, C));
+        return List.of(KernelOutput.exact("x", x, C));
       }
     };
   }
@@ -223,14 +119,14 @@ public final class Gpt2Cases {
     float eps = 1e-5f;
     return new Case(String.format("gpt2_layernorm M=%d C=%d", M, C)) {
       @Override
-      List<Output> run(Gpt2Device dev) {
+      List<KernelOutput> run(Gpt2Device dev) {
         long y = dev.upload(new short[M * C]);
         dev.kernels.layernorm(dev.stream, dev.upload(x), dev.upload(gamma), dev.upload(beta), y, M, C, eps);
-        return List.of(Output.half("y", dev.halves(y, M * C), C));
+        return List.of(half("y", dev.halves(y, M * C), C));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] y = new double[M * C];
         for (int m = 0; m < M; m++) {
           double mean = 0;
@@ -249,7 +145,7 @@ public final class Gpt2Cases {
             y[m * C + c] = (x[m * C + c] - mean) * rstd * h(gamma, c) + h(beta, c);
           }
         }
-        return List.of(Output.half("y", y, C));
+        return List.of(half("y", y, C));
       }
     };
   }
@@ -264,22 +160,22 @@ public final class Gpt2Cases {
     String kernel = residual ? "gpt2_matmul_residual" : "gpt2_matmul";
     return new Case(String.format("%s M=%d N=%d K=%d%s", kernel, M, N, K, gelu ? " gelu" : "")) {
       @Override
-      List<Output> run(Gpt2Device dev) {
+      List<KernelOutput> run(Gpt2Device dev) {
         long x = dev.upload(X);
         long w = dev.upload(W);
         long b = dev.upload(bias);
         if (residual) {
           long r = dev.upload(R0);
           dev.kernels.matmulResidual(dev.stream, x, w, b, r, M, N, K);
-          return List.of(Output.fp32("R", dev.floats(r, M * N), N));
+          return List.of(KernelOutput.fp32("R", dev.floats(r, M * N), N));
         }
         long y = dev.upload(new short[M * N]);
         dev.kernels.matmul(dev.stream, x, w, b, y, M, N, K, gelu);
-        return List.of(Output.half("Y", dev.halves(y, M * N), N));
+        return List.of(half("Y", dev.halves(y, M * N), N));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] acc = new double[M * N];
         float[] w = new float[K * N];
         Fp16.toFloats(W, 0, w, 0, w.length);
@@ -295,7 +191,7 @@ public final class Gpt2Cases {
             acc[m * N + n] = residual ? R0[m * N + n] + v : gelu ? geluNew(v) : v;
           }
         }
-        return List.of(residual ? Output.fp32("R", acc, N) : Output.half("Y", acc, N));
+        return List.of(residual ? KernelOutput.fp32("R", acc, N) : half("Y", acc, N));
       }
     };
   }
@@ -310,17 +206,17 @@ public final class Gpt2Cases {
     short[] v0 = randomHalves(rnd, B * H * maxT * D, 2);
     return new Case(String.format("gpt2_kv_append M=%d H=%d D=%d maxT=%d", M, H, D, maxT)) {
       @Override
-      List<Output> run(Gpt2Device dev) {
+      List<KernelOutput> run(Gpt2Device dev) {
         long k = dev.upload(k0);
         long v = dev.upload(v0);
         dev.kernels.kvAppend(dev.stream, dev.upload(qkv), k, v, dev.upload(positions), dev.upload(cacheRows), M,
             H, D, maxT);
-        return List.of(Output.exactHalves("kcache", dev.halves(k, k0.length), D),
-            Output.exactHalves("vcache", dev.halves(v, v0.length), D));
+        return List.of(exactHalves("kcache", dev.halves(k, k0.length), D),
+            exactHalves("vcache", dev.halves(v, v0.length), D));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         short[] k = k0.clone();
         short[] v = v0.clone();
         for (int m = 0; m < M; m++) {
@@ -332,7 +228,7 @@ public final class Gpt2Cases {
             }
           }
         }
-        return List.of(Output.exactHalves("kcache", k, D), Output.exactHalves("vcache", v, D));
+        return List.of(exactHalves("kcache", k, D), exactHalves("vcache", v, D));
       }
     };
   }
@@ -347,15 +243,15 @@ public final class Gpt2Cases {
     float scale = (float) (1 / Math.sqrt(D)) * 2.5f; // sharper than GPT-2's, so max subtraction matters
     return new Case(String.format("gpt2_attention M=%d H=%d D=%d maxT=%d", M, H, D, maxT)) {
       @Override
-      List<Output> run(Gpt2Device dev) {
+      List<KernelOutput> run(Gpt2Device dev) {
         long out = dev.upload(new short[M * C]);
         dev.kernels.attention(dev.stream, dev.upload(qkv), dev.upload(kc), dev.upload(vc), out,
             dev.upload(positions), dev.upload(cacheRows), M, H, D, maxT, scale);
-        return List.of(Output.half("out", dev.halves(out, M * C), C));
+        return List.of(half("out", dev.halves(out, M * C), C));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] out = new double[M * C];
         for (int m = 0; m < M; m++) {
           int T = positions[m] + 1;
@@ -385,7 +281,7 @@ public final class Gpt2Cases {
             }
           }
         }
-        return List.of(Output.half("out", out, C));
+        return List.of(half("out", out, C));
       }
     };
   }
@@ -396,14 +292,14 @@ public final class Gpt2Cases {
     short[] wte = randomHalves(rnd, V * C, 0.5);
     return new Case(String.format("gpt2_lm_head M=%d V=%d C=%d", M, V, C)) {
       @Override
-      List<Output> run(Gpt2Device dev) {
+      List<KernelOutput> run(Gpt2Device dev) {
         long logits = dev.upload(new float[M * V]);
         dev.kernels.lmHead(dev.stream, dev.upload(X), dev.upload(wte), logits, M, V, C);
-        return List.of(Output.fp32("logits", dev.floats(logits, M * V), V));
+        return List.of(KernelOutput.fp32("logits", dev.floats(logits, M * V), V));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] logits = new double[M * V];
         float[] x = new float[M * C];
         Fp16.toFloats(X, 0, x, 0, x.length);
@@ -418,7 +314,7 @@ public final class Gpt2Cases {
             logits[m * V + v] = s;
           }
         }
-        return List.of(Output.fp32("logits", logits, V));
+        return List.of(KernelOutput.fp32("logits", logits, V));
       }
     };
   }
@@ -466,14 +362,14 @@ public final class Gpt2Cases {
     }
     return new Case(String.format("gpt2_argmax M=%d V=%d", M, V)) {
       @Override
-      List<Output> run(Gpt2Device dev) {
+      List<KernelOutput> run(Gpt2Device dev) {
         long out = dev.upload(new int[M]);
         dev.kernels.argmax(dev.stream, dev.upload(logits), out, M, V);
-        return List.of(Output.exact("argmax", dev.ints(out, M), 1));
+        return List.of(KernelOutput.exact("argmax", dev.ints(out, M), 1));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         // Independent of the kernels' rule: the first index holding the largest non-NaN value.
         int[] out = new int[M];
         for (int m = 0; m < M; m++) {
@@ -488,12 +384,8 @@ public final class Gpt2Cases {
           }
           out[m] = at;
         }
-        return List.of(Output.exact("argmax", out, 1));
+        return List.of(KernelOutput.exact("argmax", out, 1));
       }
     };
-  }
-
-  private static double allowed(Output e, int i, double atol) {
-    return e.rtol * Math.abs(e.values[i]) + atol + (e.allowance != null ? e.allowance[i] : 0);
   }
 }

@@ -1,32 +1,22 @@
 package dev.thaw.examples.gpt2.kernels;
 
-import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assertions.fail;
 
+import dev.thaw.examples.function.CudaAndSim;
+import dev.thaw.examples.function.GuardedLaunches;
+import dev.thaw.examples.transformer.KernelOutput;
 import dev.thaw.runtime.gpu.DeviceBuffer;
-import dev.thaw.runtime.gpu.DriverAvailability;
-import dev.thaw.runtime.gpu.GpuEvent;
-import dev.thaw.runtime.gpu.GpuModule;
-import dev.thaw.runtime.gpu.Kernel;
-import dev.thaw.runtime.gpu.KernelArgs;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
 import dev.thaw.runtime.ptx.instrument.DeviceGuard;
-import dev.thaw.runtime.ptx.instrument.GuardTable;
 import dev.thaw.runtime.ptx.instrument.GuardedModule;
-import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
 import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
-import dev.thaw.runtime.ptx.instrument.ValidatingLauncher;
 import dev.thaw.runtime.ptx.instrument.ViolationReport;
-import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
-import java.util.function.Consumer;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -45,11 +35,7 @@ class Gpt2InstrumentedGpuTest {
   private CudaDriver driver;
   private Gpt2Device plain;
   private Gpt2Device guarded;
-  private GpuModule instrumentedModule;
-  private GuardedModule perLaunch;
-  private ValidatingLauncher launcher;
-  private final List<String> violations = new ArrayList<>();
-  private int launches;
+  private GuardedLaunches guards;
 
   @BeforeAll
   void open() {
@@ -58,43 +44,13 @@ class Gpt2InstrumentedGpuTest {
     }
     driver = CudaDriver.open();
     plain = new Gpt2Device(driver);
-    InstrumentedModule im = PtxInstrumenter.instrument(Gpt2Kernels.ptx());
-    guarded = new Gpt2Device(driver, context -> {
-      launcher = new ValidatingLauncher(context);
-      instrumentedModule = context.loadPtx(im.ptx());
-      perLaunch = GuardedModule.perLaunch(instrumentedModule, launcher, new GuardedModule.Policy() {
-        @Override
-        public GuardTable allowed(Kernel kernel, KernelArgs args) {
-          return allBuffers();
-        }
-
-        @Override
-        public void report(Kernel kernel, KernelArgs args, ViolationReport report) {
-          launches++;
-          if (!report.clean()) {
-            violations.add(kernel.name() + ": " + report.total() + " violations, first "
-                + report.recorded().subList(0, Math.min(5, report.recorded().size())) + " at sites "
-                + report.recorded().stream().limit(5).map(v -> im.site(v.site()).toString()).toList());
-          }
-        }
-      });
-      return new Gpt2Kernels(perLaunch);
-    });
-  }
-
-  /** Every buffer the case uploaded, read-write: the launch's real arguments. */
-  private GuardTable allBuffers() {
-    GuardTable.Builder b = GuardTable.builder();
-    for (DeviceBuffer buffer : guarded.buffers()) {
-      b.allow(buffer.address(), buffer.size(), GuardTable.READ_WRITE);
-    }
-    return b.build();
+    guards = new GuardedLaunches(PtxInstrumenter.instrument(Gpt2Kernels.ptx()), () -> guarded.buffers());
+    guarded = new Gpt2Device(driver, context -> new Gpt2Kernels(guards.load(context)));
   }
 
   @BeforeEach
   void needsAGpu() {
-    DriverAvailability a = CudaDriver.availability();
-    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+    CudaAndSim.assumeGpu();
   }
 
   @AfterEach
@@ -111,8 +67,7 @@ class Gpt2InstrumentedGpuTest {
       return;
     }
     plain.close();
-    launcher.close();
-    perLaunch.close();
+    guards.close();
     guarded.close();
     driver.close();
   }
@@ -124,22 +79,9 @@ class Gpt2InstrumentedGpuTest {
   @ParameterizedTest(name = "{0}")
   @MethodSource("cases")
   void instrumentedKernelsReportNothingAndComputeTheSameBits(Gpt2Cases.Case c) {
-    violations.clear();
-    int before = launches;
-    List<Gpt2Cases.Output> expected = c.run(plain);
-    List<Gpt2Cases.Output> got = c.run(guarded);
-    assertTrue(launches > before, c.name + ": no launch went through the instrumented module");
-    assertEquals(List.of(), violations, c.name + ": violations with every argument allowed");
-    for (int o = 0; o < expected.size(); o++) {
-      float[] e = expected.get(o).values();
-      float[] g = got.get(o).values();
-      for (int i = 0; i < e.length; i++) {
-        if (Float.floatToRawIntBits(e[i]) != Float.floatToRawIntBits(g[i])) {
-          fail(String.format("%s, output %s [%d]: plain %s, instrumented %s", c.name, expected.get(o).name(), i, e[i],
-              g[i]));
-        }
-      }
-    }
+    List<KernelOutput> expected = c.run(plain);
+    List<KernelOutput> got = guards.assertClean(c.name, () -> c.run(guarded));
+    KernelOutput.assertSameBits(c.name, expected, got);
   }
 
   @Test
@@ -155,14 +97,14 @@ class Gpt2InstrumentedGpuTest {
     short[] wte = Gpt2Cases.randomHalves(rnd, v * k, 0.05);
     String line = "instrumentation overhead [" + plain.context.device().name() + "]: ";
     try (DeviceGuard guard = prepare(guarded, x, w, bias, wte, m, n, v);
-        GuardedModule fixed = GuardedModule.withGuard(instrumentedModule, guard)) {
+        GuardedModule fixed = GuardedModule.withGuard(guards.module(), guard)) {
       Gpt2Kernels instrumented = new Gpt2Kernels(fixed);
       long[] p = uploads(plain, x, w, bias, wte, m, n, v);
       long[] q = addresses(guarded);
-      double pm = median(plain, s -> plain.kernels.matmul(s, p[0], p[1], p[2], p[3], m, n, k, false));
-      double im = median(guarded, s -> instrumented.matmul(s, q[0], q[1], q[2], q[3], m, n, k, false));
-      double pl = median(plain, s -> plain.kernels.lmHead(s, p[4], p[5], p[6], 1, v, k));
-      double il = median(guarded, s -> instrumented.lmHead(s, q[4], q[5], q[6], 1, v, k));
+      double pm = plain.medianMs(s -> plain.kernels.matmul(s, p[0], p[1], p[2], p[3], m, n, k, false));
+      double im = guarded.medianMs(s -> instrumented.matmul(s, q[0], q[1], q[2], q[3], m, n, k, false));
+      double pl = plain.medianMs(s -> plain.kernels.lmHead(s, p[4], p[5], p[6], 1, v, k));
+      double il = guarded.medianMs(s -> instrumented.lmHead(s, q[4], q[5], q[6], 1, v, k));
       guarded.stream.synchronize();
       ViolationReport r = guard.read();
       line += String.format("matmul M=%d K=%d N=%d plain %.3f ms, instrumented %.3f ms (%.2fx); "
@@ -176,7 +118,7 @@ class Gpt2InstrumentedGpuTest {
   /** Uploads the timing inputs on the guarded device and a guard allowing all of them. */
   private DeviceGuard prepare(Gpt2Device dev, short[] x, short[] w, short[] bias, short[] wte, int m, int n, int v) {
     uploads(dev, x, w, bias, wte, m, n, v);
-    return DeviceGuard.upload(dev.context, allBuffers());
+    return DeviceGuard.upload(dev.context, guards.allBuffers());
   }
 
   private static long[] uploads(Gpt2Device dev, short[] x, short[] w, short[] bias, short[] wte, int m, int n, int v) {
@@ -186,23 +128,5 @@ class Gpt2InstrumentedGpuTest {
 
   private static long[] addresses(Gpt2Device dev) {
     return dev.buffers().stream().mapToLong(DeviceBuffer::address).toArray();
-  }
-
-  private static double median(Gpt2Device dev, Consumer<dev.thaw.runtime.gpu.GpuStream> launch) {
-    try (GpuEvent start = dev.context.createEvent(); GpuEvent end = dev.context.createEvent()) {
-      for (int i = 0; i < 3; i++) {
-        launch.accept(dev.stream);
-      }
-      double[] t = new double[20];
-      for (int i = 0; i < t.length; i++) {
-        start.record(dev.stream);
-        launch.accept(dev.stream);
-        end.record(dev.stream);
-        end.synchronize();
-        t[i] = end.elapsedMillisSince(start);
-      }
-      Arrays.sort(t);
-      return (t[9] + t[10]) / 2;
-    }
   }
 }

@@ -2,15 +2,12 @@ package dev.thaw.examples.gpt2.kernels;
 
 import static org.junit.jupiter.api.Assertions.assertNull;
 
-import dev.thaw.runtime.gpu.DriverAvailability;
-import dev.thaw.runtime.gpu.cuda.CudaDriver;
-import dev.thaw.runtime.gpu.sim.SimDriver;
-import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.examples.function.CudaAndSim;
+import dev.thaw.examples.transformer.KernelOutput;
 import java.util.List;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.TestInstance;
@@ -26,45 +23,26 @@ import org.junit.jupiter.params.provider.MethodSource;
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class Gpt2KernelsGpuTest {
 
-  private CudaDriver cudaDriver;
-  private SimDriver simDriver;
-  private Gpt2Device cuda;
-  private Gpt2Device sim;
+  private CudaAndSim<Gpt2Device> devices;
 
   @BeforeAll
   void open() {
-    if (CudaDriver.availability().available()) {
-      cudaDriver = CudaDriver.open();
-      cuda = new Gpt2Device(cudaDriver);
-      simDriver = SimDriver.open(new SimOptions());
-      sim = new Gpt2Device(simDriver);
-    }
+    devices = CudaAndSim.openIfGpu(Gpt2Device::new);
   }
 
   @BeforeEach
   void needsAGpu() {
-    DriverAvailability a = CudaDriver.availability();
-    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+    CudaAndSim.assumeGpu();
   }
 
   @AfterEach
   void free() {
-    if (cuda != null) {
-      cuda.freeBuffers();
-      sim.freeBuffers();
-    }
+    devices.freeBuffers();
   }
 
   @AfterAll
   void close() {
-    if (cuda != null) {
-      cuda.close();
-      sim.close();
-    }
-    if (cudaDriver != null) {
-      cudaDriver.close();
-      simDriver.close();
-    }
+    devices.close();
   }
 
   static Stream<Gpt2Cases.Case> cases() {
@@ -94,9 +72,9 @@ class Gpt2KernelsGpuTest {
   @ParameterizedTest(name = "{0}")
   @MethodSource("cases")
   void cudaMatchesSim(Gpt2Cases.Case c) {
-    List<Gpt2Cases.Output> onSim = c.run(sim);
-    List<Gpt2Cases.Output> onCuda = c.run(cuda);
-    assertNull(Gpt2Cases.compare(c.name + " [" + cuda.context.device().name() + "]", "sim", onSim, "cuda",
-        onCuda));
+    List<KernelOutput> onSim = c.run(devices.sim);
+    List<KernelOutput> onCuda = c.run(devices.cuda);
+    assertNull(KernelOutput.compare(c.name + " [" + devices.cuda.context.device().name() + "]", "sim", onSim,
+        "cuda", onCuda));
   }
 }

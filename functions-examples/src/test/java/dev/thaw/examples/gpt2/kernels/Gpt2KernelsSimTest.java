@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.thaw.examples.transformer.KernelOutput;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.util.List;
@@ -76,23 +77,23 @@ class Gpt2KernelsSimTest {
   @ParameterizedTest(name = "{0}")
   @MethodSource("cases")
   void matchesTheFp64Reference(Gpt2Cases.Case c) {
-    List<Gpt2Cases.Output> got = c.run(dev);
-    List<Gpt2Cases.Output> expected = c.reference();
-    assertNull(Gpt2Cases.compare(c.name, "reference", expected, "sim", got));
+    List<KernelOutput> got = c.run(dev);
+    List<KernelOutput> expected = c.reference();
+    assertNull(KernelOutput.compare(c.name, "reference", expected, "sim", got));
   }
 
   @Test
   void comparisonNamesTheCaseTheIndexAndBothValues() {
-    var expected = List.of(Gpt2Cases.Output.fp32("logits", new float[] {1, 2, 3, 4}, 2));
-    var got = List.of(Gpt2Cases.Output.fp32("logits", new float[] {1, 2, 3.01f, 4}, 2));
-    assertNull(Gpt2Cases.compare("k", "sim", expected, "cuda", expected));
-    String report = Gpt2Cases.compare("gpt2_lm_head M=2", "sim", expected, "cuda", got);
+    var expected = List.of(KernelOutput.fp32("logits", new float[] {1, 2, 3, 4}, 2));
+    var got = List.of(KernelOutput.fp32("logits", new float[] {1, 2, 3.01f, 4}, 2));
+    assertNull(KernelOutput.compare("k", "sim", expected, "cuda", expected));
+    String report = KernelOutput.compare("gpt2_lm_head M=2", "sim", expected, "cuda", got);
     assertNotNull(report);
     assertTrue(report.contains("gpt2_lm_head M=2") && report.contains("[2] (row 1, col 0)")
         && report.contains("sim 3.0") && report.contains("cuda 3.01"), report);
-    var exact = List.of(Gpt2Cases.Output.exact("argmax", new int[] {5}, 1));
+    var exact = List.of(KernelOutput.exact("argmax", new int[] {5}, 1));
     assertNotNull(
-        Gpt2Cases.compare("a", "sim", exact, "cuda", List.of(Gpt2Cases.Output.exact("argmax", new int[] {4}, 1))));
+        KernelOutput.compare("a", "sim", exact, "cuda", List.of(KernelOutput.exact("argmax", new int[] {4}, 1))));
   }
 
   @Test

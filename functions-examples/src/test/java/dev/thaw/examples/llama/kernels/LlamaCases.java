@@ -1,15 +1,18 @@
 package dev.thaw.examples.llama.kernels;
 
-import dev.thaw.examples.gpt2.kernels.Gpt2Cases;
-import dev.thaw.examples.gpt2.kernels.Gpt2Cases.Output;
+import static dev.thaw.examples.transformer.KernelOutput.exact;
+import static dev.thaw.examples.transformer.KernelOutput.floats;
+import static dev.thaw.examples.transformer.KernelOutput.fp32;
+
 import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
+import dev.thaw.examples.transformer.KernelOutput;
 import java.util.List;
 import java.util.Random;
 
 /**
  * Kernel cases shared by the sim test (device vs. a plain fp64 reference written here, independently of the
  * twins) and the GPU equivalence test (CUDA vs. sim). Inputs are seeded and never zero. Outputs and their
- * comparison are GPT-2's ({@link Gpt2Cases#compare}).
+ * comparison are {@link KernelOutput}'s.
  */
 final class LlamaCases {
 
@@ -23,9 +26,9 @@ final class LlamaCases {
       this.name = name;
     }
 
-    abstract List<Output> run(LlamaDevice dev);
+    abstract List<KernelOutput> run(LlamaDevice dev);
 
-    abstract List<Output> reference();
+    abstract List<KernelOutput> reference();
 
     /** Whether it launches a wgmma product (the sm_90a module on a compute capability 9.0 device only). */
     boolean wgmma() {
@@ -38,40 +41,16 @@ final class LlamaCases {
     }
   }
 
-  static Output exact(String name, float[] values, int width) {
-    return new Output(name, values, width, true, 0, 0);
-  }
-
-  static Output exact(String name, int[] values, int width) {
-    float[] f = new float[values.length];
-    for (int i = 0; i < f.length; i++) {
-      f[i] = values[i];
-    }
-    return exact(name, f, width);
-  }
-
   /** 16-bit outputs: one rounding (2^-9 relative for bf16, 2^-12 for fp16) plus fp32 noise, either side. */
-  static Output half(HalfType type, String name, short[] values, int width) {
+  static KernelOutput half(HalfType type, String name, short[] values, int width) {
     float[] f = new float[values.length];
     type.toFloats(values, 0, f, 0, f.length);
     return tolerant(type, name, f, width);
   }
 
-  static Output tolerant(HalfType type, String name, float[] values, int width) {
-    return type == HalfType.BF16 ? new Output(name, values, width, false, 2e-2, 4e-3)
-        : new Output(name, values, width, false, 1e-2, 1e-3);
-  }
-
-  static Output fp32(String name, float[] values, int width) {
-    return new Output(name, values, width, false, 1e-4, 1e-4);
-  }
-
-  static float[] floats(double[] a) {
-    float[] f = new float[a.length];
-    for (int i = 0; i < a.length; i++) {
-      f[i] = (float) a[i];
-    }
-    return f;
+  static KernelOutput tolerant(HalfType type, String name, float[] values, int width) {
+    return type == HalfType.BF16 ? new KernelOutput(name, values, width, false, 2e-2, 4e-3)
+        : new KernelOutput(name, values, width, false, 1e-2, 1e-3);
   }
 
   /** 16-bit values of magnitude in [0.05, 1] * scale, random sign: never zero. */
@@ -111,14 +90,14 @@ final class LlamaCases {
     }
     return new Case(String.format("llama_embed %s M=%d C=%d V=%d", type, M, C, V)) {
       @Override
-      List<Output> run(LlamaDevice dev) {
+      List<KernelOutput> run(LlamaDevice dev) {
         long x = dev.upload(randomFloats(rnd, M * C, 1));
         dev.kernels(type).embed(dev.stream, dev.upload(table), dev.upload(tokens), x, M, C, V);
         return List.of(exact("x", dev.floats(x, M * C), C));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] t = values(type, table);
         float[] x = new float[M * C];
         for (int m = 0; m < M; m++) {
@@ -138,14 +117,14 @@ final class LlamaCases {
     float eps = 1e-5f;
     return new Case(String.format("llama_rmsnorm %s M=%d C=%d", type, M, C)) {
       @Override
-      List<Output> run(LlamaDevice dev) {
+      List<KernelOutput> run(LlamaDevice dev) {
         long y = dev.upload(new short[M * C]);
         dev.kernels(type).rmsnorm(dev.stream, dev.upload(x), dev.upload(w), y, M, C, eps);
         return List.of(half(type, "y", dev.halves(y, M * C), C));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] wd = values(type, w);
         double[] y = new double[M * C];
         for (int m = 0; m < M; m++) {
@@ -178,7 +157,7 @@ final class LlamaCases {
     return new Case(String.format("%s %s M=%d N=%d K=%d %s%s", kernel, type, M, N, K, epilogue,
         bias ? "+bias" : "")) {
       @Override
-      List<Output> run(LlamaDevice dev) {
+      List<KernelOutput> run(LlamaDevice dev) {
         long out = epilogue == Epilogue.STORE ? dev.upload(new short[M * N]) : dev.upload(r0);
         dev.kernels(type).linear(dev.stream, dev.upload(X), dev.upload(W), bias ? dev.upload(b) : 0, out, M, N, K,
             epilogue);
@@ -189,7 +168,7 @@ final class LlamaCases {
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] x = values(type, X);
         double[] w = values(type, W);
         double[] y = new double[M * N];
@@ -227,7 +206,7 @@ final class LlamaCases {
     short[] v0 = random(type, rnd, cacheLen, 1);
     return new Case(String.format("llama_rope_kv %s M=%d Hq=%d Hkv=%d D=%d maxT=%d", type, M, Hq, Hkv, D, maxT)) {
       @Override
-      List<Output> run(LlamaDevice dev) {
+      List<KernelOutput> run(LlamaDevice dev) {
         long q = dev.upload(qkv);
         long kc = dev.upload(k0);
         long vc = dev.upload(v0);
@@ -238,7 +217,7 @@ final class LlamaCases {
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] q = values(type, qkv);
         double[] kc = values(type, k0);
         double[] vc = values(type, v0);
@@ -295,7 +274,7 @@ final class LlamaCases {
       }
 
       @Override
-      List<Output> run(LlamaDevice dev) {
+      List<KernelOutput> run(LlamaDevice dev) {
         boolean half = epilogue == Epilogue.STORE || epilogue == Epilogue.SWIGLU;
         long out = half ? dev.upload(new short[M * width]) : dev.upload(r0);
         dev.kernels(type).gemm(dev.stream, tile, dev.upload(X), dev.upload(W), bias ? dev.upload(b) : 0, out, M, N,
@@ -307,7 +286,7 @@ final class LlamaCases {
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] x = values(type, X);
         double[] w = values(type, W);
         double[] s = new double[M * N];
@@ -399,7 +378,7 @@ final class LlamaCases {
     };
     return new Case(String.format("%s %s M=%d Hq=%d Hkv=%d D=%d maxT=%d", name, type, M, Hq, Hkv, D, maxT)) {
       @Override
-      List<Output> run(LlamaDevice dev) {
+      List<KernelOutput> run(LlamaDevice dev) {
         long out = dev.upload(new short[M * Hq * D]);
         LlamaKernels k = dev.kernels(type);
         long q = dev.upload(qkv);
@@ -421,7 +400,7 @@ final class LlamaCases {
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] q = values(type, qkv);
         double[] k = values(type, kc);
         double[] v = values(type, vc);
@@ -464,7 +443,7 @@ final class LlamaCases {
             }
           }
         }
-        Output o = tolerant(type, "out", floats(out), Hq * D);
+        KernelOutput o = tolerant(type, "out", floats(out), Hq * D);
         return List.of(allowance != null ? o.withAllowance(allowance) : o);
       }
     };
@@ -475,14 +454,14 @@ final class LlamaCases {
     short[] gu = random(type, rnd, M * 2 * I, 4);
     return new Case(String.format("llama_swiglu %s M=%d I=%d", type, M, I)) {
       @Override
-      List<Output> run(LlamaDevice dev) {
+      List<KernelOutput> run(LlamaDevice dev) {
         long y = dev.upload(new short[M * I]);
         dev.kernels(type).swiglu(dev.stream, dev.upload(gu), y, M, I);
         return List.of(half(type, "y", dev.halves(y, M * I), I));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         double[] v = values(type, gu);
         double[] y = new double[M * I];
         for (int m = 0; m < M; m++) {
@@ -505,14 +484,14 @@ final class LlamaCases {
     }
     return new Case(String.format("llama_argmax M=%d V=%d", M, V)) {
       @Override
-      List<Output> run(LlamaDevice dev) {
+      List<KernelOutput> run(LlamaDevice dev) {
         long out = dev.upload(new int[M]);
         dev.kernels(HalfType.BF16).argmax(dev.stream, dev.upload(logits), out, M, V);
         return List.of(exact("ids", dev.ints(out, M), M));
       }
 
       @Override
-      List<Output> reference() {
+      List<KernelOutput> reference() {
         int[] ids = new int[M];
         for (int m = 0; m < M; m++) {
           int best = 0;

@@ -1,32 +1,19 @@
 package dev.thaw.examples.llama.kernels;
 
-import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assertions.fail;
 
-import dev.thaw.examples.gpt2.kernels.Gpt2Cases;
+import dev.thaw.examples.function.CudaAndSim;
+import dev.thaw.examples.function.GuardedLaunches;
 import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
 import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
-import dev.thaw.runtime.gpu.DeviceBuffer;
-import dev.thaw.runtime.gpu.DriverAvailability;
-import dev.thaw.runtime.gpu.GpuEvent;
-import dev.thaw.runtime.gpu.GpuModule;
-import dev.thaw.runtime.gpu.GpuStream;
-import dev.thaw.runtime.gpu.Kernel;
-import dev.thaw.runtime.gpu.KernelArgs;
+import dev.thaw.examples.transformer.KernelOutput;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
 import dev.thaw.runtime.ptx.instrument.DeviceGuard;
-import dev.thaw.runtime.ptx.instrument.GuardTable;
 import dev.thaw.runtime.ptx.instrument.GuardedModule;
-import dev.thaw.runtime.ptx.instrument.InstrumentedModule;
 import dev.thaw.runtime.ptx.instrument.PtxInstrumenter;
-import dev.thaw.runtime.ptx.instrument.ValidatingLauncher;
 import dev.thaw.runtime.ptx.instrument.ViolationReport;
-import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
-import java.util.function.Consumer;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
@@ -50,12 +37,7 @@ class LlamaInstrumentedGpuTest {
   private CudaDriver driver;
   private LlamaDevice plain;
   private LlamaDevice guarded;
-  private GpuModule instrumentedModule;
-  private GuardedModule perLaunch;
-  private ValidatingLauncher launcher;
-  private InstrumentedModule instrumented;
-  private final List<String> violations = new ArrayList<>();
-  private int launches;
+  private GuardedLaunches guards;
 
   @BeforeAll
   void open() {
@@ -65,43 +47,14 @@ class LlamaInstrumentedGpuTest {
     driver = CudaDriver.open();
     plain = new LlamaDevice(driver);
     // The module this GPU runs: the sm_90a build, wgmma products included, on an H100/H200.
-    instrumented = PtxInstrumenter.instrument(LlamaKernels.ptx(driver.devices().get(0)));
-    guarded = new LlamaDevice(driver, (context, type) -> {
-      launcher = new ValidatingLauncher(context);
-      instrumentedModule = context.loadPtx(instrumented.ptx());
-      perLaunch = GuardedModule.perLaunch(instrumentedModule, launcher, new GuardedModule.Policy() {
-        @Override
-        public GuardTable allowed(Kernel kernel, KernelArgs args) {
-          return allBuffers();
-        }
-
-        @Override
-        public void report(Kernel kernel, KernelArgs args, ViolationReport report) {
-          launches++;
-          if (!report.clean()) {
-            violations.add(kernel.name() + ": " + report.total() + " violations, first "
-                + report.recorded().subList(0, Math.min(5, report.recorded().size())) + " at sites "
-                + report.recorded().stream().limit(5).map(v -> instrumented.site(v.site()).toString()).toList());
-          }
-        }
-      });
-      return new LlamaKernels(perLaunch, type);
-    });
-  }
-
-  /** Every buffer the case uploaded, read-write: the launch's real arguments. */
-  private GuardTable allBuffers() {
-    GuardTable.Builder b = GuardTable.builder();
-    for (DeviceBuffer buffer : guarded.buffers()) {
-      b.allow(buffer.address(), buffer.size(), GuardTable.READ_WRITE);
-    }
-    return b.build();
+    guards = new GuardedLaunches(PtxInstrumenter.instrument(LlamaKernels.ptx(driver.devices().get(0))),
+        () -> guarded.buffers());
+    guarded = new LlamaDevice(driver, (context, type) -> new LlamaKernels(guards.load(context), type));
   }
 
   @BeforeEach
   void needsAGpu() {
-    DriverAvailability a = CudaDriver.availability();
-    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+    CudaAndSim.assumeGpu();
   }
 
   @AfterEach
@@ -118,8 +71,7 @@ class LlamaInstrumentedGpuTest {
       return;
     }
     plain.close();
-    launcher.close();
-    perLaunch.close();
+    guards.close();
     guarded.close();
     driver.close();
   }
@@ -133,22 +85,9 @@ class LlamaInstrumentedGpuTest {
   void instrumentedKernelsReportNothingAndComputeTheSameBits(LlamaCases.Case c) {
     Assumptions.assumeTrue(!c.wgmma() || guarded.kernels(HalfType.BF16).wgmma(),
         () -> c.name + ": wgmma runs on compute capability 9.0 only; this GPU is " + plain.context.device().smArch());
-    violations.clear();
-    int before = launches;
-    List<Gpt2Cases.Output> expected = c.run(plain);
-    List<Gpt2Cases.Output> got = c.run(guarded);
-    assertTrue(launches > before, c.name + ": no launch went through the instrumented module");
-    assertEquals(List.of(), violations, c.name + ": violations with every argument allowed");
-    for (int o = 0; o < expected.size(); o++) {
-      float[] e = expected.get(o).values();
-      float[] g = got.get(o).values();
-      for (int i = 0; i < e.length; i++) {
-        if (Float.floatToRawIntBits(e[i]) != Float.floatToRawIntBits(g[i])) {
-          fail(String.format("%s, output %s [%d]: plain %s, instrumented %s", c.name, expected.get(o).name(), i, e[i],
-              g[i]));
-        }
-      }
-    }
+    List<KernelOutput> expected = c.run(plain);
+    List<KernelOutput> got = guards.assertClean(c.name, () -> c.run(guarded));
+    KernelOutput.assertSameBits(c.name, expected, got);
   }
 
   /**
@@ -173,22 +112,22 @@ class LlamaInstrumentedGpuTest {
     float scale = (float) (1 / Math.sqrt(d));
     long[] p = uploads(plain, x, w, qkv, cache, rp, m, n, hq, d);
     long[] q = uploads(guarded, x, w, qkv, cache, rp, m, n, hq, d);
-    try (DeviceGuard guard = DeviceGuard.upload(guarded.context, allBuffers());
-        GuardedModule fixed = GuardedModule.withGuard(instrumentedModule, guard)) {
+    try (DeviceGuard guard = DeviceGuard.upload(guarded.context, guards.allBuffers());
+        GuardedModule fixed = GuardedModule.withGuard(guards.module(), guard)) {
       LlamaKernels ik = new LlamaKernels(fixed, bf);
       LlamaKernels pk = plain.kernels(bf);
-      double pg = median(plain, s -> pk.gemm(s, GemmTile.LARGE, p[0], p[1], 0, p[2], m, n, k, Epilogue.SWIGLU));
-      double ig = median(guarded, s -> ik.gemm(s, GemmTile.LARGE, q[0], q[1], 0, q[2], m, n, k, Epilogue.SWIGLU));
+      double pg = plain.medianMs(s -> pk.gemm(s, GemmTile.LARGE, p[0], p[1], 0, p[2], m, n, k, Epilogue.SWIGLU));
+      double ig = guarded.medianMs(s -> ik.gemm(s, GemmTile.LARGE, q[0], q[1], 0, q[2], m, n, k, Epilogue.SWIGLU));
       String wg = "";
       if (pk.wgmma() && ik.wgmma()) {
         GemmTile t = GemmTile.WGMMA_LARGE;
-        double pw = median(plain, s -> pk.gemm(s, t, p[0], p[1], 0, p[2], m, n, k, Epilogue.SWIGLU));
-        double iw = median(guarded, s -> ik.gemm(s, t, q[0], q[1], 0, q[2], m, n, k, Epilogue.SWIGLU));
+        double pw = plain.medianMs(s -> pk.gemm(s, t, p[0], p[1], 0, p[2], m, n, k, Epilogue.SWIGLU));
+        double iw = guarded.medianMs(s -> ik.gemm(s, t, q[0], q[1], 0, q[2], m, n, k, Epilogue.SWIGLU));
         wg = String.format("; %s SwiGLU plain %.3f ms, instrumented %.3f ms (%.2fx)", t.entry(), pw, iw, iw / pw);
       }
-      double pa = median(plain, s -> pk.flashAttention(s, p[3], p[4], p[5], p[6], p[7], p[8], m, hq, hkv, d, m,
+      double pa = plain.medianMs(s -> pk.flashAttention(s, p[3], p[4], p[5], p[6], p[7], p[8], m, hq, hkv, d, m,
           scale));
-      double ia = median(guarded, s -> ik.flashAttention(s, q[3], q[4], q[5], q[6], q[7], q[8], m, hq, hkv, d, m,
+      double ia = guarded.medianMs(s -> ik.flashAttention(s, q[3], q[4], q[5], q[6], q[7], q[8], m, hq, hkv, d, m,
           scale));
       guarded.stream.synchronize();
       ViolationReport r = guard.read();
@@ -206,23 +145,5 @@ class LlamaInstrumentedGpuTest {
     return new long[] {dev.upload(x), dev.upload(w), dev.upload(new short[m * n / 2]), dev.upload(qkv),
         dev.upload(cache), dev.upload(cache), dev.upload(new short[m * hq * d]), dev.upload(rp[1]),
         dev.upload(rp[0])};
-  }
-
-  private static double median(LlamaDevice dev, Consumer<GpuStream> launch) {
-    try (GpuEvent start = dev.context.createEvent(); GpuEvent end = dev.context.createEvent()) {
-      for (int i = 0; i < 3; i++) {
-        launch.accept(dev.stream);
-      }
-      double[] t = new double[20];
-      for (int i = 0; i < t.length; i++) {
-        start.record(dev.stream);
-        launch.accept(dev.stream);
-        end.record(dev.stream);
-        end.synchronize();
-        t[i] = end.elapsedMillisSince(start);
-      }
-      Arrays.sort(t);
-      return (t[9] + t[10]) / 2;
-    }
   }
 }

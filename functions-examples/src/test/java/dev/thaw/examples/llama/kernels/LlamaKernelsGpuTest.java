@@ -2,15 +2,15 @@ package dev.thaw.examples.llama.kernels;
 
 import static org.junit.jupiter.api.Assertions.assertNull;
 
-import dev.thaw.examples.gpt2.kernels.Gpt2Cases;
+import dev.thaw.examples.function.CudaAndSim;
 import dev.thaw.examples.llama.LlamaConfig;
 import dev.thaw.examples.llama.kernels.LlamaCases.AttentionKernel;
 import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
 import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
+import dev.thaw.examples.transformer.KernelOutput;
 import dev.thaw.runtime.gpu.DriverAvailability;
 import dev.thaw.runtime.gpu.cuda.CudaDriver;
-import dev.thaw.runtime.gpu.sim.SimDriver;
-import dev.thaw.runtime.gpu.sim.SimOptions;
+import java.util.List;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
@@ -33,45 +33,26 @@ import org.junit.jupiter.params.provider.MethodSource;
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class LlamaKernelsGpuTest {
 
-  private CudaDriver cudaDriver;
-  private SimDriver simDriver;
-  private LlamaDevice cuda;
-  private LlamaDevice sim;
+  private CudaAndSim<LlamaDevice> devices;
 
   @BeforeAll
   void open() {
-    if (CudaDriver.availability().available()) {
-      cudaDriver = CudaDriver.open();
-      cuda = new LlamaDevice(cudaDriver);
-      simDriver = SimDriver.open(new SimOptions());
-      sim = new LlamaDevice(simDriver);
-    }
+    devices = CudaAndSim.openIfGpu(LlamaDevice::new);
   }
 
   @BeforeEach
   void needsAGpu() {
-    DriverAvailability a = CudaDriver.availability();
-    Assumptions.assumeTrue(a.available(), () -> "no usable GPU: " + a.unavailabilityCause());
+    CudaAndSim.assumeGpu();
   }
 
   @AfterEach
   void free() {
-    if (cuda != null) {
-      cuda.freeBuffers();
-      sim.freeBuffers();
-    }
+    devices.freeBuffers();
   }
 
   @AfterAll
   void close() {
-    if (cuda != null) {
-      cuda.close();
-      sim.close();
-    }
-    if (cudaDriver != null) {
-      cudaDriver.close();
-      simDriver.close();
-    }
+    devices.close();
   }
 
   static Stream<LlamaCases.Case> cases() {
@@ -80,12 +61,12 @@ class LlamaKernelsGpuTest {
       // The real cases hold about a gigabyte of inputs: make none where they cannot run. This one is skipped.
       return Stream.of(new LlamaCases.Case("no usable GPU: " + a.unavailabilityCause()) {
         @Override
-        java.util.List<Gpt2Cases.Output> run(LlamaDevice dev) {
+        List<KernelOutput> run(LlamaDevice dev) {
           throw new IllegalStateException(name);
         }
 
         @Override
-        java.util.List<Gpt2Cases.Output> reference() {
+        List<KernelOutput> reference() {
           throw new IllegalStateException(name);
         }
       });
@@ -168,9 +149,10 @@ class LlamaKernelsGpuTest {
   @ParameterizedTest(name = "{0}")
   @MethodSource("cases")
   void cudaMatchesSim(LlamaCases.Case c) {
+    LlamaDevice cuda = devices.cuda;
     Assumptions.assumeTrue(!c.wgmma() || cuda.kernels(HalfType.BF16).wgmma(),
         () -> c.name + ": wgmma runs on compute capability 9.0 only; this GPU is " + cuda.context.device().smArch());
-    assertNull(Gpt2Cases.compare(c.name + " [" + cuda.context.device().name() + "]", "sim", c.run(sim), "cuda",
-        c.run(cuda)));
+    assertNull(KernelOutput.compare(c.name + " [" + cuda.context.device().name() + "]", "sim", c.run(devices.sim),
+        "cuda", c.run(cuda)));
   }
 }

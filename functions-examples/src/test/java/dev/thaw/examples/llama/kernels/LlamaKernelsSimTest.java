@@ -2,11 +2,11 @@ package dev.thaw.examples.llama.kernels;
 
 import static org.junit.jupiter.api.Assertions.assertNull;
 
-import dev.thaw.examples.gpt2.kernels.Gpt2Cases;
 import dev.thaw.examples.llama.LlamaConfig;
 import dev.thaw.examples.llama.kernels.LlamaCases.AttentionKernel;
 import dev.thaw.examples.llama.kernels.LlamaKernels.Epilogue;
 import dev.thaw.examples.llama.kernels.LlamaKernels.GemmTile;
+import dev.thaw.examples.transformer.KernelOutput;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.util.stream.Stream;
@@ -101,6 +101,6 @@ class LlamaKernelsSimTest {
   @ParameterizedTest(name = "{0}")
   @MethodSource("cases")
   void simMatchesTheReference(LlamaCases.Case c) {
-    assertNull(Gpt2Cases.compare(c.name, "reference", c.reference(), "sim", c.run(sim)));
+    assertNull(KernelOutput.compare(c.name, "reference", c.reference(), "sim", c.run(sim)));
   }
 }
