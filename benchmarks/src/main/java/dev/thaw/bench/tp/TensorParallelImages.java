@@ -116,14 +116,25 @@ public final class TensorParallelImages {
 
   /**
    * Restores every rank at once ({@code plans} and {@code targets} by rank) and makes the model over the restored
-   * sessions; a failure anywhere closes whatever was restored before it is thrown.
+   * sessions; a failure anywhere closes whatever was restored before it is thrown. The restores start with their
+   * background streaming held back until the model has granted each rank's exchange buffers to the other ranks'
+   * devices, so no peer grant changes a mapping while a restore copy into it is in flight; then they stream the rest
+   * if {@code options} says so.
    */
   public static Cold start(GroupRestorer restorer, List<RestorePlan> plans, List<GroupRestorer.Target> targets,
       OnDemandOptions options) {
-    GroupRestorer.GroupRestore restore = restorer.restore(plans, targets, options);
+    OnDemandOptions held = new OnDemandOptions().setStreamInBackground(false).setPromotion(options.promotion())
+        .setWindowBytes(options.windowBytes()).setTrace(options.trace()).setValidate(options.validate())
+        .setPollNanos(options.pollNanos()).setHelpers(options.helpers()).setHelperShare(options.helperShare())
+        .setSlabSource(options.slabSource());
+    GroupRestorer.GroupRestore restore = restorer.restore(plans, targets, held);
     try {
-      return new Cold(restore, LlamaTensorParallel.restored(restore.sessions(),
-          restore.states(LlamaRankFunction.State.class)));
+      LlamaTensorParallel model = LlamaTensorParallel.restored(restore.sessions(),
+          restore.states(LlamaRankFunction.State.class));
+      if (options.streamInBackground()) {
+        restore.streamRest();
+      }
+      return new Cold(restore, model);
     } catch (RuntimeException | Error e) {
       try {
         restore.close();
