@@ -16,6 +16,7 @@ import dev.thaw.image.build.Chunker;
 import dev.thaw.image.build.GroupImageBuilder;
 import dev.thaw.image.restore.GroupRestorer;
 import dev.thaw.image.restore.OnDemandOptions;
+import dev.thaw.image.restore.PreparedRestore;
 import dev.thaw.image.restore.RestorePlan;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuDriver;
@@ -123,11 +124,25 @@ public final class TensorParallelImages {
    */
   public static Cold start(GroupRestorer restorer, List<RestorePlan> plans, List<GroupRestorer.Target> targets,
       OnDemandOptions options) {
-    OnDemandOptions held = new OnDemandOptions().setStreamInBackground(false).setPromotion(options.promotion())
+    return connect(restorer.restore(plans, targets, held(options)), options);
+  }
+
+  /** As {@link #start}, from ranks {@link GroupRestorer#prepare prepared} ahead (their modules already loaded). */
+  public static Cold startPrepared(GroupRestorer restorer, List<PreparedRestore> prepared,
+      List<GroupRestorer.Target> targets, OnDemandOptions options) {
+    return connect(restorer.restorePrepared(prepared, targets, held(options)), options);
+  }
+
+  /** {@code options} with the background streaming held back. */
+  private static OnDemandOptions held(OnDemandOptions options) {
+    return new OnDemandOptions().setStreamInBackground(false).setPromotion(options.promotion())
         .setWindowBytes(options.windowBytes()).setTrace(options.trace()).setValidate(options.validate())
         .setPollNanos(options.pollNanos()).setHelpers(options.helpers()).setHelperShare(options.helperShare())
         .setSlabSource(options.slabSource());
-    GroupRestorer.GroupRestore restore = restorer.restore(plans, targets, held);
+  }
+
+  /** The model over the restored ranks; then the rest streams if {@code options} says so. */
+  private static Cold connect(GroupRestorer.GroupRestore restore, OnDemandOptions options) {
     try {
       LlamaTensorParallel model = LlamaTensorParallel.restored(restore.sessions(),
           restore.states(LlamaRankFunction.State.class));

@@ -26,6 +26,7 @@ import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
 import dev.thaw.image.restore.PinnedImageSource;
+import dev.thaw.image.restore.PreparedRestore;
 import dev.thaw.image.restore.RestorePlan;
 import dev.thaw.image.restore.RestoreResources;
 import dev.thaw.image.restore.RestoreSource;
@@ -280,6 +281,13 @@ class TensorParallelImageTest {
         ImageRestoreException e = assertThrows(ImageRestoreException.class,
             () -> TensorParallelImages.start(new GroupRestorer(store), plans, t.targets, new OnDemandOptions()));
         assertTrue(e.getMessage().startsWith("rank 1 of 2"), e.getMessage());
+        assertEquals(0, t.driver.memoryInUse(), "rank 0's restore was closed");
+        // Prepared ahead, the same: every prepared rank is taken by its restore or closed.
+        GroupRestorer restorer = new GroupRestorer(store);
+        List<PreparedRestore> prepared = restorer.prepare(plans, t.targets);
+        assertThrows(ImageRestoreException.class,
+            () -> TensorParallelImages.startPrepared(restorer, prepared, t.targets, new OnDemandOptions()));
+        assertTrue(prepared.stream().allMatch(PreparedRestore::taken));
         assertEquals(0, t.driver.memoryInUse(), "rank 0's restore was closed");
       }
       // The same targets serve the next start.

@@ -40,9 +40,68 @@ public final class GroupRestorer {
    *     rank's restore is closed by then
    */
   public GroupRestore restore(List<RestorePlan> plans, List<Target> targets, OnDemandOptions options) {
+    check(plans.size(), targets);
+    return start(plans, targets, (r, t) -> restorer.restore(plans.get(r), t.context(), t.source(), t.resources(),
+        options));
+  }
+
+  /**
+   * Does ahead of a cold start, for every rank at once, what depends on neither its bytes nor a request
+   * ({@link OnDemandRestorer#prepare}: the function and state read, the modules loaded into its context), as a pool
+   * worker does for an image while it is idle.
+   *
+   * @throws ImageRestoreException naming the first rank that failed; every rank prepared is closed by then
+   */
+  public List<PreparedRestore> prepare(List<RestorePlan> plans, List<Target> targets) {
     int n = plans.size();
+    check(n, targets);
+    ExecutorService threads = Executors.newFixedThreadPool(n, Threads.daemonFactory("thaw-group-prepare"));
+    try {
+      List<Future<PreparedRestore>> started = new ArrayList<>();
+      for (int r = 0; r < n; r++) {
+        RestorePlan plan = plans.get(r);
+        Target t = targets.get(r);
+        started.add(threads.submit(() -> restorer.prepare(plan, t.context(), t.source())));
+      }
+      List<PreparedRestore> done = new ArrayList<>();
+      ImageRestoreException failure = collect(plans, started, done);
+      if (failure != null) {
+        done.forEach(p -> {
+          if (p != null) {
+            p.close();
+          }
+        });
+        throw failure;
+      }
+      return List.copyOf(done);
+    } finally {
+      threads.shutdown();
+    }
+  }
+
+  /**
+   * As {@link #restore}, from every rank {@link #prepare prepared} in its target's context (rank r's at r); each
+   * prepared rank passes to its restore, or is closed when the group's start fails.
+   */
+  public GroupRestore restorePrepared(List<PreparedRestore> prepared, List<Target> targets, OnDemandOptions options) {
+    check(prepared.size(), targets);
+    List<RestorePlan> plans = prepared.stream().map(PreparedRestore::plan).toList();
+    try {
+      return start(plans, targets, (r, t) -> restorer.restore(prepared.get(r), t.source(), t.resources(), options));
+    } catch (RuntimeException | Error e) {
+      // A rank whose restore never took its prepared state still holds its modules.
+      prepared.forEach(p -> {
+        if (!p.taken()) {
+          p.close();
+        }
+      });
+      throw e;
+    }
+  }
+
+  private static void check(int n, List<Target> targets) {
     if (targets.size() != n || n == 0) {
-      throw new IllegalArgumentException(n + " rank plans and " + targets.size() + " targets: one target per rank");
+      throw new IllegalArgumentException(n + " ranks and " + targets.size() + " targets: one target per rank");
     }
     for (int a = 0; a < n; a++) {
       for (int b = a + 1; b < n; b++) {
@@ -52,41 +111,27 @@ public final class GroupRestorer {
         }
       }
     }
+  }
+
+  /** One rank's restore, started on the rank's thread. */
+  @FunctionalInterface
+  private interface RankStart {
+    OnDemandRestore start(int rank, Target target) throws Exception;
+  }
+
+  private GroupRestore start(List<RestorePlan> plans, List<Target> targets, RankStart each) {
+    int n = plans.size();
     long start = System.nanoTime();
     ExecutorService threads = Executors.newFixedThreadPool(n, Threads.daemonFactory("thaw-group-restore"));
     List<Future<OnDemandRestore>> started = new ArrayList<>();
     try {
       for (int r = 0; r < n; r++) {
-        RestorePlan plan = plans.get(r);
+        int rank = r;
         Target t = targets.get(r);
-        started.add(threads.submit(() -> restorer.restore(plan, t.context(), t.source(), t.resources(), options)));
+        started.add(threads.submit(() -> each.start(rank, t)));
       }
-      OnDemandRestore[] done = new OnDemandRestore[n];
-      ImageRestoreException failure = null;
-      boolean interrupted = false;
-      for (int r = 0; r < n; r++) {
-        for (;;) {
-          try {
-            done[r] = started.get(r).get();
-            break;
-          } catch (InterruptedException e) {
-            // Every restore started is waited for, so none is left running with nobody to close it.
-            interrupted = true;
-          } catch (ExecutionException e) {
-            ImageRestoreException f = new ImageRestoreException("rank " + r + " of " + n + " ("
-                + plans.get(r).manifest().function().className() + "): " + message(e.getCause()), e.getCause());
-            if (failure == null) {
-              failure = f;
-            } else {
-              failure.addSuppressed(f);
-            }
-            break;
-          }
-        }
-      }
-      if (interrupted) {
-        Thread.currentThread().interrupt();
-      }
+      List<OnDemandRestore> done = new ArrayList<>();
+      ImageRestoreException failure = collect(plans, started, done);
       if (failure != null) {
         for (OnDemandRestore d : done) {
           if (d != null) {
@@ -99,10 +144,46 @@ public final class GroupRestorer {
         }
         throw failure;
       }
-      return new GroupRestore(List.of(done), (System.nanoTime() - start) / 1e6);
+      return new GroupRestore(List.copyOf(done), (System.nanoTime() - start) / 1e6);
     } finally {
       threads.shutdown();
     }
+  }
+
+  /**
+   * Waits for every rank's task, each result (or null) into {@code done} by rank; the first failure naming its rank,
+   * the others suppressed in it, or null. Every task is waited for, so none is left running with nobody to close what
+   * it made.
+   */
+  private static <T> ImageRestoreException collect(List<RestorePlan> plans, List<Future<T>> started, List<T> done) {
+    int n = started.size();
+    ImageRestoreException failure = null;
+    boolean interrupted = false;
+    for (int r = 0; r < n; r++) {
+      T got = null;
+      for (;;) {
+        try {
+          got = started.get(r).get();
+          break;
+        } catch (InterruptedException e) {
+          interrupted = true;
+        } catch (ExecutionException e) {
+          ImageRestoreException f = new ImageRestoreException("rank " + r + " of " + n + " ("
+              + plans.get(r).manifest().function().className() + "): " + message(e.getCause()), e.getCause());
+          if (failure == null) {
+            failure = f;
+          } else {
+            failure.addSuppressed(f);
+          }
+          break;
+        }
+      }
+      done.add(got);
+    }
+    if (interrupted) {
+      Thread.currentThread().interrupt();
+    }
+    return failure;
   }
 
   private static String message(Throwable e) {
