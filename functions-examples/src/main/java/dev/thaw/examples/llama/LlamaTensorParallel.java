@@ -63,6 +63,11 @@ public final class LlamaTensorParallel implements AutoCloseable {
   /** Bytes of a tensor read at once, whole rows, and dealt to the ranks whose pieces cover them. */
   static final int READ_BLOCK = 64 << 20;
 
+  /** Buffer names of a session rank's exchange buffers: the attention's and the MLP's partials, the logit slice. */
+  static final String PARTIAL_ATTN = "tp.partial.attn";
+  static final String PARTIAL_MLP = "tp.partial.mlp";
+  static final String LOGIT_SLICES = "tp.logit_slices";
+
   /**
    * A greedy request's outcome.
    *
@@ -374,11 +379,6 @@ public final class LlamaTensorParallel implements AutoCloseable {
       throw e;
     }
   }
-
-  /** Buffer names of a session rank's exchange buffers. */
-  static final String PARTIAL_ATTN = "tp.partial.attn";
-  static final String PARTIAL_MLP = "tp.partial.mlp";
-  static final String LOGIT_SLICES = "tp.logit_slices";
 
   /** What {@link #open} and {@link #record} check before they allocate anything. */
   private static void check(GpuDriver driver, int[] devices, LlamaConfig c, int maxBatch, int maxTokens) {
