@@ -239,13 +239,13 @@ public final class LlamaTensorParallel implements AutoCloseable {
       PeerBuffer slices = null;
       if (n > 1) {
         long rows = (long) maxBatch * maxTokens;
-        partials = new PeerBuffer[] {group.allocate("tp.partial.attn", 4 * rows * c.hiddenSize()),
-            group.allocate("tp.partial.mlp", 4 * rows * c.hiddenSize())};
+        partials = new PeerBuffer[] {group.allocate(PARTIAL_ATTN, 4 * rows * c.hiddenSize()),
+            group.allocate(PARTIAL_MLP, 4 * rows * c.hiddenSize())};
         int widest = 0;
         for (Rank rank : ranks) {
           widest = Math.max(widest, rank.shard.vocabWidth());
         }
-        slices = group.allocate("tp.logit_slices", 4L * maxBatch * widest);
+        slices = group.allocate(LOGIT_SLICES, 4L * maxBatch * widest);
       }
       for (int r = 0; r < n; r++) {
         Rank rank = ranks[r];
