@@ -552,8 +552,13 @@ public final class LlamaTensorParallel implements AutoCloseable {
       }
       await(dealing);
     } finally {
-      // Every dealer has stopped before the staging it copies through is freed.
-      dealers.shutdownNow();
+      // Every dealer has stopped before the staging it copies through is freed. A task that never started is
+      // cancelled: its future would otherwise never complete, and waiting on it would hang the failed upload.
+      for (Runnable never : dealers.shutdownNow()) {
+        if (never instanceof Future<?> f) {
+          f.cancel(false);
+        }
+      }
       awaitQuietly(dealing);
       for (StagedUpload s : staging) {
         if (s != null) {
