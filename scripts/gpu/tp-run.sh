@@ -16,13 +16,28 @@
 #      Clocks (the bench prints them beside each figure): prefill from the prompt pass's first launch, its ids already
 #      on every GPU, until the first new id is on every GPU; decode from there until the last step's id, per step;
 #      load from open until every rank's weights, KV cache and scratch are on its GPU.
+#   3. Cold start from a group image (TP_PARTS=cold), TensorParallelColdStart: qwen2.5-32b at TP 2 recorded one
+#      session per rank (seeded weights generated on the host as they are copied), one sample request (16 tokens, 2
+#      new ids) profiled on every rank, every rank snapshotted at once into a RocksDB store under TP_WORK (65 GB;
+#      /dev/shm by default); then, in a new JVM, each rank's image read into pinned memory of its own GPU (the host
+#      cache) and TP_COLD_ROUNDS (3) cold starts: from the group restore call until the prompt's first id is on every
+#      GPU (first_id_ms), when each rank's last byte landed (last_byte_ms), and the same request warm (warm_ms); the
+#      ids checked equal to the build's. With 4 GPUs and TP_COLD_70B=1, llama-3.1-70b at TP 4 as well (141 GB of store
+#      and 141 GB pinned: TP_WORK on a disk or a /dev/shm of 300 GB; some 8 minutes more: TP_BUDGET_S=900).
+#      Lines TP-COLD.
+#      Expected: the 32B's snapshot at ~1.8 GB/s (FastCDC and SHA-256 on the host's cores) ~36 s, its generation on
+#      the host and copy ~20 s, the pinned load ~25-40 s (pinning ~0.35 s/GiB per GPU, in parallel); a cold start
+#      from pinned memory is bounded below by 65 GB / ~125 GB/s (the x4 host's pinned-to-all-GPUs rate; two links
+#      carry roughly half of it) ~0.5-1 s, plus mapping and the prompt's kernels.
 # Usage (repository root on the GPU machine): OUT=<dir> scripts/gpu/tp-run.sh <unpacked thaw dir>
-#   TP_PARTS=check,bench (the default; check: part 1 alone, bench: part 2 alone).
+#   TP_PARTS=check,bench (the default; check: part 1 alone, bench: part 2 alone, cold: part 3 alone).
 # The tarball must be built from this branch (mvn -B -Pdist package -DskipTests). Work files (the two small
 # checkpoints, under 1 GB) under /dev/shm/thaw-tp, removed at the end.
-# Writes $OUT/summary.txt (SUMMARY lines), env.txt, topo.txt, tests.txt, bench-*.txt and bench-*.json.
+# Writes $OUT/summary.txt (SUMMARY lines), env.txt, topo.txt, tests.txt, bench-*.txt, bench-*.json, cold-*.txt and
+# cold-*.json.
 # A dry run without a GPU (no figure is a GPU figure): THAW_DEVICE=sim THAW_SIM_DEVICES=4 TP_SHAPES=tiny
-# TP_PREFILL=16,40 TP_DECODE_STEPS=8 (part 1 is then skipped: it needs CUDA and transformers).
+# TP_PREFILL=16,40 TP_DECODE_STEPS=8 (part 1 is then skipped: it needs CUDA and transformers; part 3 runs the named
+# shape at TP 2).
 # Exit 0 when every part ran and passed (the goal is reported, not enforced), 1 otherwise.
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the logs}
@@ -175,6 +190,70 @@ else
     goal llama70b-tp4 llama70b-rank-of-4 1.3
   else
     summary "llama-3.1-70b at TP 4: not run, $gpus GPUs (needs 4)"
+  fi
+fi
+# 3. Cold start from a group image. cold NAME CAP ARGS...: TensorParallelColdStart under min(CAP, what is left).
+cold() {
+  local name=$1 cap=$2
+  shift 2
+  local t=$(( $(left) - 5 ))
+  (( t > cap )) && t=$cap
+  if (( t < 60 )); then
+    summary "$name: not run, $(left) s of the $budget s budget left"; status=1; return
+  fi
+  local store="$work/store-$name" until=$(( $(elapsed) + t )) rc
+  rm -rf "$store"
+  # The build, then the cold starts in a JVM of their own: a cold start's process is new.
+  log "cold $name build: $* (store $store, timeout $t s)"
+  timeout -k 10 "$t" "$java" -Xmx16g -cp "$thaw_home/lib/*:$thaw_home/lib/bench/*" \
+      dev.thaw.bench.tp.TensorParallelColdStart --phase build --store "$store" --out "$OUT/cold-$name-build.json" \
+      "$@" 2>&1 | tee "$OUT/cold-$name.txt" | grep '^TP-COLD'
+  rc=${PIPESTATUS[0]}
+  log "cold $name build exit $rc"
+  if [[ $rc == 0 ]]; then
+    t=$(( until - $(elapsed) ))
+    if (( t < 20 )); then
+      rc=124
+    else
+      log "cold $name starts (a new JVM, timeout $t s)"
+      timeout -k 10 "$t" "$java" -Xmx16g -cp "$thaw_home/lib/*:$thaw_home/lib/bench/*" \
+          dev.thaw.bench.tp.TensorParallelColdStart --phase cold --store "$store" \
+          --rounds "${TP_COLD_ROUNDS:-3}" --out "$OUT/cold-$name.json" "$@" 2>&1 \
+          | tee -a "$OUT/cold-$name.txt" | grep '^TP-COLD'
+      rc=${PIPESTATUS[0]}
+      log "cold $name starts exit $rc"
+    fi
+  fi
+  rm -rf "$store"
+  if [[ -f $OUT/cold-$name.json && -f $OUT/cold-$name-build.json ]]; then
+    python3 - "$OUT/cold-$name.json" "$name" "$OUT/cold-$name-build.json" <<'EOF' | while read -r line; do summary "$line"; done
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update({k: v for k, v in json.load(open(sys.argv[3])).items() if k in ("build_s", "snapshot_s")})
+r = c["rounds"]
+print("%s: %s ranks=%d image_gb=%.1f build_s=%.0f (snapshot %.0f s, %.2f GB/s) host_cache_s=%.0f "
+      "first_id_ms=%.0f last_byte_ms=%.0f warm_ms=%.1f ids=%s (medians of %d; each first_id: %s)"
+      % (sys.argv[2], c["model"], c["ranks"], c["image_bytes"] / 1e9, c["build_s"], c["snapshot_s"],
+         c["image_bytes"] / 1e9 / max(c["snapshot_s"], 1e-9), c["host_cache_s"], c["first_id_ms"],
+         c["last_byte_ms"], c["warm_ms"], "match" if c["ids_match"] else "DIFFER", len(r),
+         ",".join("%.0f" % x["first_id_ms"] for x in r)))
+EOF
+  fi
+  if [[ $rc != 0 ]]; then
+    summary "$name: exit $rc$( [[ $rc == 124 || $rc == 137 ]] && echo ' (timed out)') (see cold-$name.txt)"
+    status=1
+  fi
+}
+if [[ $parts == *,cold,* ]]; then
+  if [[ -n $shapes ]]; then
+    cold "$shapes-cold-tp2" 200 --shape "$shapes" --ranks 2
+  else
+    cold qwen32b-cold-tp2 "${TP_COLD_CAP_S:-230}" --shape qwen2.5-32b --ranks 2
+    if (( gpus >= 4 )) && [[ ${TP_COLD_70B:-0} == 1 ]]; then
+      cold llama70b-cold-tp4 "${TP_COLD_70B_CAP_S:-560}" --shape llama-3.1-70b --ranks 4
+    else
+      summary "llama-3.1-70b cold at TP 4: not run ($gpus GPUs; needs 4 and TP_COLD_70B=1)"
+    fi
   fi
 fi
 log "done, status $status"

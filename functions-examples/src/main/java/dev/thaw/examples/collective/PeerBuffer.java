@@ -22,10 +22,14 @@ public final class PeerBuffer implements AutoCloseable {
   private final AtomicBoolean closed = new AtomicBoolean();
 
   private PeerBuffer(String name, long bytes, List<DeviceBuffer> buffers) {
+    this(name, bytes, buffers, buffers.stream().mapToLong(DeviceBuffer::address).toArray());
+  }
+
+  private PeerBuffer(String name, long bytes, List<DeviceBuffer> buffers, long[] addresses) {
     this.name = name;
     this.bytes = bytes;
     this.buffers = List.copyOf(buffers);
-    this.addresses = buffers.stream().mapToLong(DeviceBuffer::address).toArray();
+    this.addresses = addresses;
   }
 
   /** {@code bytes} on each context's device, each granted {@link MemoryAccess#READ} to the other contexts' devices. */
@@ -51,6 +55,23 @@ public final class PeerBuffer implements AutoCloseable {
       }
       throw e;
     }
+  }
+
+  /**
+   * Every rank's buffer of {@code bytes} at {@code addresses} (by rank), allocated and granted to the other ranks'
+   * devices by their owner (a function session's buffers, whose slabs the owner maps and frees): closing the view
+   * frees nothing.
+   */
+  public static PeerBuffer over(String name, long bytes, long[] addresses) {
+    if (bytes <= 0) {
+      throw new IllegalArgumentException("peer buffer '" + name + "' needs a positive size, not " + bytes);
+    }
+    for (long a : addresses) {
+      if (a == 0) {
+        throw new IllegalArgumentException("peer buffer '" + name + "' has a null address");
+      }
+    }
+    return new PeerBuffer(name, bytes, List.of(), addresses.clone());
   }
 
   public String name() {

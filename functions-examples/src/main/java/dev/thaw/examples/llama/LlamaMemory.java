@@ -19,6 +19,12 @@ interface LlamaMemory {
   /** Copies {@code src} (position to limit) to the start of the buffer; complete when it returns. */
   void upload(BufferRef ref, ByteBuffer src);
 
+  /** Copies the buffer's bytes from {@code offset} into {@code dst} (position to limit); complete when it returns. */
+  void download(BufferRef ref, long offset, ByteBuffer dst);
+
+  /** Device bytes held. */
+  long bytes();
+
   /** A session's buffers. */
   static LlamaMemory of(FunctionSession session) {
     return new LlamaMemory() {
@@ -35,6 +41,16 @@ interface LlamaMemory {
       @Override
       public void upload(BufferRef ref, ByteBuffer src) {
         session.upload(ref, 0, src);
+      }
+
+      @Override
+      public void download(BufferRef ref, long offset, ByteBuffer dst) {
+        session.download(ref, offset, dst);
+      }
+
+      @Override
+      public long bytes() {
+        return session.table().allocatedBytes();
       }
     };
   }

@@ -4,17 +4,20 @@ import dev.thaw.examples.collective.PartialType;
 import dev.thaw.examples.collective.PeerBuffer;
 import dev.thaw.examples.collective.PeerGroup;
 import dev.thaw.examples.function.Generation;
+import dev.thaw.examples.function.SessionModule;
 import dev.thaw.examples.function.StagedUpload;
 import dev.thaw.examples.function.TokenRequest;
 import dev.thaw.examples.llama.LlamaShard.Piece;
 import dev.thaw.examples.llama.LlamaShard.Weight;
 import dev.thaw.examples.llama.kernels.LlamaKernels;
 import dev.thaw.runtime.function.BufferRef;
+import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import dev.thaw.runtime.gpu.GpuModule;
 import dev.thaw.runtime.gpu.GpuStream;
+import dev.thaw.runtime.gpu.MemoryAccess;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -44,6 +47,13 @@ import java.util.function.BiFunction;
  * scratch. {@link #generate} runs a greedy request: a prompt pass, then one decode step per new token, every rank
  * choosing the same ids from the same gathered logits.
  *
+ * <p>A rank's buffers are its own allocations ({@link #open}), or a function session's, which an image records:
+ * {@link #record} splits the model into one recording session per rank (its shard, KV cache, scratch and exchange
+ * buffers), and {@link #restored} runs a group over the sessions that restoring those images rebuilt, every launch
+ * of a rank through its session (so a restore's gating makes it wait for its own rank's bytes alone). The exchange
+ * buffers of a session are packed among its other read-write buffers, so a peer is granted read access to the slabs
+ * that hold them (never to a slab of read-only weights, which a rebuilt session maps apart).
+ *
  * <p>A rank that fails while issuing releases the others ({@link PeerGroup#run}): the request fails with that
  * rank's error and the model serves the next one. A device fault is sticky: the model is then to be closed.
  * One request at a time.
@@ -52,6 +62,11 @@ public final class LlamaTensorParallel implements AutoCloseable {
 
   /** Bytes of a tensor read at once, whole rows, and dealt to the ranks whose pieces cover them. */
   static final int READ_BLOCK = 64 << 20;
+
+  /** Buffer names of a session rank's exchange buffers: the attention's and the MLP's partials, the logit slice. */
+  static final String PARTIAL_ATTN = "tp.partial.attn";
+  static final String PARTIAL_MLP = "tp.partial.mlp";
+  static final String LOGIT_SLICES = "tp.logit_slices";
 
   /**
    * A greedy request's outcome.
@@ -67,6 +82,7 @@ public final class LlamaTensorParallel implements AutoCloseable {
   private final String weights;
   private final int maxBatch;
   private final int maxTokens;
+  /** What the model made and frees on close: contexts and streams of its own (none over restored sessions). */
   private final List<GpuContext> contexts;
   private final List<GpuStream> streams;
   private final PeerGroup group;
@@ -76,15 +92,25 @@ public final class LlamaTensorParallel implements AutoCloseable {
   /** One rank's module, kernels, buffers and passes. */
   private static final class Rank implements AutoCloseable {
     final LlamaShard shard;
-    final RankMemory memory;
+    final GpuContext context;
+    final LlamaMemory memory;
+    /** The session holding the rank's buffers, or null for a rank's own memory. */
+    final FunctionSession session;
+    /** What closing the rank frees: its own memory or recording session; null for a restored session. */
+    final AutoCloseable owned;
+    /** A module the rank loaded itself (null through a session, which owns its module). */
     GpuModule module;
     LlamaKernels kernels;
     LlamaFunction.State state;
     LlamaPasses passes;
+    LlamaRankFunction.State rankState;
 
-    Rank(LlamaShard shard, GpuContext context) {
+    Rank(LlamaShard shard, GpuContext context, LlamaMemory memory, FunctionSession session, AutoCloseable owned) {
       this.shard = shard;
-      this.memory = new RankMemory(context);
+      this.context = context;
+      this.memory = memory;
+      this.session = session;
+      this.owned = owned;
     }
 
     @Override
@@ -95,13 +121,41 @@ public final class LlamaTensorParallel implements AutoCloseable {
       if (module != null) {
         module.close();
       }
-      memory.close();
+      if (owned != null) {
+        try {
+          owned.close();
+        } catch (Exception e) {
+          throw new IllegalStateException("freeing a rank's memory failed: " + e.getMessage(), e);
+        }
+      }
     }
   }
 
-  /** Partials, logit slices and the group through which rank {@code rank}'s passes meet the others'. */
-  private record RankExchange(PeerGroup group, int rank, PeerBuffer[] partials, PeerBuffer slices)
-      implements LlamaPasses.Exchange {
+  /**
+   * Partials, logit slices and the group through which rank {@code rank}'s passes meet the others'. Through a
+   * session, the first gather first makes the rank's stream wait for its logits buffer through the session (a
+   * restore's gate): the gather writes it with a kernel of the group, which no gate sees, and a restore copy landing
+   * after that write would undo it.
+   */
+  private static final class RankExchange implements LlamaPasses.Exchange {
+    private final PeerGroup group;
+    private final int rank;
+    private final PeerBuffer[] partials;
+    private final PeerBuffer slices;
+    private final FunctionSession session;
+    private final BufferRef logits;
+    private boolean logitsGated;
+
+    RankExchange(PeerGroup group, int rank, PeerBuffer[] partials, PeerBuffer slices, FunctionSession session,
+        BufferRef logits) {
+      this.group = group;
+      this.rank = rank;
+      this.partials = partials;
+      this.slices = slices;
+      this.session = session;
+      this.logits = logits;
+      this.logitsGated = session == null;
+    }
 
     @Override
     public long partial(int which) {
@@ -119,8 +173,13 @@ public final class LlamaTensorParallel implements AutoCloseable {
     }
 
     @Override
-    public void gatherLogits(long logits, int rows, int vocab) {
-      group.allGatherColumns(rank, slices, logits, rows, vocab);
+    public void gatherLogits(long out, int rows, int vocab) {
+      if (!logitsGated) {
+        // Four bytes the gather overwrites; the stream's wait for the buffer holds for all later work on it.
+        session.fill(logits, 0, 4, (byte) 0);
+        logitsGated = true;
+      }
+      group.allGatherColumns(rank, slices, out, rows, vocab);
     }
   }
 
@@ -159,7 +218,171 @@ public final class LlamaTensorParallel implements AutoCloseable {
       BiFunction<Integer, GpuModule, GpuModule> moduleView) throws IOException {
     LlamaConfig c = weights.config();
     int n = devices.length;
-    LlamaShard.check(c, n);
+    check(driver, devices, c, maxBatch, maxTokens);
+    List<GpuContext> contexts = new ArrayList<>();
+    List<GpuStream> streams = new ArrayList<>();
+    PeerGroup group = null;
+    Rank[] ranks = new Rank[n];
+    try {
+      for (int d : devices) {
+        GpuContext ctx = driver.createContext(d);
+        contexts.add(ctx);
+        streams.add(ctx.createStream());
+      }
+      group = PeerGroup.open(streams);
+      for (int r = 0; r < n; r++) {
+        RankMemory memory = new RankMemory(contexts.get(r));
+        ranks[r] = new Rank(new LlamaShard(c, r, n), contexts.get(r), memory, null, memory);
+      }
+      upload(weights, ranks, group);
+      PeerBuffer[] partials = null;
+      PeerBuffer slices = null;
+      if (n > 1) {
+        long rows = (long) maxBatch * maxTokens;
+        partials = new PeerBuffer[] {group.allocate(PARTIAL_ATTN, 4 * rows * c.hiddenSize()),
+            group.allocate(PARTIAL_MLP, 4 * rows * c.hiddenSize())};
+        int widest = 0;
+        for (Rank rank : ranks) {
+          widest = Math.max(widest, rank.shard.vocabWidth());
+        }
+        slices = group.allocate(LOGIT_SLICES, 4L * maxBatch * widest);
+      }
+      for (int r = 0; r < n; r++) {
+        Rank rank = ranks[r];
+        GpuContext ctx = contexts.get(r);
+        rank.module = ctx.loadPtx(LlamaKernels.ptx(ctx.device()));
+        rank.kernels = new LlamaKernels(moduleView.apply(r, rank.module), c.type(), ctx.device());
+        LlamaFunction.Scratch scratch = LlamaFunction.allocateScratch(rank.memory, rank.shard, maxBatch, maxTokens);
+        List<BufferRef> k = new ArrayList<>();
+        List<BufferRef> v = new ArrayList<>();
+        LlamaFunction.allocateCache(rank.memory, rank.shard, maxBatch, maxTokens, k, v);
+        rank.state = new LlamaFunction.State(c, weights.describe(), maxBatch, maxTokens, LlamaFunction.MODULE,
+            scratch, k, v, null, "a tensor-parallel model takes token ids", null, List.of());
+        rank.passes = new LlamaPasses(rank.memory, rank.kernels, streams.get(r), rank.state, rank.shard,
+            n == 1 ? null : new RankExchange(group, r, partials, slices, null, null));
+      }
+      return new LlamaTensorParallel(c, weights.describe(), maxBatch, maxTokens, List.copyOf(contexts),
+          List.copyOf(streams), group, ranks);
+    } catch (RuntimeException | IOException | Error e) {
+      release(group, ranks, streams, contexts);
+      throw e;
+    }
+  }
+
+  /**
+   * As {@link #open}, every rank's buffers and module in a recording {@link FunctionSession} on its device (what an
+   * image of the rank records), its exchange buffers among them, for 2 to 4 ranks. The model owns the sessions and
+   * their contexts: snapshot the sessions ({@link #session}, {@link #rankState}) before closing it.
+   *
+   * @throws InvalidConfigException as {@link #open}, or for fewer than two ranks (one rank is {@link LlamaFunction})
+   */
+  public static LlamaTensorParallel record(GpuDriver driver, int[] devices, LlamaWeights weights, int maxBatch,
+      int maxTokens) throws IOException {
+    LlamaConfig c = weights.config();
+    int n = devices.length;
+    if (n < 2) {
+      throw new InvalidConfigException("a recorded group has 2 or more ranks, not " + n + ": one device is "
+          + "LlamaFunction's image");
+    }
+    check(driver, devices, c, maxBatch, maxTokens);
+    List<GpuContext> contexts = new ArrayList<>();
+    List<GpuStream> streams = new ArrayList<>();
+    PeerGroup group = null;
+    Rank[] ranks = new Rank[n];
+    try {
+      List<FunctionSession> sessions = new ArrayList<>();
+      for (int r = 0; r < n; r++) {
+        GpuContext ctx = driver.createContext(devices[r]);
+        contexts.add(ctx);
+        FunctionSession session = FunctionSession.record(ctx);
+        ranks[r] = new Rank(new LlamaShard(c, r, n), ctx, LlamaMemory.of(session), session, session);
+        sessions.add(session);
+        session.loadModule(LlamaFunction.MODULE, LlamaKernels.ptx(ctx.device()));
+      }
+      group = PeerGroup.open(sessions.stream().map(FunctionSession::stream).toList());
+      upload(weights, ranks, group);
+      long rows = (long) maxBatch * maxTokens;
+      int widest = 0;
+      for (Rank rank : ranks) {
+        widest = Math.max(widest, rank.shard.vocabWidth());
+      }
+      for (Rank rank : ranks) {
+        LlamaFunction.State model = allocateRank(rank, weights.describe(), maxBatch, maxTokens);
+        rank.rankState = new LlamaRankFunction.State(model, rank.shard.rank(), n,
+            rank.memory.allocate(PARTIAL_ATTN, 4 * rows * c.hiddenSize()),
+            rank.memory.allocate(PARTIAL_MLP, 4 * rows * c.hiddenSize()),
+            rank.memory.allocate(LOGIT_SLICES, 4L * maxBatch * widest));
+      }
+      connect(group, ranks);
+      return new LlamaTensorParallel(c, weights.describe(), maxBatch, maxTokens, List.copyOf(contexts), List.of(),
+          group, ranks);
+    } catch (RuntimeException | IOException | Error e) {
+      release(group, ranks, streams, contexts);
+      throw e;
+    }
+  }
+
+  /**
+   * The group of the ranks whose images rebuilt {@code sessions} (rank r's session and host state at r), each on its
+   * own device: re-grants each rank's exchange buffers to the other ranks' devices (a restore maps a session for its
+   * own device only) and runs every launch of a rank through its session. The sessions and their contexts stay the
+   * caller's (the restores'); closing the model frees the group alone.
+   *
+   * @throws IllegalArgumentException if the states are not the ranks 0 to n-1 of one model, or the devices cannot
+   *     hold a group
+   */
+  public static LlamaTensorParallel restored(List<FunctionSession> sessions, List<LlamaRankFunction.State> states) {
+    int n = sessions.size();
+    if (states.size() != n || n < 2) {
+      throw new IllegalArgumentException(n + " sessions and " + states.size() + " rank states: a group needs one "
+          + "state per session, two or more");
+    }
+    LlamaFunction.State first = states.get(0).model();
+    int[] devices = new int[n];
+    for (int r = 0; r < n; r++) {
+      LlamaRankFunction.State s = states.get(r);
+      if (s.rank() != r || s.ranks() != n) {
+        throw new IllegalArgumentException("the state at " + r + " is rank " + s.rank() + " of " + s.ranks()
+            + ", not rank " + r + " of " + n);
+      }
+      if (!s.model().config().equals(first.config()) || s.model().maxBatch() != first.maxBatch()
+          || s.model().maxTokens() != first.maxTokens() || !s.model().weights().equals(first.weights())) {
+        throw new IllegalArgumentException("rank " + r + " is of another model than rank 0: "
+            + s.model().config().name() + " from " + s.model().weights() + " (" + s.model().maxBatch() + " x "
+            + s.model().maxTokens() + ") against " + first.config().name() + " from " + first.weights() + " ("
+            + first.maxBatch() + " x " + first.maxTokens() + ")");
+      }
+      devices[r] = sessions.get(r).context().device().ordinal();
+    }
+    GpuDriver driver = sessions.get(0).context().driver();
+    String why = PeerGroup.whyUnusable(driver, devices);
+    if (why != null) {
+      throw new IllegalArgumentException("cannot run " + first.config().name() + "'s ranks on devices "
+          + Arrays.toString(devices) + ": " + why);
+    }
+    PeerGroup group = null;
+    Rank[] ranks = new Rank[n];
+    try {
+      group = PeerGroup.open(sessions.stream().map(FunctionSession::stream).toList());
+      for (int r = 0; r < n; r++) {
+        FunctionSession session = sessions.get(r);
+        ranks[r] = new Rank(new LlamaShard(first.config(), r, n), session.context(), LlamaMemory.of(session),
+            session, null);
+        ranks[r].rankState = states.get(r);
+        ranks[r].state = states.get(r).model();
+      }
+      connect(group, ranks);
+      return new LlamaTensorParallel(first.config(), first.weights(), first.maxBatch(), first.maxTokens(), List.of(),
+          List.of(), group, ranks);
+    } catch (RuntimeException | Error e) {
+      release(group, ranks, List.of(), List.of());
+      throw e;
+    }
+  }
+
+  /** What {@link #open} and {@link #record} check before they allocate anything. */
+  private static void check(GpuDriver driver, int[] devices, LlamaConfig c, int maxBatch, int maxTokens) {
+    LlamaShard.check(c, devices.length);
     if (maxBatch < 1 || maxBatch > LlamaFunction.MAX_BATCH_LIMIT) {
       throw new InvalidConfigException("maxBatch must be in [1, " + LlamaFunction.MAX_BATCH_LIMIT + "], not "
           + maxBatch);
@@ -174,53 +397,81 @@ public final class LlamaTensorParallel implements AutoCloseable {
       throw new IllegalArgumentException("cannot split " + c.name() + " over devices " + Arrays.toString(devices)
           + ": " + why);
     }
-    List<GpuContext> contexts = new ArrayList<>();
-    List<GpuStream> streams = new ArrayList<>();
-    PeerGroup group = null;
-    Rank[] ranks = new Rank[n];
-    try {
-      for (int d : devices) {
-        GpuContext ctx = driver.createContext(d);
-        contexts.add(ctx);
-        streams.add(ctx.createStream());
+  }
+
+  /** A session rank's scratch and KV cache, allocated in its session; its host state. */
+  private static LlamaFunction.State allocateRank(Rank rank, String weights, int maxBatch, int maxTokens) {
+    LlamaFunction.Scratch scratch = LlamaFunction.allocateScratch(rank.memory, rank.shard, maxBatch, maxTokens);
+    List<BufferRef> k = new ArrayList<>();
+    List<BufferRef> v = new ArrayList<>();
+    LlamaFunction.allocateCache(rank.memory, rank.shard, maxBatch, maxTokens, k, v);
+    rank.state = new LlamaFunction.State(rank.shard.config(), weights, maxBatch, maxTokens, LlamaFunction.MODULE,
+        scratch, k, v, null, "a tensor-parallel model takes token ids", null, List.of());
+    return rank.state;
+  }
+
+  /**
+   * Grants each session rank's exchange buffers to the other ranks' devices and makes every rank's kernels (through
+   * its session) and passes.
+   */
+  private static void connect(PeerGroup group, Rank[] ranks) {
+    int n = ranks.length;
+    long[][] at = new long[3][n];
+    long[] bytes = {Long.MAX_VALUE, Long.MAX_VALUE, Long.MAX_VALUE};
+    for (int r = 0; r < n; r++) {
+      LlamaRankFunction.State s = ranks[r].rankState;
+      BufferRef[] refs = {s.partialAttn(), s.partialMlp(), s.logitSlices()};
+      for (int b = 0; b < refs.length; b++) {
+        FunctionSession session = ranks[r].session;
+        at[b][r] = session.address(refs[b]);
+        bytes[b] = Math.min(bytes[b], session.size(refs[b]));
+        grantPeers(ranks, r, at[b][r], session.size(refs[b]));
       }
-      group = PeerGroup.open(streams);
-      for (int r = 0; r < n; r++) {
-        ranks[r] = new Rank(new LlamaShard(c, r, n), contexts.get(r));
-      }
-      upload(weights, ranks, streams);
-      PeerBuffer[] partials = null;
-      PeerBuffer slices = null;
-      if (n > 1) {
-        long rows = (long) maxBatch * maxTokens;
-        partials = new PeerBuffer[] {group.allocate("tp.partial.attn", 4 * rows * c.hiddenSize()),
-            group.allocate("tp.partial.mlp", 4 * rows * c.hiddenSize())};
-        int widest = 0;
-        for (Rank rank : ranks) {
-          widest = Math.max(widest, rank.shard.vocabWidth());
-        }
-        slices = group.allocate("tp.logit_slices", 4L * maxBatch * widest);
-      }
-      for (int r = 0; r < n; r++) {
-        Rank rank = ranks[r];
-        GpuContext ctx = contexts.get(r);
-        rank.module = ctx.loadPtx(LlamaKernels.ptx(ctx.device()));
-        rank.kernels = new LlamaKernels(moduleView.apply(r, rank.module), c.type(), ctx.device());
-        LlamaFunction.Scratch scratch = LlamaFunction.allocateScratch(rank.memory, rank.shard, maxBatch, maxTokens);
-        List<BufferRef> k = new ArrayList<>();
-        List<BufferRef> v = new ArrayList<>();
-        LlamaFunction.allocateCache(rank.memory, rank.shard, maxBatch, maxTokens, k, v);
-        rank.state = new LlamaFunction.State(c, weights.describe(), maxBatch, maxTokens, LlamaFunction.MODULE,
-            scratch, k, v, null, "a tensor-parallel model takes token ids", null, List.of());
-        rank.passes = new LlamaPasses(rank.memory, rank.kernels, streams.get(r), rank.state, rank.shard,
-            n == 1 ? null : new RankExchange(group, r, partials, slices));
-      }
-      return new LlamaTensorParallel(c, weights.describe(), maxBatch, maxTokens, List.copyOf(contexts),
-          List.copyOf(streams), group, ranks);
-    } catch (RuntimeException | IOException | Error e) {
-      release(group, ranks, streams, contexts);
-      throw e;
     }
+    PeerBuffer[] partials = {PeerBuffer.over(PARTIAL_ATTN, bytes[0], at[0]),
+        PeerBuffer.over(PARTIAL_MLP, bytes[1], at[1])};
+    PeerBuffer slices = PeerBuffer.over(LOGIT_SLICES, bytes[2], at[2]);
+    for (int r = 0; r < n; r++) {
+      Rank rank = ranks[r];
+      LlamaConfig c = rank.shard.config();
+      rank.kernels = new LlamaKernels(new SessionModule(rank.session, LlamaFunction.MODULE, LlamaKernels.EMBED),
+          c.type(), rank.context.device());
+      rank.passes = new LlamaPasses(rank.memory, rank.kernels, rank.session.stream(), rank.state, rank.shard,
+          new RankExchange(group, r, partials, slices, rank.session, rank.state.scratch().logits()));
+    }
+  }
+
+  /** Read access for every other rank's device to the slabs of rank {@code r}'s session that hold these bytes. */
+  private static void grantPeers(Rank[] ranks, int r, long address, long bytes) {
+    for (FunctionSession.MappedSlab slab : ranks[r].session.slabs()) {
+      long start = slab.mapping().address();
+      if (start < address + bytes && address < start + slab.mapping().size()) {
+        for (int q = 0; q < ranks.length; q++) {
+          int peer = ranks[q].context.device().ordinal();
+          if (q != r && slab.mapping().accessFor(peer) == null) {
+            slab.mapping().setAccessFor(peer, MemoryAccess.READ);
+          }
+        }
+      }
+    }
+  }
+
+  /** The recording session of rank {@code rank} (a model made by {@link #record} or {@link #restored}). */
+  public FunctionSession session(int rank) {
+    FunctionSession s = ranks[rank].session;
+    if (s == null) {
+      throw new IllegalStateException("rank " + rank + "'s buffers are its own, in no session");
+    }
+    return s;
+  }
+
+  /** Rank {@code rank}'s host state, what its image records (a model made by {@link #record} or {@link #restored}). */
+  public LlamaRankFunction.State rankState(int rank) {
+    LlamaRankFunction.State s = ranks[rank].rankState;
+    if (s == null) {
+      throw new IllegalStateException("rank " + rank + "'s buffers are its own, in no session");
+    }
+    return s;
   }
 
   /**
@@ -228,7 +479,7 @@ public final class LlamaTensorParallel implements AutoCloseable {
    * to the ranks whose pieces cover them (a column piece gathered row by row) through each rank's pinned staging, one
    * thread per rank; the next block is read while the ranks deal the last one.
    */
-  private static void upload(LlamaWeights weights, Rank[] ranks, List<GpuStream> streams) throws IOException {
+  private static void upload(LlamaWeights weights, Rank[] ranks, PeerGroup group) throws IOException {
     record Target(int rank, Piece piece, long device) {}
     Map<Integer, List<Target>> byTensor = new HashMap<>();
     for (int r = 0; r < ranks.length; r++) {
@@ -249,7 +500,7 @@ public final class LlamaTensorParallel implements AutoCloseable {
     List<Future<?>> dealing = List.of();
     try {
       for (int r = 0; r < ranks.length; r++) {
-        staging[r] = new StagedUpload(ranks[r].memory.context(), streams.get(r), LlamaFunction.STAGING_BYTES);
+        staging[r] = new StagedUpload(ranks[r].context, group.stream(r), LlamaFunction.STAGING_BYTES);
       }
       ByteBuffer[] blocks = new ByteBuffer[2];
       int next = 0;
@@ -394,7 +645,10 @@ public final class LlamaTensorParallel implements AutoCloseable {
     return maxTokens;
   }
 
-  /** Device bytes rank {@code rank} holds: its shard, KV cache and scratch (not the group's exchange buffers). */
+  /**
+   * Device bytes rank {@code rank} holds: its shard, KV cache and scratch; through a session, its exchange buffers
+   * too.
+   */
   public long deviceBytes(int rank) {
     return ranks[rank].memory.bytes();
   }

@@ -54,8 +54,8 @@ final class RankMemory implements LlamaMemory, AutoCloseable {
     context.copyHostToDevice(b.address(), src);
   }
 
-  /** Copies the buffer's bytes from {@code offset} into {@code dst} (position to limit); complete when it returns. */
-  void download(BufferRef ref, long offset, ByteBuffer dst) {
+  @Override
+  public void download(BufferRef ref, long offset, ByteBuffer dst) {
     DeviceBuffer b = buffer(ref.name());
     if (offset < 0 || offset + dst.remaining() > b.size()) {
       throw new IllegalArgumentException(dst.remaining() + " bytes at " + offset + " are outside '" + ref.name()
@@ -64,8 +64,8 @@ final class RankMemory implements LlamaMemory, AutoCloseable {
     context.copyDeviceToHost(dst, b.address() + offset);
   }
 
-  /** Device bytes held. */
-  long bytes() {
+  @Override
+  public long bytes() {
     return buffers.values().stream().mapToLong(DeviceBuffer::size).sum();
   }
 

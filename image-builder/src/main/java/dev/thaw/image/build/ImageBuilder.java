@@ -125,7 +125,33 @@ public final class ImageBuilder {
       }
     }
     double profileMs = millisSince(t);
+    return commit(options, new ImageManifest.Function(name, options.config()), session, state, samples, profile,
+        progress, new double[] {loadMs, initMs, profileMs}, start, responses);
+  }
 
+  /**
+   * Snapshots {@code session}, initialized and profiled by its owner, into an image under {@code options}'s tag:
+   * what {@link #build} does after the sample requests, for sessions that are not one function's alone (the ranks of
+   * a tensor-parallel group, recorded together, each on its own device). The session stays the caller's.
+   *
+   * @param function the function class a restore instantiates and the config it records
+   * @param state the host state, written with {@link HostStates#write}
+   * @param profile the sample requests' access profile ({@link Profiling#attach} around them), or empty
+   * @throws IllegalArgumentException for an invalid tag, before anything is stored
+   * @throws ImageBuildException if the snapshot or the commit fails, naming it; nothing is committed
+   */
+  public BuildResult snapshot(BuildOptions options, ImageManifest.Function function, FunctionSession session,
+      Object state, List<ImageManifest.Sample> samples, ImageManifest.Profile profile, ProgressListener progress) {
+    BuildOptions.checkTag(options.tag());
+    return commit(options, function, session, state, samples, profile, progress, new double[] {0, 0, 0},
+        System.nanoTime(), List.of());
+  }
+
+  private BuildResult commit(BuildOptions options, ImageManifest.Function function, FunctionSession session,
+      Object state, List<ImageManifest.Sample> samples, ImageManifest.Profile profile, ProgressListener progress,
+      double[] loadInitProfileMs, long start, List<FunctionResponse> responses) {
+    String name = function.className();
+    long t;
     JsonNode hostState;
     try {
       hostState = HostStates.write(state);
@@ -159,9 +185,8 @@ public final class ImageBuilder {
     double buildMs = millisSince(start);
     ImageManifest.Build build = new ImageManifest.Build(Instant.now().toString(), ThawVersion.get(), buildMs,
         table.allocatedBytes(), snap.uniqueBytes, snap.chunkCount);
-    ImageManifest manifest = new ImageManifest(ImageManifest.SCHEMA_VERSION,
-        new ImageManifest.Function(name, options.config()), dev, snap.allocations, snap.modules, hostState, samples,
-        build, profile);
+    ImageManifest manifest = new ImageManifest(ImageManifest.SCHEMA_VERSION, function, dev, snap.allocations,
+        snap.modules, hostState, samples, build, profile);
     manifest.validate();
 
     t = System.nanoTime();
@@ -171,8 +196,8 @@ public final class ImageBuilder {
       throw new ImageBuildException("commit", "committing " + options.tag() + " failed: " + describe(e), e);
     }
     double commitMs = millisSince(t);
-    BuildTimings timings = new BuildTimings(loadMs, initMs, profileMs, snapshotMs, syncMs, commitMs,
-        millisSince(start), table.allocatedBytes());
+    BuildTimings timings = new BuildTimings(loadInitProfileMs[0], loadInitProfileMs[1], loadInitProfileMs[2],
+        snapshotMs, syncMs, commitMs, millisSince(start), table.allocatedBytes());
     return new BuildResult(options.tag(), manifest, timings, snap.newBytes.get(), responses);
   }
 
