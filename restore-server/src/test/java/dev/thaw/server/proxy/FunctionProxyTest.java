@@ -215,18 +215,27 @@ class FunctionProxyTest {
     awaitReady(proxy);
     awaitReady(other);
 
-    HttpResponse<String> plain = post(proxy, "/v1/completions", "{\"model\": \"gpt2\", \"prompt\": [1, 2], "
-        + "\"max_tokens\": 3}");
+    // Greedy (temperature 0), so that the streamed completion is the plain one's: OpenAI's default samples.
+    String request = "{\"model\": \"gpt2\", \"prompt\": [1, 2], \"max_tokens\": 3, \"temperature\": 0";
+    HttpResponse<String> plain = post(proxy, "/v1/completions", request + "}");
     assertEquals(200, plain.statusCode(), plain.body());
     HttpResponse<InputStream> sse = ServerFixture.CLIENT.send(ServerFixture.request(proxy.port(), "/v1/completions")
-        .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString("{\"model\": \"gpt2\", "
-            + "\"prompt\": [1, 2], \"max_tokens\": 3, \"stream\": true}")).build(),
+        .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(request
+            + ", \"stream\": true}")).build(),
         HttpResponse.BodyHandlers.ofInputStream());
     assertEquals(200, sse.statusCode());
     assertTrue(sse.headers().firstValue("Content-Type").orElseThrow().startsWith("text/event-stream"));
     String events = new String(sse.body().readAllBytes(), StandardCharsets.UTF_8);
-    // Three tokens, the chunk that gives the finish reason, then [DONE].
-    assertEquals(5, events.split("\n\n").length, events);
+    // A chunk per token (one that ends inside a UTF-8 character waits for the next token's bytes), the chunk that
+    // gives the finish reason, then [DONE]; the chunks' text is the plain completion's.
+    String[] chunks = events.split("\n\n");
+    assertTrue(chunks.length >= 3 && chunks.length <= 5, events);
+    StringBuilder text = new StringBuilder();
+    for (int i = 0; i < chunks.length - 1; i++) {
+      assertTrue(chunks[i].startsWith("data: "), events);
+      text.append(ServerFixture.JSON.readTree(chunks[i].substring("data: ".length())).at("/choices/0/text").asText());
+    }
+    assertEquals(json(plain).at("/choices/0/text").asText(), text.toString(), events);
     assertTrue(events.contains("\"finish_reason\":\"length\""), events);
     assertTrue(events.endsWith("data: [DONE]\n\n"), events);
     // The other tenant's proxy reaches only its own function.
