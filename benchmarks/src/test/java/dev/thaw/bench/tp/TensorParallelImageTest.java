@@ -29,6 +29,7 @@ import dev.thaw.image.restore.PinnedImageSource;
 import dev.thaw.image.restore.PreparedRestore;
 import dev.thaw.image.restore.RestorePlan;
 import dev.thaw.image.restore.RestoreResources;
+import dev.thaw.image.restore.ResidencyProbe;
 import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.Digest;
 import dev.thaw.image.store.RocksChunkStore;
@@ -41,7 +42,6 @@ import dev.thaw.runtime.gpu.GpuEvent;
 import dev.thaw.runtime.gpu.GpuStream;
 import dev.thaw.runtime.gpu.KernelArgs;
 import dev.thaw.runtime.gpu.VirtualRange;
-import dev.thaw.runtime.gpu.sim.AddressRange;
 import dev.thaw.runtime.gpu.sim.SimContext;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimLaunchRecord;
@@ -428,20 +428,7 @@ class TensorParallelImageTest {
           start = marks.get(m++).event();
           floor = start;
         }
-        double startMs = start.elapsedMillisSince(restore.originEvent());
-        List<AddressRange> touched = new ArrayList<>(r.reads().ranges());
-        touched.addAll(r.writes().ranges());
-        for (AddressRange range : touched) {
-          for (ImageManifest.Allocation a : allocations) {
-            if (range.start() < a.address() + a.size() && a.address() < range.end()) {
-              double residentMs = restore.residentMillis(a.name());
-              if (residentMs > startMs) {
-                out.add(String.format("launch %d (%s) touched %s of '%s' at %.3f ms; resident at %.3f ms", k,
-                    r.kernelName(), range, a.name(), startMs, residentMs));
-              }
-            }
-          }
-        }
+        ResidencyProbe.lateTouches(k, r, start.elapsedMillisSince(restore.originEvent()), allocations, restore, out);
       }
       return out;
     }

@@ -24,7 +24,7 @@ import java.util.function.Consumer;
  * before it, after every wait the gate queued. Installed in front of the session's interceptor (the gate, or nothing
  * to see what an ungated restore does).
  */
-final class ResidencyProbe implements CopyInterceptor, AutoCloseable {
+public final class ResidencyProbe implements CopyInterceptor, AutoCloseable {
 
   private final FunctionSession session;
   private final SimContext sim;
@@ -86,22 +86,30 @@ final class ResidencyProbe implements CopyInterceptor, AutoCloseable {
       if (!r.kernelName().equals(kernels.get(k))) {
         throw new AssertionError("launch " + k + " ran " + r.kernelName() + ", the probe saw " + kernels.get(k));
       }
-      double startMs = starts.get(k).elapsedMillisSince(restore.originEvent());
-      List<AddressRange> touched = new ArrayList<>(r.reads().ranges());
-      touched.addAll(r.writes().ranges());
-      for (AddressRange range : touched) {
-        for (ImageManifest.Allocation a : allocations) {
-          if (range.start() < a.address() + a.size() && a.address() < range.end()) {
-            double residentMs = restore.residentMillis(a.name());
-            if (residentMs > startMs) {
-              out.add(String.format("launch %d (%s) touched %s of '%s' at %.3f ms; resident at %.3f ms", k,
-                  r.kernelName(), range, a.name(), startMs, residentMs));
-            }
+      lateTouches(k, r, starts.get(k).elapsedMillisSince(restore.originEvent()), allocations, restore, out);
+    }
+    return out;
+  }
+
+  /**
+   * Adds to {@code out} each allocation of {@code allocations} that launch {@code k} ({@code r}, started at
+   * {@code startMs} on the restore's clock) read or wrote before {@code restore} had it resident.
+   */
+  public static void lateTouches(int k, SimLaunchRecord r, double startMs, List<ImageManifest.Allocation> allocations,
+      OnDemandRestore restore, List<String> out) {
+    List<AddressRange> touched = new ArrayList<>(r.reads().ranges());
+    touched.addAll(r.writes().ranges());
+    for (AddressRange range : touched) {
+      for (ImageManifest.Allocation a : allocations) {
+        if (range.start() < a.address() + a.size() && a.address() < range.end()) {
+          double residentMs = restore.residentMillis(a.name());
+          if (residentMs > startMs) {
+            out.add(String.format("launch %d (%s) touched %s of '%s' at %.3f ms; resident at %.3f ms", k,
+                r.kernelName(), range, a.name(), startMs, residentMs));
           }
         }
       }
     }
-    return out;
   }
 
   @Override
