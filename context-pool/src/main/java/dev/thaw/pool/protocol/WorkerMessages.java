@@ -125,8 +125,7 @@ public final class WorkerMessages {
         n.set("hbm", hbm.toJson());
       }
       if (!helpers.isEmpty()) {
-        ArrayNode h = n.putArray("helpers");
-        helpers.forEach(h::add);
+        putInts(n.putArray("helpers"), helpers);
         n.put("helperShare", helperShare);
       }
       if (peer != null) {
@@ -136,10 +135,8 @@ public final class WorkerMessages {
     }
 
     public static Source from(JsonNode n) {
-      List<Integer> helpers = new ArrayList<>();
-      n.path("helpers").forEach(v -> helpers.add(v.asInt()));
       return new Source(n.path("kind").asText("store"), n.hasNonNull("path") ? n.get("path").asText() : null,
-          n.path("hbm").isObject() ? Hbm.from(n.get("hbm")) : null, helpers,
+          n.path("hbm").isObject() ? Hbm.from(n.get("hbm")) : null, readInts(n.path("helpers")),
           n.path("helperShare").asDouble(OnDemandOptions.DEFAULT_HELPER_SHARE),
           n.path("peer").isObject() ? Hbm.from(n.get("peer")) : null);
     }
@@ -361,16 +358,14 @@ public final class WorkerMessages {
       putPhases(h.putObject("phases"), phases);
       h.put("warm", warm);
       putStrings(h.putArray("prepared"), prepared);
-      ArrayNode a = h.putArray("helpers");
-      helpers.forEach(a::add);
+      putInts(h.putArray("helpers"), helpers);
       return h;
     }
 
     public static Ready from(JsonNode h) {
-      List<Integer> helpers = new ArrayList<>();
-      h.path("helpers").forEach(v -> helpers.add(v.asInt()));
       return new Ready(h.path("pid").asLong(), h.path("protocol").asInt(), Device.from(h.path("device")),
-          readPhases(h.path("phases")), h.path("warm").asBoolean(true), readStrings(h.path("prepared")), helpers);
+          readPhases(h.path("phases")), h.path("warm").asBoolean(true), readStrings(h.path("prepared")),
+          readInts(h.path("helpers")));
     }
   }
 
@@ -477,8 +472,7 @@ public final class WorkerMessages {
       h.put("bytes", bytes);
       h.put("source", source);
       if (!helpers.isEmpty()) {
-        ArrayNode a = h.putArray("helpers");
-        helpers.forEach(a::add);
+        putInts(h.putArray("helpers"), helpers);
       }
       h.put("resident", resident);
       if (hbmImportMillis >= 0) {
@@ -490,10 +484,8 @@ public final class WorkerMessages {
     }
 
     public static BecomeAnswer from(JsonNode h) {
-      List<Integer> helpers = new ArrayList<>();
-      h.path("helpers").forEach(v -> helpers.add(v.asInt()));
       return new BecomeAnswer(readPhases(h.path("phases")), h.path("bytes").asLong(), h.path("source").asText("store"),
-          helpers, h.path("resident").asBoolean(), h.path("hbmImportMillis").asDouble(-1),
+          readInts(h.path("helpers")), h.path("resident").asBoolean(), h.path("hbmImportMillis").asDouble(-1),
           h.path("totalEndNanos").asLong(0), h.path("sentNanos").asLong(0));
     }
   }
@@ -599,17 +591,15 @@ public final class WorkerMessages {
       h.put("scrubbedBytes", scrubbedBytes);
       h.put("keptBytes", keptBytes);
       putStrings(h.putArray("prepared"), prepared);
-      ArrayNode a = h.putArray("helpers");
-      helpers.forEach(a::add);
+      putInts(h.putArray("helpers"), helpers);
       h.put("images", images);
       return h;
     }
 
     public static RecycleAnswer from(JsonNode h) {
-      List<Integer> helpers = new ArrayList<>();
-      h.path("helpers").forEach(v -> helpers.add(v.asInt()));
       return new RecycleAnswer(readPhases(h.path("phases")), h.path("scrubbedBytes").asLong(),
-          h.path("keptBytes").asLong(), readStrings(h.path("prepared")), helpers, h.path("images").asInt());
+          h.path("keptBytes").asLong(), readStrings(h.path("prepared")), readInts(h.path("helpers")),
+          h.path("images").asInt());
     }
   }
 
@@ -770,6 +760,16 @@ public final class WorkerMessages {
   private static List<String> readStrings(JsonNode n) {
     List<String> out = new ArrayList<>();
     n.forEach(v -> out.add(v.asText()));
+    return out;
+  }
+
+  private static void putInts(ArrayNode into, List<Integer> values) {
+    values.forEach(into::add);
+  }
+
+  private static List<Integer> readInts(JsonNode n) {
+    List<Integer> out = new ArrayList<>();
+    n.forEach(v -> out.add(v.asInt()));
     return out;
   }
 }
