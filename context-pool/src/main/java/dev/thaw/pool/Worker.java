@@ -77,6 +77,21 @@ public interface Worker extends AutoCloseable {
   BecomeResult becomeBlocking(PreparedImage image, ImageSource source);
 
   /**
+   * Restores a group image's ranks at once and serves the group: rank 0 onto this worker's device, rank r onto
+   * {@code ranks.get(r).device()} in a context of this worker's process, each from its own source through its own
+   * device's link (see {@link #become} for the rest). {@link #resident()} completes when every rank's last byte
+   * landed. A worker that became a group is never recycled: {@link #release()} ends it.
+   *
+   * @param name names the group in messages and status (its tag)
+   * @throws IllegalArgumentException (at once) if there are fewer than two ranks, rank 0 is not on this worker's
+   *     device, or two ranks share a device
+   * @throws IllegalStateException (at once) if this worker already became an image or is busy
+   */
+  CompletableFuture<BecomeResult> becomeGroup(String name, List<RankImage> ranks);
+
+  BecomeResult becomeGroupBlocking(String name, List<RankImage> ranks);
+
+  /**
    * Completes when the restore a {@link #become} started has every byte on the device (with on-demand restore,
    * after the BECOME answered and the function already served); fails as the worker does.
    */

@@ -20,10 +20,8 @@ import dev.thaw.image.restore.PreparedRestore;
 import dev.thaw.image.restore.RestorePlan;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.gpu.GpuDriver;
-import dev.thaw.runtime.speculation.AccessProfiler;
-import dev.thaw.runtime.speculation.Profiling;
+import dev.thaw.runtime.function.FunctionSession;
 import java.io.IOException;
-import java.util.ArrayList;
 import java.util.List;
 
 /**
@@ -51,43 +49,47 @@ public final class TensorParallelImages {
       int[][] samplePrompts, int sampleTokens, boolean profile, ChunkStore store, Chunker chunker, String tag,
       BuildOptions staging, ProgressListener progress) throws IOException {
     try (LlamaTensorParallel tp = LlamaTensorParallel.record(driver, devices, weights, maxBatch, maxTokens)) {
-      int n = devices.length;
-      List<AccessProfiler> profilers = new ArrayList<>();
-      List<ImageManifest.Profile> profiles = new ArrayList<>();
-      LlamaTensorParallel.Result sample;
-      try {
-        if (profile) {
-          for (int r = 0; r < n; r++) {
-            profilers.add(Profiling.attach(tp.session(r)));
-          }
+      LlamaTensorParallel.Result[] sample = new LlamaTensorParallel.Result[1];
+      GroupImageBuilder.Recorded recorded = new GroupImageBuilder.Recorded() {
+        @Override
+        public int ranks() {
+          return devices.length;
         }
-        sample = tp.generate(samplePrompts, sampleTokens);
-        for (int r = 0; r < n; r++) {
-          profiles.add(profile ? ImageManifest.Profile.of(profilers.get(r).finish(GroupImage.rankTag(tag, r)))
-              : ImageManifest.Profile.empty());
+
+        @Override
+        public FunctionSession session(int rank) {
+          return tp.session(rank);
         }
-      } finally {
-        profilers.forEach(AccessProfiler::close);
-      }
-      List<GroupImageBuilder.Rank> ranks = new ArrayList<>();
-      for (int r = 0; r < n; r++) {
-        ranks.add(new GroupImageBuilder.Rank(tp.session(r), tp.rankState(r), profiles.get(r)));
-      }
-      ObjectNode answer = JsonNodeFactory.instance.objectNode();
-      ArrayNode ids = answer.putArray("tokens");
-      for (int[] row : sample.tokens()) {
-        ArrayNode a = ids.addArray();
-        for (int id : row) {
-          a.add(id);
+
+        @Override
+        public Object rankState(int rank) {
+          return tp.rankState(rank);
         }
-      }
-      List<ImageManifest.Sample> samples = List.of(new ImageManifest.Sample(
-          TokenRequest.body(samplePrompts, sampleTokens, false), answer));
-      GroupImageBuilder.Result result = new GroupImageBuilder(store, chunker).build(tag,
-          LlamaRankFunction.class.getName(), config(weights, n, maxBatch, maxTokens), ranks, samples, staging,
-          progress);
-      return new Built(result, sample);
+
+        @Override
+        public List<ImageManifest.Sample> runSamples() {
+          sample[0] = tp.generate(samplePrompts, sampleTokens);
+          return List.of(sample(samplePrompts, sampleTokens, sample[0].tokens()));
+        }
+      };
+      GroupImageBuilder.Result result = new GroupImageBuilder(store, chunker).buildProfiled(tag,
+          LlamaRankFunction.class.getName(), config(weights, devices.length, maxBatch, maxTokens), recorded, profile,
+          staging, progress);
+      return new Built(result, sample[0]);
     }
+  }
+
+  /** The sample request and the group's answer, as {@code LlamaFunction}'s token requests and responses read. */
+  static ImageManifest.Sample sample(int[][] prompts, int newTokens, int[][] answer) {
+    ObjectNode out = JsonNodeFactory.instance.objectNode();
+    ArrayNode ids = out.putArray("tokens");
+    for (int[] row : answer) {
+      ArrayNode a = ids.addArray();
+      for (int id : row) {
+        a.add(id);
+      }
+    }
+    return new ImageManifest.Sample(TokenRequest.body(prompts, newTokens, false), out);
   }
 
   /** The group's config: the weights, the split and the sizes. */
@@ -124,21 +126,13 @@ public final class TensorParallelImages {
    */
   public static Cold start(GroupRestorer restorer, List<RestorePlan> plans, List<GroupRestorer.Target> targets,
       OnDemandOptions options) {
-    return connect(restorer.restore(plans, targets, held(options)), options);
+    return connect(restorer.restore(plans, targets, options.heldBack()), options);
   }
 
   /** As {@link #start}, from ranks {@link GroupRestorer#prepare prepared} ahead (their modules already loaded). */
   public static Cold startPrepared(GroupRestorer restorer, List<PreparedRestore> prepared,
       List<GroupRestorer.Target> targets, OnDemandOptions options) {
-    return connect(restorer.restorePrepared(prepared, targets, held(options)), options);
-  }
-
-  /** {@code options} with the background streaming held back. */
-  private static OnDemandOptions held(OnDemandOptions options) {
-    return new OnDemandOptions().setStreamInBackground(false).setPromotion(options.promotion())
-        .setWindowBytes(options.windowBytes()).setTrace(options.trace()).setValidate(options.validate())
-        .setPollNanos(options.pollNanos()).setHelpers(options.helpers()).setHelperShare(options.helperShare())
-        .setSlabSource(options.slabSource());
+    return connect(restorer.restorePrepared(prepared, targets, options.heldBack()), options);
   }
 
   /** The model over the restored ranks; then the rest streams if {@code options} says so. */

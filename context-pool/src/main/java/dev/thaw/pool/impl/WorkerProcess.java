@@ -9,6 +9,7 @@ import dev.thaw.pool.ImageSource;
 import dev.thaw.pool.InvokeResult;
 import dev.thaw.pool.PoolException;
 import dev.thaw.pool.PreparedImage;
+import dev.thaw.pool.RankImage;
 import dev.thaw.pool.RestoreCompletion;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
@@ -32,6 +33,8 @@ import dev.thaw.pool.protocol.WorkerMessages.InvokeAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Ready;
 import dev.thaw.pool.protocol.WorkerMessages.Recycle;
 import dev.thaw.pool.protocol.WorkerMessages.RecycleAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.BecomeGroup;
+import dev.thaw.pool.protocol.WorkerMessages.GroupRank;
 import dev.thaw.pool.protocol.WorkerMessages.Resident;
 import dev.thaw.pool.protocol.WorkerMessages.Source;
 import dev.thaw.pool.protocol.WorkerMessages.Status;
@@ -40,6 +43,7 @@ import dev.thaw.pool.protocol.WorkerMessages.Trace;
 import dev.thaw.pool.protocol.WorkerMessages.TraceAnswer;
 import dev.thaw.pool.worker.WorkerConfig;
 import dev.thaw.runtime.function.ResponseStream;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
@@ -115,8 +119,13 @@ final class WorkerProcess implements Worker {
   /** The current image's residency: made anew by each BECOME after the first. */
   private volatile CompletableFuture<RestoreCompletion> resident = new CompletableFuture<>();
   private final CompletableFuture<WorkerException> endedFuture = new CompletableFuture<>();
-  /** The host cache lease of the image this worker restores: held until the restore is complete or the worker ends. */
-  private final AtomicReference<CacheLease> lease = new AtomicReference<>();
+  /**
+   * The host cache leases of the image this worker restores (one per rank of a group): held until the restore is
+   * complete or the worker ends.
+   */
+  private final AtomicReference<List<CacheLease>> leases = new AtomicReference<>(List.of());
+  /** Set when this worker became a group (BECOME_GROUP): it holds contexts on other devices and is never recycled. */
+  private volatile boolean group;
   /** A BECOME or an export runs: nothing else may be sent. */
   private final AtomicBoolean busy = new AtomicBoolean();
   /** Requests sent and not yet answered (they may overlap each other, never a BECOME or an export). */
@@ -343,7 +352,7 @@ final class WorkerProcess implements Worker {
     becameAnImage = true;
     image = name;
     if (source.lease() != null) {
-      lease.set(source.lease());
+      leases.set(List.of(source.lease()));
     }
     long claimed = System.nanoTime();
     long[] sent = new long[1];
@@ -357,6 +366,55 @@ final class WorkerProcess implements Worker {
           : notPrepared(e) ? sendBecome(name, null, manifest, source) : CompletableFuture.<Frame>failedFuture(e))
           .thenCompose(f -> f);
     }).thenApply(f -> became(name, f, claimed, sent[0])));
+  }
+
+  @Override
+  public CompletableFuture<BecomeResult> becomeGroup(String name, List<RankImage> ranks) {
+    checkUsable();
+    if (ranks.size() < 2) {
+      throw new IllegalArgumentException("a group has two ranks or more, not " + ranks.size());
+    }
+    if (ranks.get(0).device() != device) {
+      throw new IllegalArgumentException("rank 0 goes to device " + ranks.get(0).device() + ", and worker " + pid
+          + " runs on " + device);
+    }
+    if (ranks.stream().map(RankImage::device).distinct().count() != ranks.size()) {
+      throw new IllegalArgumentException("two ranks share a device: " + ranks.stream().map(RankImage::device)
+          .toList());
+    }
+    if (becameAnImage) {
+      throw new IllegalStateException("worker " + pid + " already became '" + image + "'; a worker becomes one "
+          + "image in its life");
+    }
+    claim();
+    if (imagesBefore > 0) {
+      resident = new CompletableFuture<>();
+    }
+    becameAnImage = true;
+    group = true;
+    image = name;
+    List<CacheLease> held = new ArrayList<>();
+    List<GroupRank> heads = new ArrayList<>();
+    ByteArrayOutputStream body = new ByteArrayOutputStream();
+    for (RankImage r : ranks) {
+      ImageSource source = r.source();
+      if (source.lease() != null) {
+        held.add(source.lease());
+      }
+      byte[] placement = source.placement() == null ? new byte[0] : source.placement().toBytes();
+      heads.add(new GroupRank(r.tag(), r.device(), Source.of(source), r.manifest().length, placement.length));
+      body.writeBytes(r.manifest());
+      body.writeBytes(placement);
+    }
+    leases.set(List.copyOf(held));
+    long claimed = System.nanoTime();
+    return release(pipe.send(new BecomeGroup(name, heads, options.awaitResident()), body.toByteArray(),
+        options.becomeTimeout()).thenApply(f -> became(name, f, claimed, claimed)));
+  }
+
+  @Override
+  public BecomeResult becomeGroupBlocking(String name, List<RankImage> ranks) {
+    return join(becomeGroup(name, ranks));
   }
 
   private static boolean notPrepared(Throwable e) {
@@ -548,7 +606,7 @@ final class WorkerProcess implements Worker {
     boolean idle = !busy.get() && invoking.get() == 0 && process.isAlive();
     if (!becameAnImage && idle) {
       listener.returned(this);
-    } else if (becameAnImage && invocable && idle && imagesBefore < options.recycleLimit()) {
+    } else if (becameAnImage && invocable && idle && !group && imagesBefore < options.recycleLimit()) {
       recycle();
     } else {
       retire("released after becoming '" + image + "'");
@@ -648,8 +706,7 @@ final class WorkerProcess implements Worker {
   }
 
   private void closeLease() {
-    CacheLease l = lease.getAndSet(null);
-    if (l != null) {
+    for (CacheLease l : leases.getAndSet(List.of())) {
       l.close();
     }
   }

@@ -28,7 +28,7 @@ import java.nio.ByteBuffer;
 public final class FrameCodec {
 
   public static final int MAGIC = 0x5457;
-  public static final int VERSION = 6;
+  public static final int VERSION = 7;
   public static final int HEADER_BYTES = 16;
   /** Heads carry control fields only. */
   public static final int MAX_HEAD_BYTES = 1 << 20;

@@ -66,6 +66,13 @@ public enum FrameType {
    * scrubbed and what it still holds; an ERROR means it could not, and the parent ends it.
    */
   RECYCLE(14),
+  /**
+   * Parent → worker, while it is blank: restore a group image's ranks, each onto a device of its own (the head names
+   * them; the body holds each rank's manifest and host-cache placement), and serve the group from then on. Answered as
+   * BECOME is; a worker that became a group is never recycled (it holds contexts on its ranks' devices) and exits
+   * when released.
+   */
+  BECOME_GROUP(15),
   /** Worker → parent: the answer to the request with the same id. */
   RESULT(16),
   /** Worker → parent: the request with the same id failed (id 0: the worker itself failed and exits). */

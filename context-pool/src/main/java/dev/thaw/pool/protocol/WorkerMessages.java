@@ -39,7 +39,7 @@ public final class WorkerMessages {
 
   /** What the parent sends a worker. */
   public sealed interface Request extends Head
-      permits Become, Invoke, Cancel, Status, Exit, Export, Prepare, Forget, Trace, Recycle {}
+      permits Become, BecomeGroup, Invoke, Cancel, Status, Exit, Export, Prepare, Forget, Trace, Recycle {}
 
   /** What a worker sends its parent: an answer (RESULT) or a report of its own. */
   public sealed interface Reply extends Head
@@ -83,6 +83,64 @@ public final class WorkerMessages {
       return new Become(h.path("name").asText("image"), Source.from(h.path("source")),
           h.path("manifestBytes").asInt(-1), h.path("awaitResident").asBoolean(false),
           prepared.isEmpty() ? null : prepared, h.path("placementPrepared").asBoolean(false));
+    }
+  }
+
+  /**
+   * BECOME_GROUP: restore the ranks of a group image at once, rank r's image onto device {@code ranks.get(r).device()}
+   * (rank 0's onto this worker's own), each from its own source through its own device's link, and serve the group.
+   * The body is each rank's manifest then its host-cache placement, in rank order, as long as the head says.
+   */
+  public record BecomeGroup(String name, List<GroupRank> ranks, boolean awaitResident) implements Request {
+    public BecomeGroup {
+      ranks = List.copyOf(ranks);
+    }
+
+    @Override
+    public FrameType type() {
+      return FrameType.BECOME_GROUP;
+    }
+
+    @Override
+    public ObjectNode toJson() {
+      ObjectNode h = FrameCodec.head();
+      h.put("name", name);
+      ArrayNode a = h.putArray("ranks");
+      for (GroupRank r : ranks) {
+        a.add(r.toJson());
+      }
+      h.put("awaitResident", awaitResident);
+      return h;
+    }
+
+    public static BecomeGroup from(JsonNode h) {
+      List<GroupRank> ranks = new ArrayList<>();
+      for (JsonNode r : h.path("ranks")) {
+        ranks.add(GroupRank.from(r));
+      }
+      return new BecomeGroup(h.path("name").asText("group"), ranks, h.path("awaitResident").asBoolean(false));
+    }
+  }
+
+  /**
+   * One rank of a BECOME_GROUP: its image's tag, the device it goes to, where its bytes come from, and how many bytes
+   * of the body are its manifest and its placement.
+   */
+  public record GroupRank(String tag, int device, Source source, int manifestBytes, int placementBytes) {
+
+    ObjectNode toJson() {
+      ObjectNode n = FrameCodec.head();
+      n.put("tag", tag);
+      n.put("device", device);
+      n.set("source", source.toJson());
+      n.put("manifestBytes", manifestBytes);
+      n.put("placementBytes", placementBytes);
+      return n;
+    }
+
+    static GroupRank from(JsonNode n) {
+      return new GroupRank(n.path("tag").asText(""), n.path("device").asInt(-1), Source.from(n.path("source")),
+          n.path("manifestBytes").asInt(-1), n.path("placementBytes").asInt(-1));
     }
   }
 

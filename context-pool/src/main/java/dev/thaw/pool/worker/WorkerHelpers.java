@@ -156,6 +156,27 @@ final class WorkerHelpers implements AutoCloseable {
     return h == null ? null : h.link();
   }
 
+  /**
+   * The context this worker opened on {@code device} for its link, no longer this object's: the link is closed and the
+   * caller owns the context (a group's rank runs in it); null when no link to that device is open.
+   */
+  GpuContext take(int device) {
+    Helper h;
+    synchronized (this) {
+      h = closed ? null : open.remove(device);
+    }
+    if (h == null) {
+      return null;
+    }
+    try {
+      h.link().close();
+    } catch (RuntimeException e) {
+      h.context().close();
+      throw e;
+    }
+    return h.context();
+  }
+
   /** Closes every link and its context; one {@link #openAll} is still making is closed as it finishes. Idempotent. */
   @Override
   public void close() {

@@ -28,6 +28,7 @@ import dev.thaw.pool.protocol.ProtocolException;
 import dev.thaw.pool.protocol.WorkerMessages;
 import dev.thaw.pool.protocol.WorkerMessages.Become;
 import dev.thaw.pool.protocol.WorkerMessages.BecomeAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.BecomeGroup;
 import dev.thaw.pool.protocol.WorkerMessages.ExportAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Failure;
 import dev.thaw.pool.protocol.WorkerMessages.Forget;
@@ -53,6 +54,7 @@ import dev.thaw.runtime.function.ResponseStream;
 import dev.thaw.runtime.gpu.CudaException;
 import dev.thaw.runtime.gpu.CudaOutOfMemoryException;
 import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuDriver;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
@@ -110,6 +112,7 @@ final class WorkerImage implements WorkerLoop.Work {
   };
 
   private final WorkerConfig config;
+  private final GpuDriver driver;
   private final GpuContext context;
   private final RestoreResources resources;
   private final HostCacheView cache;
@@ -131,6 +134,8 @@ final class WorkerImage implements WorkerLoop.Work {
   /** INVOKEs handed to the function's engine and not yet answered; guarded by {@code this}. */
   private int inEngine;
   private OnDemandRestore restored;
+  /** The group this worker became (BECOME_GROUP) instead of one image, or null; never recycled. */
+  private volatile WorkerGroup group;
   /** The BECOME that made {@link #restored}: when it was read (time zero of its trace), and its answer. */
   private Became became;
   /** When the BECOME that made {@link #restored} began, for its RESIDENT report. */
@@ -155,9 +160,11 @@ final class WorkerImage implements WorkerLoop.Work {
   /** Where a BECOME reads from: the source, the chunks the host cache holds (or null), what to call it. */
   private record Tiers(RestoreSource source, PinnedChunks chunks, String from) {}
 
-  WorkerImage(WorkerConfig config, GpuContext context, RestoreResources resources, HostCacheView cache,
-      WorkerStores stores, PreparedImages prepared, WorkerHelpers helpers, WorkerReplies out, WorkerLoop loop) {
+  WorkerImage(WorkerConfig config, GpuDriver driver, GpuContext context, RestoreResources resources,
+      HostCacheView cache, WorkerStores stores, PreparedImages prepared, WorkerHelpers helpers, WorkerReplies out,
+      WorkerLoop loop) {
     this.config = config;
+    this.driver = driver;
     this.context = context;
     this.resources = resources;
     this.cache = cache;
@@ -211,7 +218,7 @@ final class WorkerImage implements WorkerLoop.Work {
   @Override
   public void execute(Frame f) {
     long taken = System.nanoTime();
-    if (f.type() == FrameType.BECOME) {
+    if (f.type() == FrameType.BECOME || f.type() == FrameType.BECOME_GROUP) {
       becomeAndAnswer(f, taken);
       return;
     }
@@ -263,11 +270,13 @@ final class WorkerImage implements WorkerLoop.Work {
     }
   }
 
-  /** A BECOME: its answer first, then its RESIDENT report is arranged and the other prepared images go. */
+  /**
+   * A BECOME or BECOME_GROUP: its answer first, then its RESIDENT report is arranged and the other prepared images go.
+   */
   private void becomeAndAnswer(Frame f, long taken) {
     WorkerMessages.Reply reply;
     try {
-      reply = become(f);
+      reply = f.type() == FrameType.BECOME_GROUP ? becomeGroup(f) : become(f);
     } catch (Throwable e) {
       failed(f, e, true);
       return;
@@ -447,6 +456,34 @@ final class WorkerImage implements WorkerLoop.Work {
         ? resident.importMillis() : peer != null ? peer.mapMillis() : -1, totalEnd, 0);
   }
 
+  /**
+   * Restores a group image's ranks at once ({@link WorkerGroup}) and answers once the group serves, as BECOME does; its
+   * phases are the group's and add up to {@code total}.
+   */
+  private WorkerMessages.Reply becomeGroup(Frame f) {
+    if (state != State.BLANK) {
+      return new Failure(WorkerErrorKind.STATE, "this worker is '" + image + "' (" + state + "); only a blank worker "
+          + "becomes a group");
+    }
+    BecomeGroup b = BecomeGroup.from(f.head());
+    long start = System.nanoTime();
+    long read = loop.becomeRead();
+    double queued = read == 0 ? 0 : Math.max(0, (start - read) / 1e6);
+    image = b.name();
+    state = State.BECOMING;
+    Map<String, Double> phases = new LinkedHashMap<>();
+    phases.put("queued", queued);
+    WorkerGroup g = WorkerGroup.become(b, f.body(), new WorkerGroup.Worker(driver, context, resources, cache, stores,
+        helpers), phases);
+    group = g;
+    images++;
+    becomeStart = start;
+    state = State.READY;
+    long totalEnd = System.nanoTime();
+    phases.put("total", queued + (totalEnd - start) / 1e6);
+    return new BecomeAnswer(phases, g.totalBytes(), g.from(), List.of(), g.isResident(), -1, totalEnd, 0);
+  }
+
   private static void requireCache(Tiers tiers, String what) {
     if (tiers.chunks() == null) {
       throw new ImageRestoreException("BECOME names " + what + " without the host cache", null);
@@ -548,6 +585,23 @@ final class WorkerImage implements WorkerLoop.Work {
    * function became invocable, ERROR with id 0 and exits: the instance cannot serve.
    */
   private void reportResident(int becomeId) {
+    WorkerGroup g = group;
+    if (g != null) {
+      long since = becomeStart;
+      g.resident().whenComplete((ok, failure) -> {
+        synchronized (this) {
+          if (failure != null) {
+            Throwable c = WorkerFailures.unwrap(failure);
+            c.printStackTrace();
+            out.fail(WorkerFailures.kindOf(c, true), c, WorkerMain.EXIT_RESTORE_FAILED);
+            return;
+          }
+          releaseAfterRestore();
+          out.send(becomeId, g.residentReport(since));
+        }
+      });
+      return;
+    }
     OnDemandRestore restore = restored;
     long start = becomeStart;
     restore.resident().whenComplete((ok, failure) -> {
@@ -627,7 +681,8 @@ final class WorkerImage implements WorkerLoop.Work {
         () -> out.send(f.id(), new Near()), request.nearMicros() * 1000, TimeUnit.NANOSECONDS);
     try {
       long t = System.nanoTime();
-      FunctionResponse r = restored.function().invoke(fr, stream);
+      WorkerGroup g = group;
+      FunctionResponse r = g != null ? g.invoke(fr, stream) : restored.function().invoke(fr, stream);
       Frame answer = answer(f.id(), r, decodeMs, t);
       invocations++;
       state = State.READY;

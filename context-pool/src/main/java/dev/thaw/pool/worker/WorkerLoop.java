@@ -218,7 +218,7 @@ final class WorkerLoop {
   private Frame read() {
     while (true) {
       Frame f = readFrame();
-      if (f.type() == FrameType.BECOME) {
+      if (f.type() == FrameType.BECOME || f.type() == FrameType.BECOME_GROUP) {
         becomeRead = System.nanoTime();
       }
       if (!aheadOfTime(f.type())) {
@@ -278,7 +278,7 @@ final class WorkerLoop {
           out.send(f.id(), new ExitAnswer());
           Runtime.getRuntime().halt(0);
         }
-        case BECOME, INVOKE, EXPORT, PREPARE, FORGET, TRACE, RECYCLE -> {
+        case BECOME, BECOME_GROUP, INVOKE, EXPORT, PREPARE, FORGET, TRACE, RECYCLE -> {
           return f;
         }
         default -> {

@@ -252,7 +252,7 @@ public final class WorkerMain {
     if (cache != null && config.helperLinks() > 0 && driver.devices().size() > 1) {
       helpers = new WorkerHelpers(driver, context, config);
     }
-    WorkerImage image = new WorkerImage(config, context, resources, cache, stores, prepared, helpers, out, loop);
+    WorkerImage image = new WorkerImage(config, driver, context, resources, cache, stores, prepared, helpers, out, loop);
     loop.attach(image);
     return image;
   }

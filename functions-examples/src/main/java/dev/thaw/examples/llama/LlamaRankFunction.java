@@ -1,21 +1,29 @@
 package dev.thaw.examples.llama;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.function.TokenRequest;
 import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.GroupFunction;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
-import dev.thaw.runtime.function.ThawFunction;
+import dev.thaw.runtime.function.ResponseStream;
+import java.util.List;
 
 /**
  * What an image of one rank of a tensor-parallel Llama names as its function: the rank's host state (its model's
  * sizes and buffers, which rank of how many, its exchange buffers). A rank is built with its group
- * ({@link LlamaTensorParallel#record}) and serves only with it ({@link LlamaTensorParallel#restored}): alone it
- * neither initializes nor answers, since every pass meets the other ranks twice a layer.
+ * ({@link LlamaTensorParallel#record}) and serves only with it ({@link #assemble}: the group over the restored ranks,
+ * {@link LlamaTensorParallel#restored}): alone it neither initializes nor answers, since every pass meets the other
+ * ranks twice a layer. The group serves {@code LlamaFunction}'s token requests ({@code tokens}, {@code maxNewTokens},
+ * {@code returnLogits}), one at a time, greedily: a request that asks to sample is refused.
  */
-public final class LlamaRankFunction implements ThawFunction<LlamaRankFunction.State> {
+public final class LlamaRankFunction implements GroupFunction<LlamaRankFunction.State> {
 
   /**
    * Rank {@code rank} of {@code ranks}: its passes' state over its shard's widths, and its buffers of the group's
@@ -46,5 +54,47 @@ public final class LlamaRankFunction implements ThawFunction<LlamaRankFunction.S
   public FunctionResponse invoke(FunctionSession session, State state, FunctionRequest request) {
     throw new InvalidRequestException("rank " + state.rank() + " of " + state.ranks() + " of a tensor-parallel "
         + state.model().config().name() + " serves only with its group: restore the group's image");
+  }
+
+  @Override
+  public Group assemble(List<FunctionSession> sessions, List<State> states) {
+    return new TensorParallelGroup(LlamaTensorParallel.restored(sessions, states), states.get(0).model());
+  }
+
+  /** The group's requests: each parsed against the model's limits, generated on every rank, answered from rank 0. */
+  private record TensorParallelGroup(LlamaTensorParallel model, LlamaFunction.State limits) implements Group {
+
+    @Override
+    public FunctionResponse invoke(FunctionRequest request, ResponseStream stream) {
+      TokenRequest req = LlamaFunction.parse(limits, request.json());
+      if (!req.sampling().greedy()) {
+        throw new InvalidRequestException("a tensor-parallel " + model.config().name() + " decodes greedily: "
+            + "leave out the sampling fields (temperature 0)");
+      }
+      LlamaTensorParallel.Result r = model.generate(req.prompts(), req.maxNewTokens());
+      ObjectNode out = JsonNodeFactory.instance.objectNode();
+      ArrayNode ids = out.putArray("tokens");
+      for (int[] row : r.tokens()) {
+        ArrayNode a = ids.addArray();
+        for (int id : row) {
+          a.add(id);
+        }
+      }
+      if (req.returnLogits()) {
+        ArrayNode all = out.putArray("logits");
+        for (float[] row : r.logits()) {
+          ArrayNode a = all.addArray();
+          for (float v : row) {
+            a.add(v);
+          }
+        }
+      }
+      return FunctionResponse.of(out);
+    }
+
+    @Override
+    public void close() {
+      model.close();
+    }
   }
 }

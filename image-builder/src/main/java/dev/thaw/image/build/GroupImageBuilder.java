@@ -6,6 +6,8 @@ import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ProgressListener;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.speculation.AccessProfiler;
+import dev.thaw.runtime.speculation.Profiling;
 import dev.thaw.runtime.host.Threads;
 import java.util.ArrayList;
 import java.util.List;
@@ -45,12 +47,53 @@ public final class GroupImageBuilder {
     }
   }
 
+  /** A group its owner recorded, one recording session per rank on the rank's device, and its sample requests. */
+  public interface Recorded {
+    int ranks();
+
+    FunctionSession session(int rank);
+
+    /** Rank {@code rank}'s host state, which its image records. */
+    Object rankState(int rank);
+
+    /** Runs the sample requests on every rank; returns them with the group's answers. */
+    List<ImageManifest.Sample> runSamples();
+  }
+
   private final ChunkStore store;
   private final ImageBuilder builder;
 
   public GroupImageBuilder(ChunkStore store, Chunker chunker) {
     this.store = store;
     this.builder = new ImageBuilder(store, chunker);
+  }
+
+  /**
+   * Runs {@code group}'s sample requests with every rank's launches profiled (when {@code profile}; unprofiled, every
+   * launch of a restore waits for all of its rank's bytes: correct, but nothing overlaps), then {@link #build}s it.
+   */
+  public Result buildProfiled(String tag, String functionClass, JsonNode config, Recorded group, boolean profile,
+      BuildOptions staging, ProgressListener progress) {
+    int n = group.ranks();
+    List<AccessProfiler> profilers = new ArrayList<>();
+    List<Rank> ranks = new ArrayList<>();
+    List<ImageManifest.Sample> samples;
+    try {
+      if (profile) {
+        for (int r = 0; r < n; r++) {
+          profilers.add(Profiling.attach(group.session(r)));
+        }
+      }
+      samples = group.runSamples();
+      for (int r = 0; r < n; r++) {
+        ranks.add(new Rank(group.session(r), group.rankState(r), profile
+            ? ImageManifest.Profile.of(profilers.get(r).finish(GroupImage.rankTag(tag, r)))
+            : ImageManifest.Profile.empty()));
+      }
+    } finally {
+      profilers.forEach(AccessProfiler::close);
+    }
+    return build(tag, functionClass, config, ranks, samples, staging, progress);
   }
 
   /**

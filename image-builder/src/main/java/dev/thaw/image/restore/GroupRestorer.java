@@ -3,6 +3,7 @@ package dev.thaw.image.restore;
 import dev.thaw.image.GroupImage;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.GroupFunction;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.host.Threads;
 import java.util.ArrayList;
@@ -96,6 +97,57 @@ public final class GroupRestorer {
         }
       });
       throw e;
+    }
+  }
+
+  /**
+   * Restores every rank (from {@code prepared} ranks where given, else from {@code plans}) with its background
+   * streaming held back, assembles the group's function over the restored sessions ({@link GroupFunction#assemble}:
+   * it may grant the ranks each other's memory, which must not change a mapping while a copy into it is in flight),
+   * then lets the rest stream if {@code options} says so. A failure anywhere closes whatever was restored first.
+   *
+   * @throws ImageRestoreException if the ranks' function is not a {@link GroupFunction}, or as {@link #restore}
+   */
+  public Serving serve(List<RestorePlan> plans, List<PreparedRestore> prepared, List<Target> targets,
+      OnDemandOptions options) {
+    GroupRestore restore = prepared != null ? restorePrepared(prepared, targets, options.heldBack())
+        : restore(plans, targets, options.heldBack());
+    try {
+      if (!(restore.ranks().get(0).function().function() instanceof GroupFunction<?> f)) {
+        throw new ImageRestoreException("rank 0's function " + restore.ranks().get(0).function().manifest()
+            .function().className() + " is not a GroupFunction: a group image's ranks serve only through one", null);
+      }
+      GroupFunction.Group group = assemble(f, restore);
+      if (options.streamInBackground()) {
+        restore.streamRest();
+      }
+      return new Serving(restore, group);
+    } catch (RuntimeException | Error e) {
+      try {
+        restore.close();
+      } catch (RuntimeException c) {
+        e.addSuppressed(c);
+      }
+      throw e;
+    }
+  }
+
+  @SuppressWarnings("unchecked")
+  private static <S> GroupFunction.Group assemble(GroupFunction<S> f, GroupRestore restore) {
+    return f.assemble(restore.sessions(), (List<S>) restore.states(f.stateType()));
+  }
+
+  /** A group serving over its ranks' restores. */
+  public record Serving(GroupRestore restore, GroupFunction.Group group) implements AutoCloseable {
+
+    /** Closes the group, then every rank's restore (its copies waited for, its memory freed), even when one throws. */
+    @Override
+    public void close() {
+      try {
+        group.close();
+      } finally {
+        restore.close();
+      }
     }
   }
 

@@ -171,4 +171,14 @@ public final class OnDemandOptions {
     this.slabSource = source;
     return this;
   }
+
+  /**
+   * These options with the background streaming held back: the restore copies only what launches wait for until its
+   * owner calls {@link OnDemandRestore#streamRest} (a group grants its ranks each other's memory first).
+   */
+  public OnDemandOptions heldBack() {
+    return new OnDemandOptions().setStreamInBackground(false).setPromotion(promotion).setWindowBytes(windowBytes)
+        .setTrace(trace).setValidate(validate).setPollNanos(pollNanos).setHelpers(helpers).setHelperShare(helperShare)
+        .setSlabSource(slabSource);
+  }
 }

@@ -10,6 +10,7 @@ import java.util.Comparator;
 import java.util.List;
 import java.util.Locale;
 import java.util.Optional;
+import java.util.function.IntPredicate;
 
 /**
  * Where instances go: each device's budget for instances, the bytes and instances placed on it, the device a start goes
@@ -87,11 +88,35 @@ final class DevicePlacement {
     return choice;
   }
 
-  /** Places {@code slot}, made for a choice of {@link #chooseMakingRoom}: its footprint is reserved on its device. */
+  /**
+   * The devices a start of group {@code d} goes to, rank r's at r ({@link #chooseGroup}), evicting idle instances of
+   * other functions, least recently used first, until it fits; empty when it fits nowhere even then.
+   */
+  Optional<List<Integer>> chooseGroupMakingRoom(Deployment d) {
+    Optional<List<Integer>> devices = chooseGroup(d.image);
+    if (devices.isEmpty()) {
+      for (InstanceSlot victim : evictionCandidates(d)) {
+        evict(victim);
+        victim.deployment.meters.evicted("memory");
+        devices = chooseGroup(d.image);
+        if (devices.isPresent()) {
+          break;
+        }
+      }
+    }
+    return devices;
+  }
+
+  /**
+   * Places {@code slot}, made for a choice of {@link #chooseMakingRoom} or {@link #chooseGroupMakingRoom}: its
+   * footprint is reserved on each of its devices.
+   */
   void reserve(InstanceSlot slot) {
     slot.deployment.slots.add(slot);
-    reserved[slot.device] += slot.deployment.image.deviceBytes();
-    placed[slot.device]++;
+    for (int device : slot.devices) {
+      reserved[device] += slot.deployment.image.deviceBytes();
+      placed[device]++;
+    }
   }
 
   /** Takes {@code slot} off its device and closes its instance, if it has started, on the slot's thread. */
@@ -107,13 +132,18 @@ final class DevicePlacement {
     if (!slot.evicted) {
       slot.evicted = true;
       slot.deployment.slots.remove(slot);
-      reserved[slot.device] -= slot.deployment.image.deviceBytes();
-      placed[slot.device]--;
+      for (int device : slot.devices) {
+        reserved[device] -= slot.deployment.image.deviceBytes();
+        placed[device]--;
+      }
     }
   }
 
   /** True if {@code image} fits a device now, or would once that device's instances left. */
   boolean fits(ImageInfo image) {
+    if (image.ranks() > 1) {
+      return chooseGroup(image).isPresent() || devicesWhere(i -> image.deviceBytes() <= budget[i]) >= image.ranks();
+    }
     if (fittingDevice(image) >= 0) {
       return true;
     }
@@ -125,10 +155,44 @@ final class DevicePlacement {
     return false;
   }
 
+  /** How many devices {@code test} holds for. */
+  private int devicesWhere(IntPredicate test) {
+    int n = 0;
+    for (int i = 0; i < budget.length; i++) {
+      n += test.test(i) ? 1 : 0;
+    }
+    return n;
+  }
+
+  /**
+   * The devices a group's ranks go to, rank r's at r, in ordinal order: among the devices its footprint and an
+   * instance slot fit now, those that hold no instance first (a rank then shares neither its device nor its link),
+   * then those not busy, then the most free budget. Empty when fewer than its ranks fit.
+   */
+  private Optional<List<Integer>> chooseGroup(ImageInfo image) {
+    if (overlapsResident(image)) {
+      return Optional.empty();
+    }
+    List<Integer> fit = new ArrayList<>();
+    for (int i = 0; i < budget.length; i++) {
+      if (budget[i] - reserved[i] >= image.deviceBytes() && placed[i] < factory.maxInstances(i)) {
+        fit.add(i);
+      }
+    }
+    if (fit.size() < image.ranks()) {
+      return Optional.empty();
+    }
+    fit.sort(Comparator.<Integer>comparingInt(i -> placed[i] == 0 ? 0 : 1).thenComparingInt(i -> busy(i) ? 1 : 0)
+        .thenComparingLong(i -> reserved[i] - budget[i]));
+    List<Integer> chosen = new ArrayList<>(fit.subList(0, image.ranks()));
+    chosen.sort(Comparator.naturalOrder());
+    return Optional.of(List.copyOf(chosen));
+  }
+
   /** The refusal of {@code d}'s requests when no device has room for it: what it needs, and what holds it. */
   ServeException noRoom(Deployment d, long retryAfterSeconds) {
     return new ServeException(503, "no_capacity", "function '" + d.name + "' needs " + mib(d.image.deviceBytes())
-        + " of device memory" + (factory.sharedAddressSpace() ? " at its recorded addresses" : "")
+        + " of device memory" + (d.image.ranks() > 1 ? " on each of " + d.image.ranks() + " devices at once" : "") + (factory.sharedAddressSpace() ? " at its recorded addresses" : "")
         + " and an instance slot; busy instances hold " + (memoryFree(d.image) ? "every slot" : "the memory")
         + " now", retryAfterSeconds);
   }
@@ -163,7 +227,7 @@ final class DevicePlacement {
     for (Deployment d : deployments.all()) {
       for (InstanceSlot s : d.slots) {
         boolean starting = s.instance == null;
-        if (s.device == device && (starting || s.busy() || s.served > 0 && now - s.idleSince < RECENTLY_BUSY_NANOS)
+        if (s.devices.contains(device) && (starting || s.busy() || s.served > 0 && now - s.idleSince < RECENTLY_BUSY_NANOS)
             || starting && s.choice.helpers().contains(device)) {
           return true;
         }
@@ -174,6 +238,9 @@ final class DevicePlacement {
 
   /** True if some device has the memory for {@code image} now, slots aside. */
   private boolean memoryFree(ImageInfo image) {
+    if (image.ranks() > 1) {
+      return devicesWhere(i -> budget[i] - reserved[i] >= image.deviceBytes()) >= image.ranks();
+    }
     for (int i = 0; i < budget.length; i++) {
       if (budget[i] - reserved[i] >= image.deviceBytes()) {
         return true;

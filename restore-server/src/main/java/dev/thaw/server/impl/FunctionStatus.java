@@ -63,6 +63,9 @@ final class FunctionStatus {
       ObjectNode i = instances.addObject();
       i.put("state", slot.state());
       i.put("device", slot.device);
+      if (slot.devices.size() > 1) {
+        slot.devices.forEach(i.putArray("devices")::add);
+      }
       i.put("served", slot.served);
       i.put("running", slot.running);
       if (slot.instance != null) {

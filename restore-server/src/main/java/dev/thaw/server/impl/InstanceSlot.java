@@ -4,6 +4,7 @@ import dev.thaw.pool.ColdStartPlacement;
 import dev.thaw.runtime.host.Threads;
 import dev.thaw.server.spi.FunctionInstance;
 import io.micrometer.core.instrument.Counter;
+import java.util.List;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 
@@ -21,6 +22,8 @@ final class InstanceSlot {
 
   final Deployment deployment;
   final int device;
+  /** The devices it holds memory on: its device, or, for a group, rank r's device at r (rank 0's is {@link #device}). */
+  final List<Integer> devices;
   /** Where and how its start was placed: the devices whose links it borrows are busy until it has started. */
   final ColdStartPlacement.Choice choice;
   final ExecutorService thread;
@@ -34,8 +37,14 @@ final class InstanceSlot {
   long served;
 
   InstanceSlot(Deployment deployment, ColdStartPlacement.Choice choice, String threadName) {
+    this(deployment, choice, List.of(choice.device()), threadName);
+  }
+
+  /** A group's instance: rank r on {@code devices.get(r)}, the choice's device rank 0's. */
+  InstanceSlot(Deployment deployment, ColdStartPlacement.Choice choice, List<Integer> devices, String threadName) {
     this.deployment = deployment;
     this.device = choice.device();
+    this.devices = List.copyOf(devices);
     this.choice = choice;
     this.thread = Executors.newSingleThreadExecutor(Threads.daemonFactory(threadName));
   }

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.GroupImage;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.pool.BecomeResult;
@@ -16,6 +17,7 @@ import dev.thaw.pool.PlacementCosts;
 import dev.thaw.pool.PoolExhaustedException;
 import dev.thaw.pool.PoolStats;
 import dev.thaw.pool.PreparedImage;
+import dev.thaw.pool.RankImage;
 import dev.thaw.pool.Worker;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.WorkerException;
@@ -42,6 +44,7 @@ import io.micrometer.core.instrument.MeterRegistry;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
@@ -49,6 +52,7 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -85,6 +89,8 @@ public final class PoolInstances implements InstanceFactory {
   private final ImageTiers tiers;
   private final List<DeviceInfo> devices;
   private final Duration acquireWait;
+  /** The groups functions serve: each group's tag and its ranks' tags, which the tiers know as images. */
+  private final Map<String, List<String>> groups = new ConcurrentHashMap<>();
   private final long retryAfterSeconds;
   private volatile StartupTimeline timeline;
   /**
@@ -186,8 +192,28 @@ public final class PoolInstances implements InstanceFactory {
   }
 
   @Override
+  public boolean servesGroups() {
+    return true;
+  }
+
+  /** Each rank's image is registered with the tiers as an image of its own: staged into the host cache, say. */
+  @Override
+  public void prepareGroup(String tag, GroupImage.Stored group) {
+    List<String> ranks = group.group().rankTags();
+    groups.put(tag, ranks);
+    for (int r = 0; r < ranks.size(); r++) {
+      tiers.register(ranks.get(r), group.ranks().get(r));
+    }
+  }
+
+  @Override
   public void unprepare(String tag) {
-    tiers.unregister(tag);
+    List<String> ranks = groups.remove(tag);
+    if (ranks != null) {
+      ranks.forEach(tiers::unregister);
+    } else {
+      tiers.unregister(tag);
+    }
   }
 
   /**
@@ -286,8 +312,25 @@ public final class PoolInstances implements InstanceFactory {
     return 0;
   }
 
+  /**
+   * For a group, each rank's state under {@code ranks}, and {@code hostCache} {@code cached} once every rank is (else
+   * the first rank's that is not).
+   */
   @Override
   public JsonNode imageState(String tag) {
+    List<String> ranks = groups.get(tag);
+    if (ranks != null) {
+      ObjectNode o = JsonNodeFactory.instance.objectNode();
+      String hostCache = "cached";
+      for (String rank : ranks) {
+        JsonNode r = imageState(rank);
+        o.withArray("ranks").add(r == null ? JsonNodeFactory.instance.nullNode() : r);
+        String h = r == null ? "unknown" : r.path("hostCache").asText();
+        hostCache = hostCache.equals("cached") ? h : hostCache;
+      }
+      o.put("hostCache", hostCache);
+      return o;
+    }
     ImageTiers.TierState s = tiers.state(tag);
     if (s == null) {
       return null;
@@ -396,6 +439,63 @@ public final class PoolInstances implements InstanceFactory {
     } catch (RuntimeException | Error e) {
       worker.release();
       abandon(cold);
+      throw e;
+    }
+  }
+
+  /**
+   * A group's start: a worker on rank 0's device becomes the group, rank r's image restored onto {@code devices.get(r)}
+   * from its own host-cache lease (or the store) through that device's link. The instance is its worker; it is never
+   * recycled, nor are its weights kept in an HBM tier.
+   */
+  @Override
+  public FunctionInstance startGroupBlocking(String tag, GroupImage.Stored group, List<Integer> devices) {
+    int n = group.ranks().size();
+    if (devices.size() != n) {
+      throw new IllegalArgumentException("group '" + tag + "' has " + n + " ranks, and " + devices.size()
+          + " devices were chosen");
+    }
+    int device = devices.get(0);
+    long t = System.nanoTime();
+    Worker worker;
+    try {
+      worker = pool.acquire(device, acquireWait);
+    } catch (PoolExhaustedException e) {
+      throw new ServeException(503, "no_worker", "no worker is free on device " + device + ": " + e.getMessage(),
+          retryAfterSeconds);
+    }
+    double acquireMs = (System.nanoTime() - t) / 1e6;
+    List<ImageTiers.ColdSource> colds = new ArrayList<>();
+    try {
+      List<RankImage> ranks = new ArrayList<>();
+      for (int r = 0; r < n; r++) {
+        String rankTag = group.group().rankTags().get(r);
+        ImageTiers.ColdSource cold = tiers.coldStart(rankTag, group.ranks().get(r), new ColdStartPlacement.Choice(
+            devices.get(r), ColdStartPlacement.Source.HOST_CACHE, -1, 0));
+        colds.add(cold);
+        ranks.add(new RankImage(rankTag, cold.manifest(), devices.get(r), cold.source()));
+      }
+      BecomeResult b = worker.becomeGroupBlocking(tag, ranks);
+      reportStart(worker, b);
+      double restoreMs = b.phases().getOrDefault("restore", 0.0);
+      String from = b.source().equals("cache") ? "host-cache" : "store";
+      StartLine line = new StartLine(tag, worker.pid(), device, "a group of " + n + " on devices " + devices
+          + ", each rank from " + from + " through its own device's link", b);
+      try {
+        background.execute(line);
+      } catch (RejectedExecutionException closing) {
+        line.run();
+      }
+      return new Instance(worker, new StartPhases(acquireMs, Math.max(0, b.roundTripMillis() - restoreMs), restoreMs,
+          b.bytes(), from), tag, null, background);
+    } catch (WorkerOutOfMemoryException e) {
+      worker.release();
+      colds.forEach(PoolInstances::abandon);
+      throw new ServeException(503, "no_capacity", "group '" + tag + "' does not fit on devices " + devices + ": "
+          + e.getMessage(), retryAfterSeconds);
+    } catch (RuntimeException | Error e) {
+      worker.release();
+      colds.forEach(PoolInstances::abandon);
       throw e;
     }
   }

@@ -136,6 +136,14 @@ public final class Scheduler implements AutoCloseable {
     if (draining) {
       throw shuttingDown();
     }
+    if (image.ranks() > 1 && !factory.servesGroups()) {
+      throw new ServeException(400, "unsupported", "image '" + image.tag() + "' is a group of " + image.ranks()
+          + " ranks, which only pool-backed instances serve (this server's are " + factory.name() + ")");
+    }
+    if (image.ranks() > factory.devices().size()) {
+      throw new ServeException(400, "no_capacity", "image '" + image.tag() + "' is a group of " + image.ranks()
+          + " ranks, each on a device of its own, and this node has " + factory.devices().size() + " device(s)");
+    }
     awaiting.remove(name);
     Deployment d = new Deployment(name, new FunctionOptions(options), image,
         new ColdStartTraces(tracesKept, epochNanos), metrics.function(name));
@@ -144,7 +152,11 @@ public final class Scheduler implements AutoCloseable {
       // After the new one is in: the name's meters stay (counters go on counting) while the old one retires.
       retire(old);
     }
-    factory.prepare(image.tag(), image.manifest());
+    if (image.group() != null) {
+      factory.prepareGroup(image.tag(), image.group());
+    } else {
+      factory.prepare(image.tag(), image.manifest());
+    }
     if (old != null) {
       unprepareIfUnused(old.image.tag());
     }
@@ -481,11 +493,22 @@ public final class Scheduler implements AutoCloseable {
    * of other functions if it fits nowhere ({@link DevicePlacement#chooseMakingRoom}).
    */
   private Optional<InstanceSlot> place(Deployment d) {
-    Optional<ColdStartPlacement.Choice> choice = placement.chooseMakingRoom(d);
-    if (choice.isEmpty()) {
-      return Optional.empty();
+    String thread = "thaw-fn-" + d.name + "-" + threadIds.incrementAndGet();
+    InstanceSlot slot;
+    if (d.image.group() != null) {
+      Optional<List<Integer>> devices = placement.chooseGroupMakingRoom(d);
+      if (devices.isEmpty()) {
+        return Optional.empty();
+      }
+      slot = new InstanceSlot(d, new ColdStartPlacement.Choice(devices.get().get(0),
+          ColdStartPlacement.Source.HOST_CACHE, -1, 0), devices.get(), thread);
+    } else {
+      Optional<ColdStartPlacement.Choice> choice = placement.chooseMakingRoom(d);
+      if (choice.isEmpty()) {
+        return Optional.empty();
+      }
+      slot = new InstanceSlot(d, choice.get(), thread);
     }
-    InstanceSlot slot = new InstanceSlot(d, choice.get(), "thaw-fn-" + d.name + "-" + threadIds.incrementAndGet());
     placement.reserve(slot);
     slot.thread.execute(() -> start(slot));
     return Optional.of(slot);
@@ -496,7 +519,8 @@ public final class Scheduler implements AutoCloseable {
     Deployment d = slot.deployment;
     FunctionInstance instance;
     try {
-      instance = factory.startBlocking(d.image.tag(), d.image.manifest(), slot.choice);
+      instance = d.image.group() != null ? factory.startGroupBlocking(d.image.tag(), d.image.group(), slot.devices)
+          : factory.startBlocking(d.image.tag(), d.image.manifest(), slot.choice);
     } catch (Exception | Error e) {
       synchronized (this) {
         startFailed(slot, e);

@@ -1,6 +1,7 @@
 package dev.thaw.server.spi;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.thaw.image.GroupImage;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.pool.ColdStartPlacement;
 import dev.thaw.pool.ColdStartPlacement.Choice;
@@ -91,6 +92,30 @@ public interface InstanceFactory extends AutoCloseable {
    * the host cache) in the background. Returns at once; the server calls it under its lock.
    */
   default void prepare(String tag, ImageManifest manifest) {}
+
+  /**
+   * True when this factory starts group images ({@link #startGroupBlocking}): one instance over several devices.
+   */
+  default boolean servesGroups() {
+    return false;
+  }
+
+  /**
+   * A function now serves the group {@code tag}: as {@link #prepare} for each rank's image. {@link #unprepare} of
+   * {@code tag} lets them go.
+   */
+  default void prepareGroup(String tag, GroupImage.Stored group) {}
+
+  /**
+   * Starts an instance of the group {@code tag}, rank r's image on {@code devices.get(r)}, all ranks at once; blocks
+   * until it serves.
+   *
+   * @throws UnsupportedOperationException when {@link #servesGroups()} is false (the server never calls it then)
+   */
+  default FunctionInstance startGroupBlocking(String tag, GroupImage.Stored group, List<Integer> devices)
+      throws Exception {
+    throw new UnsupportedOperationException(name() + " instances serve no groups");
+  }
 
   /**
    * No function serves image {@code tag} any more: the factory may let what it prepared for it go. Returns at once;

@@ -1,0 +1,262 @@
+package dev.thaw.pool.worker;
+
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.restore.GroupRestorer;
+import dev.thaw.image.restore.ImageRestoreException;
+import dev.thaw.image.restore.OnDemandOptions;
+import dev.thaw.image.restore.OnDemandRestore;
+import dev.thaw.image.restore.RestorePlan;
+import dev.thaw.image.restore.RestoreResources;
+import dev.thaw.image.restore.RestoreSource;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.pool.cache.HostCacheView;
+import dev.thaw.pool.protocol.WorkerMessages.BecomeGroup;
+import dev.thaw.pool.protocol.WorkerMessages.GroupRank;
+import dev.thaw.pool.protocol.WorkerMessages.Resident;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionResponse;
+import dev.thaw.runtime.function.ResponseStream;
+import dev.thaw.runtime.gpu.GpuContext;
+import dev.thaw.runtime.gpu.GpuDriver;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * A worker's group instance (BECOME_GROUP): the ranks of a group image restored at once, rank 0 into this worker's
+ * context, rank r into a context of this process on rank r's device (the one this worker's helper link to that device
+ * opened at start, so no context is made on the cold path; else a new one), each from its own host-cache placement
+ * through its own device's link, and the group's function ({@link dev.thaw.runtime.function.GroupFunction}) serving
+ * over their sessions. All ranks live in this one process: their recorded addresses are disjoint (they were recorded
+ * in one process too), and the group's exchanges are peer reads between its contexts.
+ *
+ * <p>Invariants: the contexts and restore resources this group made or took are its own, closed with it, after its
+ * restores; a group is never recycled (the worker that became one exits when released); a failed start closes
+ * everything it made before the failure is thrown.
+ */
+final class WorkerGroup implements AutoCloseable {
+
+  private final GroupRestorer.Serving serving;
+  /** The contexts and resources of ranks 1..n−1, this group's to close. */
+  private final List<GpuContext> contexts;
+  private final List<RestoreResources> resources;
+  private final long totalBytes;
+  private final String from;
+  private boolean closed;
+
+  private WorkerGroup(GroupRestorer.Serving serving, List<GpuContext> contexts, List<RestoreResources> resources,
+      long totalBytes, String from) {
+    this.serving = serving;
+    this.contexts = contexts;
+    this.resources = resources;
+    this.totalBytes = totalBytes;
+    this.from = from;
+  }
+
+  /** What a group start needs of its worker. */
+  record Worker(GpuDriver driver, GpuContext context, RestoreResources resources, HostCacheView cache,
+      WorkerStores stores, WorkerHelpers helpers) {}
+
+  /**
+   * Restores the group {@code b} names, its body holding each rank's manifest and placement; the phases it took go
+   * into {@code phases} ({@code manifests}, {@code placement}, {@code rank contexts}, {@code store}, {@code restore}
+   * — every rank mapped, its modules loaded and its state read, the group assembled — and, when asked,
+   * {@code resident}).
+   *
+   * @throws ImageRestoreException if the ranks or body are not a group this worker can start, naming why
+   */
+  static WorkerGroup become(BecomeGroup b, byte[] body, Worker w, Map<String, Double> phases) {
+    List<GroupRank> ranks = b.ranks();
+    int n = ranks.size();
+    check(b, body, w);
+    long t = System.nanoTime();
+    List<ImageManifest> manifests = new ArrayList<>(n);
+    List<byte[]> placements = new ArrayList<>(n);
+    byte[] firstManifest = null;
+    int at = 0;
+    for (GroupRank r : ranks) {
+      byte[] m = Arrays.copyOfRange(body, at, at + r.manifestBytes());
+      at += r.manifestBytes();
+      placements.add(Arrays.copyOfRange(body, at, at + r.placementBytes()));
+      at += r.placementBytes();
+      manifests.add(ImageManifest.read(m));
+      firstManifest = firstManifest == null ? m : firstManifest;
+    }
+    t = WorkerMain.phase(phases, "manifests", t);
+    List<RestoreSource> sources = new ArrayList<>(n);
+    boolean cached = true;
+    for (int r = 0; r < n; r++) {
+      boolean fromCache = ranks.get(r).source().kind().equals("cache");
+      if (fromCache && w.cache() == null) {
+        throw new ImageRestoreException("rank " + r + " is placed in the host cache, and this worker maps none",
+            null);
+      }
+      cached &= fromCache;
+      sources.add(fromCache ? HostPlacements.hostTier(HostPlacements.chunks(w.cache(), placements.get(r))) : RestoreSource.STORE_ONLY);
+    }
+    t = WorkerMain.phase(phases, "placement", t);
+    List<GpuContext> contexts = new ArrayList<>();
+    List<RestoreResources> resources = new ArrayList<>();
+    try {
+      List<GroupRestorer.Target> targets = new ArrayList<>(n);
+      targets.add(new GroupRestorer.Target(w.context(), sources.get(0), w.resources()));
+      for (int r = 1; r < n; r++) {
+        int device = ranks.get(r).device();
+        GpuContext c = w.helpers() == null ? null : w.helpers().take(device);
+        c = c != null ? c : w.driver().createContext(device);
+        contexts.add(c);
+        RestoreResources res = RestoreResources.create(c);
+        resources.add(res);
+        targets.add(new GroupRestorer.Target(c, sources.get(r), res));
+      }
+      t = WorkerMain.phase(phases, "rank contexts", t);
+      RocksChunkStore store = w.stores().storeFor(ranks.get(0).source(), ranks.get(0).tag(), firstManifest);
+      t = WorkerMain.phase(phases, "store", t);
+      List<RestorePlan> plans = manifests.stream().map(RestorePlan::of).toList();
+      GroupRestorer.Serving serving = new GroupRestorer(store).serve(plans, null, targets, new OnDemandOptions());
+      t = WorkerMain.phase(phases, "restore", t);
+      WorkerGroup g = new WorkerGroup(serving, contexts, resources,
+          manifests.stream().mapToLong(ImageManifest::totalBytes).sum(), cached ? "cache" : "store");
+      if (b.awaitResident()) {
+        try {
+          serving.restore().awaitResident();
+        } catch (RuntimeException e) {
+          g.close();
+          throw e;
+        }
+        WorkerMain.phase(phases, "resident", t);
+      }
+      return g;
+    } catch (RuntimeException | Error e) {
+      closeAll(resources, contexts, e);
+      throw e;
+    }
+  }
+
+  private static void check(BecomeGroup b, byte[] body, Worker w) {
+    List<GroupRank> ranks = b.ranks();
+    if (ranks.size() < 2) {
+      throw new ImageRestoreException("a group has two ranks or more, not " + ranks.size(), null);
+    }
+    int own = w.context().device().ordinal();
+    if (ranks.get(0).device() != own) {
+      throw new ImageRestoreException("rank 0 goes to device " + ranks.get(0).device() + ", and this worker runs on "
+          + own, null);
+    }
+    Set<Integer> seen = new HashSet<>();
+    long length = 0;
+    int devices = w.driver().devices().size();
+    for (int r = 0; r < ranks.size(); r++) {
+      GroupRank g = ranks.get(r);
+      if (g.device() < 0 || g.device() >= devices || !seen.add(g.device())) {
+        throw new ImageRestoreException("rank " + r + "'s device " + g.device() + " is " + (g.device() < 0
+            || g.device() >= devices ? "not one of this node's " + devices : "another rank's too"), null);
+      }
+      if (g.manifestBytes() <= 0 || g.placementBytes() < 0) {
+        throw new ImageRestoreException("rank " + r + " says its manifest has " + g.manifestBytes()
+            + " bytes and its placement " + g.placementBytes(), null);
+      }
+      length += g.manifestBytes() + (long) g.placementBytes();
+    }
+    if (length != body.length) {
+      throw new ImageRestoreException("BECOME_GROUP's ranks add up to " + length + " bytes of the body's "
+          + body.length, null);
+    }
+  }
+
+  FunctionResponse invoke(FunctionRequest request, ResponseStream stream) {
+    return serving.group().invoke(request, stream);
+  }
+
+  long totalBytes() {
+    return totalBytes;
+  }
+
+  /** {@code cache} or {@code store}: where the ranks' bytes came from (a rank from the store makes it {@code store}). */
+  String from() {
+    return from;
+  }
+
+  boolean isResident() {
+    return serving.restore().ranks().stream().allMatch(OnDemandRestore::isResident);
+  }
+
+  /** Completes when every rank's last byte landed; fails with the first rank's failure. */
+  CompletableFuture<Void> resident() {
+    return CompletableFuture.allOf(serving.restore().ranks().stream().map(OnDemandRestore::resident)
+        .toArray(CompletableFuture[]::new));
+  }
+
+  /** RESIDENT's report for the whole group: bytes and copies summed over the ranks, the last rank's landing. */
+  Resident residentReport(long becomeStartNanos) {
+    long bytes = 0;
+    long host = 0;
+    long store = 0;
+    long resident = 0;
+    int copies = 0;
+    int promotions = 0;
+    long waits = 0;
+    long peer = 0;
+    long helper = 0;
+    long last = becomeStartNanos;
+    for (OnDemandRestore r : serving.restore().ranks()) {
+      OnDemandRestore.Stats s = r.stats();
+      bytes += s.bytes();
+      host += s.hostBytes();
+      store += s.storeBytes();
+      resident += s.residentBytes();
+      copies += s.copies();
+      promotions += s.promotions();
+      waits += s.waits();
+      peer += s.peerBytes();
+      helper += s.helperBytes();
+      last = Math.max(last, r.residentNanos());
+    }
+    return new Resident((last - becomeStartNanos) / 1e6, bytes, host, store, resident, copies, promotions, waits,
+        peer, helper);
+  }
+
+  /** Closes the group, every rank's restore, then the contexts and resources it made. Idempotent. */
+  @Override
+  public synchronized void close() {
+    if (closed) {
+      return;
+    }
+    closed = true;
+    RuntimeException first = null;
+    try {
+      serving.close();
+    } catch (RuntimeException e) {
+      first = e;
+    }
+    closeAll(resources, contexts, first);
+    if (first != null) {
+      throw first;
+    }
+  }
+
+  private static void closeAll(List<RestoreResources> resources, List<GpuContext> contexts, Throwable into) {
+    for (RestoreResources r : resources) {
+      try {
+        r.close();
+      } catch (RuntimeException e) {
+        if (into != null) {
+          into.addSuppressed(e);
+        }
+      }
+    }
+    for (GpuContext c : contexts) {
+      try {
+        c.close();
+      } catch (RuntimeException e) {
+        if (into != null) {
+          into.addSuppressed(e);
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,192 @@
+package dev.thaw.server;
+
+import static dev.thaw.server.ServerFixture.JSON;
+import static dev.thaw.server.ServerFixture.json;
+import static dev.thaw.server.ServerFixture.postJson;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.examples.function.TokenRequest;
+import dev.thaw.examples.llama.LlamaConfig;
+import dev.thaw.examples.llama.LlamaConfig.Architecture;
+import dev.thaw.examples.llama.LlamaRankFunction;
+import dev.thaw.examples.llama.LlamaTensorParallel;
+import dev.thaw.examples.llama.SeededLlamaWeights;
+import dev.thaw.examples.llama.kernels.HalfType;
+import dev.thaw.image.ImageManifest;
+import dev.thaw.image.ProgressListener;
+import dev.thaw.image.build.BuildOptions;
+import dev.thaw.image.build.FastCdcChunker;
+import dev.thaw.image.build.GroupImageBuilder;
+import dev.thaw.image.restore.ImageRestoreException;
+import dev.thaw.image.store.RocksChunkStore;
+import dev.thaw.image.store.StoreOptions;
+import dev.thaw.pool.ContextPool;
+import dev.thaw.pool.PoolStats;
+import dev.thaw.pool.cache.HostCacheOptions;
+import dev.thaw.pool.cache.HostImageCache;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.gpu.sim.SimDriver;
+import dev.thaw.runtime.gpu.sim.SimOptions;
+import dev.thaw.server.impl.ImageInfo;
+import dev.thaw.server.impl.InProcessInstances;
+import dev.thaw.server.impl.PoolInstances;
+import java.io.IOException;
+import java.net.http.HttpResponse;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * A tensor-parallel group image served by the real server over pool-backed instances on two simulated peer devices
+ * (the real store, the host cache, worker processes): registered by the group's tag, every rank staged into the host
+ * cache; a cold invoke places the group on both devices, one worker becomes it (rank 1 in the context its helper link
+ * opened), and the answer is the never-imaged split's ids; warm again; scaled to zero its worker exits (a group is
+ * never recycled) and the next cold start gives the same ids. A sampling request, a rank's own tag and a group on a
+ * server whose instances serve no groups are refused, naming why.
+ */
+class TensorParallelServingTest {
+
+  /** Splits two ways: heads, key-value heads and the MLP divide by 2. */
+  static final LlamaConfig TINY = new LlamaConfig("tp-serve-tiny", Architecture.LLAMA, 64, 2, 4, 4, 32, 128, 97, 64,
+      1e-5f, 10000, null, false, false, 0, HalfType.BF16);
+  static final SeededLlamaWeights WEIGHTS = new SeededLlamaWeights(TINY, 11);
+  static final int[][] PROMPTS = {{3, 14, 15, 92, 65, 35, 89}, {26, 43, 38}};
+  static final int NEW_TOKENS = 5;
+
+  @TempDir
+  Path dir;
+
+  @Test
+  void aGroupColdStartsOnTwoDevicesThroughTheServerAndAnswersTheSplitsIds() throws Exception {
+    Path storePath = dir.resolve("store");
+    JsonNode expected;
+    try (RocksChunkStore store = ServerFixture.openStore(storePath)) {
+      expected = build(store, "tiny-tp:1");
+      ImageRestoreException rank = assertThrows(ImageRestoreException.class,
+          () -> ImageInfo.read(store, "tiny-tp-rank0:1"));
+      assertTrue(rank.getMessage().contains("register the group's tag"), rank.getMessage());
+      ImageInfo group = ImageInfo.read(store, "tiny-tp:1");
+      assertEquals(2, group.ranks());
+      try (SimDriver one = SimDriver.open(new SimOptions())) {
+        RuntimeException e = assertThrows(RuntimeException.class, () -> ThawServer.start(new ServerOptions()
+            .setPort(0).addFunction("tp", new FunctionOptions().setImage("tiny-tp:1")), store,
+            new InProcessInstances(one, store)).close());
+        assertTrue(messages(e).contains("only pool-backed instances serve"), messages(e));
+      }
+    }
+    try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2))) {
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(64L << 20));
+      ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0, 1))
+          .setHelperSlotBytes(1 << 20).setHelperMinFreeBytes(0)
+          .setEnvironment(Map.of("THAW_DEVICE", "sim", "THAW_SIM_DEVICES", "2", "THAW_SIM_COPY_GBPS", "0.05")));
+      PoolInstances instances = new PoolInstances(pool, cache, 0, store, storePath, driver.devices(),
+          Duration.ofSeconds(60), Duration.ofSeconds(1));
+      try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
+              .addFunction("tp", new FunctionOptions().setImage("tiny-tp:1").setKeepAlive(Duration.ofSeconds(1))),
+          store, instances)) {
+        int port = server.port();
+        JsonNode staged = ServerFixture.awaitState(port, "tp",
+            s -> s.path("image").path("hostCache").asText().equals("cached"));
+        assertEquals(2, staged.path("image").path("ranks").size(), staged.toString());
+        ServerFixture.awaitReady(port);
+        String request = TokenRequest.body(PROMPTS, NEW_TOKENS, false).toString();
+
+        HttpResponse<String> cold = postJson(port, "/v1/functions/tp/invoke", request);
+        assertEquals(200, cold.statusCode(), cold.body());
+        assertEquals("cold", cold.headers().firstValue("Thaw-Start").orElseThrow());
+        String timing = cold.headers().firstValue("Server-Timing").orElseThrow();
+        assertTrue(timing.contains("tier;desc=\"host-cache\""), timing);
+        assertEquals(expected, json(cold).get("tokens"));
+        JsonNode up = ServerFixture.awaitState(port, "tp", x -> x.path("instances").size() == 1);
+        assertEquals("[0,1]", up.path("instances").path(0).path("devices").toString(), up.toString());
+
+        HttpResponse<String> warm = postJson(port, "/v1/functions/tp/invoke", request);
+        assertEquals(200, warm.statusCode(), warm.body());
+        assertEquals("warm", warm.headers().firstValue("Thaw-Start").orElseThrow());
+        assertEquals(expected, json(warm).get("tokens"));
+
+        HttpResponse<String> sampled = postJson(port, "/v1/functions/tp/invoke",
+            "{\"tokens\": [[1, 2, 3]], \"maxNewTokens\": 2, \"temperature\": 0.8}");
+        assertEquals(400, sampled.statusCode(), sampled.body());
+        assertTrue(sampled.body().contains("decodes greedily") || sampled.body().contains("unknown field"),
+            sampled.body());
+
+        ServerFixture.awaitState(port, "tp", s -> s.path("state").asText().equals("cold"));
+        HttpResponse<String> again = postJson(port, "/v1/functions/tp/invoke", request);
+        assertEquals(200, again.statusCode(), again.body());
+        assertEquals("cold", again.headers().firstValue("Thaw-Start").orElseThrow());
+        assertEquals(expected, json(again).get("tokens"));
+        assertEquals(0, pool.stats().stream().mapToLong(PoolStats::recycled).sum(),
+            "a group's worker exits when its instance scales to zero: never recycled");
+      }
+      assertTrue(pool.pids().isEmpty(), "every worker gone with the server");
+    }
+  }
+
+  /** Builds the split of TINY over devices 0 and 1 under {@code tag}; returns the never-imaged split's new ids. */
+  private static JsonNode build(RocksChunkStore store, String tag) {
+    int[] devices = {0, 1};
+    try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2))) {
+      try (LlamaTensorParallel tp = LlamaTensorParallel.record(driver, devices, WEIGHTS, 2, 32)) {
+        new GroupImageBuilder(store, new FastCdcChunker()).buildProfiled(tag, LlamaRankFunction.class.getName(),
+            JsonNodeFactory.instance.objectNode().put("model", TINY.name()), new GroupImageBuilder.Recorded() {
+              @Override
+              public int ranks() {
+                return 2;
+              }
+
+              @Override
+              public FunctionSession session(int rank) {
+                return tp.session(rank);
+              }
+
+              @Override
+              public Object rankState(int rank) {
+                return tp.rankState(rank);
+              }
+
+              @Override
+              public List<ImageManifest.Sample> runSamples() {
+                return List.of(new ImageManifest.Sample(TokenRequest.body(PROMPTS, NEW_TOKENS, false),
+                    ids(tp.generate(PROMPTS, NEW_TOKENS).tokens())));
+              }
+            }, true, new BuildOptions(), ProgressListener.NONE);
+      }
+      try (LlamaTensorParallel split = LlamaTensorParallel.open(driver, devices, WEIGHTS, 2, 32)) {
+        return ids(split.generate(PROMPTS, NEW_TOKENS).tokens()).get("tokens");
+      }
+    } catch (IOException e) {
+      throw new AssertionError(e);
+    }
+  }
+
+  private static String messages(Throwable e) {
+    StringBuilder all = new StringBuilder();
+    for (Throwable t = e; t != null; t = t.getCause()) {
+      all.append(t.getMessage()).append(" / ");
+    }
+    return all.toString();
+  }
+
+  private static ObjectNode ids(int[][] tokens) {
+    ObjectNode out = JSON.createObjectNode();
+    ArrayNode all = out.putArray("tokens");
+    for (int[] row : tokens) {
+      ArrayNode a = all.addArray();
+      for (int id : row) {
+        a.add(id);
+      }
+    }
+    return out;
+  }
+}
