@@ -197,6 +197,11 @@ public final class TensorParallelColdStart {
     doc.put("build_s", buildS);
     doc.put("snapshot_s", snapshotS);
     doc.put("image_bytes", bytes);
+    doc.put("tag", tag);
+    // The sample request and the group's answer, as a server serving the group takes and gives them.
+    ImageManifest.Sample sample = TensorParallelImages.sample(prompt, 2, built.sample().tokens());
+    doc.set("sample_request", sample.request());
+    doc.set("sample_response", sample.response());
   }
 
   /**
