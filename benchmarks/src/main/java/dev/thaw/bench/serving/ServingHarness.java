@@ -14,8 +14,10 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
@@ -39,6 +41,13 @@ import java.util.regex.Pattern;
  *   cold          the function registered again (PUT, THAW_ADMIN_TOKEN; --image), so its next request starts an
  *                 instance: one streamed completion alone; registered again, --streams at once: the first token of
  *                 the first of them against the single one's
+ *   coldttft      the cold time to first token from one tier (--tier hbm|host-cache; --image): --runs rounds, each
+ *                 the function registered again (scaled to zero) until its image waits in that tier and a worker is
+ *                 idle, then one streamed completion of --tokens; per round the client's time to the first token, the
+ *                 tier the instance's bytes came from and its start phases (acquire, map, restore-wait) as the
+ *                 function's state reports them; then one cold native invoke with its Server-Timing; beside them the
+ *                 warm time to first token and the function's own time for the same request (medians of 3); writes
+ *                 coldttft-TIER.json, exit status 1 when a round failed or started from another tier
  *   report        the goals against what the phases (and the PyTorch side's torch.json) wrote
  * </pre>
  * Prompts are random token ids below {@code --vocab} (the model's tokenizer decodes every id it may draw), greedy, no stop: every completion
@@ -48,7 +57,11 @@ import java.util.regex.Pattern;
 public final class ServingHarness {
 
   private static final ObjectMapper JSON = new ObjectMapper();
-  private static final Pattern FUNCTION = Pattern.compile("function;dur=([0-9.]+)");
+  private static final Pattern TIMING = Pattern.compile("([A-Za-z0-9_-]+);dur=([0-9.]+)");
+  private static final Pattern TIMING_TIER = Pattern.compile("tier;desc=\"([^\"]*)\"");
+  /** The tiers {@code coldttft} measures from, as the server names a cold start's source (a prefix of it). */
+  static final List<String> TIERS = List.of("hbm", "host-cache");
+  private static final int WARM_RUNS = 3;
   private static final Pattern IDLE = Pattern.compile("(?m)^thaw_pool_workers\\{[^}]*state=\"idle\"[^}]*\\} ([0-9.eE+-]+)");
 
   private final URI url;
@@ -59,12 +72,13 @@ public final class ServingHarness {
   private final int runs;
   private final int vocab;
   private final String image;
+  private final String tier;
   private final Path out;
   private final HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10))
       .version(HttpClient.Version.HTTP_1_1).build();
 
   private ServingHarness(URI url, String model, int promptTokens, int tokens, int streams, int runs, int vocab,
-      String image, Path out) {
+      String image, String tier, Path out) {
     this.url = url;
     this.model = model;
     this.promptTokens = promptTokens;
@@ -73,6 +87,7 @@ public final class ServingHarness {
     this.runs = runs;
     this.vocab = vocab;
     this.image = image;
+    this.tier = tier;
     this.out = out;
   }
 
@@ -88,14 +103,16 @@ public final class ServingHarness {
 
   static int run(String[] args) throws Exception {
     if (args.length == 0) {
-      System.err.println("usage: ServingHarness baseline|single|load|cold|report --url URL --model NAME --out DIR "
-          + "[--prompt-tokens 32] [--tokens 256] [--streams 32] [--runs 3] [--vocab 128000] [--image TAG]");
+      System.err.println("usage: ServingHarness baseline|single|load|cold|coldttft|report --url URL --model NAME "
+          + "--out DIR [--prompt-tokens 32] [--tokens 256] [--streams 32] [--runs 3] [--vocab 128000] [--image TAG] "
+          + "[--tier hbm|host-cache]");
       return 2;
     }
     String phase = args[0];
     String url = "http://127.0.0.1:8080";
     String model = "llama";
     String image = null;
+    String tier = null;
     Path out = Path.of(".");
     int promptTokens = 32;
     int tokens = 256;
@@ -103,31 +120,47 @@ public final class ServingHarness {
     int runs = 3;
     int vocab = 128_000;
     for (int i = 1; i < args.length; i += 2) {
-      String v = i + 1 < args.length ? args[i + 1] : "";
-      switch (args[i]) {
-        case "--url" -> url = v;
-        case "--model" -> model = v;
-        case "--image" -> image = v;
-        case "--out" -> out = Path.of(v);
-        case "--prompt-tokens" -> promptTokens = Integer.parseInt(v);
-        case "--tokens" -> tokens = Integer.parseInt(v);
-        case "--streams" -> streams = Integer.parseInt(v);
-        case "--runs" -> runs = Integer.parseInt(v);
-        case "--vocab" -> vocab = Integer.parseInt(v);
-        default -> {
-          System.err.println("unknown argument " + args[i]);
-          return 2;
-        }
+      if (i + 1 >= args.length) {
+        System.err.println(args[i] + " needs a value");
+        return 2;
       }
+      String v = args[i + 1];
+      try {
+        switch (args[i]) {
+          case "--url" -> url = v;
+          case "--model" -> model = v;
+          case "--image" -> image = v;
+          case "--tier" -> tier = v;
+          case "--out" -> out = Path.of(v);
+          case "--prompt-tokens" -> promptTokens = positive(args[i], v);
+          case "--tokens" -> tokens = positive(args[i], v);
+          case "--streams" -> streams = positive(args[i], v);
+          case "--runs" -> runs = positive(args[i], v);
+          case "--vocab" -> vocab = positive(args[i], v);
+          default -> {
+            System.err.println("unknown argument " + args[i]);
+            return 2;
+          }
+        }
+      } catch (IllegalArgumentException e) {
+        System.err.println(e.getMessage());
+        return 2;
+      }
+    }
+    if (phase.equals("coldttft") && (image == null || tier == null || !TIERS.contains(tier))) {
+      System.err.println("coldttft needs --image (the tag the function serves) and --tier, one of " + TIERS
+          + (tier == null ? "" : ", not " + tier));
+      return 2;
     }
     Files.createDirectories(out);
     ServingHarness h = new ServingHarness(URI.create(url), model, promptTokens, tokens, streams, runs, vocab, image,
-        out);
+        tier, out);
     return switch (phase) {
       case "baseline" -> h.baseline();
       case "single" -> h.single();
       case "load" -> h.load();
       case "cold" -> h.cold();
+      case "coldttft" -> h.coldTtft();
       case "report" -> h.report();
       default -> {
         System.err.println("unknown phase " + phase);
@@ -233,6 +266,100 @@ public final class ServingHarness {
         first, first / alone.ttftMillis(), median(ttft), o.get("coldBurstTtftMaxMs").asDouble(),
         o.get("instances").asInt(), failed);
     return failed == 0 ? 0 : 1;
+  }
+
+  /**
+   * The cold time to first token from {@link #tier}: the instance started once (the image lands in the tiers), the
+   * warm references, {@link #runs} streamed cold rounds, then one cold native invoke for its {@code Server-Timing}
+   * (a stream's headers leave with its first token, before the server knows its phases).
+   */
+  private int coldTtft() throws Exception {
+    SseStream.Seen first = stream(prompt(700));
+    if (first.error() != null) {
+      System.out.println("the first request failed: " + first.error());
+      return 1;
+    }
+    System.out.printf(Locale.ROOT, "first start (not counted): first token %.1f ms, from %s%n",
+        first.firstChoiceMillis(), servedBy().path("tier").asText("?"));
+    int failed = 0;
+    List<Double> warmTtft = new ArrayList<>();
+    List<Double> warmFunction = new ArrayList<>();
+    for (int r = 0; r < WARM_RUNS; r++) {
+      SseStream.Seen s = stream(prompt(710 + r));
+      if (s.error() != null) {
+        failed++;
+        System.out.println("warm request failed: " + s.error());
+      } else {
+        warmTtft.add(s.firstChoiceMillis());
+      }
+      warmFunction.add(nativeInvoke(prompt(720 + r), tokens).timing().getOrDefault("function", Double.NaN));
+    }
+    ArrayNode rounds = JSON.createArrayNode();
+    List<Double> ttft = new ArrayList<>();
+    List<Double> startMs = new ArrayList<>();
+    List<Double> restoreWait = new ArrayList<>();
+    int elsewhere = 0;
+    for (int r = 0; r < runs; r++) {
+      double readyMs = reregister(tier);
+      SseStream.Seen s = stream(prompt(800 + r));
+      JsonNode inst = servedBy();
+      JsonNode start = inst.path("startMillis");
+      String from = inst.path("tier").asText("");
+      double acquire = start.path("acquire").asDouble(Double.NaN);
+      double map = start.path("map").asDouble(Double.NaN);
+      double wait = start.path("restore-wait").asDouble(Double.NaN);
+      ObjectNode row = rounds.addObject().put("round", r + 1).put("ttftMs", s.firstChoiceMillis()).put("tier", from)
+          .put("acquireMs", acquire).put("mapMs", map).put("restoreWaitMs", wait)
+          .put("startMs", acquire + map + wait).put("readyAfterMs", readyMs);
+      if (s.error() != null) {
+        row.put("error", s.error());
+        failed++;
+        System.out.printf(Locale.ROOT, "round %d: failed: %s%n", r + 1, s.error());
+        continue;
+      }
+      if (!from.startsWith(tier)) {
+        elsewhere++;
+      }
+      ttft.add(s.firstChoiceMillis());
+      startMs.add(acquire + map + wait);
+      restoreWait.add(wait);
+      System.out.printf(Locale.ROOT, "round %d: first token %.2f ms; from %s: acquire %.2f, map %.2f, restore-wait "
+          + "%.2f ms (ready for it %.0f ms after the registration)%n", r + 1, s.firstChoiceMillis(), from, acquire, map,
+          wait, readyMs);
+    }
+    reregister(tier);
+    Timed cold = nativeInvoke(prompt(900), tokens);
+    ObjectNode timing = JSON.createObjectNode();
+    cold.timing().forEach(timing::put);
+    System.out.printf(Locale.ROOT, "cold native invoke: %.2f ms at the client; Server-Timing %s, from %s%n",
+        cold.clientMillis(), cold.timing(), cold.tier());
+    if (cold.tier() == null || !cold.tier().startsWith(tier)) {
+      elsewhere++;
+    }
+    double goal = tier.equals("hbm") ? 100 : 360;
+    ObjectNode o = JSON.createObjectNode().put("tier", tier).put("promptTokens", promptTokens)
+        .put("newTokens", tokens).put("rounds", runs).put("failed", failed).put("fromAnotherTier", elsewhere);
+    o.set("ttftMs", stats(ttft));
+    o.set("startMs", stats(startMs));
+    o.set("restoreWaitMs", stats(restoreWait));
+    o.set("warmTtftMs", stats(warmTtft));
+    o.set("warmFunctionMs", stats(warmFunction));
+    o.put("firstStartTtftMs", first.firstChoiceMillis());
+    o.set("samples", rounds);
+    o.putObject("coldNative").put("clientMs", cold.clientMillis()).put("tier", cold.tier()).set("serverTiming", timing);
+    if (promptTokens == 2000) {
+      o.put("goalMs", goal);
+    }
+    write("coldttft-" + tier, o);
+    System.out.printf(Locale.ROOT, "SUMMARY cold time to first token from %s, %d-token prompt, %d new: median %.1f ms "
+        + "(%.1f-%.1f, %d rounds)%s; the start (acquire + map + restore-wait) median %.1f ms, restore-wait %.1f ms; "
+        + "warm %.1f ms (the function's own %.1f ms); cold native invoke %.1f ms (function %.1f ms); %d failed, %d "
+        + "from another tier%n", tier, promptTokens, tokens, median(ttft), min(ttft), max(ttft), ttft.size(),
+        promptTokens == 2000 ? String.format(Locale.ROOT, " (goal <= %.0f ms: %s)", goal,
+            median(ttft) <= goal ? "met" : "missed") : "", median(startMs), median(restoreWait), median(warmTtft),
+        median(warmFunction), cold.clientMillis(), cold.timing().getOrDefault("function", Double.NaN), failed,
+        elsewhere);
+    return failed == 0 && elsewhere == 0 ? 0 : 1;
   }
 
   /** Every goal against what the phases measured. */
@@ -361,26 +488,75 @@ public final class ServingHarness {
 
   /** The function's own time (Server-Timing {@code function}) for a native invoke of {@code newTokens}. */
   private double functionMillis(int[] prompt, int newTokens) throws Exception {
+    Double function = nativeInvoke(prompt, newTokens).timing().get("function");
+    if (function == null) {
+      throw new IOException("no function time in Server-Timing");
+    }
+    return function;
+  }
+
+  /**
+   * A native invoke's answer as timed.
+   *
+   * @param clientMillis from the request's send to its whole response, at the client
+   * @param timing Server-Timing's entries by name, in milliseconds
+   * @param tier a cold start's tier ({@code tier;desc}), null for a warm request
+   */
+  record Timed(double clientMillis, Map<String, Double> timing, String tier) {}
+
+  /** A native invoke of {@code newTokens} after {@code prompt}, with its Server-Timing. */
+  private Timed nativeInvoke(int[] prompt, int newTokens) throws Exception {
     ObjectNode body = JSON.createObjectNode().put("maxNewTokens", newTokens);
     ArrayNode row = body.putArray("tokens").addArray();
     for (int id : prompt) {
       row.add(id);
     }
+    long sent = System.nanoTime();
     HttpResponse<String> r = http.send(HttpRequest.newBuilder(url.resolve("/v1/functions/" + model + "/invoke"))
         .timeout(Duration.ofSeconds(120)).header("Content-Type", "application/json")
         .POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(), HttpResponse.BodyHandlers.ofString());
+    double clientMillis = (System.nanoTime() - sent) / 1e6;
     if (r.statusCode() != 200) {
       throw new IOException("invoke answered " + r.statusCode() + ": " + r.body());
     }
-    Matcher m = FUNCTION.matcher(r.headers().firstValue("Server-Timing").orElse(""));
-    if (!m.find()) {
-      throw new IOException("no function time in Server-Timing: " + r.headers().map());
+    String header = r.headers().firstValue("Server-Timing").orElse("");
+    Matcher tier = TIMING_TIER.matcher(header);
+    return new Timed(clientMillis, serverTiming(header), tier.find() ? tier.group(1) : null);
+  }
+
+  /** Server-Timing's {@code name;dur=millis} entries, in order (an entry without a duration left out). */
+  static Map<String, Double> serverTiming(String header) {
+    Map<String, Double> entries = new LinkedHashMap<>();
+    Matcher m = TIMING.matcher(header);
+    while (m.find()) {
+      entries.put(m.group(1), Double.parseDouble(m.group(2)));
     }
-    return Double.parseDouble(m.group(1));
+    return entries;
+  }
+
+  /** The instance that served the last request (the first that served one), as the function's state shows it. */
+  private JsonNode servedBy() throws Exception {
+    JsonNode instances = getJson("/v1/functions/" + model).path("instances");
+    for (JsonNode i : instances) {
+      if (i.path("served").asLong() > 0) {
+        return i;
+      }
+    }
+    return instances.path(0);
   }
 
   /** Registers the function again: its instance retires, and its next request starts a fresh one (cold). */
   private void reregister() throws Exception {
+    reregister(null);
+  }
+
+  /**
+   * Registers the function again, then waits until it is ready for a cold start; with {@code from}, until its image
+   * waits in that tier: {@code hbm}, a device's HBM tier holds its bytes; {@code host-cache}, it is staged in the host
+   * cache and no HBM tier holds it. The milliseconds from the registration until ready.
+   */
+  private double reregister(String from) throws Exception {
+    long registered = System.nanoTime();
     String token = System.getenv("THAW_ADMIN_TOKEN");
     HttpRequest.Builder b = HttpRequest.newBuilder(url.resolve("/v1/functions/" + model))
         .timeout(Duration.ofSeconds(60)).header("Content-Type", "application/json")
@@ -394,7 +570,9 @@ public final class ServingHarness {
     }
     // Ready for a cold start like any other: the retired instance gone (its weights handed to the HBM tier, where the
     // server keeps one), and a warm worker idle in the pool for the next start.
-    long until = System.nanoTime() + 30_000_000_000L;
+    // Staging a 16 GB image into the host cache after a registration takes seconds: a tier gets longer.
+    int seconds = from == null ? 30 : 60;
+    long until = System.nanoTime() + seconds * 1_000_000_000L;
     while (System.nanoTime() < until) {
       JsonNode state = getJson("/v1/functions/" + model);
       boolean gone = state.path("instances").isEmpty();
@@ -403,13 +581,20 @@ public final class ServingHarness {
         held |= bytes.asLong() > 0;
       }
       boolean noTier = state.path("image").isMissingNode() || state.path("image").path("hbmBytes").isEmpty();
-      if (gone && (held || noTier) && idleWorkers() > 0) {
-        return;
+      if (from != null && state.path("image").isMissingNode()) {
+        throw new IOException("the server reports no tiers for " + model + "'s image (instances in process?): "
+            + state);
+      }
+      boolean ready = from == null ? held || noTier
+          : from.equals("hbm") ? held
+          : state.path("image").path("hostCache").asText().equals("cached") && !held;
+      if (gone && ready && idleWorkers() > 0) {
+        return (System.nanoTime() - registered) / 1e6;
       }
       Thread.sleep(50);
     }
-    throw new IOException("the function was not ready for a cold start 30 s after it was registered again: "
-        + getJson("/v1/functions/" + model));
+    throw new IOException("the function was not ready for a cold start" + (from == null ? "" : " from " + from)
+        + " " + seconds + " s after it was registered again: " + getJson("/v1/functions/" + model));
   }
 
   /** Idle workers of the pool, all devices ({@code thaw_pool_workers{state="idle"}}); 1 without a pool. */
@@ -439,6 +624,36 @@ public final class ServingHarness {
   private JsonNode read(String phase) throws IOException {
     Path p = out.resolve(phase + ".json");
     return Files.isRegularFile(p) ? JSON.readTree(p.toFile()) : null;
+  }
+
+  /** {@code count}, {@code median}, {@code min} and {@code max} of {@code v} (NaN for none), and every value. */
+  static ObjectNode stats(List<Double> v) {
+    ObjectNode o = JSON.createObjectNode().put("count", v.size()).put("median", median(v)).put("min", min(v))
+        .put("max", max(v));
+    ArrayNode all = o.putArray("values");
+    v.forEach(all::add);
+    return o;
+  }
+
+  static double min(List<Double> v) {
+    return v.isEmpty() ? Double.NaN : Collections.min(v);
+  }
+
+  static double max(List<Double> v) {
+    return v.isEmpty() ? Double.NaN : Collections.max(v);
+  }
+
+  /** {@code value} as a positive int, or an IllegalArgumentException that names {@code option}. */
+  static int positive(String option, String value) {
+    try {
+      int n = Integer.parseInt(value);
+      if (n > 0) {
+        return n;
+      }
+    } catch (NumberFormatException e) {
+      // the message below says what was wrong
+    }
+    throw new IllegalArgumentException(option + " takes a positive whole number, not " + value);
   }
 
   static double median(List<Double> v) {

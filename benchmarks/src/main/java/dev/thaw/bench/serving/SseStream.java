@@ -29,13 +29,20 @@ final class SseStream {
    *
    * @param sentNanos when the request was written ({@link System#nanoTime()})
    * @param textNanos when each event with text arrived, in order
+   * @param choiceNanos when the first event with a choice arrived: the first token's text, or the finish when no
+   *     token before it had text (a special token decodes to none); 0 for none
    * @param completionTokens the usage chunk's completion tokens (-1 without one)
    * @param error the HTTP status and body, an error event or an exception; null when the stream ended with [DONE]
    */
-  record Seen(long sentNanos, List<Long> textNanos, int completionTokens, String error) {
+  record Seen(long sentNanos, List<Long> textNanos, long choiceNanos, int completionTokens, String error) {
 
     double ttftMillis() {
       return textNanos.isEmpty() ? Double.NaN : (textNanos.get(0) - sentNanos) / 1e6;
+    }
+
+    /** From the request to the first event with a choice ({@link #choiceNanos}); NaN for none. */
+    double firstChoiceMillis() {
+      return choiceNanos == 0 ? Double.NaN : (choiceNanos - sentNanos) / 1e6;
     }
 
     /** The gaps between consecutive text events, in milliseconds. */
@@ -58,6 +65,7 @@ final class SseStream {
   static Seen post(String host, int port, String path, String body) {
     long sent = 0;
     List<Long> text = new ArrayList<>();
+    long choice = 0;
     int tokens = -1;
     try (Socket socket = new Socket()) {
       socket.setTcpNoDelay(true);
@@ -86,13 +94,13 @@ final class SseStream {
       }
       if (!status.startsWith("HTTP/1.1 200") || !chunked) {
         String rest = new String(in.readNBytes(length), StandardCharsets.UTF_8);
-        return new Seen(sent, text, tokens, status + " " + rest);
+        return new Seen(sent, text, choice, tokens, status + " " + rest);
       }
       StringBuilder pending = new StringBuilder();
       while (true) {
         int n = Integer.parseInt(line(in).split(";")[0].trim(), 16);
         if (n == 0) {
-          return new Seen(sent, text, tokens, "the stream ended without [DONE]");
+          return new Seen(sent, text, choice, tokens, "the stream ended without [DONE]");
         }
         byte[] chunk = in.readNBytes(n);
         long at = System.nanoTime();
@@ -106,14 +114,17 @@ final class SseStream {
           }
           String data = event.substring(6);
           if (data.equals("[DONE]")) {
-            return new Seen(sent, text, tokens, null);
+            return new Seen(sent, text, choice, tokens, null);
           }
           JsonNode chunkJson = JSON.readTree(data);
           if (chunkJson.has("error")) {
-            return new Seen(sent, text, tokens, "error event: " + chunkJson.get("error"));
+            return new Seen(sent, text, choice, tokens, "error event: " + chunkJson.get("error"));
           }
           if (chunkJson.hasNonNull("usage")) {
             tokens = chunkJson.get("usage").path("completion_tokens").asInt(-1);
+          }
+          if (choice == 0 && !chunkJson.path("choices").isEmpty()) {
+            choice = at;
           }
           for (JsonNode c : chunkJson.path("choices")) {
             String t = c.has("delta") ? c.path("delta").path("content").asText("") : c.path("text").asText("");
@@ -125,7 +136,7 @@ final class SseStream {
         }
       }
     } catch (IOException | RuntimeException e) {
-      return new Seen(sent == 0 ? System.nanoTime() : sent, text, tokens, e.toString());
+      return new Seen(sent == 0 ? System.nanoTime() : sent, text, choice, tokens, e.toString());
     }
   }
 
