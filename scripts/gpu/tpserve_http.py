@@ -4,7 +4,8 @@
 request is sent and whose answer the server's must equal.
 
 Per round: the function is registered again (PUT, THAW_ADMIN_TOKEN: its instance retires, its worker exits), the
-script waits until no instance is left and a worker is idle, then POSTs the sample request: the client's time from
+script waits until no instance and no busy worker is left and a worker is idle on device 0, then --settle seconds (5:
+the idle worker prepares the group), then POSTs the sample request: the client's time from
 sending it to the body in hand (a cold start: both ranks restored through their own GPU's link, the prompt's pass and
 two greedy ids), the server's Server-Timing, Thaw-Start; then the same request warm. Prints one line per request and
 SUMMARY lines; writes --out as JSON. Exit 1 if a request failed or an answer differed.
@@ -50,11 +51,12 @@ def state(port):
         return json.loads(r.read().decode())
 
 
-def idle_workers(port):
+def workers(port, state, device=None):
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=30) as r:
         lines = r.read().decode().splitlines()
     return sum(float(l.rsplit(" ", 1)[1]) for l in lines
-               if l.startswith("thaw_pool_workers{") and 'state="idle"' in l and 'device="0"' in l)
+               if l.startswith("thaw_pool_workers{") and 'state="%s"' % state in l
+               and (device is None or 'device="%d"' % device in l))
 
 
 def wait(test, seconds, what):
@@ -76,6 +78,7 @@ def main():
     p.add_argument("--image", required=True)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", required=True)
+    p.add_argument("--settle", type=float, default=5.0)
     a = p.parse_args()
     build = json.load(open(a.build))
     body, expected = build["sample_request"], build["sample_response"]["tokens"]
@@ -88,8 +91,12 @@ def main():
             r, out, _ = request(a.port, "PUT", "/v1/functions/tp", {"image": a.image}, admin)
             if r.status // 100 != 2:
                 raise SystemExit("PUT answered %d: %s" % (r.status, out[:300]))
-        wait(lambda: not state(a.port).get("instances") and idle_workers(a.port) >= 1, 180,
-             "no instance and an idle worker on device 0")
+        # The retired instance's worker gone (its GPUs' memory and instance slots free), a worker idle on device 0;
+        # then a pause for that worker to prepare the group (its PREPARE: contexts, manifests, modules), as an idle
+        # node's would have. The server's log says how long each start still waited for its PREPARE.
+        wait(lambda: not state(a.port).get("instances") and workers(a.port, "in_use") == 0
+             and workers(a.port, "idle", 0) >= 1, 180, "no instance, no worker in use, one idle on device 0")
+        time.sleep(a.settle)
         row = {}
         for kind in ("cold", "warm"):
             r, out, ms = request(a.port, "POST", "/v1/functions/tp/invoke", body)

@@ -83,13 +83,16 @@ public interface Worker extends AutoCloseable {
    * landed. A worker that became a group is never recycled: {@link #release()} ends it.
    *
    * @param name names the group in messages and status (its tag)
+   * @param prepared the group as the pool has its workers prepare it ({@link PreparedImage#group}), or null: named to
+   *     the worker when it prepared it for these very devices (rank r on its own device + r, modulo the node's), so
+   *     that it only maps and copies; else every rank goes whole
    * @throws IllegalArgumentException (at once) if there are fewer than two ranks, rank 0 is not on this worker's
    *     device, or two ranks share a device
    * @throws IllegalStateException (at once) if this worker already became an image or is busy
    */
-  CompletableFuture<BecomeResult> becomeGroup(String name, List<RankImage> ranks);
+  CompletableFuture<BecomeResult> becomeGroup(String name, List<RankImage> ranks, PreparedImage prepared);
 
-  BecomeResult becomeGroupBlocking(String name, List<RankImage> ranks);
+  BecomeResult becomeGroupBlocking(String name, List<RankImage> ranks, PreparedImage prepared);
 
   /**
    * Completes when the restore a {@link #become} started has every byte on the device (with on-demand restore,

@@ -7,8 +7,10 @@ import dev.thaw.pool.cache.ChunkPlacement;
 import dev.thaw.pool.protocol.Frame;
 import dev.thaw.pool.protocol.WorkerMessages.Forget;
 import dev.thaw.pool.protocol.WorkerMessages.ForgetAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.GroupRank;
 import dev.thaw.pool.protocol.WorkerMessages.Prepare;
 import dev.thaw.pool.protocol.WorkerMessages.PrepareAnswer;
+import java.io.ByteArrayOutputStream;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -37,6 +39,11 @@ final class WorkerPrepares {
 
   private final WorkerPipe pipe;
   private final long pid;
+  /** The worker's device, and the pool's devices: where a group it prepares goes. */
+  private final int device;
+  private final List<Integer> poolDevices;
+  /** The devices each group PREPARE sent was for, by key. */
+  private final Map<String, int[]> groups = new ConcurrentHashMap<>();
   private final int keep;
   private final Duration timeout;
   /** By key: the PREPARE's answer (a READY's for those prepared at start). */
@@ -46,9 +53,11 @@ final class WorkerPrepares {
   /** Prepared at start, without a placement: a PREPARE may add one. */
   private final Set<String> atStart = ConcurrentHashMap.newKeySet();
 
-  WorkerPrepares(WorkerPipe pipe, long pid, int keep, Duration timeout) {
+  WorkerPrepares(WorkerPipe pipe, long pid, int device, List<Integer> poolDevices, int keep, Duration timeout) {
     this.pipe = pipe;
     this.pid = pid;
+    this.device = device;
+    this.poolDevices = List.copyOf(poolDevices);
     this.keep = Math.max(1, keep);
     this.timeout = timeout;
   }
@@ -65,6 +74,7 @@ final class WorkerPrepares {
   /** The worker dropped its image and holds exactly {@code keys} prepared now (a RECYCLE's answer). */
   void recycled(List<String> keys) {
     sent.clear();
+    groups.clear();
     placements.clear();
     atStart.clear();
     preparedAtStart(keys);
@@ -77,12 +87,17 @@ final class WorkerPrepares {
     }
     sent.computeIfAbsent(image.key(), key -> {
       byte[] body = image.manifest();
-      if (image.placement() != null) {
+      Prepare head = new Prepare(key, image.name(), image.manifest().length, keep);
+      if (image.isGroup()) {
+        body = groupBody(image.ranks());
+        int[] devices = groupDevices(image.ranks().size());
+        groups.put(key, devices);
+        head = new Prepare(key, image.name(), -1, keep, groupRanks(image.ranks(), devices));
+      } else if (image.placement() != null) {
         body = concat(image.manifest(), image.placement().toBytes());
         placements.put(key, image.placement());
       }
-      CompletableFuture<Frame> f = pipe.send(new Prepare(key, image.name(), image.manifest().length, keep), body,
-          timeout);
+      CompletableFuture<Frame> f = pipe.send(head, body, timeout);
       f.whenComplete((answer, e) -> {
         if (e != null) {
           if (becameMeanwhile(e)) {
@@ -165,6 +180,50 @@ final class WorkerPrepares {
     } catch (ExecutionException e) {
       return true;
     }
+  }
+
+  /** A group's body: each rank's manifest, then its placement (maybe none), in rank order. */
+  static byte[] groupBody(List<PreparedImage> ranks) {
+    ByteArrayOutputStream body = new ByteArrayOutputStream();
+    for (PreparedImage r : ranks) {
+      body.writeBytes(r.manifest());
+      body.writeBytes(placementBytes(r.placement()));
+    }
+    return body.toByteArray();
+  }
+
+  /** A group PREPARE's ranks, for {@link #groupBody}: each rank's tag, device and lengths (no source). */
+  private static List<GroupRank> groupRanks(List<PreparedImage> ranks, int[] devices) {
+    List<GroupRank> out = new ArrayList<>();
+    for (int r = 0; r < ranks.size(); r++) {
+      PreparedImage p = ranks.get(r);
+      out.add(new GroupRank(p.name(), devices[r], null, p.manifest().length, placementBytes(p.placement()).length));
+    }
+    return out;
+  }
+
+  /**
+   * The devices this worker prepares a group of {@code ranks} for: its own, then the pool's next ones in ordinal
+   * order, cyclically (a placement of the group's ranks on consecutive devices from this one, the scheduler's first
+   * choice on an idle node). Rank r's at r.
+   */
+  private int[] groupDevices(int ranks) {
+    List<Integer> all = poolDevices.stream().sorted().toList();
+    int at = Math.max(0, all.indexOf(device));
+    int[] out = new int[ranks];
+    for (int r = 0; r < ranks; r++) {
+      out[r] = all.get((at + r) % all.size());
+    }
+    return out;
+  }
+
+  /** The devices this worker prepared group {@code key} for, rank r's at r, or null when it was not sent one. */
+  int[] preparedDevices(String key) {
+    return sent.containsKey(key) ? groups.get(key) : null;
+  }
+
+  private static byte[] placementBytes(ChunkPlacement placement) {
+    return placement == null ? new byte[0] : placement.toBytes();
   }
 
   static byte[] concat(byte[] a, byte[] b) {

@@ -159,7 +159,8 @@ final class WorkerProcess implements Worker {
     this.timer = timer;
     this.listener = listener;
     this.pipe = new WorkerPipe(process, options.maxFrameBytes(), options.wakeAhead(), timer, io, new Reports());
-    this.prepares = new WorkerPrepares(pipe, pid, options.maxPreparedImages(), options.becomeTimeout());
+    this.prepares = new WorkerPrepares(pipe, pid, device, options.devices(), options.maxPreparedImages(),
+        options.becomeTimeout());
   }
 
   /**
@@ -369,7 +370,7 @@ final class WorkerProcess implements Worker {
   }
 
   @Override
-  public CompletableFuture<BecomeResult> becomeGroup(String name, List<RankImage> ranks) {
+  public CompletableFuture<BecomeResult> becomeGroup(String name, List<RankImage> ranks, PreparedImage prepared) {
     checkUsable();
     if (ranks.size() < 2) {
       throw new IllegalArgumentException("a group has two ranks or more, not " + ranks.size());
@@ -407,14 +408,31 @@ final class WorkerProcess implements Worker {
       body.writeBytes(placement);
     }
     leases.set(List.copyOf(held));
+    // Named only where the worker prepared the group for these very devices (each rank's context is made there).
+    int[] preparedFor = prepared == null ? null : prepares.preparedDevices(prepared.key());
+    boolean devicesAsPrepared = preparedFor != null
+        && Arrays.equals(preparedFor, ranks.stream().mapToInt(RankImage::device).toArray());
+    CompletableFuture<Boolean> named = devicesAsPrepared ? prepares.isPrepared(prepared.key())
+        : CompletableFuture.completedFuture(false);
     long claimed = System.nanoTime();
-    return release(pipe.send(new BecomeGroup(name, heads, options.awaitResident()), body.toByteArray(),
-        options.becomeTimeout()).thenApply(f -> became(name, f, claimed, claimed)));
+    long[] sent = new long[1];
+    byte[] bytes = body.toByteArray();
+    return release(named.thenCompose(isNamed -> {
+      sent[0] = System.nanoTime();
+      CompletableFuture<Frame> answer = pipe.send(new BecomeGroup(name, heads, options.awaitResident(),
+          isNamed ? prepared.key() : null), bytes, options.becomeTimeout());
+      if (!isNamed) {
+        return answer;
+      }
+      return answer.handle((f, e) -> f != null ? CompletableFuture.completedFuture(f) : notPrepared(e)
+          ? pipe.send(new BecomeGroup(name, heads, options.awaitResident(), null), bytes, options.becomeTimeout())
+          : CompletableFuture.<Frame>failedFuture(e)).thenCompose(f -> f);
+    }).thenApply(f -> became(name, f, claimed, sent[0])));
   }
 
   @Override
-  public BecomeResult becomeGroupBlocking(String name, List<RankImage> ranks) {
-    return join(becomeGroup(name, ranks));
+  public BecomeResult becomeGroupBlocking(String name, List<RankImage> ranks, PreparedImage prepared) {
+    return join(becomeGroup(name, ranks, prepared));
   }
 
   private static boolean notPrepared(Throwable e) {

@@ -89,9 +89,11 @@ public final class WorkerMessages {
   /**
    * BECOME_GROUP: restore the ranks of a group image at once, rank r's image onto device {@code ranks.get(r).device()}
    * (rank 0's onto this worker's own), each from its own source through its own device's link, and serve the group.
-   * The body is each rank's manifest then its host-cache placement, in rank order, as long as the head says.
+   * The body is each rank's manifest then its host-cache placement, in rank order, as long as the head says; with
+   * {@code prepared}, the key of the group this worker prepared (PREPARE with ranks) for exactly these devices.
    */
-  public record BecomeGroup(String name, List<GroupRank> ranks, boolean awaitResident) implements Request {
+  public record BecomeGroup(String name, List<GroupRank> ranks, boolean awaitResident, String prepared)
+      implements Request {
     public BecomeGroup {
       ranks = List.copyOf(ranks);
     }
@@ -110,6 +112,9 @@ public final class WorkerMessages {
         a.add(r.toJson());
       }
       h.put("awaitResident", awaitResident);
+      if (prepared != null) {
+        h.put("prepared", prepared);
+      }
       return h;
     }
 
@@ -118,13 +123,16 @@ public final class WorkerMessages {
       for (JsonNode r : h.path("ranks")) {
         ranks.add(GroupRank.from(r));
       }
-      return new BecomeGroup(h.path("name").asText("group"), ranks, h.path("awaitResident").asBoolean(false));
+      String prepared = h.path("prepared").asText("");
+      return new BecomeGroup(h.path("name").asText("group"), ranks, h.path("awaitResident").asBoolean(false),
+          prepared.isEmpty() ? null : prepared);
     }
   }
 
   /**
-   * One rank of a BECOME_GROUP: its image's tag, the device it goes to, where its bytes come from, and how many bytes
-   * of the body are its manifest and its placement.
+   * One rank of a BECOME_GROUP or of a group's PREPARE: its image's tag, the device it goes to (-1 in a PREPARE: the
+   * worker's own plus the rank, modulo the node's devices), where its bytes come from (null in a PREPARE), and how many
+   * bytes of the body are its manifest and its placement.
    */
   public record GroupRank(String tag, int device, Source source, int manifestBytes, int placementBytes) {
 
@@ -132,14 +140,17 @@ public final class WorkerMessages {
       ObjectNode n = FrameCodec.head();
       n.put("tag", tag);
       n.put("device", device);
-      n.set("source", source.toJson());
+      if (source != null) {
+        n.set("source", source.toJson());
+      }
       n.put("manifestBytes", manifestBytes);
       n.put("placementBytes", placementBytes);
       return n;
     }
 
     static GroupRank from(JsonNode n) {
-      return new GroupRank(n.path("tag").asText(""), n.path("device").asInt(-1), Source.from(n.path("source")),
+      return new GroupRank(n.path("tag").asText(""), n.path("device").asInt(-1),
+          n.path("source").isObject() ? Source.from(n.get("source")) : null,
           n.path("manifestBytes").asInt(-1), n.path("placementBytes").asInt(-1));
     }
   }
@@ -298,7 +309,17 @@ public final class WorkerMessages {
    * host cache, if any. The worker holds at most {@code keep} prepared images and drops the least recently
    * prepared beyond that, saying which in its answer.
    */
-  public record Prepare(String key, String name, int manifestBytes, int keep) implements Request {
+  public record Prepare(String key, String name, int manifestBytes, int keep, List<GroupRank> ranks)
+      implements Request {
+    public Prepare {
+      ranks = List.copyOf(ranks);
+    }
+
+    /** An image: its manifest, then its placement. */
+    public Prepare(String key, String name, int manifestBytes, int keep) {
+      this(key, name, manifestBytes, keep, List.of());
+    }
+
     @Override
     public FrameType type() {
       return FrameType.PREPARE;
@@ -311,12 +332,20 @@ public final class WorkerMessages {
       h.put("name", name);
       h.put("manifestBytes", manifestBytes);
       h.put("keep", keep);
+      if (!ranks.isEmpty()) {
+        ArrayNode a = h.putArray("ranks");
+        ranks.forEach(r -> a.add(r.toJson()));
+      }
       return h;
     }
 
     public static Prepare from(JsonNode h, int bodyLength) {
+      List<GroupRank> ranks = new ArrayList<>();
+      for (JsonNode r : h.path("ranks")) {
+        ranks.add(GroupRank.from(r));
+      }
       return new Prepare(h.path("key").asText(""), h.path("name").asText("image"),
-          h.path("manifestBytes").asInt(bodyLength), h.path("keep").asInt(1));
+          h.path("manifestBytes").asInt(bodyLength), h.path("keep").asInt(1), ranks);
     }
   }
 

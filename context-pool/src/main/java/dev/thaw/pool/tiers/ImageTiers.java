@@ -26,6 +26,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -114,6 +115,13 @@ public final class ImageTiers implements AutoCloseable {
   private final ExecutorService stager;
   private final Map<String, Placed> placed = new ConcurrentHashMap<>();
   private final Map<String, Registered> registered = new ConcurrentHashMap<>();
+  /**
+   * The ranks' tags of the groups registered, by group tag; a rank's image is staged like any other, never prepared
+   * alone (its workers prepare the group whole), and its placement once staged is kept in {@link #rankPlacements}.
+   */
+  private final Map<String, List<String>> groups = new ConcurrentHashMap<>();
+  private final Set<String> ranks = ConcurrentHashMap.newKeySet();
+  private final Map<String, Optional<ChunkPlacement>> rankPlacements = new ConcurrentHashMap<>();
   private final Map<Integer, HbmTier> hbm = new HashMap<>();
   private volatile ColdStartPlacement placement = new ColdStartPlacement(new PlacementCosts(), (a, b) -> false);
   private final AtomicLong hbmStarts = new AtomicLong();
@@ -197,6 +205,57 @@ public final class ImageTiers implements AutoCloseable {
     stage(tag, manifest, staging == Staging.ALWAYS);
   }
 
+  /**
+   * Registration of a group: each rank's image staged into the host cache as {@link #register} stages an image; then,
+   * once every rank's is placed (behind them on the staging thread), the group is offered whole to the pool's
+   * prepare-ahead ({@link PreparedImage#group}), each rank with its placement.
+   */
+  public void registerGroup(String tag, List<String> rankTags, List<ImageManifest> manifests) {
+    groups.put(tag, List.copyOf(rankTags));
+    ranks.addAll(rankTags);
+    for (int r = 0; r < rankTags.size(); r++) {
+      if (cache != null) {
+        stage(rankTags.get(r), manifests.get(r), staging == Staging.ALWAYS);
+      }
+    }
+    Runnable prepare = () -> prepareGroupAhead(tag, rankTags, manifests);
+    if (stager == null) {
+      prepare.run();
+      return;
+    }
+    try {
+      stager.execute(prepare);
+    } catch (RejectedExecutionException e) {
+      // Closing.
+    }
+  }
+
+  private void prepareGroupAhead(String tag, List<String> rankTags, List<ImageManifest> manifests) {
+    List<PreparedImage> images = new ArrayList<>();
+    try {
+      for (String rank : rankTags) {
+        byte[] bytes = store.manifest(rank).orElseThrow(() -> new ImageNotFoundException(rank));
+        images.add(new PreparedImage(PreparedImage.keyOf(rank, bytes), rank, bytes,
+            rankPlacements.getOrDefault(rank, Optional.empty()).orElse(null)));
+      }
+    } catch (RuntimeException e) {
+      LOG.warn("{}: not prepared in the workers ({})", tag, e.getMessage());
+      return;
+    }
+    if (!groups.containsKey(tag)) {
+      return;
+    }
+    PreparedImage group = PreparedImage.group(tag, images);
+    registered.put(tag, new Registered(manifests.get(0), group));
+    pool.prepare(group);
+  }
+
+  /** The group {@code tag} as the pool's workers prepare it, or null until it is offered (or once unregistered). */
+  public PreparedImage preparedGroup(String tag) {
+    Registered r = registered.get(tag);
+    return r != null && r.image().isGroup() ? r.image() : null;
+  }
+
   /** Stages on the staging thread unless the image is being staged or is cached as this manifest already. */
   private void stage(String tag, ImageManifest manifest, boolean mayEvict) {
     Placed now = placed.get(tag);
@@ -228,7 +287,11 @@ public final class ImageTiers implements AutoCloseable {
     } catch (RuntimeException e) {
       placed.put(tag, new Placed("store", "staging failed: " + e.getMessage(), 0, 0));
     }
-    prepareAhead(tag, manifest, placement);
+    if (ranks.contains(tag)) {
+      rankPlacements.put(tag, Optional.ofNullable(placement));
+    } else {
+      prepareAhead(tag, manifest, placement);
+    }
   }
 
   /** Offers the image to the pool's prepare-ahead (cubins from {@code placement} in the host cache, or the store). */
@@ -250,6 +313,14 @@ public final class ImageTiers implements AutoCloseable {
 
   /** The image is no longer registered: workers drop it, the HBM tiers let its slabs go. */
   public void unregister(String tag) {
+    List<String> rankTags = groups.remove(tag);
+    if (rankTags != null) {
+      rankTags.forEach(r -> {
+        ranks.remove(r);
+        rankPlacements.remove(r);
+        unregister(r);
+      });
+    }
     registered.remove(tag);
     placed.remove(tag);
     pool.forget(tag);

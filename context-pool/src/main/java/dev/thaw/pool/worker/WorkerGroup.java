@@ -5,11 +5,13 @@ import dev.thaw.image.restore.GroupRestorer;
 import dev.thaw.image.restore.ImageRestoreException;
 import dev.thaw.image.restore.OnDemandOptions;
 import dev.thaw.image.restore.OnDemandRestore;
+import dev.thaw.image.restore.PreparedRestore;
 import dev.thaw.image.restore.RestorePlan;
 import dev.thaw.image.restore.RestoreResources;
 import dev.thaw.image.restore.RestoreSource;
 import dev.thaw.image.store.RocksChunkStore;
 import dev.thaw.pool.cache.HostCacheView;
+import dev.thaw.pool.cache.PinnedChunks;
 import dev.thaw.pool.protocol.WorkerMessages.BecomeGroup;
 import dev.thaw.pool.protocol.WorkerMessages.GroupRank;
 import dev.thaw.pool.protocol.WorkerMessages.Resident;
@@ -63,78 +65,119 @@ final class WorkerGroup implements AutoCloseable {
 
   /**
    * Restores the group {@code b} names, its body holding each rank's manifest and placement; the phases it took go
-   * into {@code phases} ({@code manifests}, {@code placement}, {@code rank contexts}, {@code store}, {@code restore}
-   * — every rank mapped, its modules loaded and its state read, the group assembled — and, when asked,
-   * {@code resident}).
+   * into {@code phases} ({@code prepared} or {@code manifests} and {@code placement}, {@code rank contexts},
+   * {@code store}, {@code restore} — every rank mapped, its modules loaded (unless prepared) and its state read, the
+   * group assembled — and, when asked, {@code resident}).
    *
+   * @param ready the group this worker prepared for these devices ({@link PreparedImages#prepare}), now this start's
+   *     (closed if it fails), or null
    * @throws ImageRestoreException if the ranks or body are not a group this worker can start, naming why
    */
-  static WorkerGroup become(BecomeGroup b, byte[] body, Worker w, Map<String, Double> phases) {
+  static WorkerGroup become(BecomeGroup b, byte[] body, PreparedImages.Prepared ready, Worker w,
+      Map<String, Double> phases) {
     List<GroupRank> ranks = b.ranks();
     int n = ranks.size();
     check(b, body, w);
-    long t = System.nanoTime();
-    List<ImageManifest> manifests = new ArrayList<>(n);
-    List<byte[]> placements = new ArrayList<>(n);
-    byte[] firstManifest = null;
-    int at = 0;
-    for (GroupRank r : ranks) {
-      byte[] m = Arrays.copyOfRange(body, at, at + r.manifestBytes());
-      at += r.manifestBytes();
-      placements.add(Arrays.copyOfRange(body, at, at + r.placementBytes()));
-      at += r.placementBytes();
-      manifests.add(ImageManifest.read(m));
-      firstManifest = firstManifest == null ? m : firstManifest;
+    PreparedImages.Group g = ready == null ? null : ready.group();
+    if (ready != null && (g == null || !Arrays.equals(g.devices(), ranks.stream().mapToInt(GroupRank::device)
+        .toArray()))) {
+      ready.close();
+      throw new ImageRestoreException("BECOME_GROUP names prepared '" + b.prepared() + "', which was not prepared "
+          + "for devices " + ranks.stream().map(GroupRank::device).toList(), null);
     }
-    t = WorkerMain.phase(phases, "manifests", t);
+    long t = System.nanoTime();
+    List<byte[][]> parts = split(ranks, body);
+    List<ImageManifest> manifests = new ArrayList<>(n);
     List<RestoreSource> sources = new ArrayList<>(n);
     boolean cached = true;
     for (int r = 0; r < n; r++) {
+      manifests.add(g != null ? g.manifests().get(r) : ImageManifest.read(parts.get(r)[0]));
+    }
+    t = WorkerMain.phase(phases, g != null ? "prepared" : "manifests", t);
+    for (int r = 0; r < n; r++) {
       boolean fromCache = ranks.get(r).source().kind().equals("cache");
-      if (fromCache && w.cache() == null) {
-        throw new ImageRestoreException("rank " + r + " is placed in the host cache, and this worker maps none",
-            null);
-      }
       cached &= fromCache;
-      sources.add(fromCache ? HostPlacements.hostTier(HostPlacements.chunks(w.cache(), placements.get(r))) : RestoreSource.STORE_ONLY);
+      if (!fromCache) {
+        sources.add(RestoreSource.STORE_ONLY);
+        continue;
+      }
+      // The placement it was prepared with holds unless the cache moved the rank's image since.
+      byte[] placement = parts.get(r)[1];
+      PinnedChunks chunks = g != null && g.chunks().get(r) != null && Arrays.equals(placement,
+          g.placements().get(r)) ? g.chunks().get(r) : HostPlacements.chunks(w.cache(), placement);
+      sources.add(HostPlacements.hostTier(chunks));
     }
     t = WorkerMain.phase(phases, "placement", t);
-    List<GpuContext> contexts = new ArrayList<>();
-    List<RestoreResources> resources = new ArrayList<>();
+    List<GpuContext> contexts = new ArrayList<>(g != null ? g.contexts() : List.of());
+    List<RestoreResources> resources = new ArrayList<>(g != null ? g.resources() : List.of());
+    List<PreparedRestore> prepared = g != null ? g.ranks() : null;
+    boolean serving = false;
+    WorkerGroup group;
     try {
       List<GroupRestorer.Target> targets = new ArrayList<>(n);
       targets.add(new GroupRestorer.Target(w.context(), sources.get(0), w.resources()));
       for (int r = 1; r < n; r++) {
-        int device = ranks.get(r).device();
-        GpuContext c = w.helpers() == null ? null : w.helpers().take(device);
-        c = c != null ? c : w.driver().createContext(device);
-        contexts.add(c);
-        RestoreResources res = RestoreResources.create(c);
-        resources.add(res);
-        targets.add(new GroupRestorer.Target(c, sources.get(r), res));
+        if (g == null) {
+          int device = ranks.get(r).device();
+          GpuContext c = w.helpers() == null ? null : w.helpers().take(device);
+          c = c != null ? c : w.driver().createContext(device);
+          contexts.add(c);
+          resources.add(RestoreResources.create(c));
+        }
+        targets.add(new GroupRestorer.Target(contexts.get(r - 1), sources.get(r), resources.get(r - 1)));
       }
       t = WorkerMain.phase(phases, "rank contexts", t);
-      RocksChunkStore store = w.stores().storeFor(ranks.get(0).source(), ranks.get(0).tag(), firstManifest);
+      RocksChunkStore store = ready != null ? ready.store()
+          : w.stores().storeFor(ranks.get(0).source(), ranks.get(0).tag(), parts.get(0)[0]);
       t = WorkerMain.phase(phases, "store", t);
-      List<RestorePlan> plans = manifests.stream().map(RestorePlan::of).toList();
-      GroupRestorer.Serving serving = new GroupRestorer(store).serve(plans, null, targets, new OnDemandOptions());
+      serving = true;
+      GroupRestorer.Serving started = new GroupRestorer(store).serve(manifests.stream().map(RestorePlan::of).toList(),
+          prepared, targets, new OnDemandOptions());
       t = WorkerMain.phase(phases, "restore", t);
-      WorkerGroup g = new WorkerGroup(serving, contexts, resources,
+      group = new WorkerGroup(started, contexts, resources,
           manifests.stream().mapToLong(ImageManifest::totalBytes).sum(), cached ? "cache" : "store");
-      if (b.awaitResident()) {
-        try {
-          serving.restore().awaitResident();
-        } catch (RuntimeException e) {
-          g.close();
-          throw e;
-        }
-        WorkerMain.phase(phases, "resident", t);
-      }
-      return g;
     } catch (RuntimeException | Error e) {
+      // Prepared ranks no restore started with still hold their modules; once serving began, it closed them.
+      if (prepared != null && !serving) {
+        prepared.forEach(PreparedRestore::close);
+      }
       closeAll(resources, contexts, e);
       throw e;
     }
+    if (b.awaitResident()) {
+      try {
+        group.serving.restore().awaitResident();
+      } catch (RuntimeException e) {
+        group.close();
+        throw e;
+      }
+      WorkerMain.phase(phases, "resident", t);
+    }
+    return group;
+  }
+
+  /** Each rank's manifest and placement out of a group's body, rank r's at r, as the ranks' lengths say. */
+  static List<byte[][]> split(List<GroupRank> ranks, byte[] body) {
+    List<byte[][]> out = new ArrayList<>();
+    int at = 0;
+    for (int r = 0; r < ranks.size(); r++) {
+      GroupRank g = ranks.get(r);
+      if (g.manifestBytes() <= 0 || g.placementBytes() < 0
+          || (long) at + g.manifestBytes() + g.placementBytes() > body.length) {
+        throw new ImageRestoreException("rank " + r + " says its manifest has " + g.manifestBytes()
+            + " bytes and its placement " + g.placementBytes() + ", past the body's " + body.length, null);
+      }
+      byte[] m = Arrays.copyOfRange(body, at, at + g.manifestBytes());
+      at += g.manifestBytes();
+      byte[] p = Arrays.copyOfRange(body, at, at + g.placementBytes());
+      at += g.placementBytes();
+      out.add(new byte[][] {m, p});
+    }
+    if (at != body.length) {
+      throw new ImageRestoreException("the group's ranks add up to " + at + " bytes of the body's " + body.length,
+          null);
+    }
+    return out;
   }
 
   private static void check(BecomeGroup b, byte[] body, Worker w) {
@@ -148,7 +191,6 @@ final class WorkerGroup implements AutoCloseable {
           + own, null);
     }
     Set<Integer> seen = new HashSet<>();
-    long length = 0;
     int devices = w.driver().devices().size();
     for (int r = 0; r < ranks.size(); r++) {
       GroupRank g = ranks.get(r);
@@ -156,15 +198,13 @@ final class WorkerGroup implements AutoCloseable {
         throw new ImageRestoreException("rank " + r + "'s device " + g.device() + " is " + (g.device() < 0
             || g.device() >= devices ? "not one of this node's " + devices : "another rank's too"), null);
       }
-      if (g.manifestBytes() <= 0 || g.placementBytes() < 0) {
-        throw new ImageRestoreException("rank " + r + " says its manifest has " + g.manifestBytes()
-            + " bytes and its placement " + g.placementBytes(), null);
+      if (g.source() == null) {
+        throw new ImageRestoreException("rank " + r + " names no source", null);
       }
-      length += g.manifestBytes() + (long) g.placementBytes();
-    }
-    if (length != body.length) {
-      throw new ImageRestoreException("BECOME_GROUP's ranks add up to " + length + " bytes of the body's "
-          + body.length, null);
+      if (g.source().kind().equals("cache") && w.cache() == null) {
+        throw new ImageRestoreException("rank " + r + " is placed in the host cache, and this worker maps none",
+            null);
+      }
     }
   }
 

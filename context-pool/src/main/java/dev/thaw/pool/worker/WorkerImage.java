@@ -469,12 +469,21 @@ final class WorkerImage implements WorkerLoop.Work {
     long start = System.nanoTime();
     long read = loop.becomeRead();
     double queued = read == 0 ? 0 : Math.max(0, (start - read) / 1e6);
+    Prepared ready = null;
+    if (b.prepared() != null) {
+      ready = prepared.take(b.prepared());
+      if (ready == null) {
+        // Still blank: the parent sends the group unprepared.
+        return new Failure(WorkerErrorKind.NOT_PREPARED, "BECOME_GROUP names prepared group '" + b.prepared()
+            + "', which this worker does not hold");
+      }
+    }
     image = b.name();
     state = State.BECOMING;
     Map<String, Double> phases = new LinkedHashMap<>();
     phases.put("queued", queued);
-    WorkerGroup g = WorkerGroup.become(b, f.body(), new WorkerGroup.Worker(driver, context, resources, cache, stores,
-        helpers), phases);
+    WorkerGroup g = WorkerGroup.become(b, f.body(), ready, new WorkerGroup.Worker(driver, context, resources, cache,
+        stores, helpers), phases);
     group = g;
     images++;
     becomeStart = start;

@@ -1,5 +1,6 @@
 package dev.thaw.pool.worker;
 
+import dev.thaw.image.GroupImage;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ImageNotFoundException;
 import dev.thaw.image.restore.HelperLink;
@@ -240,7 +241,7 @@ public final class WorkerMain {
       t = phase(phases, "storeWait", t);
     }
     WorkerStores stores = new WorkerStores(config.storePath(), store);
-    PreparedImages prepared = new PreparedImages(context, cache, stores);
+    PreparedImages prepared = new PreparedImages(driver, context, cache, stores);
     if (!config.prepareAtStart().isEmpty()) {
       prepared.addAll(preparedAtStart.join());
       phases.put("prepareAtStart", prepareAtStartMillis);
@@ -304,6 +305,10 @@ public final class WorkerMain {
     for (String tag : config.prepareAtStart()) {
       try {
         long t = System.nanoTime();
+        if (s.manifest(tag).isEmpty() && s.manifest(GroupImage.rankTag(tag, 0)).isPresent()) {
+          // A group: the pool sends it whole (PREPARE with its ranks) once its ranks are staged.
+          continue;
+        }
         byte[] bytes = s.manifest(tag).orElseThrow(() -> new ImageNotFoundException(tag));
         ImageManifest manifest = ImageManifest.read(bytes);
         RestorePlan plan = RestorePlan.of(manifest);

@@ -196,24 +196,20 @@ public final class PoolInstances implements InstanceFactory {
     return true;
   }
 
-  /** Each rank's image is registered with the tiers as an image of its own: staged into the host cache, say. */
+  /**
+   * Each rank's image staged into the host cache as an image's is, then the group prepared whole in the idle workers
+   * ({@link ImageTiers#registerGroup}).
+   */
   @Override
   public void prepareGroup(String tag, GroupImage.Stored group) {
-    List<String> ranks = group.group().rankTags();
-    groups.put(tag, ranks);
-    for (int r = 0; r < ranks.size(); r++) {
-      tiers.register(ranks.get(r), group.ranks().get(r));
-    }
+    groups.put(tag, group.group().rankTags());
+    tiers.registerGroup(tag, group.group().rankTags(), group.ranks());
   }
 
   @Override
   public void unprepare(String tag) {
-    List<String> ranks = groups.remove(tag);
-    if (ranks != null) {
-      ranks.forEach(tiers::unregister);
-    } else {
-      tiers.unregister(tag);
-    }
+    groups.remove(tag);
+    tiers.unregister(tag);
   }
 
   /**
@@ -475,12 +471,14 @@ public final class PoolInstances implements InstanceFactory {
         colds.add(cold);
         ranks.add(new RankImage(rankTag, cold.manifest(), devices.get(r), cold.source()));
       }
-      BecomeResult b = worker.becomeGroupBlocking(tag, ranks);
+      PreparedImage prepared = tiers.preparedGroup(tag);
+      BecomeResult b = worker.becomeGroupBlocking(tag, ranks, prepared);
       reportStart(worker, b);
       double restoreMs = b.phases().getOrDefault("restore", 0.0);
       String from = b.source().equals("cache") ? "host-cache" : "store";
       StartLine line = new StartLine(tag, worker.pid(), device, "a group of " + n + " on devices " + devices
-          + ", each rank from " + from + " through its own device's link", b);
+          + ", each rank from " + from + " through its own device's link" + (b.phases().containsKey("prepared")
+          ? ", prepared" : ""), b);
       try {
         background.execute(line);
       } catch (RejectedExecutionException closing) {
