@@ -40,14 +40,14 @@ rounds=${ROUNDS:-5}
 tiers=${TIERS:-hbm host-cache}
 vocab=${VOCAB:-128000}
 max_batch=${MAX_BATCH:-1}
-max_tokens=${MAX_TOKENS:-$(( prompt + 64 ))}
 host_cache=${HOST_CACHE:-20g}
 hbm_tier=${HBM_TIER:-20g}
 model=${COLDTTFT_MODEL:-$work/model}
-for n in "$prompt" "$new_tokens" "$rounds" "$max_batch" "$max_tokens"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "PROMPT_TOKENS, NEW_TOKENS, ROUNDS, MAX_BATCH and MAX_TOKENS are positive" \
-      "whole numbers, not '$n'" >&2; exit 2; }
-done
+whole() { [[ $1 =~ ^[1-9][0-9]{0,8}$ ]] || { echo "PROMPT_TOKENS, NEW_TOKENS, ROUNDS, MAX_BATCH, VOCAB and MAX_TOKENS are" \
+    "positive whole numbers, not '$1'" >&2; exit 2; }; }
+for n in "$prompt" "$new_tokens" "$rounds" "$max_batch" "$vocab"; do whole "$n"; done
+max_tokens=${MAX_TOKENS:-$(( prompt + 64 ))}
+whole "$max_tokens"
 (( prompt + new_tokens <= max_tokens )) || { echo "PROMPT_TOKENS + NEW_TOKENS ($prompt + $new_tokens) is more than" \
     "MAX_TOKENS ($max_tokens), the KV cache's length" >&2; exit 2; }
 for t in $tiers; do
