@@ -19,12 +19,14 @@
 #   HOST_CACHE=20g HBM_TIER=20g VOCAB=128000 COLDTTFT_BUDGET_S=480 COLDTTFT_PORT=18081
 #   COLDTTFT_MODEL=<a Llama folder with a tokenizer.json> (skips step 1 and keeps the folder)
 # A dry run without a GPU (nothing it measures is a GPU number): THAW_DEVICE=sim COLDTTFT_MODEL=<a small Llama folder
-# with a tokenizer.json> PROMPT_TOKENS=16 VOCAB=300 ROUNDS=3 HOST_CACHE=256m HBM_TIER=256m.
-# Writes $OUT/summary.txt (a SUMMARY line per tier: median, range, the start's phases, the warm reference, the goal),
-# $OUT/coldttft.txt (the log, every round), $OUT/coldttft-<tier>.json (every sample, median, min, max),
-# $OUT/serve-<tier>.log (each server's log), $OUT/device.txt. Work files under /dev/shm/thaw-coldttft (about 35 GB at
-# the peak), removed at the end. Exits non-zero if a part failed or ran out of time, or a round started from another
-# tier than the one it measures.
+# with a tokenizer.json, its weights several MiB so that whole 2 MiB slabs of them are read-only (smaller ones share
+# their slabs with written buffers, and the HBM tier keeps nothing)> PROMPT_TOKENS=16 VOCAB=<below its vocabulary's
+# special ids> ROUNDS=3 HOST_CACHE=256m HBM_TIER=256m.
+# Writes $OUT/summary.txt (the image's size and read-only part, then a line per tier: median, range, the start's
+# phases, the warm reference, the goal), $OUT/coldttft.txt (the log, every round), $OUT/coldttft-<tier>.json (every
+# sample, median, min, max), $OUT/serve-<tier>.log (each server's log), $OUT/device.txt. Work files under
+# /dev/shm/thaw-coldttft (about 35 GB at the peak), removed at the end. Exits non-zero if a part failed or ran out of
+# time, or a round started from another tier than the one it measures.
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the results}
 home=$(cd "${1:?usage: OUT=<dir> scripts/gpu/coldttft-run.sh <unpacked thaw dir>}" && pwd)
@@ -40,14 +42,14 @@ rounds=${ROUNDS:-5}
 tiers=${TIERS:-hbm host-cache}
 vocab=${VOCAB:-128000}
 max_batch=${MAX_BATCH:-1}
-max_tokens=${MAX_TOKENS:-$(( prompt + 64 ))}
 host_cache=${HOST_CACHE:-20g}
 hbm_tier=${HBM_TIER:-20g}
 model=${COLDTTFT_MODEL:-$work/model}
-for n in "$prompt" "$new_tokens" "$rounds" "$max_batch" "$max_tokens"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "PROMPT_TOKENS, NEW_TOKENS, ROUNDS, MAX_BATCH and MAX_TOKENS are positive" \
-      "whole numbers, not '$n'" >&2; exit 2; }
-done
+whole() { [[ $1 =~ ^[1-9][0-9]{0,8}$ ]] || { echo "PROMPT_TOKENS, NEW_TOKENS, ROUNDS, MAX_BATCH, VOCAB and MAX_TOKENS are" \
+    "positive whole numbers, not '$1'" >&2; exit 2; }; }
+for n in "$prompt" "$new_tokens" "$rounds" "$max_batch" "$vocab"; do whole "$n"; done
+max_tokens=${MAX_TOKENS:-$(( prompt + 64 ))}
+whole "$max_tokens"
 (( prompt + new_tokens <= max_tokens )) || { echo "PROMPT_TOKENS + NEW_TOKENS ($prompt + $new_tokens) is more than" \
     "MAX_TOKENS ($max_tokens), the KV cache's length" >&2; exit 2; }
 for t in $tiers; do
@@ -98,6 +100,15 @@ print(json.dumps({'tokens': [[r.randrange(v) for _ in range(n)]], 'maxNewTokens'
 THAW_JAVA_OPTS="-Xmx12g" timeout -k 5 "$(limit 150)" "$thaw" build --function dev.thaw.examples.llama.LlamaFunction \
     --config "$config" --tag llama:1 --sample-request "$work/sample.json" >> "$log" 2>&1 \
     || { say "thaw build failed"; tail -20 "$log"; exit 1; }
+# What the HBM tier may keep of the image: the allocations the profile saw no write to (none when a launch was not
+# validated exact: then the hbm rounds wait for a tier that never fills, and fail saying so).
+"$thaw" inspect --json llama:1 2>> "$log" | python3 -c "import json, sys; m = json.load(sys.stdin); \
+w = m['profile'].get('writtenAllocations'); total = sum(a['size'] for a in m['allocations']); \
+ro = [a for a in m['allocations'] if w is not None and a['name'] not in w]; \
+k = m['profile']['kernels']; bad = sorted(n for n, v in k.items() if v.get('verdict') != 'exact'); \
+print('image: %.2f GB; read-only (what the HBM tier may keep): %s; kernels %d exact, %d not%s' % (total / 1e9, \
+'unknown' if w is None else '%d allocations, %.2f GB' % (len(ro), sum(a['size'] for a in ro) / 1e9), \
+len(k) - len(bad), len(bad), (': ' + ', '.join(bad)) if bad else ''))" 2>&1 | tee -a "$log"
 # The image holds the weights; the folder is not read again (the tokenizer is: it stays).
 [[ -z ${COLDTTFT_MODEL:-} ]] && rm -f "$model"/*.safetensors
 
@@ -138,6 +149,7 @@ for tier in $tiers; do
 done
 
 {
+  grep -h '^image: ' "$log"
   grep -h '^SUMMARY' "$log" | sed 's/^SUMMARY //'
   echo "status $status, $(( $(date +%s) - start )) s"
 } > "$OUT/summary.txt"

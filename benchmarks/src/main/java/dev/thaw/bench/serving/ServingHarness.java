@@ -299,8 +299,19 @@ public final class ServingHarness {
     List<Double> startMs = new ArrayList<>();
     List<Double> restoreWait = new ArrayList<>();
     int elsewhere = 0;
-    for (int r = 0; r < runs; r++) {
-      double readyMs = reregister(tier);
+    String stopped = null;
+    for (int r = 0; r < runs && stopped == null; r++) {
+      double readyMs;
+      try {
+        readyMs = reregister(tier);
+      } catch (IOException e) {
+        // The tier never got the image (or the server went): no later round would either.
+        stopped = e.getMessage();
+        rounds.addObject().put("round", r + 1).put("error", stopped);
+        failed++;
+        System.out.printf(Locale.ROOT, "round %d: not started: %s%n", r + 1, stopped);
+        break;
+      }
       SseStream.Seen s = stream(prompt(800 + r));
       JsonNode inst = servedBy();
       JsonNode start = inst.path("startMillis");
@@ -327,14 +338,25 @@ public final class ServingHarness {
           + "%.2f ms (ready for it %.0f ms after the registration)%n", r + 1, s.firstChoiceMillis(), from, acquire, map,
           wait, readyMs);
     }
-    reregister(tier);
-    Timed cold = nativeInvoke(prompt(900), tokens);
-    ObjectNode timing = JSON.createObjectNode();
-    cold.timing().forEach(timing::put);
-    System.out.printf(Locale.ROOT, "cold native invoke: %.2f ms at the client; Server-Timing %s, from %s%n",
-        cold.clientMillis(), cold.timing(), cold.tier());
-    if (cold.tier() == null || !cold.tier().startsWith(tier)) {
-      elsewhere++;
+    Timed cold = new Timed(Double.NaN, Map.of(), null);
+    ObjectNode coldNative = JSON.createObjectNode();
+    if (stopped == null) {
+      try {
+        reregister(tier);
+        cold = nativeInvoke(prompt(900), tokens);
+        coldNative.put("clientMs", cold.clientMillis()).put("tier", cold.tier());
+        ObjectNode timing = coldNative.putObject("serverTiming");
+        cold.timing().forEach(timing::put);
+        System.out.printf(Locale.ROOT, "cold native invoke: %.2f ms at the client; Server-Timing %s, from %s%n",
+            cold.clientMillis(), cold.timing(), cold.tier());
+        if (cold.tier() == null || !cold.tier().startsWith(tier)) {
+          elsewhere++;
+        }
+      } catch (IOException e) {
+        coldNative.put("error", e.getMessage());
+        failed++;
+        System.out.println("cold native invoke failed: " + e.getMessage());
+      }
     }
     double goal = tier.equals("hbm") ? 100 : 360;
     ObjectNode o = JSON.createObjectNode().put("tier", tier).put("promptTokens", promptTokens)
@@ -346,7 +368,7 @@ public final class ServingHarness {
     o.set("warmFunctionMs", stats(warmFunction));
     o.put("firstStartTtftMs", first.firstChoiceMillis());
     o.set("samples", rounds);
-    o.putObject("coldNative").put("clientMs", cold.clientMillis()).put("tier", cold.tier()).set("serverTiming", timing);
+    o.set("coldNative", coldNative);
     if (promptTokens == 2000) {
       o.put("goalMs", goal);
     }
