@@ -237,14 +237,14 @@ public final class HostImageCache implements AutoCloseable {
 
   /**
    * A lease on an image staged before, when all of its chunks are still where that stage put them: a pin per
-   * extent, no chunk looked up, so a cold start pays microseconds for it. Null when {@code manifest} is not
-   * (the same object as) the one last staged under {@code image}, or an extent of it was evicted since: then
-   * {@link #stage} it.
+   * extent, no chunk looked up, so a cold start pays microseconds for it. Null when {@code manifest} is not the one
+   * last staged under {@code image} (the same object, or an equal one read again, say by a registration since, which
+   * the stage then keeps), or an extent of it was evicted since: then {@link #stage} it.
    */
   public synchronized CacheLease lease(String image, ImageManifest manifest) {
     checkOpen();
-    Staged s = staged.get(image);
-    if (s == null || s.manifest() != manifest) {
+    Staged s = sameAsStaged(image, manifest);
+    if (s == null) {
       return null;
     }
     for (Extent e : s.extents()) {
@@ -269,11 +269,28 @@ public final class HostImageCache implements AutoCloseable {
    * checks what it reads, and {@link #lease} says again at the cold start).
    */
   public synchronized ChunkPlacement placement(String image, ImageManifest manifest) {
-    Staged s = staged.get(image);
-    if (s == null || s.manifest() != manifest || !s.extents().stream().allMatch(extents::contains)) {
+    Staged s = sameAsStaged(image, manifest);
+    if (s == null || !s.extents().stream().allMatch(extents::contains)) {
       return null;
     }
     return s.placement();
+  }
+
+  /**
+   * What the last stage of {@code image} put where, if it staged {@code manifest}: that object (a reference compare),
+   * or an equal one, which the stage keeps from then on; else null.
+   */
+  private Staged sameAsStaged(String image, ImageManifest manifest) {
+    Staged s = staged.get(image);
+    if (s == null || s.manifest() == manifest) {
+      return s;
+    }
+    if (!s.manifest().equals(manifest)) {
+      return null;
+    }
+    Staged now = new Staged(manifest, s.placement(), s.extents(), s.bytes());
+    staged.put(image, now);
+    return now;
   }
 
   /** Reads and verifies the chunks into their places on the staging threads; the first failure wins. */

@@ -395,17 +395,24 @@ final class WorkerProcess implements Worker {
     group = true;
     image = name;
     List<CacheLease> held = new ArrayList<>();
+    // Whole (every rank's manifest and placement), and as a worker that prepared the group takes it (placements
+    // alone: it holds the manifests).
     List<GroupRank> heads = new ArrayList<>();
+    List<GroupRank> lightHeads = new ArrayList<>();
     ByteArrayOutputStream body = new ByteArrayOutputStream();
+    ByteArrayOutputStream light = new ByteArrayOutputStream();
     for (RankImage r : ranks) {
       ImageSource source = r.source();
       if (source.lease() != null) {
         held.add(source.lease());
       }
       byte[] placement = source.placement() == null ? new byte[0] : source.placement().toBytes();
-      heads.add(new GroupRank(r.tag(), r.device(), Source.of(source), r.manifest().length, placement.length));
+      Source s = Source.of(source);
+      heads.add(new GroupRank(r.tag(), r.device(), s, r.manifest().length, placement.length));
+      lightHeads.add(new GroupRank(r.tag(), r.device(), s, 0, placement.length));
       body.writeBytes(r.manifest());
       body.writeBytes(placement);
+      light.writeBytes(placement);
     }
     leases.set(List.copyOf(held));
     // Named only where the worker prepared the group for these very devices (each rank's context is made there).
@@ -419,8 +426,10 @@ final class WorkerProcess implements Worker {
     byte[] bytes = body.toByteArray();
     return release(named.thenCompose(isNamed -> {
       sent[0] = System.nanoTime();
-      CompletableFuture<Frame> answer = pipe.send(new BecomeGroup(name, heads, options.awaitResident(),
-          isNamed ? prepared.key() : null), bytes, options.becomeTimeout());
+      CompletableFuture<Frame> answer = isNamed
+          ? pipe.send(new BecomeGroup(name, lightHeads, options.awaitResident(), prepared.key()), light.toByteArray(),
+              options.becomeTimeout())
+          : pipe.send(new BecomeGroup(name, heads, options.awaitResident(), null), bytes, options.becomeTimeout());
       if (!isNamed) {
         return answer;
       }

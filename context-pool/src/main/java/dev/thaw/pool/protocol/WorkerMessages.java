@@ -90,7 +90,8 @@ public final class WorkerMessages {
    * BECOME_GROUP: restore the ranks of a group image at once, rank r's image onto device {@code ranks.get(r).device()}
    * (rank 0's onto this worker's own), each from its own source through its own device's link, and serve the group.
    * The body is each rank's manifest then its host-cache placement, in rank order, as long as the head says; with
-   * {@code prepared}, the key of the group this worker prepared (PREPARE with ranks) for exactly these devices.
+   * {@code prepared}, the key of the group this worker prepared (PREPARE with ranks) for exactly these devices, and
+   * the ranks' placements alone (their manifests are the prepared ones).
    */
   public record BecomeGroup(String name, List<GroupRank> ranks, boolean awaitResident, String prepared)
       implements Request {

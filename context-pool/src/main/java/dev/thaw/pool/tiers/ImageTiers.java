@@ -246,6 +246,10 @@ public final class ImageTiers implements AutoCloseable {
       return;
     }
     PreparedImage group = PreparedImage.group(tag, images);
+    // Each rank's stored manifest kept too: a cold start sends it without reading the store again.
+    for (int r = 0; r < images.size(); r++) {
+      registered.put(rankTags.get(r), new Registered(manifests.get(r), images.get(r)));
+    }
     registered.put(tag, new Registered(manifests.get(0), group));
     pool.prepare(group);
   }

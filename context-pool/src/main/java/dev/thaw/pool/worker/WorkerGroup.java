@@ -91,6 +91,10 @@ final class WorkerGroup implements AutoCloseable {
     List<RestoreSource> sources = new ArrayList<>(n);
     boolean cached = true;
     for (int r = 0; r < n; r++) {
+      if (g == null && parts.get(r)[0].length == 0) {
+        throw new ImageRestoreException("rank " + r + " comes without its manifest, and this worker prepared no "
+            + "group", null);
+      }
       manifests.add(g != null ? g.manifests().get(r) : ImageManifest.read(parts.get(r)[0]));
     }
     t = WorkerMain.phase(phases, g != null ? "prepared" : "manifests", t);
@@ -162,7 +166,7 @@ final class WorkerGroup implements AutoCloseable {
     int at = 0;
     for (int r = 0; r < ranks.size(); r++) {
       GroupRank g = ranks.get(r);
-      if (g.manifestBytes() <= 0 || g.placementBytes() < 0
+      if (g.manifestBytes() < 0 || g.placementBytes() < 0
           || (long) at + g.manifestBytes() + g.placementBytes() > body.length) {
         throw new ImageRestoreException("rank " + r + " says its manifest has " + g.manifestBytes()
             + " bytes and its placement " + g.placementBytes() + ", past the body's " + body.length, null);

@@ -472,13 +472,14 @@ public final class PoolInstances implements InstanceFactory {
         ranks.add(new RankImage(rankTag, cold.manifest(), devices.get(r), cold.source()));
       }
       PreparedImage prepared = tiers.preparedGroup(tag);
+      double sourcesMs = (System.nanoTime() - t) / 1e6 - acquireMs;
       BecomeResult b = worker.becomeGroupBlocking(tag, ranks, prepared);
       reportStart(worker, b);
       double restoreMs = b.phases().getOrDefault("restore", 0.0);
       String from = b.source().equals("cache") ? "host-cache" : "store";
       StartLine line = new StartLine(tag, worker.pid(), device, "a group of " + n + " on devices " + devices
           + ", each rank from " + from + " through its own device's link" + (b.phases().containsKey("prepared")
-          ? ", prepared" : ""), b);
+          ? ", prepared" : "") + String.format(Locale.ROOT, " (its ranks' sources %.2f ms)", sourcesMs), b);
       try {
         background.execute(line);
       } catch (RejectedExecutionException closing) {
