@@ -17,6 +17,8 @@
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/coldttft-run.sh <unpacked thaw dir>
 #   PROMPT_TOKENS=2000 NEW_TOKENS=1 ROUNDS=5 TIERS="hbm host-cache" MAX_BATCH=1 MAX_TOKENS=<prompt + 64>
 #   HOST_CACHE=20g HBM_TIER=20g VOCAB=128000 COLDTTFT_BUDGET_S=480 COLDTTFT_PORT=18081
+#   SETTLE_MS=3000 (the node idle this long after each scale-to-zero before the cold request: a worker started
+#   after the scale-in has warmed up and prepared the image, as on a node idle a while; 0 measures right after it)
 #   COLDTTFT_MODEL=<a Llama folder with a tokenizer.json> (skips step 1 and keeps the folder)
 # A dry run without a GPU (nothing it measures is a GPU number): THAW_DEVICE=sim COLDTTFT_MODEL=<a small Llama folder
 # with a tokenizer.json, its weights several MiB so that whole 2 MiB slabs of them are read-only (smaller ones share
@@ -136,6 +138,7 @@ for tier in $tiers; do
     timeout -k 5 "$(limit 150)" "$java" -Xmx2g -cp "$home/lib/*:$home/lib/bench/*" \
         dev.thaw.bench.serving.ServingHarness coldttft --url "http://127.0.0.1:$port" --model llama --image llama:1 \
         --tier "$tier" --prompt-tokens "$prompt" --tokens "$new_tokens" --runs "$rounds" --vocab "$vocab" \
+        --settle-ms "${SETTLE_MS:-3000}" \
         --out "$OUT" 2>&1 | tee -a "$log" | grep -v '^\[main\] INFO'
     rc=${PIPESTATUS[0]}
     [[ $rc == 0 ]] || { say "coldttft from $tier: exit status $rc"; status=1; }

@@ -43,7 +43,8 @@ import java.util.regex.Pattern;
  *                 the first of them against the single one's
  *   coldttft      the cold time to first token from one tier (--tier hbm|host-cache; --image): --runs rounds, each
  *                 the function registered again (scaled to zero) until its image waits in that tier and a worker is
- *                 idle, then one streamed completion of --tokens; per round the client's time to the first token, the
+ *                 idle, then --settle-ms (3000: a worker started after the scale-in finishes its warm-up and
+ *                 PREPARE, as on a node idle a while), then one streamed completion of --tokens; per round the client's time to the first token, the
  *                 tier the instance's bytes came from and its start phases (acquire, map, restore-wait) as the
  *                 function's state reports them; then one cold native invoke with its Server-Timing; beside them the
  *                 warm time to first token and the function's own time for the same request (medians of 3); writes
@@ -70,6 +71,8 @@ public final class ServingHarness {
   private final int tokens;
   private final int streams;
   private final int runs;
+  /** coldttft: how long the node is left idle after a scale-to-zero before the cold request. */
+  private long settleMillis = 3000;
   private final int vocab;
   private final String image;
   private final String tier;
@@ -119,6 +122,7 @@ public final class ServingHarness {
     int streams = 32;
     int runs = 3;
     int vocab = 128_000;
+    long settle = 3000;
     for (int i = 1; i < args.length; i += 2) {
       if (i + 1 >= args.length) {
         System.err.println(args[i] + " needs a value");
@@ -136,6 +140,7 @@ public final class ServingHarness {
           case "--tokens" -> tokens = positive(args[i], v);
           case "--streams" -> streams = positive(args[i], v);
           case "--runs" -> runs = positive(args[i], v);
+          case "--settle-ms" -> settle = positive(args[i], v);
           case "--vocab" -> vocab = positive(args[i], v);
           default -> {
             System.err.println("unknown argument " + args[i]);
@@ -155,6 +160,7 @@ public final class ServingHarness {
     Files.createDirectories(out);
     ServingHarness h = new ServingHarness(URI.create(url), model, promptTokens, tokens, streams, runs, vocab, image,
         tier, out);
+    h.settleMillis = settle;
     return switch (phase) {
       case "baseline" -> h.baseline();
       case "single" -> h.single();
@@ -312,6 +318,7 @@ public final class ServingHarness {
         System.out.printf(Locale.ROOT, "round %d: not started: %s%n", r + 1, stopped);
         break;
       }
+      Thread.sleep(settleMillis);
       SseStream.Seen s = stream(prompt(800 + r));
       JsonNode inst = servedBy();
       JsonNode start = inst.path("startMillis");
@@ -359,7 +366,8 @@ public final class ServingHarness {
       }
     }
     double goal = tier.equals("hbm") ? 100 : 360;
-    ObjectNode o = JSON.createObjectNode().put("tier", tier).put("promptTokens", promptTokens)
+    ObjectNode o = JSON.createObjectNode().put("tier", tier).put("settleMs", settleMillis)
+        .put("promptTokens", promptTokens)
         .put("newTokens", tokens).put("rounds", runs).put("failed", failed).put("fromAnotherTier", elsewhere);
     o.set("ttftMs", stats(ttft));
     o.set("startMs", stats(startMs));

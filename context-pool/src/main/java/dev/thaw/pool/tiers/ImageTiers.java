@@ -198,6 +198,10 @@ public final class ImageTiers implements AutoCloseable {
    * offers it to the pool's prepare-ahead, so that a cold start only maps memory and starts copying.
    */
   public void register(String tag, ImageManifest manifest) {
+    // A registration reads the manifest again: an equal one keeps what was prepared for it (a cold start finds it by
+    // reference).
+    registered.computeIfPresent(tag, (t, r) -> r.manifest() != manifest && r.manifest().equals(manifest)
+        ? new Registered(manifest, r.image()) : r);
     if (cache == null) {
       prepareAhead(tag, manifest, null);
       return;
