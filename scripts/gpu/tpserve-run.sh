@@ -12,6 +12,8 @@
 # Usage (repository root on the GPU host): OUT=<dir> scripts/gpu/tpserve-run.sh <unpacked thaw dir>
 # A dry run without a GPU (no figure is a GPU figure): THAW_DEVICE=sim THAW_SIM_DEVICES=2 TPS_SHAPE=llama-3.2-1b
 # TPS_LAYERS=1 TPS_HOST_CACHE=6g.
+# Llama-3.1-70B at TP 4 (four GPUs; 141 GB of store and of host cache: the store on disk): TPS_SHAPE=llama-3.1-70b
+# TPS_RANKS=4 TPS_HOST_CACHE=150g TPS_WORK=/tmp/thaw-tpserve TPS_BUILD_S=300 TPS_ROUNDS=2.
 # Writes $OUT/summary.txt, build.json, build.txt, serve.log, http.txt, tpserve.json. Exits non-zero if a part failed.
 set -uo pipefail
 OUT=${OUT:?set OUT to a folder for the logs}
@@ -49,7 +51,7 @@ cat "$OUT/device.txt"
 
 say "== 1. build $shape at TP $ranks into $work/store"
 layers=(); [[ -n ${TPS_LAYERS:-} ]] && layers=(--layers "$TPS_LAYERS")
-timeout -k 10 "$(limit 200)" "$java" -Xmx16g -cp "$home/lib/*:$home/lib/bench/*" \
+timeout -k 10 "$(limit "${TPS_BUILD_S:-200}")" "$java" -Xmx16g -cp "$home/lib/*:$home/lib/bench/*" \
     dev.thaw.bench.tp.TensorParallelColdStart --phase build --shape "$shape" --ranks "$ranks" "${layers[@]}" \
     --store "$work/store" --out "$OUT/build.json" > "$OUT/build.txt" 2>&1
 rc=$?
