@@ -107,7 +107,13 @@ final class WorkerPrepares {
           }
           forgotten(List.of(key));
         } else {
-          forgotten(PrepareAnswer.from(answer.head()).dropped());
+          PrepareAnswer a = PrepareAnswer.from(answer.head());
+          if (image.isGroup()) {
+            // Once per group and worker, and long (a context on every other rank's device, every rank's modules).
+            LOG.info("Worker {} prepared group '{}' for devices {}: {}", pid, image.name(),
+                Arrays.toString(groups.get(key)), a.phases());
+          }
+          forgotten(a.dropped());
         }
       });
       return f;
