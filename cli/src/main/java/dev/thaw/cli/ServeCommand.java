@@ -125,6 +125,7 @@ final class ServeCommand implements Callable<Integer> {
   Integer invokePort;
 
   @Option(names = "--function", paramLabel = "NAME=TAG|REF", description = {"Serve the image TAG as NAME (repeatable).",
+      "TAG may name a tensor-parallel group (its ranks tagged TAG-rank0..): pool-backed instances only.",
       "REF, a registry reference (HOST[:PORT]/REPOSITORY[:TAG]), is pulled into the store first."})
   Map<String, String> functions = new LinkedHashMap<>();
 
