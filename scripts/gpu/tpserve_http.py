@@ -4,8 +4,9 @@
 request is sent and whose answer the server's must equal.
 
 Per round: the function is registered again (PUT, THAW_ADMIN_TOKEN: its instance retires, its worker exits), the
-script waits until no instance and no busy worker is left and a worker is idle on device 0, then --settle seconds (5:
-the idle worker prepares the group), then POSTs the sample request: the client's time from
+script waits until no instance and no busy worker is left, a worker is idle on device 0 and every PREPARE sent to the
+idle workers is answered (thaw_pool_prepares_pending: the group prepared whole), then --settle seconds (1), then
+POSTs the sample request: the client's time from
 sending it to the body in hand (a cold start: both ranks restored through their own GPU's link, the prompt's pass and
 two greedy ids), the server's Server-Timing, Thaw-Start; then the same request warm. Prints one line per request and
 SUMMARY lines; writes --out as JSON. Exit 1 if a request failed or an answer differed.
@@ -59,6 +60,12 @@ def workers(port, state, device=None):
                and (device is None or 'device="%d"' % device in l))
 
 
+def pending(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=30) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(l.rsplit(" ", 1)[1]) for l in lines if l.startswith("thaw_pool_prepares_pending{"))
+
+
 def wait(test, seconds, what):
     t = time.time()
     while time.time() - t < seconds:
@@ -78,7 +85,7 @@ def main():
     p.add_argument("--image", required=True)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", required=True)
-    p.add_argument("--settle", type=float, default=5.0)
+    p.add_argument("--settle", type=float, default=1.0)
     a = p.parse_args()
     build = json.load(open(a.build))
     body, expected = build["sample_request"], build["sample_response"]["tokens"]
@@ -96,6 +103,7 @@ def main():
         # node's would have. The server's log says how long each start still waited for its PREPARE.
         wait(lambda: not state(a.port).get("instances") and workers(a.port, "in_use") == 0
              and workers(a.port, "idle", 0) >= 1, 180, "no instance, no worker in use, one idle on device 0")
+        wait(lambda: pending(a.port) == 0, 300, "the idle workers' PREPAREs answered")
         time.sleep(a.settle)
         row = {}
         for kind in ("cold", "warm"):

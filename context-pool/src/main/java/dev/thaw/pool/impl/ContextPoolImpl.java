@@ -301,7 +301,11 @@ public final class ContextPoolImpl implements ContextPool {
     try {
       List<PoolStats> out = new ArrayList<>();
       for (DeviceWorkers d : devices.values()) {
-        out.add(new PoolStats(d.device, d.idle.size(), d.starting.size(), d.inUse.size(), d.started,
+        int preparing = 0;
+        for (WorkerProcess w : d.idle) {
+          preparing += w.preparing();
+        }
+        out.add(new PoolStats(d.device, d.idle.size(), d.starting.size(), d.inUse.size(), preparing, d.started,
             d.failedStarts, d.lost, d.recycled, d.lastFailure));
       }
       return out;

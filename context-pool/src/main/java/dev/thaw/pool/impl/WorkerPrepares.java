@@ -175,6 +175,15 @@ final class WorkerPrepares {
         && (placement == prepared || Arrays.equals(placement.toBytes(), prepared.toBytes()));
   }
 
+  /** PREPAREs sent and not yet answered. */
+  int pending() {
+    int n = 0;
+    for (CompletableFuture<Frame> f : sent.values()) {
+      n += f.isDone() ? 0 : 1;
+    }
+    return n;
+  }
+
   /** Waits up to {@code nanos} for every PREPARE sent so far to be answered; false if one is still running. */
   boolean awaitAll(long nanos) throws InterruptedException {
     try {

@@ -302,6 +302,11 @@ final class WorkerProcess implements Worker {
     }
   }
 
+  /** PREPAREs sent to this worker and not yet answered. */
+  int preparing() {
+    return prepares.pending();
+  }
+
   /** The keys this worker holds prepared, as far as the parent knows. */
   Set<String> preparedKeys() {
     return prepares.keys();

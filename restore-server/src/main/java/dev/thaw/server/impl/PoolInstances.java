@@ -214,6 +214,7 @@ public final class PoolInstances implements InstanceFactory {
 
   /**
    * {@code thaw_pool_workers{device, state}}: the pool's idle, starting and in-use workers per device; {@code
+   * thaw_pool_prepares_pending{device}}: PREPAREs its idle workers have not answered; {@code
    * thaw_pool_recycles_total{device}}: workers that dropped their image and went back blank.
    */
   @Override
@@ -226,6 +227,10 @@ public final class PoolInstances implements InstanceFactory {
             .description("the context pool's worker processes per device: idle (warm, ready for a cold start), "
                 + "starting, in use by an instance").register(registry);
       }
+      Gauge.builder("thaw.pool.prepares.pending", pool, p -> preparing(p, ordinal))
+          .tag("device", Integer.toString(ordinal))
+          .description("PREPAREs sent to the device's idle workers and not yet answered (images and groups made "
+              + "ready ahead of their cold starts): a cold start now may wait for one").register(registry);
       FunctionCounter.builder("thaw.pool.recycles", pool, p -> recycles(p, ordinal))
           .tag("device", Integer.toString(ordinal))
           .description("workers that scaled to zero, dropped their image (scrubbed) and went back to the idle set "
@@ -284,6 +289,15 @@ public final class PoolInstances implements InstanceFactory {
       case "used" -> s.usedBytes();
       default -> s.pinnedBytes();
     };
+  }
+
+  private static double preparing(ContextPool pool, int device) {
+    for (PoolStats s : pool.stats()) {
+      if (s.device() == device) {
+        return s.preparing();
+      }
+    }
+    return 0;
   }
 
   private static double recycles(ContextPool pool, int device) {
