@@ -78,39 +78,47 @@ final class WorkerGroup implements AutoCloseable {
       Map<String, Double> phases) {
     List<GroupRank> ranks = b.ranks();
     int n = ranks.size();
-    check(b, body, w);
     PreparedImages.Group g = ready == null ? null : ready.group();
-    if (ready != null && (g == null || !Arrays.equals(g.devices(), ranks.stream().mapToInt(GroupRank::device)
-        .toArray()))) {
-      ready.close();
-      throw new ImageRestoreException("BECOME_GROUP names prepared '" + b.prepared() + "', which was not prepared "
-          + "for devices " + ranks.stream().map(GroupRank::device).toList(), null);
-    }
-    long t = System.nanoTime();
-    List<byte[][]> parts = split(ranks, body);
+    List<byte[][]> parts;
     List<ImageManifest> manifests = new ArrayList<>(n);
     List<RestoreSource> sources = new ArrayList<>(n);
     boolean cached = true;
-    for (int r = 0; r < n; r++) {
-      if (g == null && parts.get(r)[0].length == 0) {
-        throw new ImageRestoreException("rank " + r + " comes without its manifest, and this worker prepared no "
-            + "group", null);
+    long t = System.nanoTime();
+    // Until the restore below takes it, the prepared group (its contexts on other devices) is this start's to close.
+    try {
+      check(b, body, w);
+      if (ready != null && (g == null || !Arrays.equals(g.devices(), ranks.stream().mapToInt(GroupRank::device)
+          .toArray()))) {
+        throw new ImageRestoreException("BECOME_GROUP names prepared '" + b.prepared() + "', which was not prepared "
+            + "for devices " + ranks.stream().map(GroupRank::device).toList(), null);
       }
-      manifests.add(g != null ? g.manifests().get(r) : ImageManifest.read(parts.get(r)[0]));
-    }
-    t = WorkerMain.phase(phases, g != null ? "prepared" : "manifests", t);
-    for (int r = 0; r < n; r++) {
-      boolean fromCache = ranks.get(r).source().kind().equals("cache");
-      cached &= fromCache;
-      if (!fromCache) {
-        sources.add(RestoreSource.STORE_ONLY);
-        continue;
+      parts = split(ranks, body);
+      for (int r = 0; r < n; r++) {
+        if (g == null && parts.get(r)[0].length == 0) {
+          throw new ImageRestoreException("rank " + r + " comes without its manifest, and this worker prepared no "
+              + "group", null);
+        }
+        manifests.add(g != null ? g.manifests().get(r) : ImageManifest.read(parts.get(r)[0]));
       }
-      // The placement it was prepared with holds unless the cache moved the rank's image since.
-      byte[] placement = parts.get(r)[1];
-      PinnedChunks chunks = g != null && g.chunks().get(r) != null && Arrays.equals(placement,
-          g.placements().get(r)) ? g.chunks().get(r) : HostPlacements.chunks(w.cache(), placement);
-      sources.add(HostPlacements.hostTier(chunks));
+      t = WorkerMain.phase(phases, g != null ? "prepared" : "manifests", t);
+      for (int r = 0; r < n; r++) {
+        boolean fromCache = ranks.get(r).source().kind().equals("cache");
+        cached &= fromCache;
+        if (!fromCache) {
+          sources.add(RestoreSource.STORE_ONLY);
+          continue;
+        }
+        // The placement it was prepared with holds unless the cache moved the rank's image since.
+        byte[] placement = parts.get(r)[1];
+        PinnedChunks chunks = g != null && g.chunks().get(r) != null && Arrays.equals(placement,
+            g.placements().get(r)) ? g.chunks().get(r) : HostPlacements.chunks(w.cache(), placement);
+        sources.add(HostPlacements.hostTier(chunks));
+      }
+    } catch (RuntimeException | Error e) {
+      if (ready != null) {
+        ready.close();
+      }
+      throw e;
     }
     t = WorkerMain.phase(phases, "placement", t);
     List<GpuContext> contexts = new ArrayList<>(g != null ? g.contexts() : List.of());
