@@ -8,6 +8,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.pool.WorkerErrorKind;
 import dev.thaw.pool.protocol.WorkerMessages.Become;
 import dev.thaw.pool.protocol.WorkerMessages.BecomeAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.BecomeGroup;
 import dev.thaw.pool.protocol.WorkerMessages.Cancel;
 import dev.thaw.pool.protocol.WorkerMessages.Device;
 import dev.thaw.pool.protocol.WorkerMessages.Exit;
@@ -17,6 +18,7 @@ import dev.thaw.pool.protocol.WorkerMessages.ExportAnswer;
 import dev.thaw.pool.protocol.WorkerMessages.Failure;
 import dev.thaw.pool.protocol.WorkerMessages.Forget;
 import dev.thaw.pool.protocol.WorkerMessages.ForgetAnswer;
+import dev.thaw.pool.protocol.WorkerMessages.GroupRank;
 import dev.thaw.pool.protocol.WorkerMessages.Hbm;
 import dev.thaw.pool.protocol.WorkerMessages.Head;
 import dev.thaw.pool.protocol.WorkerMessages.Invoke;
@@ -81,7 +83,11 @@ class WorkerMessagesTest {
     m.put(new Status(), f -> new Status());
     m.put(new Exit(), f -> new Exit());
     m.put(new Export(), f -> new Export());
-    m.put(new Prepare("gpt2@1", "gpt2", 3, 8), f -> Prepare.from(f.head(), f.body().length));
+    m.put(new Prepare("tp@1", "tp", -1, 8, List.of(new GroupRank("tp-rank0:1", -1, null, 3, 0),
+        new GroupRank("tp-rank1:1", -1, null, 5, 2))), f -> Prepare.from(f.head(), f.body().length));
+    Source store = new Source("store", "/store", null);
+    m.put(new BecomeGroup("tp", List.of(new GroupRank("tp-rank0:1", 0, store, 3, 0), new GroupRank("tp-rank1:1", 1,
+        new Source("cache", "/store", null), 0, 2)), true, "tp@1"), f -> BecomeGroup.from(f.head()));
     m.put(new Forget(List.of("a@1")), f -> Forget.from(f.head()));
     m.put(new Trace(64), f -> Trace.from(f.head(), 512));
     m.put(new Recycle(true), f -> Recycle.from(f.head()));
@@ -123,6 +129,8 @@ class WorkerMessagesTest {
     }
     assertEquals(components(Source.class), keys(samples().keySet().stream().filter(h -> h instanceof Become)
         .map(h -> ((Become) h).source().toJson()).findFirst().orElseThrow()));
+    assertEquals(components(GroupRank.class), keys(samples().keySet().stream().filter(h -> h instanceof BecomeGroup)
+        .map(h -> ((BecomeGroup) h).ranks().get(0).toJson()).findFirst().orElseThrow()));
   }
 
   @Test
@@ -131,7 +139,7 @@ class WorkerMessagesTest {
     List<Class<?>> all = new ArrayList<>();
     all.addAll(Arrays.asList(WorkerMessages.Request.class.getPermittedSubclasses()));
     all.addAll(Arrays.asList(WorkerMessages.Reply.class.getPermittedSubclasses()));
-    all.addAll(List.of(Source.class, Hbm.class, Device.class));
+    all.addAll(List.of(Source.class, Hbm.class, Device.class, GroupRank.class));
     for (Class<?> c : all) {
       assertTrue(table.containsKey(c.getSimpleName()), "context-pool.md has a row for " + c.getSimpleName());
       assertEquals(components(c), table.get(c.getSimpleName()), "context-pool.md's keys of " + c.getSimpleName());
