@@ -37,6 +37,7 @@ import dev.thaw.server.impl.ImageInfo;
 import dev.thaw.server.impl.InProcessInstances;
 import dev.thaw.server.impl.PoolInstances;
 import java.io.IOException;
+import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -128,9 +129,67 @@ class TensorParallelServingTest {
         assertEquals(expected, json(again).get("tokens"));
         assertEquals(0, pool.stats().stream().mapToLong(PoolStats::recycled).sum(),
             "a group's worker exits when its instance scales to zero: never recycled");
+
+        // Its state names every rank's tier state and the devices its instance holds.
+        JsonNode state = ServerFixture.awaitState(port, "tp", s -> s.path("instances").size() == 1);
+        JsonNode ranks = state.path("image").path("ranks");
+        assertEquals(2, ranks.size(), state.toString());
+        for (JsonNode rank : ranks) {
+          assertEquals("cached", rank.path("hostCache").asText(), state.toString());
+          assertTrue(rank.path("stagedBytes").asLong() > 0, state.toString());
+        }
+        assertEquals("[0,1]", state.path("instances").path(0).path("devices").toString(), state.toString());
+
+        // Unregistered, the group and its ranks leave the tiers: nothing of them stays staged or prepared.
+        HttpResponse<String> deleted = ServerFixture.send(ServerFixture.request(port, "/v1/functions/tp").DELETE()
+            .header("Authorization", "Bearer " + server.adminToken()).build());
+        assertEquals(200, deleted.statusCode(), deleted.body());
+        assertEquals(404, ServerFixture.get(port, "/v1/functions/tp").statusCode());
+        for (String rank : List.of("tiny-tp-rank0:1", "tiny-tp-rank1:1")) {
+          assertEquals(null, instances.tiers().state(rank), rank + "'s host-cache state is gone");
+          assertEquals(null, instances.imageState(rank), rank);
+        }
+        assertEquals(null, instances.tiers().preparedGroup("tiny-tp:1"), "the group is prepared no more");
+        assertEquals(null, instances.imageState("tiny-tp:1"));
+        awaitUnpinned(cache);
       }
       assertTrue(pool.pids().isEmpty(), "every worker gone with the server");
     }
+  }
+
+  @Test
+  void aGroupOfTwoOnAOneDevicePoolIsRefusedAtRegistrationNamingTheDeviceCount() throws Exception {
+    Path storePath = dir.resolve("store");
+    try (RocksChunkStore store = ServerFixture.openStore(storePath)) {
+      build(store, "tiny-tp:1");
+    }
+    try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
+        SimDriver driver = SimDriver.open(new SimOptions())) {
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(64L << 20));
+      ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0))
+          .setIdleTarget(0));
+      PoolInstances instances = new PoolInstances(pool, cache, 0, store, storePath, driver.devices(),
+          Duration.ofSeconds(60), Duration.ofSeconds(1));
+      try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0), store, instances)) {
+        HttpResponse<String> put = ServerFixture.send(ServerFixture.request(server.port(), "/v1/functions/tp")
+            .header("Authorization", "Bearer " + server.adminToken()).header("Content-Type", "application/json")
+            .PUT(HttpRequest.BodyPublishers.ofString("{\"image\": \"tiny-tp:1\"}")).build());
+        assertEquals(400, put.statusCode(), put.body());
+        assertTrue(put.body().contains("a group of 2 ranks") && put.body().contains("this node has 1 device(s)"),
+            put.body());
+        assertEquals(404, ServerFixture.get(server.port(), "/v1/functions/tp").statusCode(), "nothing registered");
+        assertEquals(null, instances.tiers().state("tiny-tp-rank0:1"), "no rank staged for a refused group");
+      }
+      assertTrue(pool.pids().isEmpty(), "every worker gone with the server");
+    }
+  }
+
+  /** Waits until no lease pins the host cache (a retired instance's worker gives its ranks' leases back as it ends). */
+  private static void awaitUnpinned(HostImageCache cache) throws InterruptedException {
+    for (int i = 0; i < 600 && cache.stats().pinnedBytes() > 0; i++) {
+      Thread.sleep(50);
+    }
+    assertEquals(0, cache.stats().pinnedBytes(), cache.stats().toString());
   }
 
   /** Builds the split of TINY over devices 0 and 1 under {@code tag}; returns the never-imaged split's new ids. */

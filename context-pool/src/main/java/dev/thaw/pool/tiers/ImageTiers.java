@@ -113,6 +113,11 @@ public final class ImageTiers implements AutoCloseable {
   private final Path storePath;
   private final Staging staging;
   private final ExecutorService stager;
+  /**
+   * Held while a registration's outcome is recorded and while one is unregistered, so that a stage or a group's offer
+   * that finishes after its image was unregistered records nothing.
+   */
+  private final Object registration = new Object();
   private final Map<String, Placed> placed = new ConcurrentHashMap<>();
   private final Map<String, Registered> registered = new ConcurrentHashMap<>();
   /**
@@ -246,15 +251,17 @@ public final class ImageTiers implements AutoCloseable {
       LOG.warn("{}: not prepared in the workers ({})", tag, e.getMessage());
       return;
     }
-    if (!groups.containsKey(tag)) {
-      return;
-    }
     PreparedImage group = PreparedImage.group(tag, images);
-    // Each rank's stored manifest kept too: a cold start sends it without reading the store again.
-    for (int r = 0; r < images.size(); r++) {
-      registered.put(rankTags.get(r), new Registered(manifests.get(r), images.get(r)));
+    synchronized (registration) {
+      if (!rankTags.equals(groups.get(tag))) {
+        return;
+      }
+      // Each rank's stored manifest kept too: a cold start sends it without reading the store again.
+      for (int r = 0; r < images.size(); r++) {
+        registered.put(rankTags.get(r), new Registered(manifests.get(r), images.get(r)));
+      }
+      registered.put(tag, new Registered(manifests.get(0), group));
     }
-    registered.put(tag, new Registered(manifests.get(0), group));
     pool.prepare(group);
   }
 
@@ -280,26 +287,33 @@ public final class ImageTiers implements AutoCloseable {
 
   private void stageNow(String tag, ImageManifest manifest, boolean mayEvict) {
     ChunkPlacement placement = null;
+    Placed result;
     try (CacheLease lease = cache.stage(tag, manifest, store, mayEvict)) {
-      placed.put(tag, new Placed("cached", null, lease.stagedBytes(), lease.stageMillis()));
+      result = new Placed("cached", null, lease.stagedBytes(), lease.stageMillis());
       placement = lease.placement();
     } catch (HostCacheFullException e) {
       boolean neverFits = e.needed() > e.capacity();
       if (!mayEvict && !neverFits) {
         stagesSkipped.incrementAndGet();
-        placed.put(tag, new Placed("store", "not staged at registration: the host cache has no free room for it "
-            + "(it is staged at its first cold start)", 0, 0, true));
+        result = new Placed("store", "not staged at registration: the host cache has no free room for it "
+            + "(it is staged at its first cold start)", 0, 0, true);
       } else {
-        placed.put(tag, new Placed("store", "the host cache cannot hold it: " + e.getMessage(), 0, 0));
+        result = new Placed("store", "the host cache cannot hold it: " + e.getMessage(), 0, 0);
       }
     } catch (RuntimeException e) {
-      placed.put(tag, new Placed("store", "staging failed: " + e.getMessage(), 0, 0));
+      result = new Placed("store", "staging failed: " + e.getMessage(), 0, 0);
     }
-    if (ranks.contains(tag)) {
-      rankPlacements.put(tag, Optional.ofNullable(placement));
-    } else {
-      prepareAhead(tag, manifest, placement);
+    synchronized (registration) {
+      // Unregistered while it staged (its "staging" state is gone): nothing of it is recorded, nothing prepared.
+      if (placed.replace(tag, result) == null) {
+        return;
+      }
+      if (ranks.contains(tag)) {
+        rankPlacements.put(tag, Optional.ofNullable(placement));
+        return;
+      }
     }
+    prepareAhead(tag, manifest, placement);
   }
 
   /** Offers the image to the pool's prepare-ahead (cubins from {@code placement} in the host cache, or the store). */
@@ -321,16 +335,18 @@ public final class ImageTiers implements AutoCloseable {
 
   /** The image is no longer registered: workers drop it, the HBM tiers let its slabs go. */
   public void unregister(String tag) {
-    List<String> rankTags = groups.remove(tag);
-    if (rankTags != null) {
-      rankTags.forEach(r -> {
-        ranks.remove(r);
-        rankPlacements.remove(r);
-        unregister(r);
-      });
+    synchronized (registration) {
+      List<String> rankTags = groups.remove(tag);
+      if (rankTags != null) {
+        rankTags.forEach(r -> {
+          ranks.remove(r);
+          rankPlacements.remove(r);
+          unregister(r);
+        });
+      }
+      registered.remove(tag);
+      placed.remove(tag);
     }
-    registered.remove(tag);
-    placed.remove(tag);
     pool.forget(tag);
     hbm.values().forEach(t -> t.drop(tag));
   }

@@ -27,6 +27,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * A worker's group instance (BECOME_GROUP): the ranks of a group image restored at once, rank 0 into this worker's
@@ -83,6 +84,7 @@ final class WorkerGroup implements AutoCloseable {
     List<byte[][]> parts;
     boolean cached = true;
     long t = System.nanoTime();
+    // Until the restore below takes it, the prepared group (its contexts on other devices) is this start's to close.
     try {
       check(b, w);
       if (ready != null && (g == null || !Arrays.equals(g.devices(), ranks.stream().mapToInt(GroupRank::device)
@@ -114,7 +116,6 @@ final class WorkerGroup implements AutoCloseable {
       }
       t = WorkerMain.phase(phases, "placement", t);
     } catch (RuntimeException | Error e) {
-      // Nothing restored yet: what the worker prepared for the group goes (its modules, its contexts elsewhere).
       if (ready != null) {
         ready.close();
       }
@@ -158,7 +159,7 @@ final class WorkerGroup implements AutoCloseable {
     }
     if (b.awaitResident()) {
       try {
-        group.serving.restore().awaitResident();
+        group.awaitResident();
       } catch (RuntimeException e) {
         group.close();
         throw e;
@@ -237,10 +238,41 @@ final class WorkerGroup implements AutoCloseable {
     return serving.restore().ranks().stream().allMatch(OnDemandRestore::isResident);
   }
 
-  /** Completes when every rank's last byte landed; fails with the first rank's failure. */
+  /**
+   * Completes when every rank's last byte landed; fails as soon as a rank's restore does, naming that rank (the
+   * failure's kind is its cause's, a corrupt chunk's say).
+   */
   CompletableFuture<Void> resident() {
-    return CompletableFuture.allOf(serving.restore().ranks().stream().map(OnDemandRestore::resident)
-        .toArray(CompletableFuture[]::new));
+    List<OnDemandRestore> ranks = serving.restore().ranks();
+    CompletableFuture<Void> all = new CompletableFuture<>();
+    AtomicInteger left = new AtomicInteger(ranks.size());
+    for (int r = 0; r < ranks.size(); r++) {
+      int rank = r;
+      ranks.get(r).resident().whenComplete((ok, e) -> {
+        if (e != null) {
+          all.completeExceptionally(rankFailed(rank, WorkerFailures.unwrap(e)));
+        } else if (left.decrementAndGet() == 0) {
+          all.complete(null);
+        }
+      });
+    }
+    return all;
+  }
+
+  /** Blocks until every rank is resident; a rank's failure is thrown naming the rank. */
+  private void awaitResident() {
+    List<OnDemandRestore> ranks = serving.restore().ranks();
+    for (int r = 0; r < ranks.size(); r++) {
+      try {
+        ranks.get(r).awaitResident();
+      } catch (RuntimeException e) {
+        throw rankFailed(r, e);
+      }
+    }
+  }
+
+  private static ImageRestoreException rankFailed(int rank, Throwable e) {
+    return new ImageRestoreException("rank " + rank + ": " + e.getMessage(), e);
   }
 
   /** RESIDENT's report for the whole group: bytes and copies summed over the ranks, the last rank's landing. */

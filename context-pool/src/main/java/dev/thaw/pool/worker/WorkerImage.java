@@ -300,10 +300,7 @@ final class WorkerImage implements WorkerLoop.Work {
     if (kind == WorkerErrorKind.CUDA_STICKY || kind == WorkerErrorKind.INTERNAL) {
       e.printStackTrace();
     }
-    out.send(f.id(), WorkerFailures.of(kind, e));
-    if (kind == WorkerErrorKind.CUDA_STICKY) {
-      Runtime.getRuntime().halt(WorkerMain.EXIT_STICKY);
-    }
+    // The state first: whatever the parent sends once it read the failure (a STATUS, the next BECOME) sees it.
     if (f.type() == FrameType.RECYCLE) {
       state = State.DAMAGED;
     } else if (restoring && state == State.BECOMING) {
@@ -315,6 +312,10 @@ final class WorkerImage implements WorkerLoop.Work {
           state = State.READY;
         }
       }
+    }
+    out.send(f.id(), WorkerFailures.of(kind, e));
+    if (kind == WorkerErrorKind.CUDA_STICKY) {
+      Runtime.getRuntime().halt(WorkerMain.EXIT_STICKY);
     }
   }
 

@@ -168,6 +168,46 @@ class HostImageCacheTest {
   }
 
   @Test
+  void aLeaseOrPlacementOfAnEqualManifestReadAgainHitsWithoutStagingAndAnotherManifestMisses() throws Exception {
+    ImageManifest a = TestImages.image(store, 4, CHUNK, List.of(), 96 * KIB);
+    cache(256 * KIB);
+    ChunkPlacement staged;
+    try (CacheLease first = cache.stage("a", a, store)) {
+      staged = first.placement();
+    }
+    long stagedBytes = cache.stats().stagedBytes();
+    assertTrue(stagedBytes > 0, cache.stats().toString());
+
+    // A registration reads the manifest from the store again: an equal object, not the staged one.
+    ImageManifest again = ImageManifest.read(a.toBytes());
+    assertEquals(a, again);
+    assertTrue(a != again);
+    assertSame(staged, cache.placement("a", again), "the stage's placement for an equal manifest");
+    try (CacheLease hit = cache.lease("a", again)) {
+      assertNotNull(hit, "an equal manifest leases the stage");
+      assertSame(staged, hit.placement());
+      assertEquals(0, hit.stagedBytes(), "nothing staged for it");
+    }
+    // The stage keeps the equal manifest from then on, and the first one is still equal to it.
+    try (CacheLease stillA = cache.lease("a", a)) {
+      assertNotNull(stillA);
+      assertSame(staged, stillA.placement());
+    }
+    assertEquals(stagedBytes, cache.stats().stagedBytes(), "no byte staged again: " + cache.stats());
+
+    // Another manifest under the same name (here another build of the same bytes) misses: it must be staged.
+    ImageManifest rebuilt = TestImages.image(store, 4, CHUNK, List.of(), 96 * KIB);
+    assertTrue(!rebuilt.equals(a), "another build's manifest differs (its build record)");
+    assertNull(cache.lease("a", rebuilt), "another manifest");
+    assertNull(cache.placement("a", rebuilt));
+    ImageManifest other = TestImages.image(store, 6, CHUNK, List.of(), 64 * KIB);
+    assertNull(cache.lease("a", other));
+    assertNull(cache.placement("a", other));
+    assertEquals(stagedBytes, cache.stats().stagedBytes(), cache.stats().toString());
+    assertEquals(0, cache.stats().pinnedBytes(), "every lease given back: " + cache.stats());
+  }
+
+  @Test
   void neverEvictsWhatALeasePinsAndSaysWhenFull() throws Exception {
     ImageManifest a = TestImages.image(store, 7, CHUNK, List.of(), 96 * KIB);
     ImageManifest b = TestImages.image(store, 8, CHUNK, List.of(), 96 * KIB);
