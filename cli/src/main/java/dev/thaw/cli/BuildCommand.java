@@ -1,10 +1,19 @@
 package dev.thaw.cli;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.ImageManifest;
 import dev.thaw.image.build.BuildOptions;
 import dev.thaw.image.build.BuildResult;
+import dev.thaw.image.build.GroupImageBuilder;
+import dev.thaw.image.build.ImageBuildException;
 import dev.thaw.image.build.ImageBuilder;
 import dev.thaw.image.store.ChunkStore;
+import dev.thaw.runtime.function.FunctionLoader;
+import dev.thaw.runtime.function.FunctionRequest;
+import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.GroupFunction;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
 import java.io.PrintWriter;
@@ -28,6 +37,9 @@ import picocli.CommandLine.Spec;
         "Runs the function's init once on the device, runs each sample request as a profiling invocation, snapshots "
             + "every allocation into the store (chunked, hashed, deduplicated) and commits the manifest under the tag. "
             + "A failed build commits nothing. An existing tag is moved to the new image.",
+        "With --devices, the function is a tensor-parallel group (a GroupFunction): every rank is recorded on its "
+            + "device at once and committed as one image per rank, tagged TAG-rank0, TAG-rank1, ...; serve the group "
+            + "by TAG.",
         ""})
 final class BuildCommand implements Callable<Integer> {
 
@@ -59,6 +71,10 @@ final class BuildCommand implements Callable<Integer> {
       description = "A request (JSON file) to run after init; repeatable.")
   List<Path> sampleRequests = new ArrayList<>();
 
+  @Option(names = "--devices", paramLabel = "D0,D1,...", split = ",",
+      description = "Build a tensor-parallel group: rank r on device Dr (two or more, distinct).")
+  List<Integer> devices = new ArrayList<>();
+
   @Option(names = "--json", description = "Print the result as JSON, for scripts (no progress bar).")
   boolean json;
 
@@ -78,6 +94,9 @@ final class BuildCommand implements Callable<Integer> {
       throw new ParameterException(spec.commandLine(), e.getMessage(), e);
     }
     PrintWriter out = spec.commandLine().getOut();
+    if (!devices.isEmpty()) {
+      return buildGroup(options, out);
+    }
     try (GpuDriver driver = cli.openDriver(device.choice, spec); GpuContext ctx = driver.createContext(0);
         ChunkStore s = store.open(cli, StoreAccess.CREATE)) {
       BuildResult r = new ImageBuilder(s, ThawCli.chunker()).build(options, ctx, ConsoleProgress.forOutput(json));
@@ -109,5 +128,105 @@ final class BuildCommand implements Callable<Integer> {
       out.flush();
       return ThawCli.EXIT_OK;
     }
+  }
+
+  /**
+   * A group: the function records every rank on its device ({@link GroupFunction#record}), the sample requests run
+   * through the recording with every rank's launches profiled, and every rank is committed at once
+   * ({@link GroupImageBuilder#buildProfiled}), rank 0 last.
+   */
+  private int buildGroup(BuildOptions options, PrintWriter out) {
+    int[] ranks = devices.stream().mapToInt(Integer::intValue).toArray();
+    if (ranks.length < 2 || devices.stream().distinct().count() != ranks.length
+        || devices.stream().anyMatch(d -> d < 0)) {
+      throw new ParameterException(spec.commandLine(), "--devices names two devices or more, each once, not "
+          + devices);
+    }
+    if (!(FunctionLoader.load(function) instanceof GroupFunction<?> group)) {
+      throw new ParameterException(spec.commandLine(), "--devices builds a tensor-parallel group, and " + function
+          + " is not a GroupFunction");
+    }
+    try (GpuDriver driver = cli.openDriver(device.choice, spec); ChunkStore s = store.open(cli, StoreAccess.CREATE)) {
+      if (ranks.length > driver.devices().size() || devices.stream().anyMatch(d -> d >= driver.devices().size())) {
+        throw new ParameterException(spec.commandLine(), "--devices " + devices + ": this node has "
+            + driver.devices().size() + " device(s)");
+      }
+      GroupFunction.Recording recording;
+      try {
+        recording = group.record(driver, ranks, options.config());
+      } catch (Exception e) {
+        throw new ImageBuildException("init", "recording " + function + " over devices " + devices + " failed: "
+            + (e.getMessage() == null ? e.getClass().getSimpleName() : e.getMessage()), e);
+      }
+      GroupImageBuilder.Result r;
+      try (recording) {
+        r = new GroupImageBuilder(s, ThawCli.chunker()).buildProfiled(tag, function, recording.config(),
+            recorded(recording, ranks.length, options.sampleRequests()), true, new BuildOptions(),
+            ConsoleProgress.forOutput(json));
+      }
+      if (json) {
+        ObjectNode node = Json.MAPPER.createObjectNode();
+        node.put("tag", tag);
+        node.put("simulated", driver.isSimulated());
+        node.put("totalBytes", r.totalBytes());
+        ArrayNode each = node.putArray("ranks");
+        for (int i = 0; i < ranks.length; i++) {
+          each.addObject().put("tag", r.group().rankTags().get(i)).put("device", ranks[i])
+              .put("totalBytes", r.ranks().get(i).manifest().totalBytes()).put("newBytes", r.ranks().get(i).newBytes());
+        }
+        node.put("millis", r.millis());
+        out.println(Json.write(node));
+      } else {
+        out.printf("built    %s, a group of %d ranks on devices %s%n", tag, ranks.length, devices);
+        if (driver.isSimulated()) {
+          out.println(CheckCommand.SIMULATED_NOTE);
+        }
+        for (int i = 0; i < ranks.length; i++) {
+          BuildResult b = r.ranks().get(i);
+          out.printf("rank %d   %s on device %d: %s in %d allocations; %s new in the store%n", i,
+              r.group().rankTags().get(i), ranks[i], Format.bytes(b.manifest().totalBytes()),
+              b.manifest().allocations().size(), Format.bytes(b.newBytes()));
+        }
+        out.printf("total    %s, %s%n", Format.bytes(r.totalBytes()), Format.millis(r.millis()));
+      }
+      out.flush();
+      return ThawCli.EXIT_OK;
+    }
+  }
+
+  /** The recording as the group builder reads it: its sessions and states, the sample requests run through it. */
+  private static GroupImageBuilder.Recorded recorded(GroupFunction.Recording recording, int ranks,
+      List<JsonNode> samples) {
+    return new GroupImageBuilder.Recorded() {
+      @Override
+      public int ranks() {
+        return ranks;
+      }
+
+      @Override
+      public FunctionSession session(int rank) {
+        return recording.session(rank);
+      }
+
+      @Override
+      public Object rankState(int rank) {
+        return recording.rankState(rank);
+      }
+
+      @Override
+      public List<ImageManifest.Sample> runSamples() {
+        List<ImageManifest.Sample> out = new ArrayList<>();
+        for (int i = 0; i < samples.size(); i++) {
+          JsonNode request = samples.get(i);
+          try {
+            out.add(new ImageManifest.Sample(request, recording.invoke(FunctionRequest.of(request)).json()));
+          } catch (RuntimeException e) {
+            throw new ImageBuildException("profile", "sample request " + (i + 1) + " of " + samples.size()
+                + " failed: " + e.getMessage(), e);
+          }
+        }
+        return out;
+      }
+    };
   }
 }

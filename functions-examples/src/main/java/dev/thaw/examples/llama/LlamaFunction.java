@@ -222,15 +222,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
 
   @Override
   public State init(FunctionSession session, JsonNode config) throws IOException {
-    if (config == null || !config.isObject()) {
-      throw new InvalidConfigException("the llama config is a JSON object");
-    }
-    for (Iterator<String> it = config.fieldNames(); it.hasNext(); ) {
-      String f = it.next();
-      if (!CONFIG_FIELDS.contains(f)) {
-        throw new InvalidConfigException("unknown config field '" + f + "'; known: " + CONFIG_FIELDS);
-      }
-    }
+    checkConfigFields(config);
     try (LlamaWeights weights = openWeights(config)) {
       LlamaConfig c = weights.config();
       int contextLimit = contextLimit(c);
@@ -348,7 +340,20 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     return LlamaKernels.FLASH_HEAD_SIZES.contains(c.headDim());
   }
 
-  private static LlamaWeights openWeights(JsonNode config) throws IOException {
+  /** Refuses a config that is not an object or names a field this function does not read. */
+  static void checkConfigFields(JsonNode config) {
+    if (config == null || !config.isObject()) {
+      throw new InvalidConfigException("the llama config is a JSON object");
+    }
+    for (Iterator<String> it = config.fieldNames(); it.hasNext(); ) {
+      String f = it.next();
+      if (!CONFIG_FIELDS.contains(f)) {
+        throw new InvalidConfigException("unknown config field '" + f + "'; known: " + CONFIG_FIELDS);
+      }
+    }
+  }
+
+  static LlamaWeights openWeights(JsonNode config) throws IOException {
     JsonNode model = config.get("model");
     JsonNode path = config.get("path");
     if ((model == null) == (path == null)) {
@@ -390,7 +395,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     return new SeededLlamaWeights(shape, seed.asLong(1));
   }
 
-  private static int intSetting(JsonNode config, String field, int fallback, int min, int max) {
+  static int intSetting(JsonNode config, String field, int fallback, int min, int max) {
     JsonNode v = config.get(field);
     if (v == null) {
       return fallback;

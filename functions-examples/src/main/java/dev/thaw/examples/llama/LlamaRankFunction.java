@@ -13,6 +13,8 @@ import dev.thaw.runtime.function.GroupFunction;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.ResponseStream;
+import dev.thaw.runtime.gpu.GpuDriver;
+import java.io.IOException;
 import java.util.List;
 
 /**
@@ -61,40 +63,102 @@ public final class LlamaRankFunction implements GroupFunction<LlamaRankFunction.
     return new TensorParallelGroup(LlamaTensorParallel.restored(sessions, states), states.get(0).model());
   }
 
+  /**
+   * The split model recorded over {@code devices}, rank r on {@code devices[r]}, from {@code LlamaFunction}'s config
+   * ({@code model} with {@code seed}, {@code dtype}, {@code layers}, or {@code path}; {@code maxBatch},
+   * {@code maxTokens}): the weights read once and each rank's shard uploaded as it is read
+   * ({@link LlamaTensorParallel#record}). The image keeps the config with {@code ranks}.
+   */
+  @Override
+  public Recording record(GpuDriver driver, int[] devices, JsonNode config) throws IOException {
+    LlamaFunction.checkConfigFields(config);
+    LlamaTensorParallel model;
+    try (LlamaWeights weights = LlamaFunction.openWeights(config)) {
+      LlamaConfig c = weights.config();
+      int contextLimit = LlamaFunction.contextLimit(c);
+      int maxBatch = LlamaFunction.intSetting(config, "maxBatch", LlamaFunction.DEFAULT_MAX_BATCH, 1,
+          LlamaFunction.MAX_BATCH_LIMIT);
+      int maxTokens = LlamaFunction.intSetting(config, "maxTokens",
+          Math.min(LlamaFunction.DEFAULT_MAX_TOKENS, contextLimit), 1, contextLimit);
+      c.checkContext(maxTokens);
+      try {
+        model = LlamaTensorParallel.record(driver, devices, weights, maxBatch, maxTokens);
+      } catch (IllegalArgumentException e) {
+        // The split or the devices (a dimension the ranks do not divide, devices that are not peers): a config error.
+        throw new InvalidConfigException(e.getMessage());
+      }
+    }
+    ObjectNode kept = config.deepCopy();
+    kept.put("ranks", devices.length);
+    LlamaFunction.State limits = model.rankState(0).model();
+    return new Recording() {
+      @Override
+      public FunctionSession session(int rank) {
+        return model.session(rank);
+      }
+
+      @Override
+      public Object rankState(int rank) {
+        return model.rankState(rank);
+      }
+
+      @Override
+      public JsonNode config() {
+        return kept;
+      }
+
+      @Override
+      public FunctionResponse invoke(FunctionRequest request) {
+        return answer(model, limits, request);
+      }
+
+      @Override
+      public void close() {
+        model.close();
+      }
+    };
+  }
+
   /** The group's requests: each parsed against the model's limits, generated on every rank, answered from rank 0. */
   private record TensorParallelGroup(LlamaTensorParallel model, LlamaFunction.State limits) implements Group {
 
     @Override
     public FunctionResponse invoke(FunctionRequest request, ResponseStream stream) {
-      TokenRequest req = LlamaFunction.parse(limits, request.json());
-      if (!req.sampling().greedy()) {
-        throw new InvalidRequestException("a tensor-parallel " + model.config().name() + " decodes greedily: "
-            + "leave out the sampling fields (temperature 0)");
-      }
-      LlamaTensorParallel.Result r = model.generate(req.prompts(), req.maxNewTokens());
-      ObjectNode out = JsonNodeFactory.instance.objectNode();
-      ArrayNode ids = out.putArray("tokens");
-      for (int[] row : r.tokens()) {
-        ArrayNode a = ids.addArray();
-        for (int id : row) {
-          a.add(id);
-        }
-      }
-      if (req.returnLogits()) {
-        ArrayNode all = out.putArray("logits");
-        for (float[] row : r.logits()) {
-          ArrayNode a = all.addArray();
-          for (float v : row) {
-            a.add(v);
-          }
-        }
-      }
-      return FunctionResponse.of(out);
+      return answer(model, limits, request);
     }
 
     @Override
     public void close() {
       model.close();
     }
+  }
+
+  /** A token request on the split model: greedy ids (and the last logits when asked), as {@code LlamaFunction}'s. */
+  private static FunctionResponse answer(LlamaTensorParallel model, LlamaFunction.State limits,
+      FunctionRequest request) {
+    TokenRequest req = LlamaFunction.parse(limits, request.json());
+    if (!req.sampling().greedy()) {
+      throw new InvalidRequestException("a tensor-parallel " + model.config().name() + " decodes greedily: "
+          + "leave out the sampling fields (temperature 0)");
+    }
+    LlamaTensorParallel.Result r = model.generate(req.prompts(), req.maxNewTokens());
+    ObjectNode out = JsonNodeFactory.instance.objectNode();
+    ArrayNode ids = out.putArray("tokens");
+    for (int[] row : r.tokens()) {
+      ArrayNode a = ids.addArray();
+      for (int id : row) {
+        a.add(id);
+      }
+    }
+    if (req.returnLogits()) {
+      ArrayNode all = out.putArray("logits");
+      for (float[] row : r.logits()) {
+        ArrayNode a = all.addArray();
+        for (float v : row) {
+          a.add(v);
+        }
+      }
+    }
+    return FunctionResponse.of(out);
   }
 }
