@@ -22,6 +22,7 @@ import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.function.Supplier;
 import org.rocksdb.BlockBasedTableConfig;
 import org.rocksdb.BloomFilter;
 import org.rocksdb.ColumnFamilyDescriptor;
@@ -208,7 +209,48 @@ public final class RocksChunkStore implements ChunkStore {
    * @throws StoreLockedException if another process has it open for writing
    */
   public static RocksChunkStore open(StoreOptions options) {
-    return new RocksChunkStore(options);
+    return options.readOnly() ? openBesideWriter(() -> new RocksChunkStore(options)) : new RocksChunkStore(options);
+  }
+
+  /** How many times a read-only open is tried when a file it listed vanished before it was read. */
+  static final int READ_ONLY_OPEN_ATTEMPTS = 6;
+
+  /**
+   * A read-only open beside the process that writes the store (a pool worker's beside the server's): the open lists
+   * the store's files, then reads them, and the writer may rotate its log or manifest, or compact table files away, in
+   * between — the file is gone ("No such file or directory") and an open a moment later sees the new ones. Tried {@link #READ_ONLY_OPEN_ATTEMPTS}
+   * times, 10, 20, ... 50 ms apart; any other failure at once.
+   */
+  static <T> T openBesideWriter(Supplier<T> open) {
+    for (int attempt = 1; ; attempt++) {
+      try {
+        return open.get();
+      } catch (StoreException e) {
+        if (attempt >= READ_ONLY_OPEN_ATTEMPTS || !vanishedFile(e)) {
+          throw e;
+        }
+        try {
+          Thread.sleep(10L * attempt);
+        } catch (InterruptedException interrupted) {
+          Thread.currentThread().interrupt();
+          throw e;
+        }
+      }
+    }
+  }
+
+  /** True when {@code e} says a file of the store was gone when RocksDB went to read it. */
+  static boolean vanishedFile(StoreException e) {
+    for (Throwable t = e; t != null; t = t.getCause()) {
+      // IOError when the file was gone at its stat; Corruption when a table file the manifest names was compacted
+      // away before it was opened (a store whose file is really lost says so again on the last attempt).
+      if (t instanceof RocksDBException r && r.getStatus() != null
+          && (r.getStatus().getCode() == Status.Code.IOError || r.getStatus().getCode() == Status.Code.Corruption)
+          && String.valueOf(r.getMessage()).contains("No such file or directory")) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /** Opens the store at {@code path} for writing (creating it where there is nothing), with default options. */

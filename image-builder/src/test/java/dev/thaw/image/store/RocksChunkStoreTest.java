@@ -29,6 +29,8 @@ import org.rocksdb.ColumnFamilyOptions;
 import org.rocksdb.DBOptions;
 import org.rocksdb.FlushOptions;
 import org.rocksdb.RocksDB;
+import org.rocksdb.RocksDBException;
+import org.rocksdb.Status;
 
 /** Pins the {@link ChunkStore} contract on RocksDB: chunks, commits, GC, integrity, lifecycle. */
 public class RocksChunkStoreTest {
@@ -560,5 +562,61 @@ public class RocksChunkStoreTest {
     assertEquals(StoreOptions.DEFAULT_PATH, StoreOptions.fromEnvironment(Map.of()).path());
     assertEquals(Path.of("/srv/thaw"), StoreOptions.fromEnvironment(Map.of("THAW_STORE", "/srv/thaw")).path());
     assertTrue(new StoreOptions().toJson().get("verifyReads").asBoolean());
+  }
+
+  @Test
+  void aReadOnlyOpenTriesAgainWhenAFileItListedVanishedAndOnlyThen() {
+    RocksDBException gone = new RocksDBException("while stat a file for size: /s/000004.log: No such file or directory",
+        new Status(Status.Code.IOError, Status.SubCode.Undefined, null));
+    int[] calls = {0};
+    String opened = RocksChunkStore.openBesideWriter(() -> {
+      if (++calls[0] < 3) {
+        throw new StoreException(dir, "cannot open: " + gone.getMessage(), "IOError", gone);
+      }
+      return "open";
+    });
+    assertEquals("open", opened);
+    assertEquals(3, calls[0]);
+
+    calls[0] = 0;
+    StoreException always = assertThrows(StoreException.class, () -> RocksChunkStore.openBesideWriter(() -> {
+      calls[0]++;
+      throw new StoreException(dir, "cannot open: " + gone.getMessage(), "IOError", gone);
+    }));
+    assertEquals(RocksChunkStore.READ_ONLY_OPEN_ATTEMPTS, calls[0], always.getMessage());
+
+    calls[0] = 0;
+    assertThrows(StoreException.class, () -> RocksChunkStore.openBesideWriter(() -> {
+      calls[0]++;
+      throw new StoreException(dir, "there is no store here");
+    }));
+    assertEquals(1, calls[0], "any other failure at once");
+  }
+
+  /** A writer committing and flushing in a loop while another handle opens the store read-only, again and again. */
+  @Test
+  void readOnlyOpensBesideABusyWriterAllSucceed() throws Exception {
+    try (RocksChunkStore writer = open()) {
+      AtomicBoolean stop = new AtomicBoolean();
+      Thread busy = new Thread(() -> {
+        for (int i = 0; !stop.get(); i++) {
+          Digest d = put(writer, random(1000 + i, 4096));
+          writer.commit("busy:" + (i % 8), ("{\"i\": " + i + "}").getBytes(StandardCharsets.UTF_8), Set.of(d));
+          writer.flush();
+        }
+      });
+      busy.start();
+      try {
+        for (int i = 0; i < 60; i++) {
+          try (RocksChunkStore reader = RocksChunkStore.open(new StoreOptions().setPath(dir.resolve("store"))
+              .setReadOnly(true))) {
+            assertTrue(reader.chunkCount() >= 0);
+          }
+        }
+      } finally {
+        stop.set(true);
+        busy.join();
+      }
+    }
   }
 }
