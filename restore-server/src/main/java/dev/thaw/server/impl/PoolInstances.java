@@ -404,13 +404,7 @@ public final class PoolInstances implements InstanceFactory {
   private FunctionInstance start(String tag, ImageManifest manifest, ColdStartPlacement.Choice choice) {
     int device = choice.device();
     long t = System.nanoTime();
-    Worker worker;
-    try {
-      worker = pool.acquire(device, acquireWait);
-    } catch (PoolExhaustedException e) {
-      throw new ServeException(503, "no_worker", "no worker is free on device " + device + ": " + e.getMessage(),
-          retryAfterSeconds);
-    }
+    Worker worker = acquire(device);
     double acquireMs = (System.nanoTime() - t) / 1e6;
     ImageTiers.ColdSource cold = null;
     try {
@@ -467,13 +461,7 @@ public final class PoolInstances implements InstanceFactory {
     }
     int device = devices.get(0);
     long t = System.nanoTime();
-    Worker worker;
-    try {
-      worker = pool.acquire(device, acquireWait);
-    } catch (PoolExhaustedException e) {
-      throw new ServeException(503, "no_worker", "no worker is free on device " + device + ": " + e.getMessage(),
-          retryAfterSeconds);
-    }
+    Worker worker = acquire(device);
     double acquireMs = (System.nanoTime() - t) / 1e6;
     List<ImageTiers.ColdSource> colds = new ArrayList<>();
     try {
@@ -510,6 +498,16 @@ public final class PoolInstances implements InstanceFactory {
       worker.release();
       colds.forEach(PoolInstances::abandon);
       throw e;
+    }
+  }
+
+  /** A warm worker on {@code device}, waiting up to the acquire wait; 503 {@code no_worker} when none comes. */
+  private Worker acquire(int device) {
+    try {
+      return pool.acquire(device, acquireWait);
+    } catch (PoolExhaustedException e) {
+      throw new ServeException(503, "no_worker", "no worker is free on device " + device + ": " + e.getMessage(),
+          retryAfterSeconds);
     }
   }
 
