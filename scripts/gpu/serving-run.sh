@@ -93,8 +93,14 @@ fi
 
 say "== 3. thaw build (maxBatch $max_batch, maxTokens $max_tokens)"
 config="{\"path\": \"$model\", \"maxBatch\": $max_batch, \"maxTokens\": $max_tokens}"
+# A sample request of the served shape: its profile names the allocations no request writes (the weights), which
+# alone the HBM tier keeps between the cold phase's starts; without one the tier holds nothing of the image.
+python3 -c "import json, random, sys; r = random.Random(23); n, v, t = map(int, sys.argv[1:4]); \
+print(json.dumps({'tokens': [[r.randrange(v) for _ in range(n)]], 'maxNewTokens': t}))" \
+    "$prompt" "$vocab" 2 > "$work/sample.json"
 THAW_JAVA_OPTS="-Xmx12g" timeout -k 5 "$(limit 120)" "$thaw" build --function dev.thaw.examples.llama.LlamaFunction \
-    --config "$config" --tag llama:1 >> "$log" 2>&1 || { say "thaw build failed"; exit 1; }
+    --config "$config" --tag llama:1 --sample-request "$work/sample.json" >> "$log" 2>&1 \
+    || { say "thaw build failed"; exit 1; }
 # The image holds the weights; the folder is not read again (the tokenizer is: it stays).
 [[ -z ${SERVING_MODEL:-} ]] && rm -f "$model"/*.safetensors
 
