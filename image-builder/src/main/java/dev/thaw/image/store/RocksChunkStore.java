@@ -213,13 +213,13 @@ public final class RocksChunkStore implements ChunkStore {
   }
 
   /** How many times a read-only open is tried when a file it listed vanished before it was read. */
-  static final int READ_ONLY_OPEN_ATTEMPTS = 6;
+  static final int READ_ONLY_OPEN_ATTEMPTS = 10;
 
   /**
    * A read-only open beside the process that writes the store (a pool worker's beside the server's): the open lists
    * the store's files, then reads them, and the writer may rotate its log or manifest, or compact table files away, in
    * between — the file is gone ("No such file or directory") and an open a moment later sees the new ones. Tried {@link #READ_ONLY_OPEN_ATTEMPTS}
-   * times, 10, 20, ... 50 ms apart; any other failure at once.
+   * times, 10, 20, ... 90 ms apart (a worker start, not a cold start, waits for it); any other failure at once.
    */
   static <T> T openBesideWriter(Supplier<T> open) {
     for (int attempt = 1; ; attempt++) {
