@@ -218,8 +218,9 @@ public final class RocksChunkStore implements ChunkStore {
   /**
    * A read-only open beside the process that writes the store (a pool worker's beside the server's): the open lists
    * the store's files, then reads them, and the writer may rotate its log or manifest, or compact table files away, in
-   * between — the file is gone ("No such file or directory") and an open a moment later sees the new ones. Tried {@link #READ_ONLY_OPEN_ATTEMPTS}
-   * times, 10, 20, ... 90 ms apart (a worker start, not a cold start, waits for it); any other failure at once.
+   * between — the file is gone ("No such file or directory") and an open a moment later sees the new ones. Tried
+   * {@link #READ_ONLY_OPEN_ATTEMPTS} times, 10, 20, ... 90 ms apart (a worker start, not a cold start, waits for it);
+   * any other failure at once.
    */
   static <T> T openBesideWriter(Supplier<T> open) {
     for (int attempt = 1; ; attempt++) {
