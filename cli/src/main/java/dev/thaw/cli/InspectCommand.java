@@ -1,9 +1,13 @@
 package dev.thaw.cli;
 
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.thaw.image.GroupImage;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.Images;
 import dev.thaw.image.store.ChunkStore;
 import java.io.PrintWriter;
+import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.Callable;
 import java.util.stream.Collectors;
@@ -44,6 +48,10 @@ final class InspectCommand implements Callable<Integer> {
   public Integer call() {
     PrintWriter out = spec.commandLine().getOut();
     try (ChunkStore s = store.open(cli, StoreAccess.READ)) {
+      if (s.manifest(tag).isEmpty() && s.manifest(GroupImage.rankTag(tag, 0)).isPresent()) {
+        printGroup(GroupImage.read(s, tag), out);
+        return ThawCli.EXIT_OK;
+      }
       ImageManifest m = Images.manifest(s, tag);
       if (json) {
         out.println(Json.write(m.toTree()));
@@ -86,5 +94,39 @@ final class InspectCommand implements Callable<Integer> {
       out.flush();
       return ThawCli.EXIT_OK;
     }
+  }
+
+  /** A tensor-parallel group: its manifest and each rank's image in brief (inspect a rank's tag for the whole of it). */
+  private void printGroup(GroupImage.Stored g, PrintWriter out) {
+    List<ImageManifest> ranks = g.ranks();
+    if (json) {
+      ObjectNode node = Json.MAPPER.createObjectNode();
+      node.put("tag", tag);
+      node.put("build", g.group().build());
+      node.put("function", ranks.get(0).function().className());
+      node.set("config", g.group().config());
+      ArrayNode each = node.putArray("ranks");
+      for (int r = 0; r < ranks.size(); r++) {
+        ImageManifest m = ranks.get(r);
+        each.addObject().put("tag", g.group().rankTags().get(r)).put("device", g.group().devices().get(r))
+            .put("totalBytes", m.totalBytes()).put("allocations", m.allocations().size())
+            .put("profile", m.profile().summary());
+      }
+      out.println(Json.write(node));
+    } else {
+      out.printf("tag        %s (a tensor-parallel group of %d ranks, build %s)%n", tag, ranks.size(),
+          g.group().build());
+      out.printf("function   %s %s%n", ranks.get(0).function().className(), g.group().config());
+      long total = 0;
+      for (int r = 0; r < ranks.size(); r++) {
+        ImageManifest m = ranks.get(r);
+        total += m.totalBytes();
+        out.printf("rank %-5d %s, recorded on device %d: %s in %d allocations; profile %s%n", r,
+            g.group().rankTags().get(r), g.group().devices().get(r), Format.bytes(m.totalBytes()),
+            m.allocations().size(), m.profile().kernels().isEmpty() ? "none" : m.profile().summary());
+      }
+      out.printf("memory     %s in all%n", Format.bytes(total));
+    }
+    out.flush();
   }
 }

@@ -79,6 +79,15 @@ class GroupBuildTest {
     assertEquals(0, b.exit(), b.err());
     assertTrue(b.out().startsWith("built    tiny-tp:1, a group of 2 ranks on devices [0, 1]\n"), b.out());
     assertTrue(b.out().contains("rank 1   tiny-tp-rank1:1 on device 1"), b.out());
+    Run inspect = ThawCliTest.run(cli(), "inspect", "tiny-tp:1");
+    assertEquals(0, inspect.exit(), inspect.err());
+    assertTrue(inspect.out().startsWith("tag        tiny-tp:1 (a tensor-parallel group of 2 ranks, build "),
+        inspect.out());
+    assertTrue(inspect.out().contains("rank 1     tiny-tp-rank1:1, recorded on device 1: "), inspect.out());
+    Run inspectJson = ThawCliTest.run(cli(), "inspect", "tiny-tp:1", "--json");
+    JsonNode described = JSON.readTree(inspectJson.out());
+    assertEquals(2, described.path("ranks").size(), inspectJson.out());
+    assertEquals(1, described.path("ranks").path(1).path("device").asInt(), inspectJson.out());
 
     JsonNode expected;
     try (SimDriver two = SimDriver.open(new SimOptions().setDeviceCount(2));
