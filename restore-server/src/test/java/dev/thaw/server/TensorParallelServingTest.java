@@ -30,7 +30,9 @@ import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.PoolStats;
 import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
+import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.GroupFunction;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.server.impl.ImageInfo;
@@ -154,6 +156,83 @@ class TensorParallelServingTest {
         awaitUnpinned(cache);
       }
       assertTrue(pool.pids().isEmpty(), "every worker gone with the server");
+    }
+  }
+
+  /**
+   * A group built from a checkpoint folder with a tokenizer ({@link ChatModel}) serves OpenAI's completions by text,
+   * greedily: temperature 0 answers (streamed too), a temperature above it is refused OpenAI-style, and a native
+   * request by text is answered with the ids' text.
+   */
+  @Test
+  void aGroupWithATokenizerServesCompletionsGreedilyAndRefusesSampling() throws Exception {
+    Path folder = ChatModel.write(dir.resolve("chat"), true);
+    Path storePath = dir.resolve("store");
+    ObjectNode config = JSON.createObjectNode().put("path", folder.toString()).put("maxBatch", 1)
+        .put("maxTokens", 48);
+    try (RocksChunkStore store = ServerFixture.openStore(storePath);
+        SimDriver two = SimDriver.open(new SimOptions().setDeviceCount(2));
+        GroupFunction.Recording recording = new LlamaRankFunction().record(two, new int[] {0, 1}, config)) {
+      ObjectNode sample = JSON.createObjectNode();
+      sample.putArray("tokens").addArray().add(ChatModel.BOS).add(40).add(41);
+      sample.put("maxNewTokens", 2);
+      new GroupImageBuilder(store, new FastCdcChunker()).buildProfiled("chat-tp:1", LlamaRankFunction.class.getName(),
+          recording.config(), new GroupImageBuilder.Recorded() {
+            @Override
+            public int ranks() {
+              return 2;
+            }
+
+            @Override
+            public FunctionSession session(int rank) {
+              return recording.session(rank);
+            }
+
+            @Override
+            public Object rankState(int rank) {
+              return recording.rankState(rank);
+            }
+
+            @Override
+            public List<ImageManifest.Sample> runSamples() {
+              return List.of(new ImageManifest.Sample(sample, recording.invoke(FunctionRequest.of(sample)).json()));
+            }
+          }, true, new BuildOptions(), ProgressListener.NONE);
+    }
+    try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
+        SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2))) {
+      HostImageCache cache = HostImageCache.create(new HostCacheOptions().setCapacityBytes(64L << 20));
+      ContextPool pool = ContextPool.create(ServerFixture.simPool(storePath, cache.path(), List.of(0, 1)));
+      PoolInstances instances = new PoolInstances(pool, cache, 0, store, storePath, driver.devices(),
+          Duration.ofSeconds(60), Duration.ofSeconds(1));
+      try (ThawServer server = ThawServer.start(new ServerOptions().setPort(0)
+          .addFunction("tp", new FunctionOptions().setImage("chat-tp:1")), store, instances)) {
+        int port = server.port();
+        ServerFixture.awaitReady(port);
+        HttpResponse<String> greedy = postJson(port, "/v1/completions",
+            "{\"model\": \"tp\", \"prompt\": \"Hello there\", \"max_tokens\": 3, \"temperature\": 0}");
+        assertEquals(200, greedy.statusCode(), greedy.body());
+        JsonNode c = json(greedy);
+        assertTrue(c.path("choices").path(0).path("text").isTextual(), greedy.body());
+        assertEquals(3, c.path("usage").path("completion_tokens").asInt(), greedy.body());
+
+        HttpResponse<String> streamed = postJson(port, "/v1/completions",
+            "{\"model\": \"tp\", \"prompt\": \"Hello there\", \"max_tokens\": 3, \"temperature\": 0, "
+                + "\"stream\": true}");
+        assertEquals(200, streamed.statusCode(), streamed.body());
+        assertTrue(streamed.body().strip().endsWith("data: [DONE]"), streamed.body());
+
+        HttpResponse<String> sampled = postJson(port, "/v1/completions",
+            "{\"model\": \"tp\", \"prompt\": \"Hello there\", \"max_tokens\": 3, \"temperature\": 0.7}");
+        assertEquals(400, sampled.statusCode(), sampled.body());
+        assertTrue(sampled.body().contains("decodes greedily only"), sampled.body());
+
+        HttpResponse<String> text = postJson(port, "/v1/functions/tp/invoke",
+            "{\"text\": \"Hello there\", \"maxNewTokens\": 2}");
+        assertEquals(200, text.statusCode(), text.body());
+        assertTrue(json(text).path("text").path(0).isTextual(), text.body());
+        assertEquals(2, json(text).path("tokens").path(0).size(), text.body());
+      }
     }
   }
 

@@ -119,6 +119,12 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       vCache = List.copyOf(vCache);
       stopTokens = stopTokens == null ? List.of() : List.copyOf(stopTokens);
     }
+
+    /** This state with {@code text}'s tokenizer, chat template and stop tokens. */
+    State withText(Text text) {
+      return new State(config, weights, maxBatch, maxTokens, module, scratch, kCache, vCache, text.tokenizer(),
+          text.noText(), text.chat(), text.stops());
+    }
   }
 
   private static Set<String> fields(String... own) {
@@ -250,31 +256,9 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
       List<BufferRef> k = new ArrayList<>();
       List<BufferRef> v = new ArrayList<>();
       allocateCache(memory, whole, maxBatch, maxTokens, k, v);
-      String tokenizer = null;
-      String noText = "these weights have no " + TOKENIZER_FILE + ": send 'tokens'";
-      JsonNode path = config.get("path");
-      ByteLevelBpe bpe = null;
-      if (path != null && Files.isRegularFile(Path.of(path.asText(), TOKENIZER_FILE))) {
-        Path file = Path.of(path.asText(), TOKENIZER_FILE).toAbsolutePath();
-        try {
-          bpe = ByteLevelBpe.load(file);
-          TOKENIZERS.put(file.toString(), bpe);
-          tokenizer = file.toString();
-          noText = null;
-        } catch (InvalidConfigException e) {
-          noText = e.getMessage() + ": send 'tokens'";
-        }
-      }
-      FunctionSignature.ChatFormat chat = null;
-      List<Integer> stops = List.of();
-      if (path != null) {
-        Path dir = Path.of(path.asText());
-        chat = ChatFiles.chat(dir);
-        ByteLevelBpe known = bpe;
-        stops = ChatFiles.stopTokens(dir, text -> known == null ? -1 : known.id(text));
-      }
-      State state = new State(c, weights.describe(), maxBatch, maxTokens, MODULE, scratch, k, v, tokenizer, noText,
-          chat, stops);
+      Text text = text(config);
+      State state = new State(c, weights.describe(), maxBatch, maxTokens, MODULE, scratch, k, v, text.tokenizer(),
+          text.noText(), text.chat(), text.stops());
       warmUp(session, state);
       return state;
     }
@@ -338,6 +322,40 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
    */
   static boolean flashPrefill(LlamaConfig c) {
     return LlamaKernels.FLASH_HEAD_SIZES.contains(c.headDim());
+  }
+
+  /**
+   * What a checkpoint folder gives the text side: its tokenizer file (null, and why, when it has none or it does not
+   * read), its chat template and its stop tokens.
+   */
+  record Text(String tokenizer, String noText, FunctionSignature.ChatFormat chat, List<Integer> stops) {}
+
+  /** The text side of the weights {@code config} names: none for seeded weights ({@code model}). */
+  static Text text(JsonNode config) throws IOException {
+    String tokenizer = null;
+    String noText = "these weights have no " + TOKENIZER_FILE + ": send 'tokens'";
+    JsonNode path = config.get("path");
+    ByteLevelBpe bpe = null;
+    if (path != null && Files.isRegularFile(Path.of(path.asText(), TOKENIZER_FILE))) {
+      Path file = Path.of(path.asText(), TOKENIZER_FILE).toAbsolutePath();
+      try {
+        bpe = ByteLevelBpe.load(file);
+        TOKENIZERS.put(file.toString(), bpe);
+        tokenizer = file.toString();
+        noText = null;
+      } catch (InvalidConfigException e) {
+        noText = e.getMessage() + ": send 'tokens'";
+      }
+    }
+    FunctionSignature.ChatFormat chat = null;
+    List<Integer> stops = List.of();
+    if (path != null) {
+      Path dir = Path.of(path.asText());
+      chat = ChatFiles.chat(dir);
+      ByteLevelBpe known = bpe;
+      stops = ChatFiles.stopTokens(dir, text -> known == null ? -1 : known.id(text));
+    }
+    return new Text(tokenizer, noText, chat, stops);
   }
 
   /** Refuses a config that is not an object or names a field this function does not read. */
@@ -462,7 +480,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
   }
 
   /** The response with {@code text}: each sequence's new tokens decoded, special tokens left out. */
-  private static ObjectNode withText(ByteLevelBpe text, ObjectNode out) {
+  static ObjectNode withText(ByteLevelBpe text, ObjectNode out) {
     ArrayNode texts = out.putArray("text");
     for (JsonNode ids : out.get("tokens")) {
       int[] v = new int[ids.size()];
@@ -474,7 +492,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
     return out;
   }
 
-  private static ByteLevelBpe textTokenizer(State s) {
+  static ByteLevelBpe textTokenizer(State s) {
     if (s.tokenizer() == null) {
       throw new InvalidRequestException("'text' needs a tokenizer: " + s.noText());
     }
@@ -493,7 +511,7 @@ public final class LlamaFunction implements ThawFunction<LlamaFunction.State> {
   }
 
   /** The request with {@code text} (a string or a list of them) replaced by the ids of each. */
-  private static ObjectNode encode(ByteLevelBpe bpe, JsonNode json) {
+  static ObjectNode encode(ByteLevelBpe bpe, JsonNode json) {
     for (Iterator<String> it = json.fieldNames(); it.hasNext(); ) {
       String f = it.next();
       if (!TEXT_FIELDS.contains(f)) {

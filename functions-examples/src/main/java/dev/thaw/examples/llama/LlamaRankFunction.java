@@ -9,13 +9,17 @@ import dev.thaw.runtime.function.BufferRef;
 import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionResponse;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.FunctionSignature;
 import dev.thaw.runtime.function.GroupFunction;
 import dev.thaw.runtime.function.InvalidConfigException;
 import dev.thaw.runtime.function.InvalidRequestException;
 import dev.thaw.runtime.function.ResponseStream;
+import dev.thaw.runtime.function.Tokenizer;
 import dev.thaw.runtime.gpu.GpuDriver;
 import java.io.IOException;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
 
 /**
  * What an image of one rank of a tensor-parallel Llama names as its function: the rank's host state (its model's
@@ -58,6 +62,23 @@ public final class LlamaRankFunction implements GroupFunction<LlamaRankFunction.
         + state.model().config().name() + " serves only with its group: restore the group's image");
   }
 
+  /**
+   * A language model that decodes greedily (the server refuses sampling for it, OpenAI-style), with the checkpoint's
+   * tokenizer, chat template and stop tokens when it was built from a folder that has them.
+   */
+  @Override
+  public FunctionSignature signature(State s) {
+    LlamaFunction.State m = s.model();
+    return new FunctionSignature(List.of(), List.of(), Optional.of(new FunctionSignature.LanguageModel(
+        m.tokenizer() == null ? null : LlamaFunction.TOKENIZER_FILE, m.config().vocabSize(), m.maxTokens(),
+        m.maxBatch(), m.chat(), m.stopTokens(), false)));
+  }
+
+  @Override
+  public Optional<Tokenizer> tokenizer(State s) {
+    return s.model().tokenizer() == null ? Optional.empty() : Optional.of(LlamaFunction.textTokenizer(s.model()));
+  }
+
   @Override
   public Group assemble(List<FunctionSession> sessions, List<State> states) {
     return new TensorParallelGroup(LlamaTensorParallel.restored(sessions, states), states.get(0).model());
@@ -91,6 +112,14 @@ public final class LlamaRankFunction implements GroupFunction<LlamaRankFunction.
     ObjectNode kept = config.deepCopy();
     kept.put("ranks", devices.length);
     LlamaFunction.State limits = model.rankState(0).model();
+    // What each rank's image records: its state with the checkpoint's text side (the passes never read it).
+    LlamaFunction.Text text = LlamaFunction.text(config);
+    List<State> images = new ArrayList<>();
+    for (int r = 0; r < devices.length; r++) {
+      State s = model.rankState(r);
+      images.add(new State(s.model().withText(text), s.rank(), s.ranks(), s.partialAttn(), s.partialMlp(),
+          s.logitSlices()));
+    }
     return new Recording() {
       @Override
       public FunctionSession session(int rank) {
@@ -99,7 +128,7 @@ public final class LlamaRankFunction implements GroupFunction<LlamaRankFunction.
 
       @Override
       public Object rankState(int rank) {
-        return model.rankState(rank);
+        return images.get(rank);
       }
 
       @Override
@@ -136,7 +165,9 @@ public final class LlamaRankFunction implements GroupFunction<LlamaRankFunction.
   /** A token request on the split model: greedy ids (and the last logits when asked), as {@code LlamaFunction}'s. */
   private static FunctionResponse answer(LlamaTensorParallel model, LlamaFunction.State limits,
       FunctionRequest request) {
-    TokenRequest req = LlamaFunction.parse(limits, request.json());
+    JsonNode json = request.json();
+    ByteLevelBpe text = json != null && json.has("text") ? LlamaFunction.textTokenizer(limits) : null;
+    TokenRequest req = LlamaFunction.parse(limits, text == null ? json : LlamaFunction.encode(text, json));
     if (!req.sampling().greedy()) {
       throw new InvalidRequestException("a tensor-parallel " + model.config().name() + " decodes greedily: "
           + "leave out the sampling fields (temperature 0)");
@@ -159,6 +190,6 @@ public final class LlamaRankFunction implements GroupFunction<LlamaRankFunction.
         }
       }
     }
-    return FunctionResponse.of(out);
+    return FunctionResponse.of(text != null ? LlamaFunction.withText(text, out) : out);
   }
 }
