@@ -1,9 +1,7 @@
 package dev.thaw.cli;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import dev.thaw.image.ImageManifest;
 import dev.thaw.image.build.BuildOptions;
 import dev.thaw.image.build.BuildResult;
 import dev.thaw.image.build.GroupImageBuilder;
@@ -11,8 +9,6 @@ import dev.thaw.image.build.ImageBuildException;
 import dev.thaw.image.build.ImageBuilder;
 import dev.thaw.image.store.ChunkStore;
 import dev.thaw.runtime.function.FunctionLoader;
-import dev.thaw.runtime.function.FunctionRequest;
-import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.GroupFunction;
 import dev.thaw.runtime.gpu.GpuContext;
 import dev.thaw.runtime.gpu.GpuDriver;
@@ -160,9 +156,8 @@ final class BuildCommand implements Callable<Integer> {
       }
       GroupImageBuilder.Result r;
       try (recording) {
-        r = new GroupImageBuilder(s, ThawCli.chunker()).buildProfiled(tag, function, recording.config(),
-            recorded(recording, ranks.length, options.sampleRequests()), true, new BuildOptions(),
-            ConsoleProgress.forOutput(json));
+        r = new GroupImageBuilder(s, ThawCli.chunker()).build(tag, function, recording, ranks.length,
+            options.sampleRequests(), new BuildOptions(), ConsoleProgress.forOutput(json));
       }
       if (json) {
         ObjectNode node = Json.MAPPER.createObjectNode();
@@ -192,41 +187,5 @@ final class BuildCommand implements Callable<Integer> {
       out.flush();
       return ThawCli.EXIT_OK;
     }
-  }
-
-  /** The recording as the group builder reads it: its sessions and states, the sample requests run through it. */
-  private static GroupImageBuilder.Recorded recorded(GroupFunction.Recording recording, int ranks,
-      List<JsonNode> samples) {
-    return new GroupImageBuilder.Recorded() {
-      @Override
-      public int ranks() {
-        return ranks;
-      }
-
-      @Override
-      public FunctionSession session(int rank) {
-        return recording.session(rank);
-      }
-
-      @Override
-      public Object rankState(int rank) {
-        return recording.rankState(rank);
-      }
-
-      @Override
-      public List<ImageManifest.Sample> runSamples() {
-        List<ImageManifest.Sample> out = new ArrayList<>();
-        for (int i = 0; i < samples.size(); i++) {
-          JsonNode request = samples.get(i);
-          try {
-            out.add(new ImageManifest.Sample(request, recording.invoke(FunctionRequest.of(request)).json()));
-          } catch (RuntimeException e) {
-            throw new ImageBuildException("profile", "sample request " + (i + 1) + " of " + samples.size()
-                + " failed: " + e.getMessage(), e);
-          }
-        }
-        return out;
-      }
-    };
   }
 }

@@ -10,9 +10,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
-import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.examples.function.TokenRequest;
+import dev.thaw.examples.llama.LlamaCheckpoint;
 import dev.thaw.examples.llama.LlamaConfig;
 import dev.thaw.examples.llama.LlamaConfig.Architecture;
 import dev.thaw.examples.llama.LlamaRankFunction;
@@ -31,7 +31,7 @@ import dev.thaw.image.store.StoreOptions;
 import dev.thaw.pool.cache.CacheLease;
 import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
-import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.GroupFunction;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import java.nio.charset.StandardCharsets;
@@ -80,32 +80,16 @@ class GroupWorkerTest {
     storePath = built.resolve("store");
     int[] devices = {0, 1};
     SeededLlamaWeights weights = new SeededLlamaWeights(TINY, 11);
+    Path folder = built.resolve("ckpt");
+    LlamaCheckpoint.save(weights, folder, 1);
+    ObjectNode config = JSON.createObjectNode().put("path", folder.toString()).put("maxBatch", 2).put("maxTokens", 32);
     try (RocksChunkStore store = RocksChunkStore.open(storePath);
         SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2))) {
-      try (LlamaTensorParallel tp = LlamaTensorParallel.record(driver, devices, weights, 2, 32)) {
-        new GroupImageBuilder(store, new FastCdcChunker()).buildProfiled(TAG, LlamaRankFunction.class.getName(),
-            JsonNodeFactory.instance.objectNode().put("model", TINY.name()), new GroupImageBuilder.Recorded() {
-              @Override
-              public int ranks() {
-                return 2;
-              }
-
-              @Override
-              public FunctionSession session(int rank) {
-                return tp.session(rank);
-              }
-
-              @Override
-              public Object rankState(int rank) {
-                return tp.rankState(rank);
-              }
-
-              @Override
-              public List<ImageManifest.Sample> runSamples() {
-                return List.of(new ImageManifest.Sample(TokenRequest.body(PROMPTS, NEW_TOKENS, false),
-                    ids(tp.generate(PROMPTS, NEW_TOKENS).tokens())));
-              }
-            }, true, new BuildOptions(), ProgressListener.NONE);
+      // As thaw build --devices 0,1 builds it.
+      try (GroupFunction.Recording recording = new LlamaRankFunction().record(driver, devices, config)) {
+        new GroupImageBuilder(store, new FastCdcChunker()).build(TAG, LlamaRankFunction.class.getName(), recording,
+            devices.length, List.of(TokenRequest.body(PROMPTS, NEW_TOKENS, false)), new BuildOptions(),
+            ProgressListener.NONE);
       }
       try (LlamaTensorParallel split = LlamaTensorParallel.open(driver, devices, weights, 2, 32)) {
         expected = ids(split.generate(PROMPTS, NEW_TOKENS).tokens()).get("tokens");

@@ -9,16 +9,15 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
-import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.thaw.examples.function.TokenRequest;
+import dev.thaw.examples.llama.LlamaCheckpoint;
 import dev.thaw.examples.llama.LlamaConfig;
 import dev.thaw.examples.llama.LlamaConfig.Architecture;
 import dev.thaw.examples.llama.LlamaRankFunction;
 import dev.thaw.examples.llama.LlamaTensorParallel;
 import dev.thaw.examples.llama.SeededLlamaWeights;
 import dev.thaw.examples.llama.kernels.HalfType;
-import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ProgressListener;
 import dev.thaw.image.build.BuildOptions;
 import dev.thaw.image.build.FastCdcChunker;
@@ -30,15 +29,12 @@ import dev.thaw.pool.ContextPool;
 import dev.thaw.pool.PoolStats;
 import dev.thaw.pool.cache.HostCacheOptions;
 import dev.thaw.pool.cache.HostImageCache;
-import dev.thaw.runtime.function.FunctionRequest;
-import dev.thaw.runtime.function.FunctionSession;
 import dev.thaw.runtime.function.GroupFunction;
 import dev.thaw.runtime.gpu.sim.SimDriver;
 import dev.thaw.runtime.gpu.sim.SimOptions;
 import dev.thaw.server.impl.ImageInfo;
 import dev.thaw.server.impl.InProcessInstances;
 import dev.thaw.server.impl.PoolInstances;
-import java.io.IOException;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.file.Path;
@@ -73,7 +69,7 @@ class TensorParallelServingTest {
     Path storePath = dir.resolve("store");
     JsonNode expected;
     try (RocksChunkStore store = ServerFixture.openStore(storePath)) {
-      expected = build(store, "tiny-tp:1");
+      expected = build(store, "tiny-tp:1", dir.resolve("ckpt"));
       ImageRestoreException rank = assertThrows(ImageRestoreException.class,
           () -> ImageInfo.read(store, "tiny-tp-rank0:1"));
       assertTrue(rank.getMessage().contains("register the group's tag"), rank.getMessage());
@@ -176,28 +172,8 @@ class TensorParallelServingTest {
       ObjectNode sample = JSON.createObjectNode();
       sample.putArray("tokens").addArray().add(ChatModel.BOS).add(40).add(41);
       sample.put("maxNewTokens", 2);
-      new GroupImageBuilder(store, new FastCdcChunker()).buildProfiled("chat-tp:1", LlamaRankFunction.class.getName(),
-          recording.config(), new GroupImageBuilder.Recorded() {
-            @Override
-            public int ranks() {
-              return 2;
-            }
-
-            @Override
-            public FunctionSession session(int rank) {
-              return recording.session(rank);
-            }
-
-            @Override
-            public Object rankState(int rank) {
-              return recording.rankState(rank);
-            }
-
-            @Override
-            public List<ImageManifest.Sample> runSamples() {
-              return List.of(new ImageManifest.Sample(sample, recording.invoke(FunctionRequest.of(sample)).json()));
-            }
-          }, true, new BuildOptions(), ProgressListener.NONE);
+      new GroupImageBuilder(store, new FastCdcChunker()).build("chat-tp:1", LlamaRankFunction.class.getName(),
+          recording, 2, List.of(sample), new BuildOptions(), ProgressListener.NONE);
     }
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2))) {
@@ -240,7 +216,7 @@ class TensorParallelServingTest {
   void aGroupOfTwoOnAOneDevicePoolIsRefusedAtRegistrationNamingTheDeviceCount() throws Exception {
     Path storePath = dir.resolve("store");
     try (RocksChunkStore store = ServerFixture.openStore(storePath)) {
-      build(store, "tiny-tp:1");
+      build(store, "tiny-tp:1", dir.resolve("ckpt"));
     }
     try (RocksChunkStore store = RocksChunkStore.open(new StoreOptions().setPath(storePath).setReadOnly(true));
         SimDriver driver = SimDriver.open(new SimOptions())) {
@@ -271,40 +247,23 @@ class TensorParallelServingTest {
     assertEquals(0, cache.stats().pinnedBytes(), cache.stats().toString());
   }
 
-  /** Builds the split of TINY over devices 0 and 1 under {@code tag}; returns the never-imaged split's new ids. */
-  private static JsonNode build(RocksChunkStore store, String tag) {
+  /**
+   * Builds the split of TINY over devices 0 and 1 under {@code tag} as {@code thaw build --devices 0,1} does, from a
+   * checkpoint of its weights saved into {@code folder}; returns the never-imaged split's new ids.
+   */
+  private static JsonNode build(RocksChunkStore store, String tag, Path folder) throws Exception {
     int[] devices = {0, 1};
+    LlamaCheckpoint.save(WEIGHTS, folder, 1);
+    ObjectNode config = JSON.createObjectNode().put("path", folder.toString()).put("maxBatch", 2).put("maxTokens", 32);
     try (SimDriver driver = SimDriver.open(new SimOptions().setDeviceCount(2))) {
-      try (LlamaTensorParallel tp = LlamaTensorParallel.record(driver, devices, WEIGHTS, 2, 32)) {
-        new GroupImageBuilder(store, new FastCdcChunker()).buildProfiled(tag, LlamaRankFunction.class.getName(),
-            JsonNodeFactory.instance.objectNode().put("model", TINY.name()), new GroupImageBuilder.Recorded() {
-              @Override
-              public int ranks() {
-                return 2;
-              }
-
-              @Override
-              public FunctionSession session(int rank) {
-                return tp.session(rank);
-              }
-
-              @Override
-              public Object rankState(int rank) {
-                return tp.rankState(rank);
-              }
-
-              @Override
-              public List<ImageManifest.Sample> runSamples() {
-                return List.of(new ImageManifest.Sample(TokenRequest.body(PROMPTS, NEW_TOKENS, false),
-                    ids(tp.generate(PROMPTS, NEW_TOKENS).tokens())));
-              }
-            }, true, new BuildOptions(), ProgressListener.NONE);
+      try (GroupFunction.Recording recording = new LlamaRankFunction().record(driver, devices, config)) {
+        new GroupImageBuilder(store, new FastCdcChunker()).build(tag, LlamaRankFunction.class.getName(), recording,
+            devices.length, List.of(TokenRequest.body(PROMPTS, NEW_TOKENS, false)), new BuildOptions(),
+            ProgressListener.NONE);
       }
       try (LlamaTensorParallel split = LlamaTensorParallel.open(driver, devices, WEIGHTS, 2, 32)) {
         return ids(split.generate(PROMPTS, NEW_TOKENS).tokens()).get("tokens");
       }
-    } catch (IOException e) {
-      throw new AssertionError(e);
     }
   }
 

@@ -5,7 +5,9 @@ import dev.thaw.image.GroupImage;
 import dev.thaw.image.ImageManifest;
 import dev.thaw.image.ProgressListener;
 import dev.thaw.image.store.ChunkStore;
+import dev.thaw.runtime.function.FunctionRequest;
 import dev.thaw.runtime.function.FunctionSession;
+import dev.thaw.runtime.function.GroupFunction;
 import dev.thaw.runtime.speculation.AccessProfiler;
 import dev.thaw.runtime.speculation.Profiling;
 import dev.thaw.runtime.host.Threads;
@@ -94,6 +96,48 @@ public final class GroupImageBuilder {
       profilers.forEach(AccessProfiler::close);
     }
     return build(tag, functionClass, config, ranks, samples, staging, progress);
+  }
+
+  /**
+   * Builds the group a {@link GroupFunction#record recording} holds, over {@code ranks} ranks: {@code sampleRequests}
+   * run through it (as the restored group will answer them) with every rank's launches profiled, then
+   * {@link #build}, the recording's config the group's. The recording stays the caller's to close.
+   *
+   * @throws ImageBuildException in phase {@code profile} naming the sample request that failed, or as {@link #build}
+   */
+  public Result build(String tag, String functionClass, GroupFunction.Recording recording, int ranks,
+      List<JsonNode> sampleRequests, BuildOptions staging, ProgressListener progress) {
+    return buildProfiled(tag, functionClass, recording.config(), new Recorded() {
+      @Override
+      public int ranks() {
+        return ranks;
+      }
+
+      @Override
+      public FunctionSession session(int rank) {
+        return recording.session(rank);
+      }
+
+      @Override
+      public Object rankState(int rank) {
+        return recording.rankState(rank);
+      }
+
+      @Override
+      public List<ImageManifest.Sample> runSamples() {
+        List<ImageManifest.Sample> out = new ArrayList<>();
+        for (int i = 0; i < sampleRequests.size(); i++) {
+          JsonNode request = sampleRequests.get(i);
+          try {
+            out.add(new ImageManifest.Sample(request, recording.invoke(FunctionRequest.of(request)).json()));
+          } catch (RuntimeException e) {
+            throw new ImageBuildException("profile", "sample request " + (i + 1) + " of " + sampleRequests.size()
+                + " failed: " + e.getMessage(), e);
+          }
+        }
+        return out;
+      }
+    }, true, staging, progress);
   }
 
   /**
